@@ -1,0 +1,37 @@
+//! # snic-core: the sans-IO policy core
+//!
+//! Everything in snic that *decides* lives here, as state machines fed with [`time::Instant`]
+//! and events, returning actions. Nothing in this crate reads a clock, sleeps, spawns a thread,
+//! touches a socket or a file, or draws from an unseeded RNG. The daemon's data plane drives
+//! these machines with real time and real packets; `snic sim` will drive the very same code
+//! with a virtual clock (DESIGN.md, "The policy core is sans-IO").
+//!
+//! Key types:
+//! - [`mat::Mat`]: the match-action table that maps (VNI, inner protocol, inner destination
+//!   prefix, port range) to a tenant's DAG, to pass-through, or to drop (paper §4.1).
+//! - [`dag::DagRoute`]: a deployed DAG compiled into the chains a packet visits, with the NTs it
+//!   skips in each (paper §4.2).
+//! - [`sched::Scheduler`]: the central credit scheduler — a packet enters a chain instance only
+//!   when a credit for the whole chain is free, waits in its tenant's queue otherwise, and keeps
+//!   its flow on one instance (paper §4.2).
+//!
+//! ```
+//! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
+//! let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+//! let chain = s.add_chain(2);                 // a chain of two NTs
+//! let inst = s.add_instance(chain, 4).unwrap(); // one instance (one region) with 4 credits
+//! s.set_dag(DagUid(7), DagRoute::new(vec![Step { chain, mask: NtMask::all(2) }]));
+//! let step = s.handle_packet(Instant::ZERO, TenantId(1), DagUid(7), 0, 0xfeed, 42).unwrap();
+//! assert!(step.last);
+//! let mut out = Vec::new();
+//! assert_eq!(s.poll_dispatch(&mut out, 32), Some(inst));
+//! assert_eq!(out, vec![42]);
+//! s.handle_completion(inst, 1);
+//! ```
+#![warn(missing_docs)]
+
+pub mod dag;
+pub mod ids;
+pub mod mat;
+pub mod sched;
+pub mod time;

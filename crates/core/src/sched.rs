@@ -1,0 +1,253 @@
+//! The central credit scheduler (paper §4.2).
+//!
+//! Each chain instance (one region) owns a number of credits: the descriptors it may hold at
+//! once. A region runs its whole chain run-to-completion over a batch, so one credit reserves
+//! the *whole chain* for one packet — the paper's "reserve credits for an entire NT chain", which
+//! lets a packet cross every NT of the chain without coming back here. A packet whose instance
+//! has no free credit waits in its tenant's queue for that instance; tenants waiting on the same
+//! instance are served round-robin, so one tenant's backlog never blocks another's packets
+//! bound elsewhere. Several instances of one chain share its load by flow hash, so a flow stays on
+//! one instance and keeps its order. A DAG that spans several chains comes back here between
+//! chains (the caller re-enters the packet with the next position).
+//!
+//! The scheduler is generic over the item it queues (the data plane queues descriptor indices;
+//! the simulator its own packet records) and performs no I/O.
+
+use crate::dag::{DagRoute, NtMask};
+use crate::ids::{ChainId, DagUid, InstanceId, TenantId};
+use crate::time::Instant;
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
+
+/// Scheduler limits.
+#[derive(Debug, Clone, Copy)]
+pub struct SchedConfig {
+    /// Most items one tenant may have waiting for one instance; past it, arrivals are rejected
+    /// (bounded memory under overload; the caller counts the drop against that tenant).
+    pub max_queue_per_tenant: usize,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig { max_queue_per_tenant: 4096 }
+    }
+}
+
+/// Why a packet was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Reject {
+    /// No route for this DAG UID.
+    #[error("unknown DAG")]
+    UnknownDag,
+    /// The position is past the DAG's last step.
+    #[error("DAG position out of range")]
+    BadPosition,
+    /// The chain has no running instance.
+    #[error("chain has no running instance")]
+    NoInstance,
+    /// The tenant's queue for the instance is full.
+    #[error("tenant queue full")]
+    QueueFull,
+}
+
+/// What the caller needs to know about an accepted packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Accepted {
+    /// The instance the packet will run on.
+    pub instance: InstanceId,
+    /// The NTs of that chain it runs.
+    pub mask: NtMask,
+    /// True if this is the DAG's last chain (after it, the packet goes to egress).
+    pub last: bool,
+}
+
+#[derive(Debug)]
+struct Instance<T> {
+    chain: ChainId,
+    credits: u32,
+    max_credits: u32,
+    live: bool,
+    /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
+    queues: Vec<(TenantId, VecDeque<T>)>,
+    /// Round-robin cursor into `queues`.
+    rr: usize,
+    queued: usize,
+}
+
+/// The credit scheduler. See the module docs.
+#[derive(Debug)]
+pub struct Scheduler<T> {
+    cfg: SchedConfig,
+    chains: Vec<Vec<InstanceId>>,
+    chain_len: Vec<usize>,
+    instances: Vec<Instance<T>>,
+    dags: FxHashMap<DagUid, DagRoute>,
+    /// Instances with credit and waiting items, in the order they became ready.
+    ready: VecDeque<InstanceId>,
+    in_ready: Vec<bool>,
+}
+
+impl<T: Copy> Scheduler<T> {
+    /// An empty scheduler.
+    pub fn new(cfg: SchedConfig) -> Self {
+        Scheduler {
+            cfg,
+            chains: Vec::new(),
+            chain_len: Vec::new(),
+            instances: Vec::new(),
+            dags: FxHashMap::default(),
+            ready: VecDeque::new(),
+            in_ready: Vec::new(),
+        }
+    }
+
+    /// Declares a chain of `nts` NTs.
+    pub fn add_chain(&mut self, nts: usize) -> ChainId {
+        self.chains.push(Vec::new());
+        self.chain_len.push(nts);
+        ChainId((self.chains.len() - 1) as u16)
+    }
+
+    /// Number of NTs in a chain.
+    pub fn chain_len(&self, c: ChainId) -> usize {
+        self.chain_len[c.index()]
+    }
+
+    /// Adds a running instance of `chain` with `credits` credits; `None` for an unknown chain.
+    pub fn add_instance(&mut self, chain: ChainId, credits: u32) -> Option<InstanceId> {
+        let list = self.chains.get_mut(chain.index())?;
+        let id = InstanceId(self.instances.len() as u16);
+        self.instances.push(Instance { chain, credits, max_credits: credits, live: true, queues: Vec::new(), rr: 0, queued: 0 });
+        self.in_ready.push(false);
+        list.push(id);
+        Some(id)
+    }
+
+    /// Installs or replaces the route of a DAG.
+    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+        self.dags.insert(uid, route);
+    }
+
+    /// Removes a DAG's route; packets already queued still run.
+    pub fn remove_dag(&mut self, uid: DagUid) -> Option<DagRoute> {
+        self.dags.remove(&uid)
+    }
+
+    /// The instances of a chain.
+    pub fn instances_of(&self, c: ChainId) -> &[InstanceId] {
+        &self.chains[c.index()]
+    }
+
+    /// The chain an instance runs.
+    pub fn chain_of(&self, i: InstanceId) -> ChainId {
+        self.instances[i.index()].chain
+    }
+
+    /// Free credits of an instance.
+    pub fn credits(&self, i: InstanceId) -> u32 {
+        self.instances[i.index()].credits
+    }
+
+    /// Items waiting for an instance.
+    pub fn queued(&self, i: InstanceId) -> usize {
+        self.instances[i.index()].queued
+    }
+
+    /// Items `tenant` has waiting across all instances.
+    pub fn queued_for_tenant(&self, tenant: TenantId) -> usize {
+        self.instances.iter().flat_map(|i| i.queues.iter()).filter(|(t, _)| *t == tenant).map(|(_, q)| q.len()).sum()
+    }
+
+    /// A packet of `tenant` arrives for position `pos` of DAG `dag`. On success it is queued for
+    /// the instance its flow hash selects; on error nothing changed.
+    pub fn handle_packet(
+        &mut self,
+        _now: Instant,
+        tenant: TenantId,
+        dag: DagUid,
+        pos: u8,
+        flow_hash: u64,
+        item: T,
+    ) -> Result<Accepted, Reject> {
+        let route = self.dags.get(&dag).ok_or(Reject::UnknownDag)?;
+        let steps = route.steps();
+        let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
+        let last = pos as usize + 1 == steps.len();
+        let insts = &self.chains[step.chain.index()];
+        if insts.is_empty() {
+            return Err(Reject::NoInstance);
+        }
+        // Multiply-shift maps the hash onto the instances without a division.
+        let pick = ((flow_hash >> 32) * insts.len() as u64) >> 32;
+        let id = insts[pick as usize];
+        let inst = &mut self.instances[id.index()];
+        let qi = match inst.queues.iter().position(|(t, _)| *t == tenant) {
+            Some(q) => q,
+            None => {
+                inst.queues.push((tenant, VecDeque::new()));
+                inst.queues.len() - 1
+            }
+        };
+        let q = &mut inst.queues[qi].1;
+        if q.len() >= self.cfg.max_queue_per_tenant {
+            return Err(Reject::QueueFull);
+        }
+        q.push_back(item);
+        inst.queued += 1;
+        if inst.credits > 0 && !self.in_ready[id.index()] {
+            self.in_ready[id.index()] = true;
+            self.ready.push_back(id);
+        }
+        Ok(Accepted { instance: id, mask: step.mask, last })
+    }
+
+    /// Moves up to `max` items that have credit for one instance into `out` (cleared first) and
+    /// returns that instance; `None` when nothing can be dispatched. Each item takes one credit.
+    pub fn poll_dispatch(&mut self, out: &mut Vec<T>, max: usize) -> Option<InstanceId> {
+        out.clear();
+        while let Some(id) = self.ready.pop_front() {
+            self.in_ready[id.index()] = false;
+            let inst = &mut self.instances[id.index()];
+            let budget = (inst.credits as usize).min(max).min(inst.queued);
+            if budget == 0 || !inst.live {
+                continue;
+            }
+            // Round-robin over tenants, one item at a time, starting where we left off.
+            let n = inst.queues.len();
+            let mut idle = 0;
+            while out.len() < budget && idle < n {
+                let (_, q) = &mut inst.queues[inst.rr];
+                match q.pop_front() {
+                    Some(it) => {
+                        out.push(it);
+                        idle = 0;
+                    }
+                    None => idle += 1,
+                }
+                inst.rr = (inst.rr + 1) % n;
+            }
+            let k = out.len();
+            inst.credits -= k as u32;
+            inst.queued -= k;
+            if inst.credits > 0 && inst.queued > 0 {
+                self.in_ready[id.index()] = true;
+                self.ready.push_back(id);
+            }
+            return Some(id);
+        }
+        None
+    }
+
+    /// `n` items dispatched to `instance` finished: their credits return.
+    pub fn handle_completion(&mut self, instance: InstanceId, n: u32) {
+        let inst = &mut self.instances[instance.index()];
+        inst.credits = (inst.credits + n).min(inst.max_credits);
+        if inst.queued > 0 && !self.in_ready[instance.index()] {
+            self.in_ready[instance.index()] = true;
+            self.ready.push_back(instance);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,252 @@
+//! The composite parse the data plane does once per packet: outer headers down to VXLAN, then
+//! the tenant's inner frame down to its flow key. The result is a small `Copy` layout of
+//! offsets and fields that travels in the packet descriptor, so no later stage parses again
+//! unless it changes the headers.
+
+use crate::ethernet::{ethertype, EthernetFrame, MacAddr};
+use crate::icmp::IcmpPacket;
+use crate::ipv4::Ipv4Packet;
+use crate::ipv6::Ipv6Packet;
+use crate::tcp::TcpPacket;
+use crate::udp::UdpPacket;
+use crate::vxlan::{self, VxlanPacket};
+use crate::{ip_proto, ParseError};
+use core::net::{IpAddr, Ipv4Addr};
+
+/// The outer headers of a VXLAN frame received as a whole Ethernet frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OuterLayout {
+    /// Offset of the VXLAN header from the start of the frame.
+    pub vxlan_off: u16,
+    /// Outer source MAC.
+    pub src_mac: MacAddr,
+    /// Outer destination MAC.
+    pub dst_mac: MacAddr,
+    /// Outer source IP (the sending VTEP).
+    pub src_ip: IpAddr,
+    /// Outer destination IP.
+    pub dst_ip: IpAddr,
+    /// Outer UDP source port (the sender's flow entropy).
+    pub src_port: u16,
+    /// VNI.
+    pub vni: u32,
+    /// Length of the VXLAN datagram (VXLAN header and inner frame) per the UDP length.
+    pub vxlan_len: u16,
+}
+
+/// Parses outer Ethernet, IPv4 (no options, no fragments, valid checksum) or IPv6, UDP to
+/// [`vxlan::PORT`] and the VXLAN header.
+pub fn parse_outer(frame: &[u8]) -> Result<OuterLayout, ParseError> {
+    let eth = EthernetFrame::new_checked(frame)?;
+    let l3 = eth.header_len();
+    let (src_ip, dst_ip, l4, l4_end) = match eth.ethertype() {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(&frame[l3..])?;
+            if ip.header_len() != crate::ipv4::HEADER_LEN {
+                return Err(ParseError::IpOptions);
+            }
+            if ip.is_fragment() {
+                return Err(ParseError::Fragment);
+            }
+            if !ip.verify_checksum() {
+                return Err(ParseError::BadIpChecksum);
+            }
+            if ip.protocol() != ip_proto::UDP {
+                return Err(ParseError::NotUdp);
+            }
+            (IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), l3 + 20, l3 + ip.total_len())
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(&frame[l3..])?;
+            let (nh, off) = ip.upper_layer()?;
+            if nh != ip_proto::UDP {
+                return Err(ParseError::NotUdp);
+            }
+            (IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), l3 + off, l3 + 40 + ip.payload_len())
+        }
+        _ => return Err(ParseError::UnknownEtherType),
+    };
+    let udp = UdpPacket::new_checked(&frame[l4..l4_end])?;
+    if udp.len() != l4_end - l4 {
+        return Err(ParseError::BadUdpLength);
+    }
+    if udp.dst_port() != vxlan::PORT {
+        return Err(ParseError::NotVxlanPort);
+    }
+    let vx_off = l4 + crate::udp::HEADER_LEN;
+    let vx = VxlanPacket::new_checked(&frame[vx_off..l4_end])?;
+    Ok(OuterLayout {
+        vxlan_off: vx_off as u16,
+        src_mac: eth.src(),
+        dst_mac: eth.dst(),
+        src_ip,
+        dst_ip,
+        src_port: udp.src_port(),
+        vni: vx.vni(),
+        vxlan_len: (l4_end - vx_off) as u16,
+    })
+}
+
+/// Parses a VXLAN datagram (as received on a UDP socket) and returns its VNI.
+pub fn parse_vxlan(datagram: &[u8]) -> Result<u32, ParseError> {
+    Ok(VxlanPacket::new_checked(datagram)?.vni())
+}
+
+/// A flow's 5-tuple. For ICMP echo the identifier stands in for both ports; other ICMP
+/// messages and non-IP frames have ports 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// IP protocol (0 for non-IP).
+    pub proto: u8,
+    /// Source port (or echo identifier).
+    pub src_port: u16,
+    /// Destination port (or echo identifier).
+    pub dst_port: u16,
+}
+
+impl FlowKey {
+    /// The key of the reply direction.
+    pub fn reversed(&self) -> FlowKey {
+        FlowKey { src: self.dst, dst: self.src, proto: self.proto, src_port: self.dst_port, dst_port: self.src_port }
+    }
+
+    /// A fast 64-bit hash of the 5-tuple, used to keep a flow on one instance.
+    pub fn hash64(&self) -> u64 {
+        fn ip64(a: &IpAddr) -> u64 {
+            match a {
+                IpAddr::V4(v) => u32::from_be_bytes(v.octets()) as u64,
+                IpAddr::V6(v) => {
+                    let o = v.octets();
+                    let hi = u64::from_be_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
+                    let lo = u64::from_be_bytes([o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15]]);
+                    hi ^ lo.rotate_left(29)
+                }
+            }
+        }
+        let mut h = ip64(&self.src).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= ip64(&self.dst).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        h ^= ((self.proto as u64) << 32 | (self.src_port as u64) << 16 | self.dst_port as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
+        h ^= h >> 31;
+        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h ^ (h >> 29)
+    }
+}
+
+/// What the inner frame carries at layer 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InnerL3 {
+    /// IPv4.
+    Ipv4,
+    /// IPv6.
+    Ipv6,
+    /// ARP (passed through; matched only by VNI-wide rules).
+    Arp,
+}
+
+/// The tenant's inner frame, parsed. Offsets are from the start of the inner Ethernet header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InnerLayout {
+    /// Inner destination MAC.
+    pub dst_mac: MacAddr,
+    /// Inner source MAC.
+    pub src_mac: MacAddr,
+    /// Layer-3 kind.
+    pub l3: InnerL3,
+    /// Offset of the IP (or ARP) header.
+    pub l3_off: u16,
+    /// Offset of the L4 header (equal to the end of the IP packet when there is none).
+    pub l4_off: u16,
+    /// Offset one past the IP packet (Ethernet padding excluded).
+    pub l3_end: u16,
+    /// The flow key.
+    pub key: FlowKey,
+    /// TCP flags, or the ICMP type; 0 otherwise.
+    pub l4_flags: u8,
+}
+
+const UNSPEC: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
+
+/// Parses the inner Ethernet frame of a VXLAN packet down to its flow key. Fragments are
+/// rejected ([`ParseError::Fragment`]): ports would be invisible to firewall and NAT. IPv4
+/// options on the inner header are allowed (they are the tenant's business).
+pub fn parse_inner(frame: &[u8]) -> Result<InnerLayout, ParseError> {
+    let eth = EthernetFrame::new_checked(frame)?;
+    let l3 = eth.header_len();
+    let (l3kind, src, dst, proto, l4, end) = match eth.ethertype() {
+        ethertype::IPV4 => {
+            let ip = Ipv4Packet::new_checked(&frame[l3..])?;
+            if ip.is_fragment() {
+                return Err(ParseError::Fragment);
+            }
+            (InnerL3::Ipv4, IpAddr::V4(ip.src()), IpAddr::V4(ip.dst()), ip.protocol(), l3 + ip.header_len(), l3 + ip.total_len())
+        }
+        ethertype::IPV6 => {
+            let ip = Ipv6Packet::new_checked(&frame[l3..])?;
+            let (nh, off) = ip.upper_layer()?;
+            (InnerL3::Ipv6, IpAddr::V6(ip.src()), IpAddr::V6(ip.dst()), nh, l3 + off, l3 + 40 + ip.payload_len())
+        }
+        ethertype::ARP => {
+            let end = frame.len();
+            return Ok(InnerLayout {
+                dst_mac: eth.dst(),
+                src_mac: eth.src(),
+                l3: InnerL3::Arp,
+                l3_off: l3 as u16,
+                l4_off: end as u16,
+                l3_end: end as u16,
+                key: FlowKey { src: UNSPEC, dst: UNSPEC, proto: 0, src_port: 0, dst_port: 0 },
+                l4_flags: 0,
+            });
+        }
+        _ => return Err(ParseError::UnknownInnerL3),
+    };
+    let seg = &frame[l4..end];
+    let (sp, dp, fl) = match proto {
+        ip_proto::TCP => {
+            let t = TcpPacket::new_checked(seg)?;
+            (t.src_port(), t.dst_port(), t.flags())
+        }
+        ip_proto::UDP => {
+            let u = UdpPacket::new_checked(seg)?;
+            (u.src_port(), u.dst_port(), 0)
+        }
+        ip_proto::ICMP | ip_proto::ICMPV6 => {
+            let i = IcmpPacket::new_checked(seg)?;
+            let id = if crate::icmp::is_echo(i.msg_type()) { i.ident() } else { 0 };
+            (id, id, i.msg_type())
+        }
+        _ => (0, 0, 0),
+    };
+    Ok(InnerLayout {
+        dst_mac: eth.dst(),
+        src_mac: eth.src(),
+        l3: l3kind,
+        l3_off: l3 as u16,
+        l4_off: l4 as u16,
+        l3_end: end as u16,
+        key: FlowKey { src, dst, proto, src_port: sp, dst_port: dp },
+        l4_flags: fl,
+    })
+}
+
+/// The harness shared by the cargo-fuzz target and the corpus-replay test: parse arbitrary bytes
+/// every way the data plane does, and touch every accessor. It must never panic.
+pub fn fuzz_parse(data: &[u8]) {
+    if let Ok(o) = parse_outer(data) {
+        let start = o.vxlan_off as usize + vxlan::HEADER_LEN;
+        let end = o.vxlan_off as usize + o.vxlan_len as usize;
+        if let Ok(i) = parse_inner(&data[start..end]) {
+            let _ = i.key.hash64();
+            assert!(i.l3_off <= i.l4_off && i.l4_off <= i.l3_end);
+            assert!(i.l3_end as usize <= end - start);
+        }
+    }
+    let _ = parse_vxlan(data);
+    if let Ok(i) = parse_inner(data) {
+        assert!(i.l3_end as usize <= data.len());
+    }
+}
