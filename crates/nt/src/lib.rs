@@ -1,1 +1,229 @@
-//! placeholder
+//! # snic-nt: network tasks
+//!
+//! An NT is a unit of packet processing a tenant deploys: a firewall, a NAT, an encryptor. In
+//! the paper each NT is FPGA logic inside a region; here an NT is a Rust object implementing
+//! [`Nt`], and a chain is a list of them that a region runs over a batch of packets, NT by NT
+//! (paper §4.2). The wrapper the paper puts around every NT — skipping, load monitoring — is the
+//! region's loop in `snic-dataplane`; an NT only sees packets it must process.
+//!
+//! NTs see a packet as a [`Pkt`]: the packet buffer plus the descriptor fields they may read or
+//! change ([`PktMeta`]). They never allocate per packet and never return `Err`: each call returns
+//! a [`Verdict`], and a drop carries a [`DropReason`] that the data plane counts.
+//!
+//! Built-in NTs, each configured by a serde-deserializable spec ([`NtSpec`]):
+//! [`firewall`], [`nat`], [`crypto`] (AES-GCM between two sNICs), [`vni_map`] (VPC re-mapping),
+//! [`counter`] and [`dummy`] (touches only the header; for benchmarks).
+#![warn(missing_docs)]
+
+pub mod counter;
+pub mod crypto;
+pub mod dummy;
+pub mod firewall;
+pub mod nat;
+pub mod spec;
+pub mod vni_map;
+
+use snic_core::ids::TenantId;
+use snic_core::time::Instant;
+use snic_wire::layout::InnerLayout;
+use snic_wire::vxlan;
+
+pub use spec::{build, NtSpec, SpecError};
+
+/// Bytes of headroom every packet buffer keeps in front of the VXLAN header, so egress can write
+/// outer headers and the encryptor can insert its header without moving the payload.
+pub const HEADROOM: usize = 128;
+
+/// The descriptor fields an NT may read and change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PktMeta {
+    /// Offset of the VXLAN header in the buffer.
+    pub off: u16,
+    /// Length of the VXLAN datagram (VXLAN header and the rest).
+    pub len: u16,
+    /// The packet's VNI.
+    pub vni: u32,
+    /// The tenant the MAT assigned.
+    pub tenant: TenantId,
+    /// The parsed inner frame; `None` while it is opaque (encrypted).
+    pub inner: Option<InnerLayout>,
+}
+
+/// A packet as an NT sees it.
+#[derive(Debug)]
+pub struct Pkt<'a> {
+    /// The whole packet buffer (headroom and tailroom included).
+    pub buf: &'a mut [u8],
+    /// The descriptor fields.
+    pub meta: &'a mut PktMeta,
+}
+
+impl Pkt<'_> {
+    /// The inner Ethernet frame (after the VXLAN header).
+    #[inline]
+    pub fn inner_frame(&mut self) -> &mut [u8] {
+        let s = self.meta.off as usize + vxlan::HEADER_LEN;
+        let e = self.meta.off as usize + self.meta.len as usize;
+        &mut self.buf[s..e]
+    }
+
+    /// The inner frame, read-only.
+    #[inline]
+    pub fn inner_bytes(&self) -> &[u8] {
+        let s = self.meta.off as usize + vxlan::HEADER_LEN;
+        let e = self.meta.off as usize + self.meta.len as usize;
+        &self.buf[s..e]
+    }
+}
+
+/// What happens to a packet after an NT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// On to the next NT (or the scheduler, or egress).
+    Continue,
+    /// Dropped, for this reason.
+    Drop(DropReason),
+}
+
+/// Why an NT dropped a packet. Stable names for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)]
+pub enum DropReason {
+    FirewallDeny,
+    NatTableFull,
+    NatPortsExhausted,
+    NatUnmatched,
+    NotIp,
+    CryptoNoKey,
+    CryptoNoRoom,
+    CryptoMalformed,
+    CryptoAuthFailed,
+    CryptoReplay,
+    CryptoReplayStateFull,
+    CryptoBadInner,
+    OpaquePayload,
+}
+
+impl DropReason {
+    /// Every variant, for counter tables.
+    pub const ALL: [DropReason; 13] = [
+        DropReason::FirewallDeny,
+        DropReason::NatTableFull,
+        DropReason::NatPortsExhausted,
+        DropReason::NatUnmatched,
+        DropReason::NotIp,
+        DropReason::CryptoNoKey,
+        DropReason::CryptoNoRoom,
+        DropReason::CryptoMalformed,
+        DropReason::CryptoAuthFailed,
+        DropReason::CryptoReplay,
+        DropReason::CryptoReplayStateFull,
+        DropReason::CryptoBadInner,
+        DropReason::OpaquePayload,
+    ];
+
+    /// Stable snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::FirewallDeny => "firewall_deny",
+            DropReason::NatTableFull => "nat_table_full",
+            DropReason::NatPortsExhausted => "nat_ports_exhausted",
+            DropReason::NatUnmatched => "nat_unmatched",
+            DropReason::NotIp => "not_ip",
+            DropReason::CryptoNoKey => "crypto_no_key",
+            DropReason::CryptoNoRoom => "crypto_no_room",
+            DropReason::CryptoMalformed => "crypto_malformed",
+            DropReason::CryptoAuthFailed => "crypto_auth_failed",
+            DropReason::CryptoReplay => "crypto_replay",
+            DropReason::CryptoReplayStateFull => "crypto_replay_state_full",
+            DropReason::CryptoBadInner => "crypto_bad_inner",
+            DropReason::OpaquePayload => "opaque_payload",
+        }
+    }
+
+    /// Index into [`DropReason::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Per-call context.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    /// The time the batch is processed.
+    pub now: Instant,
+}
+
+/// A network task.
+pub trait Nt: Send {
+    /// The kind name (`firewall`, `nat`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Processes one packet. Must not allocate, must not panic on any packet content.
+    fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict;
+
+    /// True if the NT reads or writes the payload, not only headers (paper §3: users declare it).
+    fn touches_payload(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    //! Packets for NT tests.
+    use super::*;
+    use snic_wire::build::{build, FrameSpec, L4Spec};
+    use snic_wire::ethernet::MacAddr;
+    use snic_wire::layout::parse_inner;
+
+    pub struct TestPkt {
+        pub buf: Vec<u8>,
+        pub meta: PktMeta,
+    }
+
+    impl TestPkt {
+        pub fn new(src: &str, dst: &str, l4: L4Spec, payload: usize) -> TestPkt {
+            let spec = FrameSpec {
+                outer: None,
+                vni: 100,
+                inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+                src: src.parse().unwrap(),
+                dst: dst.parse().unwrap(),
+                l4,
+                payload_len: payload,
+                payload_byte: 0xab,
+            };
+            let mut buf = vec![0u8; 2048];
+            let n = build(&spec, &mut buf[HEADROOM..]).unwrap();
+            let inner = parse_inner(&buf[HEADROOM + 8..HEADROOM + n]).ok();
+            TestPkt { buf, meta: PktMeta { off: HEADROOM as u16, len: n as u16, vni: 100, tenant: TenantId(1), inner } }
+        }
+
+        pub fn pkt(&mut self) -> Pkt<'_> {
+            Pkt { buf: &mut self.buf, meta: &mut self.meta }
+        }
+
+        pub fn reparse(&self) -> snic_wire::layout::InnerLayout {
+            let s = self.meta.off as usize + 8;
+            parse_inner(&self.buf[s..self.meta.off as usize + self.meta.len as usize]).unwrap()
+        }
+
+        /// True if the inner L4 checksum (and IPv4 header checksum) verify.
+        pub fn checksums_ok(&self) -> bool {
+            let l = self.reparse();
+            let s = self.meta.off as usize + 8;
+            let f = &self.buf[s..self.meta.off as usize + self.meta.len as usize];
+            let ip = &f[l.l3_off as usize..l.l3_end as usize];
+            let v4ok = l.l3 != snic_wire::layout::InnerL3::Ipv4 || snic_wire::checksum::checksum(&ip[..20]) == 0;
+            v4ok && snic_wire::build::verify_l4_checksum(ip, (l.l4_off - l.l3_off) as usize, l.key.proto)
+        }
+    }
+
+    pub fn udp(sp: u16, dp: u16) -> L4Spec {
+        L4Spec::Udp { src_port: sp, dst_port: dp }
+    }
+    pub fn tcp(sp: u16, dp: u16, flags: u8) -> L4Spec {
+        L4Spec::Tcp { src_port: sp, dst_port: dp, flags }
+    }
+}

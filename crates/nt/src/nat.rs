@@ -1,0 +1,466 @@
+//! The `nat` NT: source NAT (inside prefix → one public address, ports allocated per flow) and
+//! destination NAT (public address:port → inside address:port), with per-flow state in both
+//! directions, idle timeouts, and the IPv4, TCP, UDP and ICMP checksums fixed incrementally
+//! (RFC 1624).
+//!
+//! Memory is fixed at construction: the flow table, both direction indexes and the port bitmaps
+//! are sized for `max_flows`, so a new flow never allocates; when the table is full the new
+//! flow's packet is dropped (`nat_table_full`), and established flows are unaffected. Expired
+//! flows are reclaimed when they are next looked up, and a bounded sweep of two slots per packet
+//! reclaims the rest.
+//!
+//! Scope: IPv4. IPv6 packets are treated as unmatched. ICMP echo is translated by identifier;
+//! ICMP errors are passed without rewriting the header they quote.
+
+use crate::firewall::Policy;
+use crate::{Ctx, DropReason, Nt, Pkt, Verdict};
+use core::net::{IpAddr, Ipv4Addr};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+use snic_core::mat::{IpPrefix, PortRange};
+use snic_core::time::Instant;
+use snic_wire::layout::{FlowKey, InnerL3};
+use snic_wire::{checksum, ip_proto, tcp};
+use std::time::Duration;
+
+/// Source NAT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snat {
+    /// Traffic from this prefix is translated.
+    pub inside: IpPrefix,
+    /// To this address.
+    pub public: Ipv4Addr,
+    /// Ports (and ICMP identifiers) to allocate from.
+    #[serde(default = "default_ports")]
+    pub ports: PortRange,
+}
+
+fn default_ports() -> PortRange {
+    PortRange { lo: 1024, hi: 65535 }
+}
+
+/// A destination NAT (port forwarding) rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dnat {
+    /// Public address.
+    pub public: Ipv4Addr,
+    /// Protocol (6 or 17).
+    pub proto: u8,
+    /// Public port.
+    pub port: u16,
+    /// Inside address.
+    pub to: Ipv4Addr,
+    /// Inside port.
+    pub to_port: u16,
+}
+
+/// NAT configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatConfig {
+    /// Source NAT, if any.
+    #[serde(default)]
+    pub snat: Option<Snat>,
+    /// Destination NAT rules.
+    #[serde(default)]
+    pub dnat: Vec<Dnat>,
+    /// Flow-table size.
+    #[serde(default = "default_max_flows")]
+    pub max_flows: usize,
+    /// Idle timeout of UDP flows, seconds.
+    #[serde(default = "d30")]
+    pub udp_timeout_s: u64,
+    /// Idle timeout of established TCP flows, seconds.
+    #[serde(default = "d300")]
+    pub tcp_timeout_s: u64,
+    /// Idle timeout after a FIN or RST, seconds.
+    #[serde(default = "d10")]
+    pub tcp_closing_timeout_s: u64,
+    /// Idle timeout of ICMP echo flows, seconds.
+    #[serde(default = "d30")]
+    pub icmp_timeout_s: u64,
+    /// What to do with traffic no rule or flow translates.
+    #[serde(default)]
+    pub unmatched: Policy,
+}
+
+fn default_max_flows() -> usize {
+    65536
+}
+fn d10() -> u64 {
+    10
+}
+fn d30() -> u64 {
+    30
+}
+fn d300() -> u64 {
+    300
+}
+
+impl Default for NatConfig {
+    fn default() -> Self {
+        NatConfig {
+            snat: None,
+            dnat: Vec::new(),
+            max_flows: default_max_flows(),
+            udp_timeout_s: 30,
+            tcp_timeout_s: 300,
+            tcp_closing_timeout_s: 10,
+            icmp_timeout_s: 30,
+            unmatched: Policy::Allow,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Flow {
+    /// Forward key as it arrives (before translation).
+    orig: FlowKey,
+    /// Forward key after translation.
+    xlat: FlowKey,
+    expires: Instant,
+    /// SNAT port to release on expiry.
+    snat_port: Option<u16>,
+}
+
+/// One bit per port, per protocol.
+struct PortMap {
+    bits: Box<[u64; 1024]>,
+    cursor: u16,
+}
+
+impl PortMap {
+    fn new() -> Self {
+        PortMap { bits: Box::new([0; 1024]), cursor: 0 }
+    }
+    fn test(&self, p: u16) -> bool {
+        self.bits[p as usize / 64] & (1 << (p % 64)) != 0
+    }
+    fn set(&mut self, p: u16, v: bool) {
+        let w = &mut self.bits[p as usize / 64];
+        if v {
+            *w |= 1 << (p % 64)
+        } else {
+            *w &= !(1 << (p % 64))
+        }
+    }
+    /// Next free port in `r`, round-robin from the last allocation.
+    fn alloc(&mut self, r: PortRange) -> Option<u16> {
+        let span = r.hi as u32 - r.lo as u32 + 1;
+        let start = (self.cursor.max(r.lo).min(r.hi) - r.lo) as u32;
+        for i in 0..span {
+            let p = r.lo + ((start + i) % span) as u16;
+            if !self.test(p) {
+                self.set(p, true);
+                self.cursor = p.wrapping_add(1);
+                return Some(p);
+            }
+        }
+        None
+    }
+}
+
+impl core::fmt::Debug for PortMap {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("PortMap").field("cursor", &self.cursor).finish()
+    }
+}
+
+/// The NAT NT.
+#[derive(Debug)]
+pub struct Nat {
+    cfg: NatConfig,
+    slab: Vec<Option<Flow>>,
+    free: Vec<u32>,
+    fwd: FxHashMap<FlowKey, u32>,
+    rev: FxHashMap<FlowKey, u32>,
+    ports: [PortMap; 3],
+    sweep: usize,
+}
+
+fn port_idx(proto: u8) -> usize {
+    match proto {
+        ip_proto::TCP => 0,
+        ip_proto::UDP => 1,
+        _ => 2,
+    }
+}
+
+impl Nat {
+    /// A NAT with this configuration; all flow memory is allocated here.
+    pub fn new(cfg: NatConfig) -> Self {
+        let n = cfg.max_flows.max(1);
+        Nat {
+            slab: vec![None; n],
+            free: (0..n as u32).rev().collect(),
+            fwd: FxHashMap::with_capacity_and_hasher(n, Default::default()),
+            rev: FxHashMap::with_capacity_and_hasher(n, Default::default()),
+            ports: [PortMap::new(), PortMap::new(), PortMap::new()],
+            sweep: 0,
+            cfg,
+        }
+    }
+
+    /// Flows in the table.
+    pub fn flows(&self) -> usize {
+        self.fwd.len()
+    }
+
+    fn timeout(&self, proto: u8, flags: u8) -> Duration {
+        Duration::from_secs(match proto {
+            ip_proto::TCP if flags & (tcp::flags::FIN | tcp::flags::RST) != 0 => self.cfg.tcp_closing_timeout_s,
+            ip_proto::TCP => self.cfg.tcp_timeout_s,
+            ip_proto::UDP => self.cfg.udp_timeout_s,
+            _ => self.cfg.icmp_timeout_s,
+        })
+    }
+
+    fn remove(&mut self, i: u32) {
+        if let Some(f) = self.slab[i as usize].take() {
+            self.fwd.remove(&f.orig);
+            self.rev.remove(&f.xlat.reversed());
+            if let Some(p) = f.snat_port {
+                self.ports[port_idx(f.orig.proto)].set(p, false);
+            }
+            self.free.push(i);
+        }
+    }
+
+    fn sweep(&mut self, now: Instant) {
+        for _ in 0..2 {
+            self.sweep = (self.sweep + 1) % self.slab.len();
+            if self.slab[self.sweep].is_some_and(|f| f.expires < now) {
+                self.remove(self.sweep as u32);
+            }
+        }
+    }
+
+    /// Finds the live flow for `k` (either direction); returns the key to rewrite to.
+    fn lookup(&mut self, now: Instant, k: &FlowKey, flags: u8) -> Option<FlowKey> {
+        let (i, fwd) = match self.fwd.get(k) {
+            Some(&i) => (i, true),
+            None => (*self.rev.get(k)?, false),
+        };
+        let t = self.timeout(k.proto, flags);
+        let f = self.slab[i as usize].as_mut().expect("indexed flows are live");
+        if f.expires < now {
+            self.remove(i);
+            return None;
+        }
+        f.expires = now + t;
+        Some(if fwd { f.xlat } else { f.orig.reversed() })
+    }
+
+    fn create(&mut self, now: Instant, k: &FlowKey, flags: u8) -> Result<Option<FlowKey>, DropReason> {
+        let (IpAddr::V4(src), IpAddr::V4(dst)) = (k.src, k.dst) else { return Ok(None) };
+        let dnat = self.cfg.dnat.iter().find(|d| d.public == dst && d.proto == k.proto && d.port == k.dst_port).copied();
+        let (xlat, port) = if let Some(d) = dnat {
+            (FlowKey { dst: IpAddr::V4(d.to), dst_port: d.to_port, ..*k }, None)
+        } else if let Some(s) = self.cfg.snat.filter(|s| s.inside.contains(&IpAddr::V4(src))) {
+            let echo = matches!(k.proto, ip_proto::ICMP) && k.src_port == k.dst_port;
+            if !matches!(k.proto, ip_proto::TCP | ip_proto::UDP) && !echo {
+                return Ok(None);
+            }
+            if self.free.is_empty() {
+                return Err(DropReason::NatTableFull);
+            }
+            let p = self.ports[port_idx(k.proto)].alloc(s.ports).ok_or(DropReason::NatPortsExhausted)?;
+            let dport = if echo { p } else { k.dst_port };
+            (FlowKey { src: IpAddr::V4(s.public), src_port: p, dst_port: dport, ..*k }, Some(p))
+        } else {
+            return Ok(None);
+        };
+        let Some(i) = self.free.pop() else { return Err(DropReason::NatTableFull) };
+        let rk = xlat.reversed();
+        if self.rev.contains_key(&rk) {
+            // Another flow already owns the reply tuple (two clients DNATed onto one inside
+            // socket from the same source port): refuse rather than cross the streams.
+            self.free.push(i);
+            if let Some(p) = port {
+                self.ports[port_idx(k.proto)].set(p, false);
+            }
+            return Err(DropReason::NatPortsExhausted);
+        }
+        self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires: now + self.timeout(k.proto, flags), snat_port: port });
+        self.fwd.insert(*k, i);
+        self.rev.insert(rk, i);
+        Ok(Some(xlat))
+    }
+}
+
+/// Rewrites the IPv4 addresses and L4 ports of `pkt` from `old` to `new`, fixing checksums.
+fn rewrite(pkt: &mut Pkt<'_>, old: &FlowKey, new: &FlowKey) {
+    let inner = pkt.meta.inner.as_mut().expect("caller checked");
+    let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
+    let l3 = s + inner.l3_off as usize;
+    let l4 = s + inner.l4_off as usize;
+    let b = &mut *pkt.buf;
+    let (IpAddr::V4(os), IpAddr::V4(od), IpAddr::V4(ns), IpAddr::V4(nd)) = (old.src, old.dst, new.src, new.dst) else { return };
+    let (os, od, ns, nd) = (u32::from(os), u32::from(od), u32::from(ns), u32::from(nd));
+    let mut ipc = u16::from_be_bytes([b[l3 + 10], b[l3 + 11]]);
+    ipc = checksum::update32(checksum::update32(ipc, os, ns), od, nd);
+    b[l3 + 10..l3 + 12].copy_from_slice(&ipc.to_be_bytes());
+    b[l3 + 12..l3 + 16].copy_from_slice(&ns.to_be_bytes());
+    b[l3 + 16..l3 + 20].copy_from_slice(&nd.to_be_bytes());
+    match new.proto {
+        ip_proto::TCP | ip_proto::UDP => {
+            let at = l4 + if new.proto == ip_proto::TCP { 16 } else { 6 };
+            let mut c = u16::from_be_bytes([b[at], b[at + 1]]);
+            // UDP over IPv4 may carry no checksum (0): leave it so.
+            if new.proto == ip_proto::TCP || c != 0 {
+                c = checksum::update32(checksum::update32(c, os, ns), od, nd);
+                c = checksum::update16(checksum::update16(c, old.src_port, new.src_port), old.dst_port, new.dst_port);
+                if new.proto == ip_proto::UDP && c == 0 {
+                    c = 0xffff;
+                }
+                b[at..at + 2].copy_from_slice(&c.to_be_bytes());
+            }
+            b[l4..l4 + 2].copy_from_slice(&new.src_port.to_be_bytes());
+            b[l4 + 2..l4 + 4].copy_from_slice(&new.dst_port.to_be_bytes());
+        }
+        ip_proto::ICMP => {
+            // Echo: the identifier is the "port" on both sides; ICMPv4 has no pseudo-header.
+            let old_id = u16::from_be_bytes([b[l4 + 4], b[l4 + 5]]);
+            let new_id = if old_id == old.src_port { new.src_port } else { new.dst_port };
+            let c = checksum::update16(u16::from_be_bytes([b[l4 + 2], b[l4 + 3]]), old_id, new_id);
+            b[l4 + 2..l4 + 4].copy_from_slice(&c.to_be_bytes());
+            b[l4 + 4..l4 + 6].copy_from_slice(&new_id.to_be_bytes());
+        }
+        _ => {}
+    }
+    inner.key = *new;
+}
+
+impl Nt for Nat {
+    fn kind(&self) -> &'static str {
+        "nat"
+    }
+
+    fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+        self.sweep(cx.now);
+        let Some(inner) = pkt.meta.inner else { return Verdict::Drop(DropReason::OpaquePayload) };
+        let pass = self.cfg.unmatched == Policy::Allow;
+        let unmatched = || if pass { Verdict::Continue } else { Verdict::Drop(DropReason::NatUnmatched) };
+        if inner.l3 != InnerL3::Ipv4 {
+            return unmatched();
+        }
+        let k = inner.key;
+        let new = match self.lookup(cx.now, &k, inner.l4_flags) {
+            Some(n) => n,
+            None => match self.create(cx.now, &k, inner.l4_flags) {
+                Ok(Some(n)) => n,
+                Ok(None) => return unmatched(),
+                Err(r) => return Verdict::Drop(r),
+            },
+        };
+        if new != k {
+            rewrite(pkt, &k, &new);
+        }
+        Verdict::Continue
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::*;
+    use snic_wire::build::L4Spec;
+
+    fn snat_cfg(max_flows: usize, ports: PortRange) -> NatConfig {
+        NatConfig {
+            snat: Some(Snat { inside: "10.0.0.0/24".parse().unwrap(), public: [203, 0, 113, 1].into(), ports }),
+            max_flows,
+            ..Default::default()
+        }
+    }
+
+    fn at(s: u64) -> Ctx {
+        Ctx { now: Instant::from_nanos(s * 1_000_000_000) }
+    }
+
+    #[test]
+    fn snat_rewrites_and_reply_comes_back() {
+        let mut nat = Nat::new(snat_cfg(16, default_ports()));
+        for l4 in [udp(5000, 53), tcp(5000, 80, 0x02), L4Spec::Icmp { msg_type: 8, ident: 77, seq: 1 }] {
+            let mut out = TestPkt::new("10.0.0.5", "198.51.100.9", l4, 20);
+            assert_eq!(nat.process(&at(0), &mut out.pkt()), Verdict::Continue);
+            let k = out.reparse().key;
+            assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]));
+            assert!(k.src_port >= 1024);
+            assert_eq!(out.meta.inner.unwrap().key, k, "descriptor follows the rewrite");
+            assert!(out.checksums_ok(), "checksums after SNAT for {l4:?}");
+            // The reply, addressed to the public tuple, is translated back.
+            let reply_l4 = match l4 {
+                L4Spec::Udp { .. } => udp(53, k.src_port),
+                L4Spec::Tcp { .. } => tcp(80, k.src_port, 0x12),
+                L4Spec::Icmp { .. } => L4Spec::Icmp { msg_type: 0, ident: k.src_port, seq: 1 },
+            };
+            let mut back = TestPkt::new("198.51.100.9", "203.0.113.1", reply_l4, 20);
+            assert_eq!(nat.process(&at(1), &mut back.pkt()), Verdict::Continue);
+            let kb = back.reparse().key;
+            assert_eq!(kb.dst, IpAddr::from([10, 0, 0, 5]));
+            match l4 {
+                L4Spec::Icmp { .. } => assert_eq!(kb.dst_port, 77),
+                _ => assert_eq!(kb.dst_port, 5000),
+            }
+            assert!(back.checksums_ok(), "checksums after reverse translation for {l4:?}");
+        }
+        assert_eq!(nat.flows(), 3);
+    }
+
+    #[test]
+    fn dnat_forwards_and_reverses() {
+        let cfg = NatConfig {
+            dnat: vec![Dnat { public: [203, 0, 113, 1].into(), proto: 6, port: 80, to: [10, 0, 0, 7].into(), to_port: 8080 }],
+            ..Default::default()
+        };
+        let mut nat = Nat::new(cfg);
+        let mut inb = TestPkt::new("198.51.100.9", "203.0.113.1", tcp(40000, 80, 0x02), 0);
+        nat.process(&at(0), &mut inb.pkt());
+        let k = inb.reparse().key;
+        assert_eq!((k.dst, k.dst_port), (IpAddr::from([10, 0, 0, 7]), 8080));
+        assert!(inb.checksums_ok());
+        let mut reply = TestPkt::new("10.0.0.7", "198.51.100.9", tcp(8080, 40000, 0x12), 0);
+        nat.process(&at(0), &mut reply.pkt());
+        let k = reply.reparse().key;
+        assert_eq!((k.src, k.src_port), (IpAddr::from([203, 0, 113, 1]), 80));
+        assert!(reply.checksums_ok());
+    }
+
+    #[test]
+    fn timeouts_free_ports_and_flows() {
+        let mut nat = Nat::new(snat_cfg(4, PortRange { lo: 2000, hi: 2001 }));
+        let mut a = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
+        let mut b = TestPkt::new("10.0.0.2", "1.1.1.1", udp(1, 2), 0);
+        let mut c = TestPkt::new("10.0.0.3", "1.1.1.1", udp(1, 2), 0);
+        assert_eq!(nat.process(&at(0), &mut a.pkt()), Verdict::Continue);
+        assert_eq!(nat.process(&at(0), &mut b.pkt()), Verdict::Continue);
+        assert_eq!(nat.process(&at(0), &mut c.pkt()), Verdict::Drop(DropReason::NatPortsExhausted));
+        // After the UDP timeout (30 s) the ports come back.
+        let mut c2 = TestPkt::new("10.0.0.3", "1.1.1.1", udp(1, 2), 0);
+        // Sweep runs two slots per packet; the expired flows are also reclaimed on lookup.
+        let mut a2 = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
+        assert_eq!(nat.process(&at(31), &mut a2.pkt()), Verdict::Continue);
+        assert_eq!(nat.process(&at(31), &mut c2.pkt()), Verdict::Continue);
+    }
+
+    #[test]
+    fn table_full_drops_new_flows_only() {
+        let mut nat = Nat::new(snat_cfg(1, default_ports()));
+        let mut a = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
+        let mut b = TestPkt::new("10.0.0.2", "1.1.1.1", udp(1, 2), 0);
+        assert_eq!(nat.process(&at(0), &mut a.pkt()), Verdict::Continue);
+        assert_eq!(nat.process(&at(0), &mut b.pkt()), Verdict::Drop(DropReason::NatTableFull));
+        let mut a2 = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
+        assert_eq!(nat.process(&at(1), &mut a2.pkt()), Verdict::Continue, "established flow unaffected");
+    }
+
+    #[test]
+    fn unmatched_policy() {
+        let mut nat = Nat::new(NatConfig { unmatched: Policy::Deny, ..snat_cfg(4, default_ports()) });
+        let mut p = TestPkt::new("192.168.0.1", "1.1.1.1", udp(1, 2), 0);
+        assert_eq!(nat.process(&at(0), &mut p.pkt()), Verdict::Drop(DropReason::NatUnmatched));
+    }
+}
