@@ -34,7 +34,7 @@ impl Default for SchedConfig {
 }
 
 /// Why a packet was not accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum Reject {
     /// No route for this DAG UID.
     #[error("unknown DAG")]

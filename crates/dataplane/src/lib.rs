@@ -1,1 +1,135 @@
-//! placeholder
+//! # snic-dataplane: one sNIC node's data plane
+//!
+//! The runtime that moves packets through the sans-IO policy of `snic-core` and the NTs of
+//! `snic-nt`. The data flow of one packet, and the module that does each step:
+//!
+//! ```text
+//! backend (rx) → node: parse + MAT → store (charge tenant) → sched (credits) → region (chain)
+//!              → node: next chain or egress → fdb (route, learn) → egress (encap) → backend (tx)
+//! ```
+//!
+//! - [`backend`]: where packets come from and go: in-memory rings (tests, benchmarks) and batched
+//!   UDP sockets (`recvmmsg`/`sendmmsg`), behind the [`backend::Backend`] trait so AF_XDP can be
+//!   added.
+//! - [`store`]: the fixed packet store and descriptors, with per-tenant quotas.
+//! - [`region`] and [`worker`]: regions run one chain instance each over batches of descriptors,
+//!   inline on the dispatcher thread or on worker threads fed by SPSC rings.
+//! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
+//!   re-encapsulation toward the destination VTEP.
+//! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
+//! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
+//!
+//! The per-packet path does not allocate: every buffer, queue and table is sized at start.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod egress;
+pub mod fdb;
+pub mod node;
+pub mod region;
+pub mod stats;
+pub mod store;
+pub mod worker;
+
+pub use node::{Node, NodeConfig};
+
+use snic_core::sched::Reject;
+use snic_nt::DropReason;
+use snic_wire::ParseError;
+
+/// Why the data plane dropped a packet. Every drop is counted under one of these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Drop {
+    /// Malformed or unsupported headers.
+    Parse(ParseError),
+    /// No MAT rule matched.
+    NoRule,
+    /// A MAT rule said drop.
+    MatDrop,
+    /// The packet store is full.
+    StoreFull,
+    /// The tenant is at its packet-store quota.
+    TenantQuota,
+    /// The scheduler refused it.
+    Sched(Reject),
+    /// An NT dropped it.
+    Nt(DropReason),
+    /// Egress has no route for its VNI and destination.
+    NoRoute,
+    /// Larger than a packet buffer allows.
+    Oversize,
+    /// The backend could not transmit it.
+    TxError,
+}
+
+const N_PARSE: usize = ParseError::ALL.len();
+const N_SCHED: usize = 4;
+const N_NT: usize = DropReason::ALL.len();
+
+impl Drop {
+    /// Number of distinct drop reasons (size of counter arrays).
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 3;
+
+    /// Dense index for counter arrays.
+    pub fn index(self) -> usize {
+        match self {
+            Drop::Parse(e) => e.index(),
+            Drop::NoRule => N_PARSE,
+            Drop::MatDrop => N_PARSE + 1,
+            Drop::StoreFull => N_PARSE + 2,
+            Drop::TenantQuota => N_PARSE + 3,
+            Drop::Sched(r) => {
+                N_PARSE
+                    + 4
+                    + match r {
+                        Reject::UnknownDag => 0,
+                        Reject::BadPosition => 1,
+                        Reject::NoInstance => 2,
+                        Reject::QueueFull => 3,
+                    }
+            }
+            Drop::Nt(r) => N_PARSE + 4 + N_SCHED + r.index(),
+            Drop::NoRoute => N_PARSE + 4 + N_SCHED + N_NT,
+            Drop::Oversize => N_PARSE + 4 + N_SCHED + N_NT + 1,
+            Drop::TxError => N_PARSE + 4 + N_SCHED + N_NT + 2,
+        }
+    }
+
+    /// Stable snake_case name of the reason at `index` (metrics label).
+    pub fn name(index: usize) -> &'static str {
+        const SCHED: [&str; N_SCHED] = ["unknown_dag", "bad_dag_position", "no_instance", "queue_full"];
+        match index {
+            i if i < N_PARSE => ParseError::ALL[i].as_str(),
+            i if i == N_PARSE => "no_rule",
+            i if i == N_PARSE + 1 => "mat_drop",
+            i if i == N_PARSE + 2 => "store_full",
+            i if i == N_PARSE + 3 => "tenant_quota",
+            i if i < N_PARSE + 4 + N_SCHED => SCHED[i - N_PARSE - 4],
+            i if i < N_PARSE + 4 + N_SCHED + N_NT => DropReason::ALL[i - N_PARSE - 4 - N_SCHED].as_str(),
+            i if i == N_PARSE + 4 + N_SCHED + N_NT => "no_route",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 1 => "oversize",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 2 => "tx_error",
+            _ => "unknown",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drop_indices_are_dense_and_named() {
+        let mut all: Vec<Drop> = ParseError::ALL.iter().map(|e| Drop::Parse(*e)).collect();
+        all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
+        all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
+        all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
+        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError]);
+        assert_eq!(all.len(), Drop::COUNT);
+        let mut names = std::collections::HashSet::new();
+        for (i, d) in all.iter().enumerate() {
+            assert_eq!(d.index(), i);
+            assert!(names.insert(Drop::name(i)), "duplicate name {}", Drop::name(i));
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! I/O backends: where packets come from and where they go.
+//!
+//! A backend receives into packet-store buffers the dispatcher gives it (at
+//! [`snic_nt::HEADROOM`]) and transmits byte ranges of buffers. Two framings exist: frame
+//! backends move whole Ethernet frames with outer IP/UDP headers (in-memory rings now, AF_XDP
+//! later); datagram backends move the VXLAN datagram only and report addresses beside it (UDP
+//! sockets).
+
+pub mod mem;
+pub mod udp;
+
+use crate::store::Slots;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// What a backend's packets look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Whole Ethernet frames (outer headers included).
+    Ethernet,
+    /// VXLAN datagrams (addresses beside the bytes).
+    Datagram,
+}
+
+/// Reception metadata of one packet.
+#[derive(Debug, Clone, Copy)]
+pub struct RxMeta {
+    /// Bytes written at `HEADROOM`.
+    pub len: u16,
+    /// Sender (datagram framing).
+    pub src: SocketAddr,
+    /// True if the packet did not fit the buffer and was cut.
+    pub truncated: bool,
+}
+
+impl Default for RxMeta {
+    fn default() -> Self {
+        RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false }
+    }
+}
+
+/// One packet to transmit: `len` bytes at `start` of buffer `idx`, to `dst` (datagram framing).
+#[derive(Debug, Clone, Copy)]
+pub struct TxReq {
+    /// Buffer.
+    pub idx: u32,
+    /// First byte.
+    pub start: u16,
+    /// Length.
+    pub len: u16,
+    /// Destination (datagram framing).
+    pub dst: SocketAddr,
+}
+
+/// Outcome of a transmit call: the first `sent` requests went out, the next `failed` were
+/// refused for good (counted as drops); the rest should be retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxResult {
+    /// Transmitted.
+    pub sent: usize,
+    /// Refused (not to be retried).
+    pub failed: usize,
+}
+
+/// A packet I/O backend.
+pub trait Backend: Send {
+    /// The framing of this backend's packets.
+    fn framing(&self) -> Framing;
+
+    /// Receives up to `idx.len()` packets into those buffers; fills `meta` for each; returns how
+    /// many arrived. Must not block.
+    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize;
+
+    /// Transmits a prefix of `reqs`. Must not block.
+    fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult;
+
+    /// Blocks up to `timeout` for something to receive (the idle path). The default sleeps.
+    fn wait(&mut self, timeout: Duration) {
+        std::thread::sleep(timeout);
+    }
+}

@@ -1,0 +1,174 @@
+//! Batched UDP sockets: the portable default backend. One `recvmmsg` fills up to a batch of
+//! packet buffers, one `sendmmsg` sends a batch, so the per-datagram kernel cost — which
+//! dominates a userspace VTEP on this kind of machine (DEPENDENCIES.md) — is paid once per batch
+//! for the system-call part. The socket is non-blocking; the idle path blocks in `poll(2)`.
+
+use super::{Backend, Framing, RxMeta, TxReq, TxResult};
+use crate::store::{Slots, BUF_SIZE};
+use crate::worker::MAX_BATCH;
+use snic_nt::HEADROOM;
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// A UDP socket backend.
+pub struct UdpBackend {
+    sock: UdpSocket,
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    addrs: Vec<libc::sockaddr_storage>,
+}
+
+// SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into this struct's own vectors
+// or into store buffers during a call; they are rebuilt on every call and never shared.
+unsafe impl Send for UdpBackend {}
+
+impl core::fmt::Debug for UdpBackend {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdpBackend").field("local", &self.sock.local_addr().ok()).finish()
+    }
+}
+
+fn setsockopt_int(fd: i32, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live i32 and its size.
+    let r = unsafe { libc::setsockopt(fd, level, name, &v as *const i32 as *const libc::c_void, size_of::<i32>() as u32) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl UdpBackend {
+    /// Binds `addr` (use port 4789 for VXLAN), non-blocking, with 4 MiB socket buffers.
+    pub fn bind(addr: SocketAddr) -> io::Result<Self> {
+        let sock = UdpSocket::bind(addr)?;
+        sock.set_nonblocking(true)?;
+        let fd = sock.as_raw_fd();
+        // Larger buffers absorb bursts; failures (limits) are not fatal.
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let (hdrs, iovs, addrs) = unsafe { (vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH]) };
+        Ok(UdpBackend { sock, hdrs, iovs, addrs })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+}
+
+fn to_sockaddr(a: &SocketAddr, out: &mut libc::sockaddr_storage) -> u32 {
+    match a {
+        SocketAddr::V4(v) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let s = unsafe { &mut *(out as *mut _ as *mut libc::sockaddr_in) };
+            s.sin_family = libc::AF_INET as u16;
+            s.sin_port = v.port().to_be();
+            s.sin_addr = libc::in_addr { s_addr: u32::from_ne_bytes(v.ip().octets()) };
+            size_of::<libc::sockaddr_in>() as u32
+        }
+        SocketAddr::V6(v) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let s = unsafe { &mut *(out as *mut _ as *mut libc::sockaddr_in6) };
+            s.sin6_family = libc::AF_INET6 as u16;
+            s.sin6_port = v.port().to_be();
+            s.sin6_addr = libc::in6_addr { s6_addr: v.ip().octets() };
+            s.sin6_flowinfo = 0;
+            s.sin6_scope_id = v.scope_id();
+            size_of::<libc::sockaddr_in6>() as u32
+        }
+    }
+}
+
+fn from_sockaddr(s: &libc::sockaddr_storage) -> SocketAddr {
+    match s.ss_family as i32 {
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6.
+            let v = unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
+            SocketAddr::V6(SocketAddrV6::new(v.sin6_addr.s6_addr.into(), u16::from_be(v.sin6_port), 0, v.sin6_scope_id))
+        }
+        _ => {
+            // SAFETY: the kernel wrote an AF_INET address (the only other family on this socket).
+            let v = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
+            SocketAddr::V4(SocketAddrV4::new(v.sin_addr.s_addr.to_ne_bytes().into(), u16::from_be(v.sin_port)))
+        }
+    }
+}
+
+impl Backend for UdpBackend {
+    fn framing(&self) -> Framing {
+        Framing::Datagram
+    }
+
+    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        let n = idx.len().min(MAX_BATCH);
+        for (i, &ix) in idx[..n].iter().enumerate() {
+            // SAFETY: the dispatcher owns buffers it passes to `recv`.
+            let (buf, _) = unsafe { slots.get(ix) };
+            self.iovs[i] = libc::iovec { iov_base: buf[HEADROOM..].as_mut_ptr() as *mut libc::c_void, iov_len: BUF_SIZE - HEADROOM - 64 };
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            self.hdrs[i].msg_len = 0;
+        }
+        // SAFETY: every header points at a live iovec into an owned buffer and at a live
+        // sockaddr_storage; `n` is within the arrays.
+        let r =
+            unsafe { libc::recvmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        if r <= 0 {
+            return 0;
+        }
+        let r = r as usize;
+        for ((m, h), a) in meta[..r].iter_mut().zip(&self.hdrs).zip(&self.addrs) {
+            *m = RxMeta { len: h.msg_len as u16, src: from_sockaddr(a), truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 };
+        }
+        r
+    }
+
+    fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult {
+        let n = reqs.len().min(MAX_BATCH);
+        if n == 0 {
+            return TxResult::default();
+        }
+        for (i, rq) in reqs[..n].iter().enumerate() {
+            // SAFETY: the dispatcher owns buffers it passes to `send`.
+            let (buf, _) = unsafe { slots.get(rq.idx) };
+            self.iovs[i] = libc::iovec { iov_base: buf[rq.start as usize..].as_mut_ptr() as *mut libc::c_void, iov_len: rq.len as usize };
+            let alen = to_sockaddr(&rq.dst, &mut self.addrs[i]);
+            let h = &mut self.hdrs[i].msg_hdr;
+            h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
+            h.msg_namelen = alen;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+        }
+        // SAFETY: as in `recv`.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return TxResult { sent: r as usize, failed: 0 };
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => TxResult::default(),
+            // Anything else (unreachable, bad address) is about the first datagram: drop it so
+            // the queue moves on.
+            _ => TxResult { sent: 0, failed: 1 },
+        }
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut p, 1, timeout.as_millis().max(1) as i32) };
+    }
+}

@@ -1,0 +1,564 @@
+//! The dispatcher: one sNIC node's data plane, advanced by [`Node::poll`].
+//!
+//! One call receives a batch, parses and classifies it (MAT), charges each packet to its tenant
+//! in the packet store, hands it to the credit scheduler, runs dispatched batches in their
+//! regions (inline, or on worker threads), sends finished packets on to their next chain or to
+//! egress, and transmits. Every drop is counted with its reason, against the tenant when the
+//! tenant is known.
+
+use crate::backend::{Backend, Framing, RxMeta, TxReq};
+use crate::egress;
+use crate::fdb::{Fdb, Route};
+use crate::region::Region;
+use crate::stats::Stats;
+use crate::store::{Desc, Peer, Slots, Store, MAX_TENANTS};
+use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
+use crate::Drop;
+use arc_swap::ArcSwap;
+use snic_core::dag::DagRoute;
+use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
+use snic_core::mat::{Action, Mat, MatKey};
+use snic_core::sched::{SchedConfig, Scheduler};
+use snic_core::time::Instant;
+use snic_nt::{NtSpec, SpecError, HEADROOM};
+use snic_wire::layout::{self, InnerL3};
+use snic_wire::vxlan;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A source of time for the data plane.
+pub trait Clock: Send {
+    /// Now.
+    fn now(&self) -> Instant;
+}
+
+/// The monotonic clock, with its origin at construction.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock(std::time::Instant);
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock(std::time::Instant::now())
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
+    }
+}
+
+/// Node configuration.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Packet buffers in the store.
+    pub store_buffers: usize,
+    /// Receive and dispatch batch size (at most [`MAX_BATCH`]).
+    pub batch: usize,
+    /// Credits per chain instance: descriptors a region may hold at once.
+    pub credits: u32,
+    /// Most packets one tenant may queue for one instance.
+    pub max_queue_per_tenant: usize,
+    /// This node's VTEP (outer source for frame backends).
+    pub local: Peer,
+    /// Worker threads for regions; 0 runs regions on the dispatcher thread.
+    pub workers: usize,
+    /// Pin the dispatcher and workers to cores.
+    pub pin_cores: bool,
+    /// Most learned MAC entries.
+    pub max_learned_macs: usize,
+    /// The UDP port learned peers listen on: `Some(4789)` for kernel VXLAN endpoints (they send
+    /// from an entropy port), `None` to reply to the datagram's source port.
+    pub vtep_port: Option<u16>,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            store_buffers: 8192,
+            batch: 32,
+            credits: 256,
+            max_queue_per_tenant: 1024,
+            local: Peer::default(),
+            workers: 0,
+            pin_cores: false,
+            max_learned_macs: 65536,
+            vtep_port: Some(vxlan::PORT),
+        }
+    }
+}
+
+/// Why a launch failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// No such chain.
+    #[error("unknown chain {0:?}")]
+    UnknownChain(ChainId),
+    /// An NT could not be built.
+    #[error("NT configuration: {0}")]
+    Spec(#[from] SpecError),
+    /// A worker failed.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+}
+
+enum Exec {
+    Inline(Vec<Option<Region>>),
+    Threads { workers: Vec<WorkerHandle>, placement: Vec<usize>, next: usize },
+}
+
+/// One node's data plane. See the module docs.
+pub struct Node<B: Backend> {
+    cfg: NodeConfig,
+    backend: B,
+    framing: Framing,
+    clock: Box<dyn Clock>,
+    store: Store,
+    slots: Arc<Slots>,
+    sched: Scheduler<u32>,
+    mat: Arc<ArcSwap<Mat>>,
+    fdb: Fdb,
+    chains: Vec<Vec<NtSpec>>,
+    exec: Exec,
+    stats: Stats,
+    rx_idx: Vec<u32>,
+    rx_meta: Vec<RxMeta>,
+    batch_buf: Vec<u32>,
+    txq: Vec<TxReq>,
+    flood: Vec<Peer>,
+}
+
+impl<B: Backend> Node<B> {
+    /// A node on `backend`, with worker threads spawned if configured.
+    pub fn new(mut cfg: NodeConfig, backend: B, clock: Box<dyn Clock>) -> Result<Self, WorkerError> {
+        cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
+        let store = Store::new(cfg.store_buffers, cfg.batch);
+        let slots = store.slots().clone();
+        let exec = if cfg.workers == 0 {
+            Exec::Inline(Vec::new())
+        } else {
+            let cores = if cfg.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+            let mut workers = Vec::new();
+            for w in 0..cfg.workers {
+                // The dispatcher keeps the first core; workers take the next ones.
+                let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
+                workers.push(WorkerHandle::spawn(w, slots.clone(), core, 1024)?);
+            }
+            if let Some(c) = cores.first() {
+                core_affinity::set_for_current(*c);
+            }
+            Exec::Threads { workers, placement: Vec::new(), next: 0 }
+        };
+        Ok(Node {
+            framing: backend.framing(),
+            backend,
+            clock,
+            sched: Scheduler::new(SchedConfig { max_queue_per_tenant: cfg.max_queue_per_tenant }),
+            mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
+            fdb: Fdb::new(cfg.max_learned_macs),
+            chains: Vec::new(),
+            exec,
+            stats: Stats::default(),
+            rx_idx: Vec::with_capacity(MAX_BATCH),
+            rx_meta: vec![RxMeta::default(); MAX_BATCH],
+            batch_buf: Vec::with_capacity(MAX_BATCH),
+            txq: Vec::with_capacity(store.capacity()),
+            flood: Vec::with_capacity(64),
+            slots,
+            store,
+            cfg,
+        })
+    }
+
+    /// The MAT, for the control plane: publish a new table with `store(Arc::new(mat))`; the data
+    /// plane picks it up at its next batch.
+    pub fn mat_handle(&self) -> Arc<ArcSwap<Mat>> {
+        self.mat.clone()
+    }
+
+    /// The forwarding table.
+    pub fn fdb_mut(&mut self) -> &mut Fdb {
+        &mut self.fdb
+    }
+
+    /// The forwarding table, read-only.
+    pub fn fdb(&self) -> &Fdb {
+        &self.fdb
+    }
+
+    /// The packet store (quotas, occupancy).
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// The packet store, read-only.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The scheduler, read-only.
+    pub fn sched(&self) -> &Scheduler<u32> {
+        &self.sched
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Resets counters and the latency histogram.
+    pub fn reset_stats(&mut self) {
+        self.stats = Stats::default();
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The backend, mutably (tests feed in-memory ports).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Declares a chain of NTs (not yet running anywhere).
+    pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
+        let id = self.sched.add_chain(specs.len());
+        self.chains.push(specs);
+        id
+    }
+
+    /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
+    /// analogue of partial reconfiguration) and gives the scheduler its credits.
+    pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
+        let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
+        let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
+        // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
+        let inst = self.sched.add_instance(chain, self.cfg.credits).ok_or(LaunchError::UnknownChain(chain))?;
+        let region = Region::new(inst, nts);
+        match &mut self.exec {
+            Exec::Inline(regions) => {
+                if regions.len() <= inst.index() {
+                    regions.resize_with(inst.index() + 1, || None);
+                }
+                regions[inst.index()] = Some(region);
+            }
+            Exec::Threads { workers, placement, next } => {
+                let w = *next % workers.len();
+                *next += 1;
+                workers[w].install(region)?;
+                if placement.len() <= inst.index() {
+                    placement.resize(inst.index() + 1, 0);
+                }
+                placement[inst.index()] = w;
+            }
+        }
+        Ok(inst)
+    }
+
+    /// Installs the route of a DAG.
+    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+        self.sched.set_dag(uid, route);
+    }
+
+    /// Runs until `stop` is set, idling in the backend's wait when there is no work.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            if self.poll() == 0 {
+                self.backend.wait(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// One round: completions, receive, dispatch, transmit. Returns the packets handled.
+    pub fn poll(&mut self) -> usize {
+        let now = self.clock.now();
+        let mat = self.mat.load_full();
+        let mut work = self.drain_completions(now);
+        self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
+        let n = if self.rx_idx.is_empty() { 0 } else { self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta) };
+        for i in n..self.rx_idx.len() {
+            self.store.release(self.rx_idx[i]);
+        }
+        for i in 0..n {
+            let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
+            self.ingress(idx, m, now, &mat);
+        }
+        work += n;
+        work += self.dispatch(now);
+        self.flush_tx();
+        work
+    }
+
+    fn drop_unattributed(&mut self, idx: u32, why: Drop) {
+        self.stats.unattributed[why.index()] += 1;
+        self.store.release(idx);
+    }
+
+    fn drop_uncharged(&mut self, idx: u32, t: TenantId, why: Drop) {
+        self.stats.tenants[t.index()].drops[why.index()] += 1;
+        self.store.release(idx);
+    }
+
+    fn drop_charged(&mut self, idx: u32, t: TenantId, why: Drop) {
+        self.stats.tenants[t.index()].drops[why.index()] += 1;
+        self.store.free_charged(idx, t);
+    }
+
+    #[inline]
+    fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat) {
+        // SAFETY: the dispatcher owns `idx` (just received, not yet handed to a worker).
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        if m.truncated {
+            return self.drop_unattributed(idx, Drop::Oversize);
+        }
+        let data = &buf[HEADROOM..HEADROOM + m.len as usize];
+        let (off, len, vni, mut src) = match self.framing {
+            Framing::Ethernet => match layout::parse_outer(data) {
+                Ok(o) => (
+                    HEADROOM + o.vxlan_off as usize,
+                    o.vxlan_len as usize,
+                    o.vni,
+                    Peer { addr: SocketAddr::new(o.src_ip, o.src_port), mac: o.src_mac },
+                ),
+                Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
+            },
+            Framing::Datagram => match layout::parse_vxlan(data) {
+                Ok(v) => (HEADROOM, m.len as usize, v, Peer { addr: m.src, mac: Default::default() }),
+                Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
+            },
+        };
+        if let Some(p) = self.cfg.vtep_port {
+            src.addr.set_port(p);
+        }
+        let inner = layout::parse_inner(&buf[off + vxlan::HEADER_LEN..off + len]);
+        let key = match &inner {
+            Ok(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(l.key.dst), dst_port: l.key.dst_port },
+            _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
+        };
+        let (tenant, dag) = match mat.lookup(&key) {
+            Some(Action::Dag { tenant, dag }) => (tenant, Some(dag)),
+            Some(Action::PassThrough { tenant }) => (tenant, None),
+            Some(Action::Drop) => return self.drop_unattributed(idx, Drop::MatDrop),
+            None => return self.drop_unattributed(idx, inner.err().map_or(Drop::NoRule, Drop::Parse)),
+        };
+        if tenant.index() >= MAX_TENANTS {
+            return self.drop_unattributed(idx, Drop::TenantQuota);
+        }
+        if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
+            return self.drop_uncharged(idx, tenant, e);
+        }
+        let ts = &mut self.stats.tenants[tenant.index()];
+        ts.rx_packets += 1;
+        ts.rx_bytes += len as u64;
+        let inner = inner.ok();
+        if let Some(l) = &inner {
+            self.fdb.learn(vni, l.src_mac, src);
+        }
+        let flow_hash = match &inner {
+            Some(l) => l.key.hash64(),
+            // Opaque (encrypted) traffic: spread by the first 8 bytes after the VXLAN header
+            // (the sender's SPI and id), which keeps each sender's packets in order.
+            None => {
+                let s = off + vxlan::HEADER_LEN;
+                let b = &buf[s..(s + 8).min(off + len)];
+                let mut w = [0u8; 8];
+                w[..b.len()].copy_from_slice(b);
+                u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            }
+        };
+        *d = Desc {
+            meta: snic_nt::PktMeta { off: off as u16, len: len as u16, vni, tenant, inner },
+            dag: dag.unwrap_or_default(),
+            pos: 0,
+            src,
+            flow_hash,
+            rx_ns: now.as_nanos(),
+            verdict: None,
+            charged: true,
+            ..*d
+        };
+        match dag {
+            None => self.egress(idx),
+            Some(uid) => match self.sched.handle_packet(now, tenant, uid, 0, flow_hash, idx) {
+                Ok(a) => {
+                    d.mask = a.mask;
+                    d.last = a.last;
+                }
+                Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
+            },
+        }
+    }
+
+    fn dispatch(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        let max = self.cfg.batch;
+        let mut batch = std::mem::take(&mut self.batch_buf);
+        while let Some(inst) = self.sched.poll_dispatch(&mut batch, max) {
+            n += batch.len();
+            for &idx in &batch {
+                // SAFETY: the dispatcher owns queued indices.
+                let (_, d) = unsafe { self.slots.get(idx) };
+                d.verdict = None;
+                d.instance = inst;
+            }
+            if let Exec::Inline(regions) = &mut self.exec {
+                if let Some(Some(r)) = regions.get_mut(inst.index()) {
+                    // SAFETY: the dispatcher owns every index in the batch, each once (the
+                    // scheduler queues an index at most once).
+                    unsafe { r.run(&self.slots, &batch, now) };
+                }
+                self.complete(inst, &batch, now);
+                continue;
+            }
+            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
+            work.idx[..batch.len()].copy_from_slice(&batch);
+            loop {
+                let Exec::Threads { workers, placement, .. } = &mut self.exec else { unreachable!("inline handled above") };
+                match workers[placement[inst.index()]].submit(work) {
+                    Ok(()) => break,
+                    Err(back) => {
+                        // The ring is full: finish what has come back to make room.
+                        work = back;
+                        self.drain_completions(now);
+                    }
+                }
+            }
+        }
+        self.batch_buf = batch;
+        n
+    }
+
+    fn drain_completions(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        let nw = match &self.exec {
+            Exec::Threads { workers, .. } => workers.len(),
+            Exec::Inline(_) => return 0,
+        };
+        for w in 0..nw {
+            loop {
+                let Exec::Threads { workers, .. } = &mut self.exec else { unreachable!() };
+                let Some(work) = workers[w].poll_done() else { break };
+                n += work.n as usize;
+                self.complete(work.instance, work.indices(), now);
+            }
+        }
+        n
+    }
+
+    fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
+        self.sched.handle_completion(inst, batch.len() as u32);
+        for &idx in batch {
+            // SAFETY: the batch came back to the dispatcher, which owns it again.
+            let (_, d) = unsafe { self.slots.get(idx) };
+            let t = d.meta.tenant;
+            if let Some(r) = d.verdict {
+                self.drop_charged(idx, t, Drop::Nt(r));
+            } else if d.last {
+                self.egress(idx);
+            } else {
+                let pos = d.pos + 1;
+                match self.sched.handle_packet(now, t, d.dag, pos, d.flow_hash, idx) {
+                    Ok(a) => {
+                        d.pos = pos;
+                        d.mask = a.mask;
+                        d.last = a.last;
+                    }
+                    Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn egress(&mut self, idx: u32) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        let (t, src, off, len) = (d.meta.tenant, d.src.addr, d.meta.off as usize, d.meta.len as usize);
+        match self.fdb.route(d.meta.vni, d.meta.inner.map(|i| i.dst_mac)) {
+            Route::Unicast(p) => self.emit(idx, p),
+            Route::Flood(list) => {
+                self.flood.clear();
+                self.flood.extend(list.iter().filter(|p| p.addr != src));
+                if self.flood.is_empty() {
+                    return self.drop_charged(idx, t, Drop::NoRoute);
+                }
+                // Head-end replication: one copy per extra VTEP (rare path; the Arc clone keeps
+                // the borrow of the slots apart from `self`).
+                let slots = self.slots.clone();
+                for i in 1..self.flood.len() {
+                    let p = self.flood[i];
+                    match self.store.alloc_charged(t, off..off + len) {
+                        Ok(c) => {
+                            // SAFETY: `c` was just allocated to the dispatcher and differs from
+                            // `idx`, which the dispatcher also owns.
+                            let ((buf, d), (cb, cd)) = unsafe { (slots.get(idx), slots.get(c)) };
+                            cb[off..off + len].copy_from_slice(&buf[off..off + len]);
+                            *cd = *d;
+                            self.emit(c, p);
+                        }
+                        Err(e) => self.stats.tenants[t.index()].drops[e.index()] += 1,
+                    }
+                }
+                let first = self.flood[0];
+                self.emit(idx, first);
+            }
+            Route::None => self.drop_charged(idx, t, Drop::NoRoute),
+        }
+    }
+
+    #[inline]
+    fn emit(&mut self, idx: u32, peer: Peer) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
+        let start = match self.framing {
+            Framing::Datagram => off,
+            Framing::Ethernet => match egress::encap(buf, off, len, &self.cfg.local, &peer, d.flow_hash) {
+                Some(s) => s,
+                None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
+            },
+        };
+        self.txq.push(TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr });
+        if self.txq.len() >= self.cfg.batch {
+            self.flush_tx();
+        }
+    }
+
+    fn flush_tx(&mut self) {
+        if self.txq.is_empty() {
+            return;
+        }
+        let now = self.clock.now().as_nanos();
+        let mut done = 0;
+        while done < self.txq.len() {
+            let r = self.backend.send(&self.slots, &self.txq[done..]);
+            for i in done..done + r.sent {
+                let idx = self.txq[i].idx;
+                // SAFETY: the dispatcher owns queued transmit buffers.
+                let (_, d) = unsafe { self.slots.get(idx) };
+                let t = d.meta.tenant;
+                let ts = &mut self.stats.tenants[t.index()];
+                ts.tx_packets += 1;
+                ts.tx_bytes += d.meta.len as u64;
+                self.stats.latency.record(now.saturating_sub(d.rx_ns));
+                self.store.free_charged(idx, t);
+            }
+            for i in done + r.sent..done + r.sent + r.failed {
+                let idx = self.txq[i].idx;
+                // SAFETY: as above.
+                let (_, d) = unsafe { self.slots.get(idx) };
+                let t = d.meta.tenant;
+                self.drop_charged(idx, t, Drop::TxError);
+            }
+            done += r.sent + r.failed;
+            if r.sent + r.failed == 0 {
+                break;
+            }
+        }
+        self.txq.drain(..done);
+    }
+}

@@ -1,0 +1,176 @@
+//! Counters and a latency histogram. The dispatcher is their only writer; readers get
+//! snapshots (`Clone`).
+
+use crate::store::MAX_TENANTS;
+use crate::Drop;
+
+/// Per-tenant counters.
+#[derive(Debug, Clone)]
+pub struct TenantStats {
+    /// Packets received (charged to the tenant).
+    pub rx_packets: u64,
+    /// Bytes received (VXLAN datagram bytes).
+    pub rx_bytes: u64,
+    /// Packets transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted (VXLAN datagram bytes).
+    pub tx_bytes: u64,
+    /// Drops by reason ([`Drop::index`]).
+    pub drops: [u64; Drop::COUNT],
+}
+
+impl Default for TenantStats {
+    fn default() -> Self {
+        TenantStats { rx_packets: 0, rx_bytes: 0, tx_packets: 0, tx_bytes: 0, drops: [0; Drop::COUNT] }
+    }
+}
+
+impl TenantStats {
+    /// Total drops.
+    pub fn dropped(&self) -> u64 {
+        self.drops.iter().sum()
+    }
+}
+
+/// Node counters.
+#[derive(Debug, Clone)]
+pub struct Stats {
+    /// Per tenant, indexed by tenant id.
+    pub tenants: Vec<TenantStats>,
+    /// Drops before a tenant was known (parse errors, no rule).
+    pub unattributed: [u64; Drop::COUNT],
+    /// Ingress-to-transmit latency of transmitted packets.
+    pub latency: Histogram,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Stats { tenants: vec![TenantStats::default(); MAX_TENANTS], unattributed: [0; Drop::COUNT], latency: Histogram::default() }
+    }
+}
+
+impl Stats {
+    /// Sum over tenants.
+    pub fn total(&self) -> TenantStats {
+        let mut t = TenantStats::default();
+        for s in &self.tenants {
+            t.rx_packets += s.rx_packets;
+            t.rx_bytes += s.rx_bytes;
+            t.tx_packets += s.tx_packets;
+            t.tx_bytes += s.tx_bytes;
+            for (a, b) in t.drops.iter_mut().zip(s.drops.iter()) {
+                *a += b;
+            }
+        }
+        t
+    }
+
+    /// Drops by reason name (tenants and unattributed), non-zero only.
+    pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
+        let t = self.total();
+        (0..Drop::COUNT).map(|i| (Drop::name(i), t.drops[i] + self.unattributed[i])).filter(|(_, n)| *n > 0).collect()
+    }
+}
+
+/// A log-linear histogram of nanosecond values: 16 sub-buckets per power of two (≤ 6.25%
+/// relative error), fixed size, 2 ns to record.
+#[derive(Clone)]
+pub struct Histogram {
+    counts: Box<[u64; 64 * 16]>,
+    total: u64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { counts: Box::new([0; 64 * 16]), total: 0 }
+    }
+}
+
+impl core::fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Histogram").field("total", &self.total).field("p50", &self.quantile(0.5)).finish()
+    }
+}
+
+impl Histogram {
+    #[inline]
+    fn bucket(v: u64) -> usize {
+        if v < 16 {
+            return v as usize;
+        }
+        let exp = 63 - v.leading_zeros() as usize; // >= 4
+        let sub = ((v >> (exp - 4)) & 15) as usize;
+        (exp - 3) * 16 + sub
+    }
+
+    fn lower_bound(b: usize) -> u64 {
+        if b < 16 {
+            return b as u64;
+        }
+        let exp = b / 16 + 3;
+        let sub = (b % 16) as u64;
+        (16 + sub) << (exp - 4)
+    }
+
+    /// Records one value.
+    #[inline]
+    pub fn record(&mut self, v: u64) {
+        self.counts[Self::bucket(v)] += 1;
+        self.total += 1;
+    }
+
+    /// Values recorded.
+    pub fn count(&self) -> u64 {
+        self.total
+    }
+
+    /// The value at quantile `q` (0..=1): the lower bound of the bucket holding it.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let want = ((q * self.total as f64).ceil() as u64).clamp(1, self.total);
+        let mut seen = 0;
+        for (b, &c) in self.counts.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Self::lower_bound(b);
+            }
+        }
+        u64::MAX
+    }
+
+    /// Adds another histogram's counts.
+    pub fn merge(&mut self, o: &Histogram) {
+        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
+            *a += b;
+        }
+        self.total += o.total;
+    }
+
+    /// Forgets everything.
+    pub fn clear(&mut self) {
+        self.counts.fill(0);
+        self.total = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Quantiles are within one bucket (6.25%) below the exact order statistic.
+        #[test]
+        fn quantiles_close_to_exact(mut vals in proptest::collection::vec(1u64..10_000_000, 1..500), q in 0.0f64..1.0) {
+            let mut h = Histogram::default();
+            for &v in &vals { h.record(v); }
+            vals.sort();
+            let k = ((q * vals.len() as f64).ceil() as usize).clamp(1, vals.len());
+            let exact = vals[k - 1];
+            let got = h.quantile(q);
+            prop_assert!(got <= exact && exact as f64 <= got as f64 * 1.0625 + 1.0, "q={} exact={} got={}", q, exact, got);
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The packet store (paper §4.1): a fixed pool of packet buffers and their descriptors, all
+//! allocated at start.
+//!
+//! A packet is named by its index. The dispatcher thread owns the free list and the per-tenant
+//! occupancy accounting; an index is *owned* by exactly one thread at a time — the dispatcher,
+//! or the worker thread it handed the index to through a ring — and only the owner touches that
+//! buffer and descriptor. That protocol is what makes the `unsafe` accessors sound; the rings
+//! (`rtrb`) provide the happens-before edge when ownership moves.
+//!
+//! Accounting follows FairNIC's isolation rule (paper 003 §4): each tenant has a quota of
+//! buffers, and when a tenant is at its quota, or the store is full, the arriving packet of
+//! *that* tenant is dropped — a packet already stored is never evicted for another tenant.
+
+use crate::Drop;
+use snic_core::dag::NtMask;
+use snic_core::ids::{DagUid, InstanceId, TenantId};
+use snic_nt::PktMeta;
+use snic_wire::ethernet::MacAddr;
+use std::cell::UnsafeCell;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+/// Size of one packet buffer: headroom, a 1500-byte inner MTU frame with VXLAN and outer
+/// headers, the crypto overhead, and slack.
+pub const BUF_SIZE: usize = 2048;
+
+/// Where a packet came from (the sending VTEP), as learned at ingress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    /// The VTEP's UDP address.
+    pub addr: SocketAddr,
+    /// Its MAC (Ethernet framing only; zero otherwise).
+    pub mac: MacAddr,
+}
+
+impl Default for Peer {
+    fn default() -> Self {
+        Peer { addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0), mac: MacAddr::default() }
+    }
+}
+
+/// A packet descriptor: the parsed header view and everything the scheduler needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    /// What NTs may read and change.
+    pub meta: PktMeta,
+    /// The DAG the MAT chose.
+    pub dag: DagUid,
+    /// Position in the DAG's route.
+    pub pos: u8,
+    /// NTs of the current chain this packet runs.
+    pub mask: NtMask,
+    /// Instance it was dispatched to.
+    pub instance: InstanceId,
+    /// True if the current chain is the DAG's last.
+    pub last: bool,
+    /// Sending VTEP.
+    pub src: Peer,
+    /// Flow hash (inner 5-tuple at ingress).
+    pub flow_hash: u64,
+    /// Ingress timestamp (ns, the node's clock).
+    pub rx_ns: u64,
+    /// Set by the region: `None` to continue, or why an NT dropped it.
+    pub verdict: Option<snic_nt::DropReason>,
+    /// True once the packet is charged to `meta.tenant`.
+    pub charged: bool,
+}
+
+impl Default for Desc {
+    fn default() -> Self {
+        Desc {
+            meta: PktMeta { off: 0, len: 0, vni: 0, tenant: TenantId(0), inner: None },
+            dag: DagUid(0),
+            pos: 0,
+            mask: NtMask(0),
+            instance: InstanceId(0),
+            last: true,
+            src: Peer::default(),
+            flow_hash: 0,
+            rx_ns: 0,
+            verdict: None,
+            charged: false,
+        }
+    }
+}
+
+#[repr(C, align(64))]
+struct Buf(UnsafeCell<[u8; BUF_SIZE]>);
+
+/// Buffers and descriptors, shared between the dispatcher and the workers.
+pub struct Slots {
+    bufs: Box<[Buf]>,
+    descs: Box<[UnsafeCell<Desc>]>,
+}
+
+// SAFETY: Slots hands out references only through `unsafe` accessors whose contract is the
+// ownership protocol in the module docs: one thread at a time per index, transfers through
+// rings that synchronize. Under that protocol no two threads access the same cell concurrently.
+unsafe impl Sync for Slots {}
+// SAFETY: the cells contain plain bytes and Copy descriptors; moving the allocation between
+// threads is fine.
+unsafe impl Send for Slots {}
+
+impl Slots {
+    fn new(n: usize) -> Self {
+        let bufs = (0..n).map(|_| Buf(UnsafeCell::new([0u8; BUF_SIZE]))).collect();
+        let descs = (0..n).map(|_| UnsafeCell::new(Desc::default())).collect();
+        Slots { bufs, descs }
+    }
+
+    /// Number of slots.
+    pub fn len(&self) -> usize {
+        self.bufs.len()
+    }
+
+    /// Never true: a store has at least one slot.
+    pub fn is_empty(&self) -> bool {
+        self.bufs.is_empty()
+    }
+
+    /// The buffer and descriptor of `idx`.
+    ///
+    /// # Safety
+    /// The caller must own `idx` (module docs) and must not hold another reference to it.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn get(&self, idx: u32) -> (&mut [u8; BUF_SIZE], &mut Desc) {
+        let i = idx as usize;
+        // SAFETY: exclusive ownership of `idx` is the caller's contract.
+        unsafe { (&mut *self.bufs[i].0.get(), &mut *self.descs[i].get()) }
+    }
+}
+
+/// The dispatcher-owned side of the store: free list and accounting.
+pub struct Store {
+    slots: std::sync::Arc<Slots>,
+    free: Vec<u32>,
+    /// Buffers kept back for the receive path, so a full store drops arriving packets instead
+    /// of stalling reception.
+    rx_reserve: usize,
+    occupancy: Vec<u32>,
+    charged: usize,
+    quota: Vec<u32>,
+    /// The tenant each slot last belonged to, so a buffer changing hands is zeroed (FairNIC's
+    /// buffer-reuse leak).
+    owner: Vec<u16>,
+}
+
+/// Tenant slots in the accounting tables (tenant ids must be below this).
+pub const MAX_TENANTS: usize = 1024;
+
+impl Store {
+    /// A store of `n` buffers, every tenant's quota set to `n`.
+    pub fn new(n: usize, rx_reserve: usize) -> Self {
+        let n = n.max(rx_reserve + 1);
+        Store {
+            slots: std::sync::Arc::new(Slots::new(n)),
+            free: (0..n as u32).rev().collect(),
+            rx_reserve,
+            occupancy: vec![0; MAX_TENANTS],
+            charged: 0,
+            quota: vec![n as u32; MAX_TENANTS],
+            owner: vec![u16::MAX; n],
+        }
+    }
+
+    /// The shared slots (for workers).
+    pub fn slots(&self) -> &std::sync::Arc<Slots> {
+        &self.slots
+    }
+
+    /// Total buffers.
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Free buffers.
+    pub fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// Buffers charged to any tenant.
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// Buffers charged to `t`.
+    pub fn occupancy(&self, t: TenantId) -> u32 {
+        self.occupancy[t.index()]
+    }
+
+    /// Sets `t`'s quota (buffers).
+    pub fn set_quota(&mut self, t: TenantId, q: u32) {
+        self.quota[t.index()] = q;
+    }
+
+    /// Takes up to `n` free buffers for reception into `out`.
+    #[inline]
+    pub fn take_for_rx(&mut self, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        let k = n.min(self.free.len());
+        let at = self.free.len() - k;
+        out.extend(self.free.drain(at..));
+    }
+
+    /// Returns a buffer that was never charged (reception unused, or an uncharged drop).
+    #[inline]
+    pub fn release(&mut self, idx: u32) {
+        self.free.push(idx);
+    }
+
+    /// Charges a received buffer to tenant `t`. Fails when `t` is at its quota or the store
+    /// holds fewer free buffers than the receive reserve; the caller then drops *this* packet.
+    /// `fresh` is the byte range reception just wrote: if the buffer last belonged to another
+    /// tenant, everything outside it is zeroed, so no NT can read a previous tenant's bytes.
+    #[inline]
+    pub fn charge(&mut self, idx: u32, t: TenantId, fresh: core::ops::Range<usize>) -> Result<(), Drop> {
+        let ti = t.index();
+        if ti >= MAX_TENANTS || self.occupancy[ti] >= self.quota[ti] {
+            return Err(Drop::TenantQuota);
+        }
+        if self.charged + self.rx_reserve >= self.slots.len() {
+            return Err(Drop::StoreFull);
+        }
+        self.occupancy[ti] += 1;
+        self.charged += 1;
+        self.claim(idx, t, fresh);
+        Ok(())
+    }
+
+    fn claim(&mut self, idx: u32, t: TenantId, keep: core::ops::Range<usize>) {
+        let o = &mut self.owner[idx as usize];
+        if *o != t.0 {
+            if *o != u16::MAX {
+                // SAFETY: the dispatcher owns `idx` while charging it.
+                let (buf, _) = unsafe { self.slots.get(idx) };
+                buf[..keep.start].fill(0);
+                buf[keep.end..].fill(0);
+            }
+            *o = t.0;
+        }
+    }
+
+    /// Allocates a buffer charged to `t` that the caller will fill at `fill` (flood copies).
+    pub fn alloc_charged(&mut self, t: TenantId, fill: core::ops::Range<usize>) -> Result<u32, Drop> {
+        let ti = t.index();
+        if ti >= MAX_TENANTS || self.occupancy[ti] >= self.quota[ti] {
+            return Err(Drop::TenantQuota);
+        }
+        if self.charged + self.rx_reserve >= self.slots.len() || self.free.is_empty() {
+            return Err(Drop::StoreFull);
+        }
+        let idx = self.free.pop().expect("checked non-empty");
+        self.occupancy[ti] += 1;
+        self.charged += 1;
+        self.claim(idx, t, fill);
+        Ok(idx)
+    }
+
+    /// Frees a charged buffer.
+    #[inline]
+    pub fn free_charged(&mut self, idx: u32, t: TenantId) {
+        self.occupancy[t.index()] -= 1;
+        self.charged -= 1;
+        self.free.push(idx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_drops_only_that_tenant() {
+        let mut s = Store::new(8, 2);
+        s.set_quota(TenantId(1), 2);
+        let mut rx = Vec::new();
+        s.take_for_rx(4, &mut rx);
+        assert_eq!(s.charge(rx[0], TenantId(1), 0..0), Ok(()));
+        assert_eq!(s.charge(rx[1], TenantId(1), 0..0), Ok(()));
+        assert_eq!(s.charge(rx[2], TenantId(1), 0..0), Err(Drop::TenantQuota));
+        assert_eq!(s.charge(rx[3], TenantId(2), 0..0), Ok(()), "another tenant is unaffected");
+        assert_eq!(s.occupancy(TenantId(1)), 2);
+        s.release(rx[2]);
+        s.free_charged(rx[0], TenantId(1));
+        assert_eq!(s.occupancy(TenantId(1)), 1);
+        assert_eq!(s.free_count(), 6);
+    }
+
+    #[test]
+    fn store_full_keeps_rx_reserve() {
+        let mut s = Store::new(6, 2);
+        let mut rx = Vec::new();
+        s.take_for_rx(6, &mut rx);
+        for &i in &rx[..4] {
+            s.charge(i, TenantId(1), 0..0).unwrap();
+        }
+        // Four of six charged: the last two are the receive reserve, so the next arrival is
+        // dropped, whoever it belongs to, rather than leaving reception without buffers.
+        assert_eq!(s.charge(rx[4], TenantId(2), 0..0), Err(Drop::StoreFull));
+    }
+
+    #[test]
+    fn buffer_changing_tenant_is_scrubbed() {
+        let mut s = Store::new(4, 0);
+        let mut rx = Vec::new();
+        s.take_for_rx(1, &mut rx);
+        let i = rx[0];
+        {
+            // SAFETY: the test owns every index.
+            let (b, _) = unsafe { s.slots().get(i) };
+            b.fill(0xaa);
+        }
+        s.charge(i, TenantId(1), 0..BUF_SIZE).unwrap();
+        s.free_charged(i, TenantId(1));
+        s.take_for_rx(4, &mut rx);
+        assert!(rx.contains(&i));
+        {
+            // SAFETY: as above.
+            let (b, _) = unsafe { s.slots().get(i) };
+            b[100..110].fill(0x55);
+        }
+        s.charge(i, TenantId(2), 100..110).unwrap();
+        // SAFETY: as above.
+        let (b, _) = unsafe { s.slots().get(i) };
+        assert!(b[..100].iter().all(|&x| x == 0) && b[110..].iter().all(|&x| x == 0), "tenant 1's bytes leaked");
+        assert!(b[100..110].iter().all(|&x| x == 0x55), "tenant 2's own data kept");
+    }
+}

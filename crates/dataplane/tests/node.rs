@@ -1,0 +1,373 @@
+//! End-to-end tests of one node's data plane on in-memory ports and loopback UDP sockets.
+
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::ids::{DagUid, TenantId};
+use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_dataplane::backend::mem::MemPort;
+use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::Framing;
+use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::store::Peer;
+use snic_dataplane::{Drop, Node, NodeConfig};
+use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
+use snic_nt::nat::{NatConfig, Snat};
+use snic_nt::NtSpec;
+use snic_wire::build::{build, FrameSpec, L4Spec};
+use snic_wire::ethernet::MacAddr;
+use snic_wire::layout::{parse_inner, parse_vxlan, FlowKey};
+use snic_wire::ParseError;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
+
+fn ep(n: u16) -> SocketAddr {
+    SocketAddr::from(([192, 0, 2, 1], 10000 + n))
+}
+
+#[allow(clippy::too_many_arguments)] // a test builder: each argument is one field of the frame
+fn datagram(vni: u32, src_mac: MacAddr, dst_mac: MacAddr, src: &str, dst: &str, l4: L4Spec, payload: usize, fill: u8) -> Vec<u8> {
+    let spec = FrameSpec {
+        outer: None,
+        vni,
+        inner_src_mac: src_mac,
+        inner_dst_mac: dst_mac,
+        src: src.parse().unwrap(),
+        dst: dst.parse().unwrap(),
+        l4,
+        payload_len: payload,
+        payload_byte: fill,
+    };
+    let mut b = vec![0u8; 2048];
+    let n = build(&spec, &mut b).unwrap();
+    b.truncate(n);
+    b
+}
+
+fn udp(sp: u16, dp: u16) -> L4Spec {
+    L4Spec::Udp { src_port: sp, dst_port: dp }
+}
+
+fn rule(vni: u32, tenant: u16, dag: u32) -> Rule {
+    Rule {
+        vni,
+        proto: None,
+        dst: None,
+        dst_ports: PortRange::ANY,
+        priority: 0,
+        action: Action::Dag { tenant: TenantId(tenant), dag: DagUid(dag) },
+    }
+}
+
+fn fw_nat() -> Vec<NtSpec> {
+    vec![
+        NtSpec::Firewall(FirewallConfig {
+            rules: vec![FwRule {
+                src: None,
+                dst: None,
+                proto: Some(17),
+                src_ports: PortRange::ANY,
+                dst_ports: PortRange::single(9999),
+                action: Policy::Deny,
+            }],
+            ..Default::default()
+        }),
+        NtSpec::Nat(NatConfig {
+            snat: Some(Snat {
+                inside: "10.0.0.0/24".parse().unwrap(),
+                public: [203, 0, 113, 1].into(),
+                ports: PortRange { lo: 1024, hi: 65535 },
+            }),
+            ..Default::default()
+        }),
+    ]
+}
+
+/// A node with tenant 1 on VNI 100 (firewall → NAT) and tenant 2 on VNI 200 (counter), both
+/// endpoints A and B in each VNI's flood list.
+fn two_tenant_node(workers: usize) -> Node<MemPort> {
+    let cfg = NodeConfig { workers, vtep_port: None, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
+    let c1 = node.add_chain(fw_nat());
+    let c2 = node.add_chain(vec![NtSpec::Counter]);
+    node.launch(c1).unwrap();
+    node.launch(c2).unwrap();
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(2) }]));
+    node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(100, 1, 1));
+    mat.insert(rule(200, 2, 2));
+    node.mat_handle().store(Arc::new(mat));
+    for vni in [100, 200] {
+        node.fdb_mut().add_flood(vni, Peer { addr: ep(1), mac: MacAddr::default() });
+        node.fdb_mut().add_flood(vni, Peer { addr: ep(2), mac: MacAddr::default() });
+    }
+    node
+}
+
+fn run_until_idle<B: snic_dataplane::backend::Backend>(node: &mut Node<B>) {
+    let mut idle = 0;
+    while idle < 200 {
+        if node.poll() == 0 {
+            idle += 1;
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            idle = 0;
+        }
+    }
+}
+
+fn inner_key(d: &[u8]) -> FlowKey {
+    parse_inner(&d[8..]).unwrap().key
+}
+
+fn firewall_nat_isolation(workers: usize) {
+    let mut node = two_tenant_node(workers);
+    let p = node.backend_mut();
+    // A → B on VNI 100: first unknown (flooded to B only: split horizon), allowed, NATed.
+    p.rx.push_back((datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 80), 32, 1), ep(1)));
+    // Denied by the firewall.
+    p.rx.push_back((datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 9999), 32, 1), ep(1)));
+    // B → A on VNI 100: A's MAC was learned from the first packet: unicast to A.
+    p.rx.push_back((datagram(100, MAC_B, MAC_A, "10.0.0.9", "10.0.0.5", udp(80, 4000), 32, 2), ep(2)));
+    // Tenant 2 on VNI 200 with the same inner addresses: not NATed, not seen by tenant 1.
+    p.rx.push_back((datagram(200, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 9999), 32, 3), ep(1)));
+    run_until_idle(&mut node);
+    let tx = node.backend().tx.clone();
+    assert_eq!(tx.len(), 3, "{tx:?}");
+    let t1: Vec<_> = tx.iter().filter(|(d, _)| parse_vxlan(d).unwrap() == 100).collect();
+    assert_eq!(t1.len(), 2);
+    let to_b = t1.iter().find(|(_, a)| *a == ep(2)).expect("A→B flooded to B");
+    let k = inner_key(&to_b.0);
+    assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]), "SNAT rewrote the source");
+    assert_eq!(k.dst_port, 80);
+    let to_a = t1.iter().find(|(_, a)| *a == ep(1)).expect("B→A unicast to the learned VTEP");
+    assert_eq!(inner_key(&to_a.0).dst, IpAddr::from([10, 0, 0, 5]));
+    let t2: Vec<_> = tx.iter().filter(|(d, _)| parse_vxlan(d).unwrap() == 200).collect();
+    assert_eq!(t2.len(), 1);
+    assert_eq!(t2[0].1, ep(2));
+    let k2 = inner_key(&t2[0].0);
+    assert_eq!((k2.src, k2.dst_port), (IpAddr::from([10, 0, 0, 5]), 9999), "tenant 2 untouched by tenant 1's NTs");
+    let s = node.stats();
+    assert_eq!(s.tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 1);
+    assert_eq!(s.tenants[1].rx_packets, 3);
+    assert_eq!(s.tenants[1].tx_packets, 2);
+    assert_eq!(s.tenants[2].tx_packets, 1);
+    assert_eq!(s.tenants[2].dropped(), 0);
+    assert_eq!(node.store().charged(), 0, "every buffer returned");
+}
+
+#[test]
+fn firewall_nat_isolation_inline() {
+    firewall_nat_isolation(0);
+}
+
+#[test]
+fn firewall_nat_isolation_worker_thread() {
+    firewall_nat_isolation(1);
+}
+
+#[test]
+fn flow_order_kept_across_two_instances_on_two_workers() {
+    let cfg = NodeConfig { workers: 2, vtep_port: None, batch: 8, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
+    let c = node.add_chain(vec![NtSpec::Counter, NtSpec::Dummy]);
+    node.launch(c).unwrap();
+    node.launch(c).unwrap();
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(2) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(7, 1, 1));
+    node.mat_handle().store(Arc::new(mat));
+    node.fdb_mut().add_static(7, MAC_B, Peer { addr: ep(2), mac: MacAddr::default() });
+    // 16 flows × 40 packets, interleaved; the payload byte carries the sequence number.
+    for seq in 0..40u8 {
+        for f in 0..16u16 {
+            node.backend_mut().rx.push_back((datagram(7, MAC_A, MAC_B, "10.0.0.1", "10.0.0.2", udp(1000 + f, 53), 4, seq), ep(1)));
+        }
+        run_until_idle_quick(&mut node);
+    }
+    run_until_idle(&mut node);
+    let tx = &node.backend().tx;
+    assert_eq!(tx.len(), 640);
+    let mut last = std::collections::HashMap::new();
+    for (d, _) in tx {
+        let k = inner_key(d);
+        let seq = *d.last().unwrap();
+        if let Some(prev) = last.insert(k.src_port, seq) {
+            assert!(seq > prev, "flow {} reordered: {} after {}", k.src_port, seq, prev);
+        }
+    }
+}
+
+fn run_until_idle_quick<B: snic_dataplane::backend::Backend>(node: &mut Node<B>) {
+    for _ in 0..4 {
+        node.poll();
+    }
+}
+
+#[test]
+fn multi_chain_dag_with_skipping() {
+    let mut node = Node::new(
+        NodeConfig { vtep_port: None, ..Default::default() },
+        MemPort::new(Framing::Datagram),
+        Box::new(MonotonicClock::default()),
+    )
+    .unwrap();
+    // Chain 1: firewall (deny port 9999) → counter. Chain 2: NAT.
+    let fw = fw_nat().remove(0);
+    let c1 = node.add_chain(vec![fw, NtSpec::Counter]);
+    let c2 = node.add_chain(vec![fw_nat().remove(1)]);
+    node.launch(c1).unwrap();
+    node.launch(c2).unwrap();
+    // DAG 1 runs the whole of both chains; DAG 2 skips the firewall and uses only chain 1.
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(2) }, Step { chain: c2, mask: NtMask::all(1) }]));
+    node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c1, mask: NtMask(0b10) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(1, 1, 1));
+    mat.insert(rule(2, 2, 2));
+    node.mat_handle().store(Arc::new(mat));
+    for vni in [1, 2] {
+        node.fdb_mut().add_static(vni, MAC_B, Peer { addr: ep(2), mac: MacAddr::default() });
+    }
+    let p = node.backend_mut();
+    p.rx.push_back((datagram(1, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(1, 80), 0, 0), ep(1)));
+    p.rx.push_back((datagram(1, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(1, 9999), 0, 0), ep(1)));
+    p.rx.push_back((datagram(2, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(1, 9999), 0, 0), ep(1)));
+    run_until_idle(&mut node);
+    let tx = &node.backend().tx;
+    assert_eq!(tx.len(), 2);
+    let natted = tx.iter().find(|(d, _)| parse_vxlan(d).unwrap() == 1).unwrap();
+    assert_eq!(inner_key(&natted.0).src, IpAddr::from([203, 0, 113, 1]), "second chain ran");
+    let skipped = tx.iter().find(|(d, _)| parse_vxlan(d).unwrap() == 2).unwrap();
+    assert_eq!(inner_key(&skipped.0).dst_port, 9999, "DAG 2 skipped the firewall");
+    assert_eq!(node.stats().tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 1);
+}
+
+#[test]
+fn malformed_and_unmatched_input_is_counted_never_fatal() {
+    let mut node = two_tenant_node(0);
+    let good = datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 80), 32, 1);
+    let p = node.backend_mut();
+    p.rx.push_back((good[..5].to_vec(), ep(1))); // truncated VXLAN
+    let mut bad_flags = good.clone();
+    bad_flags[0] = 0;
+    p.rx.push_back((bad_flags, ep(1)));
+    p.rx.push_back((datagram(555, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(1, 2), 0, 0), ep(1))); // no rule
+    let mut short_inner = good.clone();
+    short_inner.truncate(8 + 20); // VXLAN + a cut inner Ethernet/IP header
+    p.rx.push_back((short_inner, ep(1)));
+    p.rx.push_back((vec![0u8; 4000], ep(1))); // larger than a buffer
+    run_until_idle(&mut node);
+    let s = node.stats();
+    assert_eq!(s.unattributed[Drop::Parse(ParseError::Truncated).index()], 1);
+    assert_eq!(s.unattributed[Drop::Parse(ParseError::BadVxlanFlags).index()], 1);
+    assert_eq!(s.unattributed[Drop::NoRule.index()], 1);
+    // The cut inner frame still matches tenant 1's VNI-wide rule and reaches its chain, whose
+    // firewall cannot read it.
+    assert_eq!(s.tenants[1].drops[Drop::Nt(snic_nt::DropReason::OpaquePayload).index()], 1);
+    assert_eq!(s.unattributed[Drop::Oversize.index()], 1);
+    assert!(node.backend().tx.is_empty());
+    assert_eq!(node.store().charged(), 0);
+}
+
+#[test]
+fn dag_without_running_instance_is_a_counted_drop() {
+    let mut node = Node::new(
+        NodeConfig { vtep_port: None, ..Default::default() },
+        MemPort::new(Framing::Datagram),
+        Box::new(MonotonicClock::default()),
+    )
+    .unwrap();
+    let c = node.add_chain(vec![NtSpec::Dummy]);
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(1, 3, 1));
+    node.mat_handle().store(Arc::new(mat));
+    node.backend_mut().rx.push_back((datagram(1, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(1, 80), 0, 0), ep(1)));
+    run_until_idle(&mut node);
+    assert_eq!(node.stats().tenants[3].drops[Drop::Sched(snic_core::sched::Reject::NoInstance).index()], 1);
+    assert_eq!(node.store().charged(), 0);
+}
+
+#[test]
+fn mat_updates_while_traffic_flows_lose_nothing() {
+    let mut node = two_tenant_node(0);
+    node.fdb_mut().add_static(100, MAC_B, Peer { addr: ep(2), mac: MacAddr::default() });
+    let mat = node.mat_handle();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    // The control plane keeps rewriting rules for other VNIs while VNI 100 traffic flows.
+    let updater = std::thread::spawn(move || {
+        let mut n = 0u32;
+        while !st.load(Ordering::Relaxed) && n < 20_000 {
+            let mut m = (**mat.load()).clone();
+            m.insert(rule(1000 + n % 50, 5, 9));
+            mat.store(Arc::new(m));
+            n += 1;
+        }
+        n
+    });
+    let total = 20_000;
+    let mut fed = 0;
+    while fed < total {
+        for _ in 0..32 {
+            node.backend_mut()
+                .rx
+                .push_back((datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000 + (fed % 7) as u16, 80), 0, 0), ep(1)));
+            fed += 1;
+        }
+        node.poll();
+        node.backend_mut().tx.clear();
+    }
+    run_until_idle(&mut node);
+    stop.store(true, Ordering::Relaxed);
+    let updates = updater.join().unwrap();
+    assert!(updates > 0);
+    let s = node.stats();
+    assert_eq!(s.tenants[1].tx_packets, total as u64, "drops: {:?}", s.drops_by_reason());
+}
+
+#[test]
+fn udp_sockets_end_to_end_on_loopback() {
+    let backend = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let node_addr = backend.local_addr().unwrap();
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut node = Node::new(NodeConfig { vtep_port: None, ..Default::default() }, backend, Box::new(MonotonicClock::default())).unwrap();
+    let c = node.add_chain(fw_nat());
+    node.launch(c).unwrap();
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(2) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(100, 1, 1));
+    node.mat_handle().store(Arc::new(mat));
+    node.fdb_mut().add_static(100, MAC_B, Peer { addr: b.local_addr().unwrap(), mac: MacAddr::default() });
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let runner = std::thread::spawn(move || {
+        node.run(&st);
+        node
+    });
+    for i in 0..100u16 {
+        let port = if i % 10 == 0 { 9999 } else { 80 };
+        a.send_to(&datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, port), 64, i as u8), node_addr).unwrap();
+    }
+    let mut got = 0;
+    let mut buf = [0u8; 2048];
+    while got < 90 {
+        let (n, from) = b.recv_from(&mut buf).expect("datagrams arrive at B");
+        assert_eq!(from, node_addr);
+        let k = inner_key(&buf[..n]);
+        assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]));
+        assert_eq!(k.dst_port, 80, "the firewall let only port 80 through");
+        got += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let node = runner.join().unwrap();
+    let s = node.stats();
+    assert_eq!(s.tenants[1].tx_packets, 90);
+    assert_eq!(s.tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 10);
+}
