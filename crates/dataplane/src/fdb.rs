@@ -32,6 +32,9 @@ struct VniRoutes {
 #[derive(Debug, Clone)]
 pub struct Fdb {
     macs: FxHashMap<(u32, u64), (Peer, bool)>,
+    /// Direct-mapped filter of recent learn calls: a packet whose (VNI, MAC, peer) was just
+    /// learned skips the table probe. Any table change clears it.
+    recent: Box<[Option<(u32, u64, Peer)>; 64]>,
     vnis: FxHashMap<u32, VniRoutes>,
     max_learned: usize,
     learned: usize,
@@ -42,6 +45,7 @@ impl Fdb {
     pub fn new(max_learned: usize) -> Self {
         Fdb {
             macs: FxHashMap::with_capacity_and_hasher(max_learned, Default::default()),
+            recent: Box::new([None; 64]),
             vnis: FxHashMap::default(),
             max_learned,
             learned: 0,
@@ -50,6 +54,7 @@ impl Fdb {
 
     /// Adds a static entry.
     pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) {
+        self.recent.fill(None);
         if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (peer, true)) {
             self.learned -= 1;
         }
@@ -69,12 +74,18 @@ impl Fdb {
     }
 
     /// Learns that `mac` on `vni` is behind `peer`.
-    #[inline]
+    #[inline(always)]
     pub fn learn(&mut self, vni: u32, mac: MacAddr, peer: Peer) {
         if mac.is_multicast() {
             return;
         }
-        let k = (vni, mac.as_u64());
+        let m = mac.as_u64();
+        let slot = ((m ^ (m >> 17) ^ vni as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize;
+        if self.recent[slot] == Some((vni, m, peer)) {
+            return;
+        }
+        self.recent[slot] = Some((vni, m, peer));
+        let k = (vni, m);
         match self.macs.get_mut(&k) {
             Some((p, false)) => *p = peer,
             Some((_, true)) => {}

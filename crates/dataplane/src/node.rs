@@ -129,6 +129,7 @@ pub struct Node<B: Backend> {
     batch_buf: Vec<u32>,
     txq: Vec<TxReq>,
     flood: Vec<Peer>,
+    templates: egress::Templates,
 }
 
 impl<B: Backend> Node<B> {
@@ -167,6 +168,7 @@ impl<B: Backend> Node<B> {
             batch_buf: Vec::with_capacity(MAX_BATCH),
             txq: Vec::with_capacity(store.capacity()),
             flood: Vec::with_capacity(64),
+            templates: egress::Templates::default(),
             slots,
             store,
             cfg,
@@ -517,7 +519,7 @@ impl<B: Backend> Node<B> {
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let start = match self.framing {
             Framing::Datagram => off,
-            Framing::Ethernet => match egress::encap(buf, off, len, &self.cfg.local, &peer, d.flow_hash) {
+            Framing::Ethernet => match self.templates.encap(buf, off, len, &self.cfg.local, &peer, d.flow_hash) {
                 Some(s) => s,
                 None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
             },

@@ -87,7 +87,11 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
     /// True if the header checksum verifies.
     pub fn verify_checksum(&self) -> bool {
-        checksum::fold(checksum::sum(0, &self.b()[..self.header_len()])) == 0xffff
+        let hl = self.header_len();
+        if hl == HEADER_LEN {
+            return checksum::ipv4_header(self.b()[..HEADER_LEN].try_into().expect("20 bytes")) == 0;
+        }
+        checksum::fold(checksum::sum(0, &self.b()[..hl])) == 0xffff
     }
     /// The payload, bounded by the total length (Ethernet padding excluded).
     pub fn payload(&self) -> &[u8] {
@@ -157,7 +161,7 @@ impl Ipv4Repr {
         put16(buf, 10, 0);
         buf[12..16].copy_from_slice(&self.src.octets());
         buf[16..20].copy_from_slice(&self.dst.octets());
-        let c = checksum::checksum(&buf[..HEADER_LEN]);
+        let c = checksum::ipv4_header(buf[..HEADER_LEN].try_into().expect("20 bytes"));
         put16(buf, 10, c);
     }
 }

@@ -10,7 +10,7 @@ use crate::ipv6::Ipv6Packet;
 use crate::tcp::TcpPacket;
 use crate::udp::UdpPacket;
 use crate::vxlan::{self, VxlanPacket};
-use crate::{ip_proto, ParseError};
+use crate::{be16, be32, ip_proto, ParseError};
 use core::net::{IpAddr, Ipv4Addr};
 
 /// The outer headers of a VXLAN frame received as a whole Ethernet frame.
@@ -36,7 +36,49 @@ pub struct OuterLayout {
 
 /// Parses outer Ethernet, IPv4 (no options, no fragments, valid checksum) or IPv6, UDP to
 /// [`vxlan::PORT`] and the VXLAN header.
+///
+/// The common case — untagged IPv4 without options — takes a fast path with fixed offsets and
+/// one bounds check; anything else, including every malformed frame, goes through the general
+/// header-by-header parse, so errors are always named by it. A property test holds the two to the
+/// same result on every input.
+#[inline]
 pub fn parse_outer(frame: &[u8]) -> Result<OuterLayout, ParseError> {
+    match parse_outer_fast(frame) {
+        Some(l) => Ok(l),
+        None => parse_outer_general(frame),
+    }
+}
+
+#[inline(always)]
+fn parse_outer_fast(f: &[u8]) -> Option<OuterLayout> {
+    if f.len() < 50 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45 || f[23] != ip_proto::UDP {
+        return None;
+    }
+    let tl = be16(f, 16) as usize;
+    if tl < 36 || 14 + tl > f.len() || be16(f, 20) & 0x3fff != 0 {
+        return None;
+    }
+    if crate::checksum::ipv4_header(f[14..34].try_into().expect("20 bytes")) != 0 {
+        return None;
+    }
+    let ul = be16(f, 38) as usize;
+    if ul != tl - 20 || be16(f, 36) != vxlan::PORT || f[42] & vxlan::FLAG_I == 0 {
+        return None;
+    }
+    Some(OuterLayout {
+        vxlan_off: 42,
+        src_mac: MacAddr([f[6], f[7], f[8], f[9], f[10], f[11]]),
+        dst_mac: MacAddr([f[0], f[1], f[2], f[3], f[4], f[5]]),
+        src_ip: IpAddr::V4(Ipv4Addr::new(f[26], f[27], f[28], f[29])),
+        dst_ip: IpAddr::V4(Ipv4Addr::new(f[30], f[31], f[32], f[33])),
+        src_port: be16(f, 34),
+        vni: be32(f, 46) >> 8,
+        vxlan_len: (ul - 8) as u16,
+    })
+}
+
+/// The general (header by header) form of [`parse_outer`].
+pub fn parse_outer_general(frame: &[u8]) -> Result<OuterLayout, ParseError> {
     let eth = EthernetFrame::new_checked(frame)?;
     let l3 = eth.header_len();
     let (src_ip, dst_ip, l4, l4_end) = match eth.ethertype() {
@@ -173,7 +215,65 @@ const UNSPEC: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 /// Parses the inner Ethernet frame of a VXLAN packet down to its flow key. Fragments are
 /// rejected ([`ParseError::Fragment`]): ports would be invisible to firewall and NAT. IPv4
 /// options on the inner header are allowed (they are the tenant's business).
+///
+/// Like [`parse_outer`], untagged IPv4 TCP/UDP without options takes a fast path held to the
+/// general parse by a property test.
+#[inline]
 pub fn parse_inner(frame: &[u8]) -> Result<InnerLayout, ParseError> {
+    match parse_inner_fast(frame) {
+        Some(l) => Ok(l),
+        None => parse_inner_general(frame),
+    }
+}
+
+#[inline(always)]
+fn parse_inner_fast(f: &[u8]) -> Option<InnerLayout> {
+    if f.len() < 34 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45 {
+        return None;
+    }
+    let tl = be16(f, 16) as usize;
+    if tl < 20 || 14 + tl > f.len() || be16(f, 20) & 0x3fff != 0 {
+        return None;
+    }
+    let seg = tl - 20;
+    let proto = f[23];
+    let (sp, dp, fl) = match proto {
+        ip_proto::UDP if seg >= 8 => {
+            let ul = be16(f, 38) as usize;
+            if ul < 8 || ul > seg {
+                return None;
+            }
+            (be16(f, 34), be16(f, 36), 0)
+        }
+        ip_proto::TCP if seg >= 20 => {
+            let off = ((f[46] >> 4) as usize) * 4;
+            if off < 20 || off > seg {
+                return None;
+            }
+            (be16(f, 34), be16(f, 36), f[47])
+        }
+        _ => return None,
+    };
+    Some(InnerLayout {
+        dst_mac: MacAddr([f[0], f[1], f[2], f[3], f[4], f[5]]),
+        src_mac: MacAddr([f[6], f[7], f[8], f[9], f[10], f[11]]),
+        l3: InnerL3::Ipv4,
+        l3_off: 14,
+        l4_off: 34,
+        l3_end: (14 + tl) as u16,
+        key: FlowKey {
+            src: IpAddr::V4(Ipv4Addr::new(f[26], f[27], f[28], f[29])),
+            dst: IpAddr::V4(Ipv4Addr::new(f[30], f[31], f[32], f[33])),
+            proto,
+            src_port: sp,
+            dst_port: dp,
+        },
+        l4_flags: fl,
+    })
+}
+
+/// The general (header by header) form of [`parse_inner`].
+pub fn parse_inner_general(frame: &[u8]) -> Result<InnerLayout, ParseError> {
     let eth = EthernetFrame::new_checked(frame)?;
     let l3 = eth.header_len();
     let (l3kind, src, dst, proto, l4, end) = match eth.ethertype() {
@@ -234,8 +334,14 @@ pub fn parse_inner(frame: &[u8]) -> Result<InnerLayout, ParseError> {
 }
 
 /// The harness shared by the cargo-fuzz target and the corpus-replay test: parse arbitrary bytes
-/// every way the data plane does, and touch every accessor. It must never panic.
+/// every way the data plane does, and touch every accessor. It must never panic, and the fast
+/// paths must agree with the general parses.
 pub fn fuzz_parse(data: &[u8]) {
+    assert_eq!(parse_outer(data), parse_outer_general(data), "outer fast path disagrees");
+    assert_eq!(parse_inner(data), parse_inner_general(data), "inner fast path disagrees");
+    if data.len() > 50 {
+        assert_eq!(parse_inner(&data[50..]), parse_inner_general(&data[50..]), "inner fast path disagrees");
+    }
     if let Ok(o) = parse_outer(data) {
         let start = o.vxlan_off as usize + vxlan::HEADER_LEN;
         let end = o.vxlan_off as usize + o.vxlan_len as usize;

@@ -1,0 +1,314 @@
+//! `snic bench`: measurements printed as JSON lines.
+
+use crate::alloc_count;
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::ids::{DagUid, TenantId};
+use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_dataplane::backend::mem::Generator;
+use snic_dataplane::backend::Framing;
+use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::store::Peer;
+use snic_dataplane::{Node, NodeConfig};
+use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
+use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
+use snic_nt::nat::{NatConfig, Snat};
+use snic_nt::NtSpec;
+use snic_wire::build::{build, FrameSpec, L4Spec, OuterSpec};
+use snic_wire::ethernet::MacAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Full data path in memory (parse, MAT, store, scheduler, chain, egress) on one core.
+    Dataplane(DataplaneArgs),
+    /// The crypto library's own AES-GCM seal rate on one core: the ceiling of the vpc chain.
+    Crypto(CryptoArgs),
+}
+
+/// Options of `snic bench dataplane`.
+#[derive(Args)]
+pub struct DataplaneArgs {
+    /// Print JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Chains to measure: dummy, vpc (firewall → NAT → AES-GCM encrypt), or all.
+    #[arg(long, default_value = "all")]
+    chain: String,
+    /// Inner frame sizes in bytes (the tenant's Ethernet frame inside VXLAN), comma-separated.
+    #[arg(long, default_value = "64,1400", value_delimiter = ',')]
+    size: Vec<usize>,
+    /// Measured seconds per case (after one second of warm-up).
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Distinct flows in the offered traffic.
+    #[arg(long, default_value_t = 1024)]
+    flows: u16,
+    /// Firewall rules in the vpc chain (none match the traffic, so each new flow scans them all).
+    #[arg(long, default_value_t = 100)]
+    fw_rules: usize,
+    /// Worker threads for regions (0: regions run on the dispatcher's core).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+}
+
+/// Options of `snic bench crypto`.
+#[derive(Args)]
+pub struct CryptoArgs {
+    /// Print JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Buffer sizes, comma-separated.
+    #[arg(long, default_value = "64,1400", value_delimiter = ',')]
+    size: Vec<usize>,
+    /// Measured seconds per size.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+}
+
+/// Dispatch.
+pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Dataplane(a) => dataplane(a),
+        BenchCmd::Crypto(a) => crypto(a),
+    }
+}
+
+#[derive(Serialize)]
+struct DataplaneResult {
+    bench: &'static str,
+    chain: String,
+    packet_size: usize,
+    cores: usize,
+    mpps: f64,
+    gbps: f64,
+    p50_ns: u64,
+    p99_ns: u64,
+    wire_bytes: usize,
+    packets: u64,
+    dropped: u64,
+    allocs_during_run: u64,
+    rss_mib: f64,
+}
+
+const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+
+fn chain_specs(chain: &str, fw_rules: usize) -> anyhow::Result<Vec<NtSpec>> {
+    Ok(match chain {
+        "dummy" => vec![NtSpec::Dummy],
+        "vpc" => {
+            // Rules that never match the offered traffic (other source networks), so every new
+            // flow pays a full scan and the default policy decides.
+            let rules = (0..fw_rules)
+                .map(|i| {
+                    Ok(FwRule {
+                        src: Some(format!("172.{}.{}.0/24", 16 + (i / 256) % 16, i % 256).parse().map_err(anyhow::Error::msg)?),
+                        dst: None,
+                        proto: Some(6),
+                        src_ports: PortRange::ANY,
+                        dst_ports: PortRange::single(22),
+                        action: Policy::Deny,
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            vec![
+                NtSpec::Firewall(FirewallConfig { rules, default: Policy::Allow, non_ip: Policy::Allow, flow_cache: 4096 }),
+                NtSpec::Nat(NatConfig {
+                    snat: Some(Snat {
+                        inside: "10.0.0.0/8".parse().map_err(anyhow::Error::msg)?,
+                        public: [203, 0, 113, 1].into(),
+                        ports: PortRange { lo: 1024, hi: 65535 },
+                    }),
+                    ..Default::default()
+                }),
+                NtSpec::AesGcm(CryptoConfig {
+                    direction: Direction::Encrypt,
+                    keys: vec![TenantKey { tenant: 1, spi: 1, key_hex: KEY.into() }],
+                    max_senders: 16,
+                }),
+            ]
+        }
+        other => bail!("unknown chain `{other}` (expected dummy, vpc or all)"),
+    })
+}
+
+fn templates(inner_size: usize, flows: u16) -> anyhow::Result<Vec<Vec<u8>>> {
+    const MIN: usize = 14 + 20 + 8;
+    if !(MIN..=1500).contains(&inner_size) {
+        bail!("inner frame size {inner_size} outside {MIN}..=1500");
+    }
+    (0..flows.max(1))
+        .map(|f| {
+            let spec = FrameSpec {
+                outer: Some(OuterSpec {
+                    src_mac: MacAddr([2, 0, 0, 0, 1, 1]),
+                    dst_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+                    src_ip: [192, 0, 2, 10].into(),
+                    dst_ip: [192, 0, 2, 1].into(),
+                    src_port: 50000 + f,
+                }),
+                vni: 100,
+                inner_src_mac: MacAddr([2, 0, 0, 0, 9, 1]),
+                inner_dst_mac: MacAddr([2, 0, 0, 0, 9, 2]),
+                src: [10, 0, (f >> 8) as u8, f as u8].into(),
+                dst: [198, 51, 100, 7].into(),
+                l4: L4Spec::Udp { src_port: 10000 + f, dst_port: 5001 },
+                payload_len: inner_size - MIN,
+                payload_byte: f as u8,
+            };
+            let mut b = vec![0u8; 2048];
+            let n = build(&spec, &mut b).context("template does not fit")?;
+            b.truncate(n);
+            Ok(b)
+        })
+        .collect()
+}
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
+    let chains: Vec<&str> = match a.chain.as_str() {
+        "all" => vec!["dummy", "vpc"],
+        c => vec![c],
+    };
+    for chain in chains {
+        for &size in &a.size {
+            let r = dataplane_case(&a, chain, size)?;
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "{:>6} {:>5} B  {:>6.2} Mpps  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB",
+                    r.chain, r.packet_size, r.mpps, r.gbps, r.p50_ns, r.p99_ns, r.dropped, r.allocs_during_run, r.rss_mib
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result<DataplaneResult> {
+    let tpl = templates(size, a.flows)?;
+    let wire = tpl[0].len();
+    let gen = Generator::new(Framing::Ethernet, tpl, "192.0.2.10:4789".parse()?, u64::MAX);
+    let local = Peer { addr: "192.0.2.1:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 1]) };
+    let cfg = NodeConfig { workers: a.workers, local, pin_cores: a.workers > 0, ..Default::default() };
+    let mut node = Node::new(cfg, gen, Box::new(MonotonicClock::default()))?;
+    let specs = chain_specs(chain, a.fw_rules)?;
+    let n = specs.len();
+    let c = node.add_chain(specs);
+    node.launch(c)?;
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
+    let mut mat = Mat::new();
+    mat.insert(Rule {
+        vni: 100,
+        proto: None,
+        dst: None,
+        dst_ports: PortRange::ANY,
+        priority: 0,
+        action: Action::Dag { tenant: TenantId(1), dag: DagUid(1) },
+    });
+    node.mat_handle().store(Arc::new(mat));
+    // Everything on VNI 100 goes to the peer VTEP (the far sNIC of the VPC).
+    node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.2:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 2]) }));
+
+    let spin = |node: &mut Node<Generator>, d: Duration| {
+        let t0 = Instant::now();
+        loop {
+            for _ in 0..256 {
+                node.poll();
+            }
+            if t0.elapsed() >= d {
+                break t0.elapsed();
+            }
+        }
+    };
+    spin(&mut node, Duration::from_secs(1));
+    node.reset_stats();
+    let tx0 = node.backend().tx_packets;
+    let allocs0 = alloc_count::allocations();
+    let elapsed = spin(&mut node, Duration::from_secs_f64(a.seconds));
+    let allocs = alloc_count::allocations() - allocs0;
+    let s = node.stats();
+    let pkts = node.backend().tx_packets - tx0;
+    let mpps = pkts as f64 / elapsed.as_secs_f64() / 1e6;
+    let dropped = s.total().dropped() + s.unattributed.iter().sum::<u64>();
+    Ok(DataplaneResult {
+        bench: "dataplane",
+        chain: chain.to_string(),
+        packet_size: size,
+        cores: 1 + a.workers,
+        mpps,
+        gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
+        p50_ns: s.latency.quantile(0.5),
+        p99_ns: s.latency.quantile(0.99),
+        wire_bytes: wire,
+        packets: pkts,
+        dropped,
+        allocs_during_run: allocs,
+        rss_mib: rss_mib(),
+    })
+}
+
+#[derive(Serialize)]
+struct CryptoResult {
+    bench: &'static str,
+    library: &'static str,
+    algorithm: &'static str,
+    bytes: usize,
+    cores: usize,
+    mpps: f64,
+    gbps: f64,
+}
+
+fn crypto(a: CryptoArgs) -> anyhow::Result<()> {
+    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+    let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &[7u8; 16]).map_err(|_| anyhow::anyhow!("bad key"))?);
+    for &size in &a.size {
+        let mut buf = vec![0x5au8; size];
+        let mut seq = 0u64;
+        let mut seal = |buf: &mut [u8]| {
+            seq += 1;
+            let mut n = [0u8; 12];
+            n[4..].copy_from_slice(&seq.to_be_bytes());
+            let hdr = [0u8; 16];
+            key.seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&hdr), buf).map(|t| t.as_ref()[0])
+        };
+        let t0 = Instant::now();
+        let mut ops = 0u64;
+        let mut fold = 0u8;
+        let d = Duration::from_secs_f64(a.seconds);
+        while t0.elapsed() < d {
+            for _ in 0..1024 {
+                fold ^= seal(&mut buf).map_err(|_| anyhow::anyhow!("seal failed"))?;
+            }
+            ops += 1024;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        std::hint::black_box(fold);
+        let r = CryptoResult {
+            bench: "aes_gcm",
+            library: "ring 0.17",
+            algorithm: "AES-128-GCM seal",
+            bytes: size,
+            cores: 1,
+            mpps: ops as f64 / secs / 1e6,
+            gbps: ops as f64 * size as f64 * 8.0 / secs / 1e9,
+        };
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!("aes-128-gcm {:>5} B  {:>6.2} Mops/s  {:>6.2} Gbit/s", r.bytes, r.mpps, r.gbps);
+        }
+    }
+    Ok(())
+}
