@@ -16,7 +16,6 @@
 use crate::dag::{DagRoute, NtMask};
 use crate::ids::{ChainId, DagUid, InstanceId, TenantId};
 use crate::time::Instant;
-use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Scheduler limits.
@@ -71,6 +70,8 @@ struct Instance<T> {
     queues: Vec<(TenantId, VecDeque<T>)>,
     /// Round-robin cursor into `queues`.
     rr: usize,
+    /// Queue index of the last arrival.
+    last_q: usize,
     queued: usize,
 }
 
@@ -81,7 +82,8 @@ pub struct Scheduler<T> {
     chains: Vec<Vec<InstanceId>>,
     chain_len: Vec<usize>,
     instances: Vec<Instance<T>>,
-    dags: FxHashMap<DagUid, DagRoute>,
+    /// Routes indexed by DAG UID (UIDs are small integers the node assigns).
+    dags: Vec<Option<DagRoute>>,
     /// Instances with credit and waiting items, in the order they became ready.
     ready: VecDeque<InstanceId>,
     in_ready: Vec<bool>,
@@ -95,7 +97,7 @@ impl<T: Copy> Scheduler<T> {
             chains: Vec::new(),
             chain_len: Vec::new(),
             instances: Vec::new(),
-            dags: FxHashMap::default(),
+            dags: Vec::new(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
         }
@@ -117,7 +119,7 @@ impl<T: Copy> Scheduler<T> {
     pub fn add_instance(&mut self, chain: ChainId, credits: u32) -> Option<InstanceId> {
         let list = self.chains.get_mut(chain.index())?;
         let id = InstanceId(self.instances.len() as u16);
-        self.instances.push(Instance { chain, credits, max_credits: credits, live: true, queues: Vec::new(), rr: 0, queued: 0 });
+        self.instances.push(Instance { chain, credits, max_credits: credits, live: true, queues: Vec::new(), rr: 0, last_q: 0, queued: 0 });
         self.in_ready.push(false);
         list.push(id);
         Some(id)
@@ -125,12 +127,16 @@ impl<T: Copy> Scheduler<T> {
 
     /// Installs or replaces the route of a DAG.
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
-        self.dags.insert(uid, route);
+        let i = uid.0 as usize;
+        if self.dags.len() <= i {
+            self.dags.resize(i + 1, None);
+        }
+        self.dags[i] = Some(route);
     }
 
     /// Removes a DAG's route; packets already queued still run.
     pub fn remove_dag(&mut self, uid: DagUid) -> Option<DagRoute> {
-        self.dags.remove(&uid)
+        self.dags.get_mut(uid.0 as usize).and_then(Option::take)
     }
 
     /// The instances of a chain.
@@ -169,7 +175,7 @@ impl<T: Copy> Scheduler<T> {
         flow_hash: u64,
         item: T,
     ) -> Result<Accepted, Reject> {
-        let route = self.dags.get(&dag).ok_or(Reject::UnknownDag)?;
+        let route = self.dags.get(dag.0 as usize).and_then(Option::as_ref).ok_or(Reject::UnknownDag)?;
         let steps = route.steps();
         let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
         let last = pos as usize + 1 == steps.len();
@@ -181,13 +187,18 @@ impl<T: Copy> Scheduler<T> {
         let pick = ((flow_hash >> 32) * insts.len() as u64) >> 32;
         let id = insts[pick as usize];
         let inst = &mut self.instances[id.index()];
-        let qi = match inst.queues.iter().position(|(t, _)| *t == tenant) {
-            Some(q) => q,
-            None => {
-                inst.queues.push((tenant, VecDeque::new()));
-                inst.queues.len() - 1
-            }
+        // The last tenant served usually arrives again: check it before searching.
+        let qi = match inst.queues.get(inst.last_q) {
+            Some((t, _)) if *t == tenant => inst.last_q,
+            _ => match inst.queues.iter().position(|(t, _)| *t == tenant) {
+                Some(q) => q,
+                None => {
+                    inst.queues.push((tenant, VecDeque::new()));
+                    inst.queues.len() - 1
+                }
+            },
         };
+        inst.last_q = qi;
         let q = &mut inst.queues[qi].1;
         if q.len() >= self.cfg.max_queue_per_tenant {
             return Err(Reject::QueueFull);

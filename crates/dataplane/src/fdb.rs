@@ -38,6 +38,10 @@ pub struct Fdb {
     vnis: FxHashMap<u32, VniRoutes>,
     max_learned: usize,
     learned: usize,
+    /// Direct-mapped cache of unicast lookups, valid while `gen` matches: any change to the MAC
+    /// table bumps `gen` and so invalidates it at once.
+    hits: Box<[(u64, u32, u64, Peer); 256]>,
+    gen: u64,
 }
 
 impl Fdb {
@@ -49,12 +53,15 @@ impl Fdb {
             vnis: FxHashMap::default(),
             max_learned,
             learned: 0,
+            hits: Box::new([(u64::MAX, 0, 0, Peer::default()); 256]),
+            gen: 0,
         }
     }
 
     /// Adds a static entry.
     pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) {
         self.recent.fill(None);
+        self.gen += 1;
         if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (peer, true)) {
             self.learned -= 1;
         }
@@ -87,11 +94,17 @@ impl Fdb {
         self.recent[slot] = Some((vni, m, peer));
         let k = (vni, m);
         match self.macs.get_mut(&k) {
-            Some((p, false)) => *p = peer,
+            Some((p, false)) => {
+                if *p != peer {
+                    *p = peer;
+                    self.gen += 1;
+                }
+            }
             Some((_, true)) => {}
             None if self.learned < self.max_learned => {
                 self.macs.insert(k, (peer, false));
                 self.learned += 1;
+                self.gen += 1;
             }
             None => {}
         }
@@ -99,9 +112,16 @@ impl Fdb {
 
     /// The route for a packet on `vni` to inner destination `dst` (`None` when unreadable).
     #[inline]
-    pub fn route(&self, vni: u32, dst: Option<MacAddr>) -> Route<'_> {
+    pub fn route(&mut self, vni: u32, dst: Option<MacAddr>) -> Route<'_> {
         if let Some(m) = dst.filter(|m| !m.is_multicast()) {
-            if let Some((p, _)) = self.macs.get(&(vni, m.as_u64())) {
+            let mu = m.as_u64();
+            let slot = ((mu ^ ((vni as u64) << 48)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize;
+            let h = &self.hits[slot];
+            if h.0 == self.gen && h.1 == vni && h.2 == mu {
+                return Route::Unicast(h.3);
+            }
+            if let Some((p, _)) = self.macs.get(&(vni, mu)) {
+                self.hits[slot] = (self.gen, vni, mu, *p);
                 return Route::Unicast(*p);
             }
         }

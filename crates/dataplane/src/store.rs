@@ -125,8 +125,12 @@ impl Slots {
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn get(&self, idx: u32) -> (&mut [u8; BUF_SIZE], &mut Desc) {
         let i = idx as usize;
-        // SAFETY: exclusive ownership of `idx` is the caller's contract.
-        unsafe { (&mut *self.bufs[i].0.get(), &mut *self.descs[i].get()) }
+        // Every index in circulation comes from the store's own free list, built from
+        // `0..len`; checked in debug builds, trusted in release (this is on every stage of the
+        // per-packet path).
+        debug_assert!(i < self.bufs.len());
+        // SAFETY: `i < len` as above; exclusive ownership of `idx` is the caller's contract.
+        unsafe { (&mut *self.bufs.get_unchecked(i).0.get(), &mut *self.descs.get_unchecked(i).get()) }
     }
 }
 

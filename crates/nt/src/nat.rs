@@ -6,8 +6,11 @@
 //! Memory is fixed at construction: the flow table, both direction indexes and the port bitmaps
 //! are sized for `max_flows`, so a new flow never allocates; when the table is full the new
 //! flow's packet is dropped (`nat_table_full`), and established flows are unaffected. Expired
-//! flows are reclaimed when they are next looked up, and a bounded sweep of two slots per packet
-//! reclaims the rest.
+//! flows are reclaimed when they are next looked up, and a sweep reclaims the rest: every
+//! [`SWEEP_EVERY_NS`] of packet time it checks [`SWEEP_SLOTS`] slots, so a full table is covered
+//! in about a tenth of a second — far below the shortest timeout — while the per-packet path stays
+//! off the cold slab. (Sweeping two slots per packet touched two cold cache lines per packet and
+//! cost ≈15% of the vpc chain.)
 //!
 //! Scope: IPv4. IPv6 packets are treated as unmatched. ICMP echo is translated by identifier;
 //! ICMP errors are passed without rewriting the header they quote.
@@ -21,7 +24,6 @@ use snic_core::mat::{IpPrefix, PortRange};
 use snic_core::time::Instant;
 use snic_wire::layout::{FlowKey, InnerL3};
 use snic_wire::{checksum, ip_proto, tcp};
-use std::time::Duration;
 
 /// Source NAT.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,13 +174,23 @@ impl core::fmt::Debug for PortMap {
 #[derive(Debug)]
 pub struct Nat {
     cfg: NatConfig,
+    /// Timeouts in nanoseconds: TCP established, TCP closing, UDP, ICMP.
+    tmo: [u64; 4],
     slab: Vec<Option<Flow>>,
     free: Vec<u32>,
-    fwd: FxHashMap<FlowKey, u32>,
-    rev: FxHashMap<FlowKey, u32>,
+    /// Both directions of every flow in one index (one probe per packet): slot index, with
+    /// [`REPLY`] set for the reply-direction key.
+    index: FxHashMap<FlowKey, u32>,
     ports: [PortMap; 3],
     sweep: usize,
+    next_sweep: Instant,
 }
+
+const REPLY: u32 = 1 << 31;
+/// Interval between sweep steps, in nanoseconds of packet time.
+pub const SWEEP_EVERY_NS: u64 = 100_000;
+/// Slots checked per sweep step.
+pub const SWEEP_SLOTS: usize = 64;
 
 fn port_idx(proto: u8) -> usize {
     match proto {
@@ -192,35 +204,38 @@ impl Nat {
     /// A NAT with this configuration; all flow memory is allocated here.
     pub fn new(cfg: NatConfig) -> Self {
         let n = cfg.max_flows.max(1);
+        let ns = |s: u64| s.saturating_mul(1_000_000_000);
         Nat {
+            tmo: [ns(cfg.tcp_timeout_s), ns(cfg.tcp_closing_timeout_s), ns(cfg.udp_timeout_s), ns(cfg.icmp_timeout_s)],
             slab: vec![None; n],
             free: (0..n as u32).rev().collect(),
-            fwd: FxHashMap::with_capacity_and_hasher(n, Default::default()),
-            rev: FxHashMap::with_capacity_and_hasher(n, Default::default()),
+            index: FxHashMap::with_capacity_and_hasher(2 * n, Default::default()),
             ports: [PortMap::new(), PortMap::new(), PortMap::new()],
             sweep: 0,
+            next_sweep: Instant::ZERO,
             cfg,
         }
     }
 
     /// Flows in the table.
     pub fn flows(&self) -> usize {
-        self.fwd.len()
+        self.index.len() / 2
     }
 
-    fn timeout(&self, proto: u8, flags: u8) -> Duration {
-        Duration::from_secs(match proto {
-            ip_proto::TCP if flags & (tcp::flags::FIN | tcp::flags::RST) != 0 => self.cfg.tcp_closing_timeout_s,
-            ip_proto::TCP => self.cfg.tcp_timeout_s,
-            ip_proto::UDP => self.cfg.udp_timeout_s,
-            _ => self.cfg.icmp_timeout_s,
-        })
+    #[inline]
+    fn timeout(&self, proto: u8, flags: u8) -> u64 {
+        match proto {
+            ip_proto::TCP if flags & (tcp::flags::FIN | tcp::flags::RST) != 0 => self.tmo[1],
+            ip_proto::TCP => self.tmo[0],
+            ip_proto::UDP => self.tmo[2],
+            _ => self.tmo[3],
+        }
     }
 
     fn remove(&mut self, i: u32) {
         if let Some(f) = self.slab[i as usize].take() {
-            self.fwd.remove(&f.orig);
-            self.rev.remove(&f.xlat.reversed());
+            self.index.remove(&f.orig);
+            self.index.remove(&f.xlat.reversed());
             if let Some(p) = f.snat_port {
                 self.ports[port_idx(f.orig.proto)].set(p, false);
             }
@@ -228,8 +243,13 @@ impl Nat {
         }
     }
 
+    #[inline]
     fn sweep(&mut self, now: Instant) {
-        for _ in 0..2 {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = Instant::from_nanos(now.as_nanos() + SWEEP_EVERY_NS);
+        for _ in 0..SWEEP_SLOTS.min(self.slab.len()) {
             self.sweep = (self.sweep + 1) % self.slab.len();
             if self.slab[self.sweep].is_some_and(|f| f.expires < now) {
                 self.remove(self.sweep as u32);
@@ -239,17 +259,15 @@ impl Nat {
 
     /// Finds the live flow for `k` (either direction); returns the key to rewrite to.
     fn lookup(&mut self, now: Instant, k: &FlowKey, flags: u8) -> Option<FlowKey> {
-        let (i, fwd) = match self.fwd.get(k) {
-            Some(&i) => (i, true),
-            None => (*self.rev.get(k)?, false),
-        };
+        let e = *self.index.get(k)?;
+        let (i, fwd) = (e & !REPLY, e & REPLY == 0);
         let t = self.timeout(k.proto, flags);
         let f = self.slab[i as usize].as_mut().expect("indexed flows are live");
         if f.expires < now {
             self.remove(i);
             return None;
         }
-        f.expires = now + t;
+        f.expires = Instant::from_nanos(now.as_nanos().saturating_add(t));
         Some(if fwd { f.xlat } else { f.orig.reversed() })
     }
 
@@ -274,7 +292,7 @@ impl Nat {
         };
         let Some(i) = self.free.pop() else { return Err(DropReason::NatTableFull) };
         let rk = xlat.reversed();
-        if self.rev.contains_key(&rk) {
+        if self.index.contains_key(&rk) {
             // Another flow already owns the reply tuple (two clients DNATed onto one inside
             // socket from the same source port): refuse rather than cross the streams.
             self.free.push(i);
@@ -283,9 +301,10 @@ impl Nat {
             }
             return Err(DropReason::NatPortsExhausted);
         }
-        self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires: now + self.timeout(k.proto, flags), snat_port: port });
-        self.fwd.insert(*k, i);
-        self.rev.insert(rk, i);
+        let expires = Instant::from_nanos(now.as_nanos().saturating_add(self.timeout(k.proto, flags)));
+        self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires, snat_port: port });
+        self.index.insert(*k, i);
+        self.index.insert(rk, i | REPLY);
         Ok(Some(xlat))
     }
 }
@@ -299,19 +318,23 @@ fn rewrite(pkt: &mut Pkt<'_>, old: &FlowKey, new: &FlowKey) {
     let b = &mut *pkt.buf;
     let (IpAddr::V4(os), IpAddr::V4(od), IpAddr::V4(ns), IpAddr::V4(nd)) = (old.src, old.dst, new.src, new.dst) else { return };
     let (os, od, ns, nd) = (u32::from(os), u32::from(od), u32::from(ns), u32::from(nd));
-    let mut ipc = u16::from_be_bytes([b[l3 + 10], b[l3 + 11]]);
-    ipc = checksum::update32(checksum::update32(ipc, os, ns), od, nd);
-    b[l3 + 10..l3 + 12].copy_from_slice(&ipc.to_be_bytes());
+    // One's-complement delta of the changed words (RFC 1624): addresses count in the IPv4 header
+    // and in the TCP/UDP pseudo-header, ports only in TCP/UDP. Summed once, folded once per field.
+    let words = |old: u32, new: u32| (!(old >> 16) as u16 as u64) + (!(old as u16) as u64) + (new >> 16) as u64 + (new as u16) as u64;
+    let d_addr = words(os, ns) + words(od, nd);
+    let apply = |c: u16, d: u64| !checksum::fold(!c as u64 + d);
+    let ipc = u16::from_be_bytes([b[l3 + 10], b[l3 + 11]]);
+    b[l3 + 10..l3 + 12].copy_from_slice(&apply(ipc, d_addr).to_be_bytes());
     b[l3 + 12..l3 + 16].copy_from_slice(&ns.to_be_bytes());
     b[l3 + 16..l3 + 20].copy_from_slice(&nd.to_be_bytes());
     match new.proto {
         ip_proto::TCP | ip_proto::UDP => {
             let at = l4 + if new.proto == ip_proto::TCP { 16 } else { 6 };
-            let mut c = u16::from_be_bytes([b[at], b[at + 1]]);
+            let c = u16::from_be_bytes([b[at], b[at + 1]]);
             // UDP over IPv4 may carry no checksum (0): leave it so.
             if new.proto == ip_proto::TCP || c != 0 {
-                c = checksum::update32(checksum::update32(c, os, ns), od, nd);
-                c = checksum::update16(checksum::update16(c, old.src_port, new.src_port), old.dst_port, new.dst_port);
+                let d_port = (!old.src_port as u64) + new.src_port as u64 + (!old.dst_port as u64) + new.dst_port as u64;
+                let mut c = apply(c, d_addr + d_port);
                 if new.proto == ip_proto::UDP && c == 0 {
                     c = 0xffff;
                 }
@@ -447,6 +470,24 @@ mod tests {
     }
 
     #[test]
+    fn sweep_reclaims_flows_nobody_looks_up() {
+        let mut nat = Nat::new(snat_cfg(256, default_ports()));
+        for h in 1..=100u8 {
+            let mut p = TestPkt::new(&format!("10.0.0.{h}"), "1.1.1.1", udp(1, 2), 0);
+            nat.process(&at(0), &mut p.pkt());
+        }
+        assert_eq!(nat.flows(), 100);
+        // Long after the UDP timeout, unrelated traffic (a DNAT-less, unmatched packet) drives
+        // the sweep: four steps of 64 slots cover the 256-slot table.
+        for step in 0..4u64 {
+            let cx = Ctx { now: Instant::from_nanos(60_000_000_000 + step * SWEEP_EVERY_NS) };
+            let mut p = TestPkt::new("192.168.1.1", "1.1.1.1", udp(1, 2), 0);
+            nat.process(&cx, &mut p.pkt());
+        }
+        assert_eq!(nat.flows(), 0);
+    }
+
+    #[test]
     fn table_full_drops_new_flows_only() {
         let mut nat = Nat::new(snat_cfg(1, default_ports()));
         let mut a = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
@@ -455,6 +496,27 @@ mod tests {
         assert_eq!(nat.process(&at(0), &mut b.pkt()), Verdict::Drop(DropReason::NatTableFull));
         let mut a2 = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
         assert_eq!(nat.process(&at(1), &mut a2.pkt()), Verdict::Continue, "established flow unaffected");
+    }
+
+    proptest::proptest! {
+        /// Whatever the tuple, SNAT out and back leaves every checksum valid and restores the
+        /// original addresses and ports.
+        #[test]
+        fn rewrites_keep_checksums_valid(host in 1u8..255, sp in 1u16.., dst in proptest::prelude::any::<[u8; 4]>(), dp in 1u16.., tcp_flow in proptest::prelude::any::<bool>(), payload in 0usize..64) {
+            let mut nat = Nat::new(snat_cfg(64, default_ports()));
+            let d = IpAddr::from(dst);
+            let l4 = if tcp_flow { tcp(sp, dp, 0x10) } else { udp(sp, dp) };
+            let mut out = TestPkt::new(&format!("10.0.0.{host}"), &d.to_string(), l4, payload);
+            proptest::prop_assert_eq!(nat.process(&at(0), &mut out.pkt()), Verdict::Continue);
+            proptest::prop_assert!(out.checksums_ok());
+            let k = out.reparse().key;
+            let back_l4 = if tcp_flow { tcp(dp, k.src_port, 0x10) } else { udp(dp, k.src_port) };
+            let mut back = TestPkt::new(&d.to_string(), "203.0.113.1", back_l4, payload);
+            proptest::prop_assert_eq!(nat.process(&at(0), &mut back.pkt()), Verdict::Continue);
+            proptest::prop_assert!(back.checksums_ok());
+            let kb = back.reparse().key;
+            proptest::prop_assert_eq!((kb.dst, kb.dst_port), (IpAddr::from([10, 0, 0, host]), sp));
+        }
     }
 
     #[test]

@@ -54,6 +54,13 @@ pub struct DataplaneArgs {
     /// Worker threads for regions (0: regions run on the dispatcher's core).
     #[arg(long, default_value_t = 0)]
     workers: usize,
+    /// Receive and dispatch batch size.
+    #[arg(long, default_value_t = 32)]
+    batch: usize,
+    /// Run exactly this many packets (after a warm-up of the same count) instead of timing;
+    /// for instruction counting under callgrind.
+    #[arg(long)]
+    packets: Option<u64>,
 }
 
 /// Options of `snic bench crypto`.
@@ -136,12 +143,14 @@ fn chain_specs(chain: &str, fw_rules: usize) -> anyhow::Result<Vec<NtSpec>> {
     })
 }
 
-fn templates(inner_size: usize, flows: u16) -> anyhow::Result<Vec<Vec<u8>>> {
+/// Per-flow headers and the shared payload (see `Generator`).
+fn templates(inner_size: usize, flows: u16) -> anyhow::Result<(Vec<Vec<u8>>, Vec<u8>)> {
     const MIN: usize = 14 + 20 + 8;
     if !(MIN..=1500).contains(&inner_size) {
         bail!("inner frame size {inner_size} outside {MIN}..=1500");
     }
-    (0..flows.max(1))
+    let payload_len = inner_size - MIN;
+    let headers = (0..flows.max(1))
         .map(|f| {
             let spec = FrameSpec {
                 outer: Some(OuterSpec {
@@ -157,15 +166,16 @@ fn templates(inner_size: usize, flows: u16) -> anyhow::Result<Vec<Vec<u8>>> {
                 src: [10, 0, (f >> 8) as u8, f as u8].into(),
                 dst: [198, 51, 100, 7].into(),
                 l4: L4Spec::Udp { src_port: 10000 + f, dst_port: 5001 },
-                payload_len: inner_size - MIN,
-                payload_byte: f as u8,
+                payload_len,
+                payload_byte: 0xab,
             };
             let mut b = vec![0u8; 2048];
             let n = build(&spec, &mut b).context("template does not fit")?;
-            b.truncate(n);
+            b.truncate(n - payload_len);
             Ok(b)
         })
-        .collect()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((headers, vec![0xab; payload_len]))
 }
 
 fn rss_mib() -> f64 {
@@ -197,11 +207,11 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
 }
 
 fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result<DataplaneResult> {
-    let tpl = templates(size, a.flows)?;
-    let wire = tpl[0].len();
-    let gen = Generator::new(Framing::Ethernet, tpl, "192.0.2.10:4789".parse()?, u64::MAX);
+    let (headers, payload) = templates(size, a.flows)?;
+    let wire = headers[0].len() + payload.len();
+    let gen = Generator::new(Framing::Ethernet, headers, payload, "192.0.2.10:4789".parse()?, u64::MAX);
     let local = Peer { addr: "192.0.2.1:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 1]) };
-    let cfg = NodeConfig { workers: a.workers, local, pin_cores: a.workers > 0, ..Default::default() };
+    let cfg = NodeConfig { workers: a.workers, local, pin_cores: a.workers > 0, batch: a.batch, ..Default::default() };
     let mut node = Node::new(cfg, gen, Box::new(MonotonicClock::default()))?;
     let specs = chain_specs(chain, a.fw_rules)?;
     let n = specs.len();
@@ -232,11 +242,25 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
             }
         }
     };
-    spin(&mut node, Duration::from_secs(1));
+    let count = |node: &mut Node<Generator>, n: u64| {
+        let t0 = Instant::now();
+        let target = node.backend().tx_packets + n;
+        while node.backend().tx_packets < target {
+            node.poll();
+        }
+        t0.elapsed()
+    };
+    match a.packets {
+        Some(n) => count(&mut node, n),
+        None => spin(&mut node, Duration::from_secs(1)),
+    };
     node.reset_stats();
     let tx0 = node.backend().tx_packets;
     let allocs0 = alloc_count::allocations();
-    let elapsed = spin(&mut node, Duration::from_secs_f64(a.seconds));
+    let elapsed = match a.packets {
+        Some(n) => count(&mut node, n),
+        None => spin(&mut node, Duration::from_secs_f64(a.seconds)),
+    };
     let allocs = alloc_count::allocations() - allocs0;
     let s = node.stats();
     let pkts = node.backend().tx_packets - tx0;

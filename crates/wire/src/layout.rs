@@ -136,7 +136,7 @@ pub fn parse_vxlan(datagram: &[u8]) -> Result<u32, ParseError> {
 
 /// A flow's 5-tuple. For ICMP echo the identifier stands in for both ports; other ICMP
 /// messages and non-IP frames have ports 0.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowKey {
     /// Source address.
     pub src: IpAddr,
@@ -148,6 +148,15 @@ pub struct FlowKey {
     pub src_port: u16,
     /// Destination port (or echo identifier).
     pub dst_port: u16,
+}
+
+/// Hashes through [`FlowKey::hash64`]: one word into the hasher instead of the derived
+/// byte-by-byte walk over two `IpAddr` enums (NAT and firewall tables are keyed by flows).
+impl core::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash64());
+    }
 }
 
 impl FlowKey {
