@@ -94,13 +94,11 @@ impl Fdb {
         self.recent[slot] = Some((vni, m, peer));
         let k = (vni, m);
         match self.macs.get_mut(&k) {
-            Some((p, false)) => {
-                if *p != peer {
-                    *p = peer;
-                    self.gen += 1;
-                }
+            Some((p, false)) if *p != peer => {
+                *p = peer;
+                self.gen += 1;
             }
-            Some((_, true)) => {}
+            Some(_) => {}
             None if self.learned < self.max_learned => {
                 self.macs.insert(k, (peer, false));
                 self.learned += 1;
