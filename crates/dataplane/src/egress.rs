@@ -6,6 +6,7 @@
 //! this node's VTEP, destination the chosen peer, and the UDP source port carries the inner
 //! flow's entropy (as Linux VXLAN does), so the underlay's ECMP keeps flows on one path.
 
+use crate::fdb::PeerId;
 use crate::store::Peer;
 use snic_wire::ethernet::{ethertype, EthernetRepr};
 use snic_wire::ip_proto;
@@ -50,61 +51,68 @@ pub fn encap(buf: &mut [u8], off: usize, len: usize, local: &Peer, peer: &Peer, 
 /// Per-peer outer-header templates. The outer headers toward one peer differ between packets
 /// only in the IP total length (and so its checksum), the UDP length and the UDP source port, so
 /// each is built once and patched per packet; the IPv4 checksum is updated incrementally
-/// (RFC 1624). A small direct-mapped cache keyed by the peer keeps the common few hot.
+/// (RFC 1624). A direct-mapped cache indexed by [`PeerId`] keeps them.
 pub struct Templates {
-    slots: Box<[Option<Template>; 32]>,
+    slots: Box<[Option<Template>; 256]>,
 }
 
 #[derive(Clone, Copy)]
 struct Template {
-    peer: Peer,
+    id: PeerId,
     bytes: [u8; 62],
-    len: usize,
+    len: u8,
     /// Offset of the UDP header.
-    udp: usize,
+    udp: u8,
     /// IPv4 total length and checksum as built (payload length 0); `None` for IPv6.
     v4: Option<(u16, u16)>,
 }
 
 impl Default for Templates {
     fn default() -> Self {
-        Templates { slots: Box::new([None; 32]) }
+        Templates { slots: Box::new([None; 256]) }
     }
 }
 
 impl Templates {
-    /// Same result as [`encap`], faster: writes outer headers in front of `buf[off..off+len]`.
+    /// Same result as [`encap`] toward `peer` (whose id is `id`), faster: writes outer headers in
+    /// front of `buf[off..off+len]` and returns the frame's start.
     #[inline]
-    pub fn encap(&mut self, buf: &mut [u8], off: usize, len: usize, local: &Peer, peer: &Peer, flow_hash: u64) -> Option<usize> {
-        let h = match peer.addr {
-            std::net::SocketAddr::V4(a) => u32::from_be_bytes(a.ip().octets()) as u64 ^ ((a.port() as u64) << 32),
-            std::net::SocketAddr::V6(a) => u128::from_be_bytes(a.ip().octets()) as u64 ^ ((a.port() as u64) << 48),
-        };
-        let slot = ((h ^ peer.mac.as_u64()).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize;
+    pub fn encap(
+        &mut self,
+        buf: &mut [u8],
+        off: usize,
+        len: usize,
+        local: &Peer,
+        id: PeerId,
+        peer: &Peer,
+        flow_hash: u64,
+    ) -> Option<usize> {
+        let slot = (id.0 & 255) as usize;
         let t = match &self.slots[slot] {
-            Some(t) if t.peer == *peer => t,
+            Some(t) if t.id == id => t,
             _ => {
                 let mut bytes = [0u8; 62];
                 let ol = outer_len(peer);
                 encap(&mut bytes[..ol], ol, 0, local, peer, 0)?;
                 let v4 =
                     peer.addr.is_ipv4().then(|| (u16::from_be_bytes([bytes[16], bytes[17]]), u16::from_be_bytes([bytes[24], bytes[25]])));
-                self.slots[slot] = Some(Template { peer: *peer, bytes, len: ol, udp: ol - 8, v4 });
+                self.slots[slot] = Some(Template { id, bytes, len: ol as u8, udp: (ol - 8) as u8, v4 });
                 self.slots[slot].as_ref().expect("just set")
             }
         };
-        let start = off.checked_sub(t.len)?;
+        let tl = t.len as usize;
+        let start = off.checked_sub(tl)?;
         let out = &mut buf[start..off];
-        out.copy_from_slice(&t.bytes[..t.len]);
+        out.copy_from_slice(&t.bytes[..tl]);
         let udp_len = (8 + len) as u16;
         if let Some((tl0, c0)) = t.v4 {
-            let tl = tl0 + len as u16;
-            out[16..18].copy_from_slice(&tl.to_be_bytes());
-            out[24..26].copy_from_slice(&snic_wire::checksum::update16(c0, tl0, tl).to_be_bytes());
+            let total = tl0 + len as u16;
+            out[16..18].copy_from_slice(&total.to_be_bytes());
+            out[24..26].copy_from_slice(&snic_wire::checksum::update16(c0, tl0, total).to_be_bytes());
         } else {
             out[18..20].copy_from_slice(&udp_len.to_be_bytes());
         }
-        let u = t.udp;
+        let u = t.udp as usize;
         out[u..u + 2].copy_from_slice(&(49152 | (flow_hash as u16 & 0x3fff)).to_be_bytes());
         out[u + 4..u + 6].copy_from_slice(&udp_len.to_be_bytes());
         Some(start)
@@ -140,6 +148,7 @@ mod tests {
         let local4 = Peer { addr: "192.0.2.1:4789".parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, 1]) };
         let local6 = Peer { addr: "[2001:db8::1]:4789".parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, 1]) };
         let mut t = Templates::default();
+        let mut ids = std::collections::HashMap::new();
         for i in 0..200u32 {
             let v6 = i % 3 == 0;
             let peer = if v6 {
@@ -152,7 +161,10 @@ mod tests {
             let (mut a, mut b) = (vec![0u8; 2048], vec![0u8; 2048]);
             let h = (i as u64).wrapping_mul(0x1234_5678_9abc);
             let sa = encap(&mut a, 128, len, local, &peer, h);
-            let sb = t.encap(&mut b, 128, len, local, &peer, h);
+            // Ids are assigned per distinct peer, as the FDB does.
+            let n = ids.len() as u32;
+            let id = *ids.entry(peer).or_insert(PeerId(n * 7));
+            let sb = t.encap(&mut b, 128, len, local, id, &peer, h);
             assert_eq!(sa, sb);
             assert_eq!(a[..128], b[..128], "peer {:?} len {}", peer, len);
         }

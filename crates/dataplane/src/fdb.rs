@@ -6,41 +6,55 @@
 //! start). Each VNI may also have a default VTEP — where traffic goes when the inner destination
 //! is unknown or unreadable (encrypted traffic toward the peer sNIC) — and a flood list for
 //! broadcast and unknown unicast (head-end replication).
+//!
+//! Peers (VTEPs) are interned: the table maps to a small [`PeerId`], egress works with ids, and
+//! [`Fdb::peer`] gives the address. Passing and comparing 40-byte socket addresses per packet
+//! cost more than the lookups themselves.
 
 use crate::store::Peer;
 use rustc_hash::FxHashMap;
 use snic_wire::ethernet::MacAddr;
 
+/// A peer VTEP's index in the forwarding table's peer table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u32);
+
 /// Where egress sends a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route<'a> {
     /// To one VTEP.
-    Unicast(Peer),
+    Unicast(PeerId),
     /// A copy to each of these (the source VTEP excluded by the caller).
-    Flood(&'a [Peer]),
+    Flood(&'a [PeerId]),
     /// Nowhere.
     None,
 }
 
 #[derive(Debug, Clone, Default)]
 struct VniRoutes {
-    default: Option<Peer>,
-    flood: Vec<Peer>,
+    default: Option<PeerId>,
+    flood: Vec<PeerId>,
 }
+
+/// Most distinct peers the table interns.
+pub const MAX_PEERS: usize = 65536;
 
 /// The forwarding table.
 #[derive(Debug, Clone)]
 pub struct Fdb {
-    macs: FxHashMap<(u32, u64), (Peer, bool)>,
+    peers: Vec<Peer>,
+    peer_ids: FxHashMap<Peer, PeerId>,
+    macs: FxHashMap<(u32, u64), (PeerId, bool)>,
     /// Direct-mapped filter of recent learn calls: a packet whose (VNI, MAC, peer) was just
     /// learned skips the table probe. Any table change clears it.
     recent: Box<[Option<(u32, u64, Peer)>; 64]>,
     vnis: FxHashMap<u32, VniRoutes>,
     max_learned: usize,
     learned: usize,
-    /// Direct-mapped cache of unicast lookups, valid while `gen` matches: any change to the MAC
-    /// table bumps `gen` and so invalidates it at once.
-    hits: Box<[(u64, u32, u64, Peer); 256]>,
+    /// Direct-mapped cache of unicast results (learned, static or the VNI's default), valid
+    /// while `gen` matches: any change to the MAC table or the VNI routes bumps `gen` and so
+    /// invalidates it at once.
+    hits: Box<[(u64, u32, u64, PeerId); 256]>,
     gen: u64,
 }
 
@@ -48,36 +62,69 @@ impl Fdb {
     /// A table that learns at most `max_learned` entries.
     pub fn new(max_learned: usize) -> Self {
         Fdb {
+            peers: Vec::with_capacity(1024),
+            peer_ids: FxHashMap::default(),
             macs: FxHashMap::with_capacity_and_hasher(max_learned, Default::default()),
             recent: Box::new([None; 64]),
             vnis: FxHashMap::default(),
             max_learned,
             learned: 0,
-            hits: Box::new([(u64::MAX, 0, 0, Peer::default()); 256]),
+            hits: Box::new([(u64::MAX, 0, 0, PeerId(0)); 256]),
             gen: 0,
         }
     }
 
-    /// Adds a static entry.
-    pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) {
+    /// The id of `peer`, interning it; `None` when the peer table is full.
+    pub fn intern(&mut self, peer: Peer) -> Option<PeerId> {
+        if let Some(id) = self.peer_ids.get(&peer) {
+            return Some(*id);
+        }
+        if self.peers.len() >= MAX_PEERS {
+            return None;
+        }
+        let id = PeerId(self.peers.len() as u32);
+        self.peers.push(peer);
+        self.peer_ids.insert(peer, id);
+        Some(id)
+    }
+
+    /// The peer behind an id.
+    #[inline]
+    pub fn peer(&self, id: PeerId) -> &Peer {
+        &self.peers[id.0 as usize]
+    }
+
+    /// Adds a static entry. Fails only when the peer table is full.
+    pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) -> Option<()> {
+        let id = self.intern(peer)?;
         self.recent.fill(None);
         self.gen += 1;
-        if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (peer, true)) {
+        if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (id, true)) {
             self.learned -= 1;
         }
+        Some(())
     }
 
     /// Sets the VTEP for unknown or unreadable destinations of `vni`.
-    pub fn set_default(&mut self, vni: u32, peer: Option<Peer>) {
-        self.vnis.entry(vni).or_default().default = peer;
+    pub fn set_default(&mut self, vni: u32, peer: Option<Peer>) -> Option<()> {
+        let id = match peer {
+            Some(p) => Some(self.intern(p)?),
+            None => None,
+        };
+        self.gen += 1;
+        self.vnis.entry(vni).or_default().default = id;
+        Some(())
     }
 
     /// Adds a VTEP to the flood list of `vni`.
-    pub fn add_flood(&mut self, vni: u32, peer: Peer) {
+    pub fn add_flood(&mut self, vni: u32, peer: Peer) -> Option<()> {
+        let id = self.intern(peer)?;
+        self.gen += 1;
         let f = &mut self.vnis.entry(vni).or_default().flood;
-        if !f.contains(&peer) {
-            f.push(peer);
+        if !f.contains(&id) {
+            f.push(id);
         }
+        Some(())
     }
 
     /// Learns that `mac` on `vni` is behind `peer`.
@@ -91,18 +138,29 @@ impl Fdb {
         if self.recent[slot] == Some((vni, m, peer)) {
             return;
         }
+        self.learn_slow(vni, m, peer, slot);
+    }
+
+    #[inline(never)]
+    fn learn_slow(&mut self, vni: u32, m: u64, peer: Peer, slot: usize) {
         self.recent[slot] = Some((vni, m, peer));
         let k = (vni, m);
-        match self.macs.get_mut(&k) {
-            Some((p, false)) if *p != peer => {
-                *p = peer;
-                self.gen += 1;
+        match self.macs.get(&k).copied() {
+            Some((_, true)) => {}
+            Some((old, false)) => {
+                if let Some(id) = self.intern(peer) {
+                    if id != old {
+                        self.macs.insert(k, (id, false));
+                        self.gen += 1;
+                    }
+                }
             }
-            Some(_) => {}
             None if self.learned < self.max_learned => {
-                self.macs.insert(k, (peer, false));
-                self.learned += 1;
-                self.gen += 1;
+                if let Some(id) = self.intern(peer) {
+                    self.macs.insert(k, (id, false));
+                    self.learned += 1;
+                    self.gen += 1;
+                }
             }
             None => {}
         }
@@ -118,9 +176,13 @@ impl Fdb {
             if h.0 == self.gen && h.1 == vni && h.2 == mu {
                 return Route::Unicast(h.3);
             }
-            if let Some((p, _)) = self.macs.get(&(vni, mu)) {
-                self.hits[slot] = (self.gen, vni, mu, *p);
-                return Route::Unicast(*p);
+            let found = match self.macs.get(&(vni, mu)) {
+                Some((p, _)) => Some(*p),
+                None => self.vnis.get(&vni).and_then(|r| r.default),
+            };
+            if let Some(p) = found {
+                self.hits[slot] = (self.gen, vni, mu, p);
+                return Route::Unicast(p);
             }
         }
         match self.vnis.get(&vni) {
@@ -134,7 +196,7 @@ impl Fdb {
     pub fn entries(&self) -> impl Iterator<Item = (u32, MacAddr, Peer, bool)> + '_ {
         self.macs.iter().map(|((v, m), (p, s))| {
             let b = m.to_be_bytes();
-            (*v, MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]]), *p, *s)
+            (*v, MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]]), self.peers[p.0 as usize], *s)
         })
     }
 }
@@ -147,24 +209,42 @@ mod tests {
         Peer { addr: format!("192.0.2.{n}:4789").parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, n]) }
     }
 
+    fn unicast(f: &mut Fdb, vni: u32, m: Option<MacAddr>) -> Option<Peer> {
+        match f.route(vni, m) {
+            Route::Unicast(id) => Some(*f.peer(id)),
+            _ => None,
+        }
+    }
+
+    fn flood(f: &mut Fdb, vni: u32, m: Option<MacAddr>) -> Vec<Peer> {
+        match f.route(vni, m) {
+            Route::Flood(ids) => ids.to_vec().into_iter().map(|i| *f.peer(i)).collect(),
+            _ => vec![],
+        }
+    }
+
     #[test]
     fn static_learned_default_flood() {
         let mut f = Fdb::new(2);
         let a = MacAddr([2, 0, 0, 0, 0, 0xa]);
         let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
         assert_eq!(f.route(1, Some(a)), Route::None);
-        f.add_flood(1, peer(1));
-        f.add_flood(1, peer(2));
-        assert_eq!(f.route(1, Some(a)), Route::Flood(&[peer(1), peer(2)]));
+        f.add_flood(1, peer(1)).unwrap();
+        f.add_flood(1, peer(2)).unwrap();
+        assert_eq!(flood(&mut f, 1, Some(a)), vec![peer(1), peer(2)]);
         f.learn(1, a, peer(1));
-        assert_eq!(f.route(1, Some(a)), Route::Unicast(peer(1)));
+        assert_eq!(unicast(&mut f, 1, Some(a)), Some(peer(1)));
         assert_eq!(f.route(2, Some(a)), Route::None, "learning is per VNI");
-        f.add_static(1, b, peer(2));
+        f.add_static(1, b, peer(2)).unwrap();
         f.learn(1, b, peer(1));
-        assert_eq!(f.route(1, Some(b)), Route::Unicast(peer(2)), "static beats learned");
-        assert_eq!(f.route(1, Some(MacAddr::BROADCAST)), Route::Flood(&[peer(1), peer(2)]));
-        f.set_default(1, Some(peer(3)));
-        assert_eq!(f.route(1, None), Route::Unicast(peer(3)));
+        assert_eq!(unicast(&mut f, 1, Some(b)), Some(peer(2)), "static beats learned");
+        assert_eq!(flood(&mut f, 1, Some(MacAddr::BROADCAST)), vec![peer(1), peer(2)]);
+        // A MAC that moves is re-learned, and the route cache follows at once.
+        f.learn(1, a, peer(3));
+        assert_eq!(unicast(&mut f, 1, Some(a)), Some(peer(3)));
+        f.set_default(1, Some(peer(4))).unwrap();
+        assert_eq!(unicast(&mut f, 1, None), Some(peer(4)));
+        assert_eq!(unicast(&mut f, 1, Some(MacAddr([2, 0, 0, 0, 0, 0x77]))), Some(peer(4)), "unknown MAC takes the default");
         // Bounded learning.
         f.learn(1, MacAddr([2, 0, 0, 0, 0, 1]), peer(1));
         f.learn(1, MacAddr([2, 0, 0, 0, 0, 2]), peer(1));

@@ -8,7 +8,7 @@
 
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
 use crate::egress;
-use crate::fdb::{Fdb, Route};
+use crate::fdb::{Fdb, PeerId, Route};
 use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Desc, Peer, Slots, Store, MAX_TENANTS};
@@ -128,8 +128,13 @@ pub struct Node<B: Backend> {
     rx_meta: Vec<RxMeta>,
     batch_buf: Vec<u32>,
     txq: Vec<TxReq>,
-    flood: Vec<Peer>,
+    flood: Vec<PeerId>,
     templates: egress::Templates,
+    /// The last MAT lookup (key and result): consecutive packets of a flow share it. It belongs
+    /// to `memo_table`, held here so that its address cannot be reused; a newly published table
+    /// clears it (checked once per batch).
+    mat_memo: Option<(MatKey, Option<Action>)>,
+    memo_table: Arc<Mat>,
 }
 
 impl<B: Backend> Node<B> {
@@ -169,6 +174,8 @@ impl<B: Backend> Node<B> {
             txq: Vec::with_capacity(store.capacity()),
             flood: Vec::with_capacity(64),
             templates: egress::Templates::default(),
+            mat_memo: None,
+            memo_table: Arc::new(Mat::new()),
             slots,
             store,
             cfg,
@@ -279,6 +286,10 @@ impl<B: Backend> Node<B> {
     pub fn poll(&mut self) -> usize {
         let now = self.clock.now();
         let mat = self.mat.load_full();
+        if !Arc::ptr_eq(&mat, &self.memo_table) {
+            self.memo_table = mat.clone();
+            self.mat_memo = None;
+        }
         let mut work = self.drain_completions(now);
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
         let n = if self.rx_idx.is_empty() { 0 } else { self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta) };
@@ -341,7 +352,15 @@ impl<B: Backend> Node<B> {
             Ok(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(l.key.dst), dst_port: l.key.dst_port },
             _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
         };
-        let (tenant, dag) = match mat.lookup(&key) {
+        let action = match &self.mat_memo {
+            Some((k, a)) if *k == key => *a,
+            _ => {
+                let a = mat.lookup(&key);
+                self.mat_memo = Some((key, a));
+                a
+            }
+        };
+        let (tenant, dag) = match action {
             Some(Action::Dag { tenant, dag }) => (tenant, Some(dag)),
             Some(Action::PassThrough { tenant }) => (tenant, None),
             Some(Action::Drop) => return self.drop_unattributed(idx, Drop::MatDrop),
@@ -484,7 +503,9 @@ impl<B: Backend> Node<B> {
             Route::Unicast(p) => self.emit(idx, p),
             Route::Flood(list) => {
                 self.flood.clear();
-                self.flood.extend(list.iter().filter(|p| p.addr != src));
+                self.flood.extend(list.iter().copied());
+                let fdb = &self.fdb;
+                self.flood.retain(|p| fdb.peer(*p).addr != src);
                 if self.flood.is_empty() {
                     return self.drop_charged(idx, t, Drop::NoRoute);
                 }
@@ -513,13 +534,14 @@ impl<B: Backend> Node<B> {
     }
 
     #[inline]
-    fn emit(&mut self, idx: u32, peer: Peer) {
+    fn emit(&mut self, idx: u32, id: PeerId) {
         // SAFETY: the dispatcher owns `idx`.
         let (buf, d) = unsafe { self.slots.get(idx) };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
+        let peer = self.fdb.peer(id);
         let start = match self.framing {
             Framing::Datagram => off,
-            Framing::Ethernet => match self.templates.encap(buf, off, len, &self.cfg.local, &peer, d.flow_hash) {
+            Framing::Ethernet => match self.templates.encap(buf, off, len, &self.cfg.local, id, peer, d.flow_hash) {
                 Some(s) => s,
                 None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
             },

@@ -24,7 +24,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 pub const BUF_SIZE: usize = 2048;
 
 /// Where a packet came from (the sending VTEP), as learned at ingress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Peer {
     /// The VTEP's UDP address.
     pub addr: SocketAddr,

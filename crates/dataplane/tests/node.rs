@@ -371,3 +371,28 @@ fn udp_sockets_end_to_end_on_loopback() {
     assert_eq!(s.tenants[1].tx_packets, 90);
     assert_eq!(s.tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 10);
 }
+
+#[test]
+fn republished_mat_applies_to_the_same_flow_at_once() {
+    let mut node = two_tenant_node(0);
+    node.fdb_mut().add_static(100, MAC_B, Peer { addr: ep(2), mac: MacAddr::default() });
+    let pkt = datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 80), 0, 0);
+    node.backend_mut().rx.push_back((pkt.clone(), ep(1)));
+    run_until_idle(&mut node);
+    assert_eq!(node.backend().tx.len(), 1);
+    // Same flow, new table that drops VNI 100: the memo of the last lookup must not survive.
+    let mut m = Mat::new();
+    m.insert(Rule { vni: 100, proto: None, dst: None, dst_ports: PortRange::ANY, priority: 0, action: Action::Drop });
+    node.mat_handle().store(Arc::new(m));
+    node.backend_mut().rx.push_back((pkt.clone(), ep(1)));
+    run_until_idle(&mut node);
+    assert_eq!(node.backend().tx.len(), 1);
+    assert_eq!(node.stats().unattributed[Drop::MatDrop.index()], 1);
+    // And back: a third table routes it again.
+    let mut m = Mat::new();
+    m.insert(rule(100, 1, 1));
+    node.mat_handle().store(Arc::new(m));
+    node.backend_mut().rx.push_back((pkt, ep(1)));
+    run_until_idle(&mut node);
+    assert_eq!(node.backend().tx.len(), 2);
+}
