@@ -53,6 +53,7 @@ pub fn encap(buf: &mut [u8], off: usize, len: usize, local: &Peer, peer: &Peer, 
 /// each is built once and patched per packet; the IPv4 checksum is updated incrementally
 /// (RFC 1624). A direct-mapped cache indexed by [`PeerId`] keeps them.
 pub struct Templates {
+    local: Peer,
     slots: Box<[Option<Template>; 256]>,
 }
 
@@ -67,33 +68,23 @@ struct Template {
     v4: Option<(u16, u16)>,
 }
 
-impl Default for Templates {
-    fn default() -> Self {
-        Templates { slots: Box::new([None; 256]) }
-    }
-}
-
 impl Templates {
+    /// Templates for frames sent from `local`.
+    pub fn new(local: Peer) -> Self {
+        Templates { local, slots: Box::new([None; 256]) }
+    }
+
     /// Same result as [`encap`] toward `peer` (whose id is `id`), faster: writes outer headers in
     /// front of `buf[off..off+len]` and returns the frame's start.
     #[inline]
-    pub fn encap(
-        &mut self,
-        buf: &mut [u8],
-        off: usize,
-        len: usize,
-        local: &Peer,
-        id: PeerId,
-        peer: &Peer,
-        flow_hash: u64,
-    ) -> Option<usize> {
+    pub fn encap(&mut self, buf: &mut [u8], off: usize, len: usize, id: PeerId, peer: &Peer, flow_hash: u64) -> Option<usize> {
         let slot = (id.0 & 255) as usize;
         let t = match &self.slots[slot] {
             Some(t) if t.id == id => t,
             _ => {
                 let mut bytes = [0u8; 62];
                 let ol = outer_len(peer);
-                encap(&mut bytes[..ol], ol, 0, local, peer, 0)?;
+                encap(&mut bytes[..ol], ol, 0, &self.local, peer, 0)?;
                 let v4 =
                     peer.addr.is_ipv4().then(|| (u16::from_be_bytes([bytes[16], bytes[17]]), u16::from_be_bytes([bytes[24], bytes[25]])));
                 self.slots[slot] = Some(Template { id, bytes, len: ol as u8, udp: (ol - 8) as u8, v4 });
@@ -147,7 +138,8 @@ mod tests {
     fn templates_write_the_same_bytes_as_encap() {
         let local4 = Peer { addr: "192.0.2.1:4789".parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, 1]) };
         let local6 = Peer { addr: "[2001:db8::1]:4789".parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, 1]) };
-        let mut t = Templates::default();
+        let mut t4 = Templates::new(local4);
+        let mut t6 = Templates::new(local6);
         let mut ids = std::collections::HashMap::new();
         for i in 0..200u32 {
             let v6 = i % 3 == 0;
@@ -164,7 +156,8 @@ mod tests {
             // Ids are assigned per distinct peer, as the FDB does.
             let n = ids.len() as u32;
             let id = *ids.entry(peer).or_insert(PeerId(n * 7));
-            let sb = t.encap(&mut b, 128, len, local, id, &peer, h);
+            let t = if v6 { &mut t6 } else { &mut t4 };
+            let sb = t.encap(&mut b, 128, len, id, &peer, h);
             assert_eq!(sa, sb);
             assert_eq!(a[..128], b[..128], "peer {:?} len {}", peer, len);
         }

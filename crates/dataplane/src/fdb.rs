@@ -218,7 +218,10 @@ mod tests {
 
     fn flood(f: &mut Fdb, vni: u32, m: Option<MacAddr>) -> Vec<Peer> {
         match f.route(vni, m) {
-            Route::Flood(ids) => ids.to_vec().into_iter().map(|i| *f.peer(i)).collect(),
+            Route::Flood(ids) => {
+                let ids = ids.to_vec();
+                ids.iter().map(|i| *f.peer(*i)).collect()
+            }
             _ => vec![],
         }
     }

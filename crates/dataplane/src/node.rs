@@ -173,7 +173,7 @@ impl<B: Backend> Node<B> {
             batch_buf: Vec::with_capacity(MAX_BATCH),
             txq: Vec::with_capacity(store.capacity()),
             flood: Vec::with_capacity(64),
-            templates: egress::Templates::default(),
+            templates: egress::Templates::new(cfg.local),
             mat_memo: None,
             memo_table: Arc::new(Mat::new()),
             slots,
@@ -541,7 +541,7 @@ impl<B: Backend> Node<B> {
         let peer = self.fdb.peer(id);
         let start = match self.framing {
             Framing::Datagram => off,
-            Framing::Ethernet => match self.templates.encap(buf, off, len, &self.cfg.local, id, peer, d.flow_hash) {
+            Framing::Ethernet => match self.templates.encap(buf, off, len, id, peer, d.flow_hash) {
                 Some(s) => s,
                 None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
             },
