@@ -93,18 +93,24 @@ impl Templates {
         };
         let tl = t.len as usize;
         let start = off.checked_sub(tl)?;
-        let out = &mut buf[start..off];
-        out.copy_from_slice(&t.bytes[..tl]);
         let udp_len = (8 + len) as u16;
+        let sport = 49152 | (flow_hash as u16 & 0x3fff);
         if let Some((tl0, c0)) = t.v4 {
+            // IPv4: a fixed 42-byte header, so the copy and the patches are constant moves.
+            let out: &mut [u8; 42] = (&mut buf[start..off]).try_into().ok()?;
+            out.copy_from_slice(t.bytes[..42].try_into().expect("42 bytes"));
             let total = tl0 + len as u16;
             out[16..18].copy_from_slice(&total.to_be_bytes());
             out[24..26].copy_from_slice(&snic_wire::checksum::update16(c0, tl0, total).to_be_bytes());
-        } else {
-            out[18..20].copy_from_slice(&udp_len.to_be_bytes());
+            out[34..36].copy_from_slice(&sport.to_be_bytes());
+            out[38..40].copy_from_slice(&udp_len.to_be_bytes());
+            return Some(start);
         }
+        let out = &mut buf[start..off];
+        out.copy_from_slice(&t.bytes[..tl]);
+        out[18..20].copy_from_slice(&udp_len.to_be_bytes());
         let u = t.udp as usize;
-        out[u..u + 2].copy_from_slice(&(49152 | (flow_hash as u16 & 0x3fff)).to_be_bytes());
+        out[u..u + 2].copy_from_slice(&sport.to_be_bytes());
         out[u + 4..u + 6].copy_from_slice(&udp_len.to_be_bytes());
         Some(start)
     }

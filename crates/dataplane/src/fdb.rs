@@ -47,7 +47,7 @@ pub struct Fdb {
     macs: FxHashMap<(u32, u64), (PeerId, bool)>,
     /// Direct-mapped filter of recent learn calls: a packet whose (VNI, MAC, peer) was just
     /// learned skips the table probe. Any table change clears it.
-    recent: Box<[Option<(u32, u64, Peer)>; 64]>,
+    recent: Box<[(u32, u64, u128); 64]>,
     vnis: FxHashMap<u32, VniRoutes>,
     max_learned: usize,
     learned: usize,
@@ -65,7 +65,7 @@ impl Fdb {
             peers: Vec::with_capacity(1024),
             peer_ids: FxHashMap::default(),
             macs: FxHashMap::with_capacity_and_hasher(max_learned, Default::default()),
-            recent: Box::new([None; 64]),
+            recent: Box::new([(u32::MAX, 0, 0); 64]),
             vnis: FxHashMap::default(),
             max_learned,
             learned: 0,
@@ -97,7 +97,7 @@ impl Fdb {
     /// Adds a static entry. Fails only when the peer table is full.
     pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) -> Option<()> {
         let id = self.intern(peer)?;
-        self.recent.fill(None);
+        self.recent.fill((u32::MAX, 0, 0));
         self.gen += 1;
         if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (id, true)) {
             self.learned -= 1;
@@ -135,15 +135,17 @@ impl Fdb {
         }
         let m = mac.as_u64();
         let slot = ((m ^ (m >> 17) ^ vni as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize;
-        if self.recent[slot] == Some((vni, m, peer)) {
+        let pk = peer.key();
+        let r = &self.recent[slot];
+        if r.0 == vni && r.1 == m && r.2 == pk {
             return;
         }
-        self.learn_slow(vni, m, peer, slot);
+        self.learn_slow(vni, m, peer, slot, pk);
     }
 
     #[inline(never)]
-    fn learn_slow(&mut self, vni: u32, m: u64, peer: Peer, slot: usize) {
-        self.recent[slot] = Some((vni, m, peer));
+    fn learn_slow(&mut self, vni: u32, m: u64, peer: Peer, slot: usize, pk: u128) {
+        self.recent[slot] = (vni, m, pk);
         let k = (vni, m);
         match self.macs.get(&k).copied() {
             Some((_, true)) => {}

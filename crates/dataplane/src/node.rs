@@ -11,7 +11,7 @@ use crate::egress;
 use crate::fdb::{Fdb, PeerId, Route};
 use crate::region::Region;
 use crate::stats::Stats;
-use crate::store::{Desc, Peer, Slots, Store, MAX_TENANTS};
+use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
@@ -391,17 +391,15 @@ impl<B: Backend> Node<B> {
                 u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             }
         };
-        *d = Desc {
-            meta: snic_nt::PktMeta { off: off as u16, len: len as u16, vni, tenant, inner },
-            dag: dag.unwrap_or_default(),
-            pos: 0,
-            src,
-            flow_hash,
-            rx_ns: now.as_nanos(),
-            verdict: None,
-            charged: true,
-            ..*d
-        };
+        // Field by field, in place: building a whole `Desc` and copying it cost more.
+        d.meta = snic_nt::PktMeta { off: off as u16, len: len as u16, vni, tenant, inner };
+        d.dag = dag.unwrap_or_default();
+        d.pos = 0;
+        d.src = src;
+        d.flow_hash = flow_hash;
+        d.rx_ns = now.as_nanos();
+        d.verdict = None;
+        d.charged = true;
         match dag {
             None => self.egress(idx),
             Some(uid) => match self.sched.handle_packet(now, tenant, uid, 0, flow_hash, idx) {

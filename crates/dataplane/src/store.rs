@@ -32,6 +32,23 @@ pub struct Peer {
     pub mac: MacAddr,
 }
 
+impl Peer {
+    /// A compact identity for fast equality checks: for IPv4 the address, port and MAC packed
+    /// exactly; for IPv6 a 128-bit fold of them (a false match is astronomically unlikely and
+    /// would only delay a learning update until the next packet from that sender).
+    #[inline]
+    pub fn key(&self) -> u128 {
+        let mac = self.mac.as_u64() as u128;
+        match self.addr {
+            SocketAddr::V4(a) => ((u32::from_be_bytes(a.ip().octets()) as u128) << 64) | ((a.port() as u128) << 48) | mac,
+            SocketAddr::V6(a) => {
+                let ip = u128::from_be_bytes(a.ip().octets());
+                (ip ^ (ip >> 64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).rotate_left(17) ^ ((a.port() as u128) << 48) ^ mac ^ (1u128 << 127)
+            }
+        }
+    }
+}
+
 impl Default for Peer {
     fn default() -> Self {
         Peer { addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0), mac: MacAddr::default() }
@@ -272,6 +289,19 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peer_key_is_exact_for_ipv4_and_separates_families() {
+        let p = |a: &str, m: u8| Peer { addr: a.parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, m]) };
+        let v4 = [p("192.0.2.1:4789", 1), p("192.0.2.1:4790", 1), p("192.0.2.2:4789", 1), p("192.0.2.1:4789", 2)];
+        for (i, a) in v4.iter().enumerate() {
+            for (j, b) in v4.iter().enumerate() {
+                assert_eq!(a.key() == b.key(), i == j);
+            }
+        }
+        assert_ne!(p("[::ffff:192.0.2.1]:4789", 1).key(), v4[0].key());
+        assert_ne!(p("[2001:db8::1]:4789", 1).key(), p("[2001:db8::2]:4789", 1).key());
+    }
 
     #[test]
     fn quota_drops_only_that_tenant() {
