@@ -214,6 +214,7 @@ impl<T: Copy> Scheduler<T> {
 
     /// Moves up to `max` items that have credit for one instance into `out` (cleared first) and
     /// returns that instance; `None` when nothing can be dispatched. Each item takes one credit.
+    #[inline]
     pub fn poll_dispatch(&mut self, out: &mut Vec<T>, max: usize) -> Option<InstanceId> {
         out.clear();
         while let Some(id) = self.ready.pop_front() {
@@ -250,6 +251,7 @@ impl<T: Copy> Scheduler<T> {
     }
 
     /// `n` items dispatched to `instance` finished: their credits return.
+    #[inline]
     pub fn handle_completion(&mut self, instance: InstanceId, n: u32) {
         let inst = &mut self.instances[instance.index()];
         inst.credits = (inst.credits + n).min(inst.max_credits);

@@ -28,6 +28,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Copies an address by variant. The parser has just written it as a one-byte tag and a
+/// four-byte address; a plain copy reloads it with one 16-byte load spanning both stores, which
+/// defeats store-to-load forwarding (it showed as 12% of the dispatcher's samples).
+#[inline(always)]
+fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
+    match *a {
+        std::net::IpAddr::V4(v) => std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from(v))),
+        std::net::IpAddr::V6(v) => std::net::IpAddr::V6(v),
+    }
+}
+
 /// A source of time for the data plane.
 pub trait Clock: Send {
     /// Now.
@@ -349,7 +360,7 @@ impl<B: Backend> Node<B> {
         }
         let inner = layout::parse_inner(&buf[off + vxlan::HEADER_LEN..off + len]);
         let key = match &inner {
-            Ok(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(l.key.dst), dst_port: l.key.dst_port },
+            Ok(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(rebuild(&l.key.dst)), dst_port: l.key.dst_port },
             _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
         };
         let action = match &self.mat_memo {

@@ -41,7 +41,7 @@ pub struct OuterLayout {
 /// one bounds check; anything else, including every malformed frame, goes through the general
 /// header-by-header parse, so errors are always named by it. A property test holds the two to the
 /// same result on every input.
-#[inline]
+#[inline(always)]
 pub fn parse_outer(frame: &[u8]) -> Result<OuterLayout, ParseError> {
     match parse_outer_fast(frame) {
         Some(l) => Ok(l),
@@ -227,7 +227,9 @@ const UNSPEC: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
 ///
 /// Like [`parse_outer`], untagged IPv4 TCP/UDP without options takes a fast path held to the
 /// general parse by a property test.
-#[inline]
+// Always inlined: returned out of line, the layout was written to the stack byte by byte and
+// reloaded at once in wider loads, a store-forwarding stall that cost 13% of the dispatcher.
+#[inline(always)]
 pub fn parse_inner(frame: &[u8]) -> Result<InnerLayout, ParseError> {
     match parse_inner_fast(frame) {
         Some(l) => Ok(l),
