@@ -1,10 +1,11 @@
 //! `snic`: the one user-facing binary of the snic software SuperNIC.
 //!
-//! Subcommands grow with the project; today: `bench` (data-plane and crypto benchmarks, JSON
-//! lines with `--json`).
+//! Subcommands grow with the project; today: `demo` (a node with two tenants on loopback) and
+//! `bench` (data-plane and crypto benchmarks, JSON lines with `--json`).
 
 mod alloc_count;
 mod bench;
+mod demo;
 
 use clap::{Parser, Subcommand};
 
@@ -24,11 +25,14 @@ enum Cmd {
     /// Measure snic (and its limits) on this machine. Prints one JSON object per case with --json.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Run a node with two tenants and in-process endpoints on loopback, and show what happens.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Demo(d) => demo::run(d),
     }
 }
