@@ -224,19 +224,28 @@ impl<T: Copy> Scheduler<T> {
             if budget == 0 || !inst.live {
                 continue;
             }
-            // Round-robin over tenants, one item at a time, starting where we left off.
+            // Round-robin over tenants, one item at a time, starting where we left off. (No `%`:
+            // an integer division per item was measurable.) With one tenant, one bulk move.
             let n = inst.queues.len();
-            let mut idle = 0;
-            while out.len() < budget && idle < n {
-                let (_, q) = &mut inst.queues[inst.rr];
-                match q.pop_front() {
-                    Some(it) => {
-                        out.push(it);
-                        idle = 0;
+            if n == 1 {
+                let q = &mut inst.queues[0].1;
+                out.extend(q.drain(..budget));
+            } else {
+                let mut idle = 0;
+                while out.len() < budget && idle < n {
+                    let (_, q) = &mut inst.queues[inst.rr];
+                    match q.pop_front() {
+                        Some(it) => {
+                            out.push(it);
+                            idle = 0;
+                        }
+                        None => idle += 1,
                     }
-                    None => idle += 1,
+                    inst.rr += 1;
+                    if inst.rr == n {
+                        inst.rr = 0;
+                    }
                 }
-                inst.rr = (inst.rr + 1) % n;
             }
             let k = out.len();
             inst.credits -= k as u32;

@@ -503,12 +503,12 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn egress(&mut self, idx: u32) {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
         let (t, src, off, len) = (d.meta.tenant, d.src.addr, d.meta.off as usize, d.meta.len as usize);
-        match self.fdb.route(d.meta.vni, d.meta.inner.map(|i| i.dst_mac)) {
+        match self.fdb.route(d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
             Route::Unicast(p) => self.emit(idx, p),
             Route::Flood(list) => {
                 self.flood.clear();
@@ -542,7 +542,7 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn emit(&mut self, idx: u32, id: PeerId) {
         // SAFETY: the dispatcher owns `idx`.
         let (buf, d) = unsafe { self.slots.get(idx) };

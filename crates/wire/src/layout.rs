@@ -10,7 +10,7 @@ use crate::ipv6::Ipv6Packet;
 use crate::tcp::TcpPacket;
 use crate::udp::UdpPacket;
 use crate::vxlan::{self, VxlanPacket};
-use crate::{be16, be32, ip_proto, ParseError};
+use crate::{ip_proto, ParseError};
 use core::net::{IpAddr, Ipv4Addr};
 
 /// The outer headers of a VXLAN frame received as a whole Ethernet frame.
@@ -50,29 +50,35 @@ pub fn parse_outer(frame: &[u8]) -> Result<OuterLayout, ParseError> {
 }
 
 #[inline(always)]
+fn arr<const N: usize>(f: &[u8], at: usize) -> [u8; N] {
+    f[at..at + N].try_into().expect("length checked by the caller")
+}
+
+#[inline(always)]
 fn parse_outer_fast(f: &[u8]) -> Option<OuterLayout> {
-    if f.len() < 50 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45 || f[23] != ip_proto::UDP {
+    // Whole-word loads: the fields are read as arrays (one load each), not byte by byte.
+    if f.len() < 50 || u16::from_be_bytes(arr(f, 12)) != 0x0800 || f[14] != 0x45 || f[23] != ip_proto::UDP {
         return None;
     }
-    let tl = be16(f, 16) as usize;
-    if tl < 36 || 14 + tl > f.len() || be16(f, 20) & 0x3fff != 0 {
+    let tl = u16::from_be_bytes(arr(f, 16)) as usize;
+    if tl < 36 || 14 + tl > f.len() || u16::from_be_bytes(arr(f, 20)) & 0x3fff != 0 {
         return None;
     }
-    if crate::checksum::ipv4_header(f[14..34].try_into().expect("20 bytes")) != 0 {
+    if crate::checksum::ipv4_header(&arr(f, 14)) != 0 {
         return None;
     }
-    let ul = be16(f, 38) as usize;
-    if ul != tl - 20 || be16(f, 36) != vxlan::PORT || f[42] & vxlan::FLAG_I == 0 {
+    let ul = u16::from_be_bytes(arr(f, 38)) as usize;
+    if ul != tl - 20 || u16::from_be_bytes(arr(f, 36)) != vxlan::PORT || f[42] & vxlan::FLAG_I == 0 {
         return None;
     }
     Some(OuterLayout {
         vxlan_off: 42,
-        src_mac: MacAddr([f[6], f[7], f[8], f[9], f[10], f[11]]),
-        dst_mac: MacAddr([f[0], f[1], f[2], f[3], f[4], f[5]]),
-        src_ip: IpAddr::V4(Ipv4Addr::new(f[26], f[27], f[28], f[29])),
-        dst_ip: IpAddr::V4(Ipv4Addr::new(f[30], f[31], f[32], f[33])),
-        src_port: be16(f, 34),
-        vni: be32(f, 46) >> 8,
+        src_mac: MacAddr(arr(f, 6)),
+        dst_mac: MacAddr(arr(f, 0)),
+        src_ip: IpAddr::V4(Ipv4Addr::from(u32::from_be_bytes(arr(f, 26)))),
+        dst_ip: IpAddr::V4(Ipv4Addr::from(u32::from_be_bytes(arr(f, 30)))),
+        src_port: u16::from_be_bytes(arr(f, 34)),
+        vni: u32::from_be_bytes(arr(f, 46)) >> 8,
         vxlan_len: (ul - 8) as u16,
     })
 }
@@ -239,45 +245,46 @@ pub fn parse_inner(frame: &[u8]) -> Result<InnerLayout, ParseError> {
 
 #[inline(always)]
 fn parse_inner_fast(f: &[u8]) -> Option<InnerLayout> {
-    if f.len() < 34 || f[12] != 0x08 || f[13] != 0x00 || f[14] != 0x45 {
+    if f.len() < 34 || u16::from_be_bytes(arr(f, 12)) != 0x0800 || f[14] != 0x45 {
         return None;
     }
-    let tl = be16(f, 16) as usize;
-    if tl < 20 || 14 + tl > f.len() || be16(f, 20) & 0x3fff != 0 {
+    let tl = u16::from_be_bytes(arr(f, 16)) as usize;
+    if tl < 20 || 14 + tl > f.len() || u16::from_be_bytes(arr(f, 20)) & 0x3fff != 0 {
         return None;
     }
     let seg = tl - 20;
     let proto = f[23];
-    let (sp, dp, fl) = match proto {
+    let fl = match proto {
         ip_proto::UDP if seg >= 8 => {
-            let ul = be16(f, 38) as usize;
+            let ul = u16::from_be_bytes(arr(f, 38)) as usize;
             if ul < 8 || ul > seg {
                 return None;
             }
-            (be16(f, 34), be16(f, 36), 0)
+            0
         }
         ip_proto::TCP if seg >= 20 => {
             let off = ((f[46] >> 4) as usize) * 4;
             if off < 20 || off > seg {
                 return None;
             }
-            (be16(f, 34), be16(f, 36), f[47])
+            f[47]
         }
         _ => return None,
     };
+    let ports = u32::from_be_bytes(arr(f, 34));
     Some(InnerLayout {
-        dst_mac: MacAddr([f[0], f[1], f[2], f[3], f[4], f[5]]),
-        src_mac: MacAddr([f[6], f[7], f[8], f[9], f[10], f[11]]),
+        dst_mac: MacAddr(arr(f, 0)),
+        src_mac: MacAddr(arr(f, 6)),
         l3: InnerL3::Ipv4,
         l3_off: 14,
         l4_off: 34,
         l3_end: (14 + tl) as u16,
         key: FlowKey {
-            src: IpAddr::V4(Ipv4Addr::new(f[26], f[27], f[28], f[29])),
-            dst: IpAddr::V4(Ipv4Addr::new(f[30], f[31], f[32], f[33])),
+            src: IpAddr::V4(Ipv4Addr::from(u32::from_be_bytes(arr(f, 26)))),
+            dst: IpAddr::V4(Ipv4Addr::from(u32::from_be_bytes(arr(f, 30)))),
             proto,
-            src_port: sp,
-            dst_port: dp,
+            src_port: (ports >> 16) as u16,
+            dst_port: ports as u16,
         },
         l4_flags: fl,
     })

@@ -85,10 +85,29 @@ pub struct Generator {
 
 impl Generator {
     /// A generator of `count` packets cycling through `headers`, each followed by `payload`.
+    /// Frames of at most [`Generator::WHOLE_BELOW`] bytes are kept whole (one copy per packet);
+    /// larger ones as header plus the shared payload.
     pub fn new(framing: Framing, headers: Vec<Vec<u8>>, payload: Vec<u8>, src: SocketAddr, count: u64) -> Self {
         assert!(!headers.is_empty(), "a generator needs at least one template");
-        Generator { templates: headers, payload, src, framing, next: 0, remaining: count, tx_packets: 0, tx_bytes: 0, tx_check: 0 }
+        let (templates, payload) = if headers[0].len() + payload.len() <= Self::WHOLE_BELOW {
+            (
+                headers
+                    .into_iter()
+                    .map(|mut h| {
+                        h.extend_from_slice(&payload);
+                        h
+                    })
+                    .collect(),
+                Vec::new(),
+            )
+        } else {
+            (headers, payload)
+        };
+        Generator { templates, payload, src, framing, next: 0, remaining: count, tx_packets: 0, tx_bytes: 0, tx_check: 0 }
     }
+
+    /// Frame size up to which templates are stored whole.
+    pub const WHOLE_BELOW: usize = 256;
 }
 
 impl Backend for Generator {
@@ -110,7 +129,9 @@ impl Backend for Generator {
             let fits = HEADROOM + h + p <= BUF_SIZE;
             if fits {
                 buf[HEADROOM..HEADROOM + h].copy_from_slice(t);
-                buf[HEADROOM + h..HEADROOM + h + p].copy_from_slice(&self.payload);
+                if p > 0 {
+                    buf[HEADROOM + h..HEADROOM + h + p].copy_from_slice(&self.payload);
+                }
             }
             meta[i] = RxMeta { len: if fits { (h + p) as u16 } else { 0 }, src: self.src, truncated: !fits };
         }
