@@ -42,8 +42,9 @@ pub enum Action {
     Drop,
 }
 
-/// An IP prefix.
+/// An IP prefix. Serialized as `"10.0.0.0/8"` (a bare address means a full-length prefix).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct IpPrefix {
     /// Address (bits past `len` are ignored).
     pub addr: IpAddr,
@@ -75,6 +76,19 @@ impl core::str::FromStr for IpPrefix {
             None => width(&addr),
         };
         IpPrefix::new(addr, len).ok_or_else(|| format!("prefix length {len} is too long for {addr}"))
+    }
+}
+
+impl TryFrom<String> for IpPrefix {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<IpPrefix> for String {
+    fn from(p: IpPrefix) -> String {
+        p.to_string()
     }
 }
 

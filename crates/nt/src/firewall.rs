@@ -163,7 +163,7 @@ mod tests {
         let cfg: FirewallConfig = serde_json::from_str(
             r#"{"rules":[
                 {"proto":6,"dst_ports":{"lo":22,"hi":22},"action":"deny"},
-                {"src":{"addr":"10.0.0.0","len":24},"action":"allow"}
+                {"src":"10.0.0.0/24","action":"allow"}
             ],"default":"deny"}"#,
         )
         .unwrap();

@@ -105,7 +105,7 @@ mod tests {
         let specs: Vec<NtSpec> = serde_json::from_str(
             r#"[{"kind":"dummy"},{"kind":"counter"},
                 {"kind":"firewall","rules":[{"proto":6,"action":"deny"}],"default":"allow"},
-                {"kind":"nat","snat":{"inside":{"addr":"10.0.0.0","len":8},"public":"203.0.113.1"}},
+                {"kind":"nat","snat":{"inside":"10.0.0.0/8","public":"203.0.113.1"}},
                 {"kind":"aes_gcm","direction":"encrypt","keys":[{"tenant":1,"spi":1,"key_hex":"000102030405060708090a0b0c0d0e0f"}]},
                 {"kind":"vni_map","map":[{"from":100,"to":200}]}]"#,
         )

@@ -2,7 +2,8 @@
 //! traffic for a bounded time, a live per-tenant table and a summary. Needs no root and sends
 //! nothing beyond 127.0.0.1.
 //!
-//! Tenant `blue` (VNI 100) runs firewall → NAT: its endpoint A sends UDP to B on port 5001
+//! It deploys `examples/demo.yaml` (embedded) through the control plane. Tenant `blue` (VNI 100)
+//! runs firewall → NAT: its endpoint A sends UDP to B on port 5001
 //! (allowed, source-NATed to 203.0.113.1) and, one packet in ten, TCP to port 22 (denied).
 //! Tenant `green` (VNI 200) runs counter → vni_map: its traffic is re-mapped into VNI 300, where
 //! its receiver sits (a VPC mapping). Receivers check that each transformation really happened.
@@ -10,19 +11,14 @@
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_control::{manifest, plan, state::State};
+use snic_core::ids::TenantId;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::stats::TenantStats;
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
-use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
-use snic_nt::nat::{NatConfig, Snat};
-use snic_nt::spec::VniPair;
-use snic_nt::NtSpec;
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
@@ -45,18 +41,21 @@ pub struct DemoArgs {
     json: bool,
 }
 
+/// The two tenants of `examples/demo.yaml`, as the demo's endpoints see them.
 struct Tenant {
     name: &'static str,
-    id: TenantId,
     vni: u32,
     out_vni: u32,
-    chain: &'static str,
 }
 
-const TENANTS: [Tenant; 2] = [
-    Tenant { name: "blue", id: TenantId(1), vni: 100, out_vni: 100, chain: "firewall → nat" },
-    Tenant { name: "green", id: TenantId(2), vni: 200, out_vni: 300, chain: "counter → vni_map" },
-];
+const TENANTS: [Tenant; 2] = [Tenant { name: "blue", vni: 100, out_vni: 100 }, Tenant { name: "green", vni: 200, out_vni: 300 }];
+
+/// What the deployment gave each tenant.
+struct Placed {
+    id: TenantId,
+    chain: String,
+    region: u16,
+}
 
 const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
 const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
@@ -73,7 +72,7 @@ struct Receiver {
 struct TenantSummary {
     name: &'static str,
     vni: u32,
-    chain: &'static str,
+    chain: String,
     sent_packets: u64,
     delivered_packets: u64,
     dropped_packets: u64,
@@ -107,52 +106,29 @@ fn frame(vni: u32, l4: L4Spec, payload: usize) -> Vec<u8> {
     b
 }
 
-fn build_node(receivers: &[SocketAddr; 2]) -> anyhow::Result<Node<UdpBackend>> {
+/// The configuration the demo deploys: `examples/demo.yaml`, embedded.
+pub const DEMO_MANIFEST: &str = include_str!("../../../examples/demo.yaml");
+
+fn build_node(receivers: &[SocketAddr; 2]) -> anyhow::Result<(Node<UdpBackend>, Vec<Placed>)> {
     let backend = UdpBackend::bind("127.0.0.1:0".parse()?).context("binding the node's UDP socket on loopback")?;
     // In-process endpoints send and receive on one socket, so answer them on their source port.
     let cfg = NodeConfig { vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, backend, Box::new(MonotonicClock::default()))?;
-    let fw = NtSpec::Firewall(FirewallConfig {
-        rules: vec![FwRule {
-            src: None,
-            dst: None,
-            proto: Some(6),
-            src_ports: PortRange::ANY,
-            dst_ports: PortRange::single(22),
-            action: Policy::Deny,
-        }],
-        ..Default::default()
-    });
-    let nat = NtSpec::Nat(NatConfig {
-        snat: Some(Snat {
-            inside: "10.1.0.0/24".parse().map_err(anyhow::Error::msg)?,
-            public: [203, 0, 113, 1].into(),
-            ports: PortRange { lo: 1024, hi: 65535 },
-        }),
-        ..Default::default()
-    });
-    let blue = node.add_chain(vec![fw, nat]);
-    let green = node.add_chain(vec![NtSpec::Counter, NtSpec::VniMap { map: vec![VniPair { from: 200, to: 300 }], default: None }]);
-    node.launch(blue)?;
-    node.launch(green)?;
-    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: blue, mask: NtMask::all(2) }]));
-    node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: green, mask: NtMask::all(2) }]));
-    let mut mat = Mat::new();
-    for (t, uid) in TENANTS.iter().zip([1, 2]) {
-        mat.insert(Rule {
-            vni: t.vni,
-            proto: None,
-            dst: None,
-            dst_ports: PortRange::ANY,
-            priority: 0,
-            action: Action::Dag { tenant: t.id, dag: DagUid(uid) },
-        });
+    let state = State::default().apply(manifest::parse(DEMO_MANIFEST)?)?;
+    let plan = plan::plan(&state, 8)?;
+    let instances = crate::deploy::deploy(&mut node, &plan)?;
+    let mut placed = Vec::new();
+    for t in &TENANTS {
+        let id = TenantId(*state.ids().tenants.get(t.name).context("the demo manifest names tenants blue and green")?);
+        let dag = plan.dags.iter().find(|d| d.tenant == id).context("each demo tenant has a DAG")?;
+        let chain = dag.steps.iter().map(|(c, _)| plan.chains[*c].nts.join(" → ")).collect::<Vec<_>>().join(" ⇒ ");
+        placed.push(Placed { id, chain, region: instances[dag.steps[0].0].0 });
     }
-    node.mat_handle().store(Arc::new(mat));
+    // Routes to the in-process endpoints (their ports are the OS's choice, so not in the manifest).
     for (t, r) in TENANTS.iter().zip(receivers) {
         node.fdb_mut().add_static(t.out_vni, MAC_B, Peer { addr: *r, mac: MacAddr::default() }).context("peer table full")?;
     }
-    Ok(node)
+    Ok((node, placed))
 }
 
 fn sender(sock: UdpSocket, node: SocketAddr, t: &'static Tenant, rate: u64, until: Instant, sent: Arc<AtomicU64>) {
@@ -201,12 +177,13 @@ fn receiver(sock: UdpSocket, t: &'static Tenant, stop: Arc<AtomicBool>, r: Arc<R
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let recv_socks = [UdpSocket::bind("127.0.0.1:0")?, UdpSocket::bind("127.0.0.1:0")?];
     let recv_addrs = [recv_socks[0].local_addr()?, recv_socks[1].local_addr()?];
-    let mut node = build_node(&recv_addrs)?;
+    let (mut node, placed) = build_node(&recv_addrs)?;
     let node_addr = node.backend().local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
     let snapshot: Arc<Mutex<[TenantStats; 2]>> = Arc::new(Mutex::new(Default::default()));
 
     let (st, snap) = (stop.clone(), snapshot.clone());
+    let ids = [placed[0].id.index(), placed[1].id.index()];
     let node_thread = std::thread::Builder::new().name("snic-node".into()).spawn(move || {
         let mut last = Instant::now();
         while !st.load(Ordering::Relaxed) {
@@ -216,11 +193,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             if last.elapsed() >= Duration::from_millis(100) {
                 last = Instant::now();
                 let s = node.stats();
-                *snap.lock().expect("snapshot lock") = [s.tenants[1].clone(), s.tenants[2].clone()];
+                *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
             }
         }
         let s = node.stats();
-        *snap.lock().expect("snapshot lock") = [s.tenants[1].clone(), s.tenants[2].clone()];
+        *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
         node
     })?;
 
@@ -242,8 +219,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
 
     if !a.json {
         println!("snic demo: node on {node_addr} (loopback UDP, VXLAN), {} s, {} pkt/s offered per tenant", a.seconds, a.rate);
-        for (t, r) in TENANTS.iter().zip(&recv_addrs) {
-            println!("  tenant {:<5} VNI {} → DAG [{}] → endpoint {} on VNI {}", t.name, t.vni, t.chain, r, t.out_vni);
+        println!("  configuration: examples/demo.yaml (embedded), deployed through the control plane");
+        for ((t, r), p) in TENANTS.iter().zip(&recv_addrs).zip(&placed) {
+            println!("  tenant {:<5} VNI {} → [{}] in region {} → endpoint {} on VNI {}", t.name, t.vni, p.chain, p.region, r, t.out_vni);
         }
         println!("\n{:>4}  {:<6} {:>10} {:>10} {:>9} {:>10}  region", "t(s)", "tenant", "rx pkt/s", "tx pkt/s", "drops", "delivered");
     }
@@ -258,15 +236,15 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         for (i, t) in TENANTS.iter().enumerate() {
             let s = &snap[i];
             println!(
-                "{:>4.0}  {:<6} {:>10} {:>10} {:>9} {:>10}  #{} [{}]",
+                "{:>4.0}  {:<6} {:>10} {:>10} {:>9} {:>10}  {} [{}]",
                 t0.elapsed().as_secs_f64(),
                 t.name,
                 s.rx_packets - prev[i].0,
                 s.tx_packets - prev[i].1,
                 s.dropped(),
                 receivers[i].packets.load(Ordering::Relaxed),
-                i,
-                t.chain
+                placed[i].region,
+                placed[i].chain
             );
             prev[i] = (s.rx_packets, s.tx_packets);
         }
@@ -290,7 +268,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .iter()
             .enumerate()
             .map(|(i, t)| {
-                let s = &stats.tenants[t.id.index()];
+                let s = &stats.tenants[placed[i].id.index()];
                 let by_reason = (0..snic_dataplane::Drop::COUNT)
                     .filter(|&k| s.drops[k] > 0)
                     .map(|k| (snic_dataplane::Drop::name(k), s.drops[k]))
@@ -298,7 +276,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 TenantSummary {
                     name: t.name,
                     vni: t.vni,
-                    chain: t.chain,
+                    chain: placed[i].chain.clone(),
                     sent_packets: sent[i].load(Ordering::Relaxed),
                     delivered_packets: receivers[i].packets.load(Ordering::Relaxed),
                     dropped_packets: s.dropped(),

@@ -6,6 +6,8 @@
 mod alloc_count;
 mod bench;
 mod demo;
+mod deploy;
+mod plan_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -27,12 +29,19 @@ enum Cmd {
     Bench(bench::BenchCmd),
     /// Run a node with two tenants and in-process endpoints on loopback, and show what happens.
     Demo(demo::DemoArgs),
+    /// Validate manifests and show how a node would place them (chains, regions, DAG routes).
+    Plan(plan_cmd::PlanArgs),
 }
 
 fn main() -> anyhow::Result<()> {
+    // Like other command-line tools, end quietly when the reader of our output goes away
+    // (`snic demo | head`): Rust ignores SIGPIPE by default and would panic on the write.
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL is always valid.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Demo(d) => demo::run(d),
+        Cmd::Plan(p) => plan_cmd::run(p),
     }
 }

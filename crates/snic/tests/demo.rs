@@ -42,3 +42,21 @@ fn bad_arguments_are_rejected_with_help() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown chain"));
 }
+
+#[test]
+fn plan_shows_placement_and_rejects_bad_manifests_by_name() {
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/demo.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["plan", "-f", manifest, "-o", "json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["chains"].as_array().unwrap().len(), 2);
+    assert_eq!(v["chains"][0]["nts"], serde_json::json!(["blue-firewall", "blue-nat"]));
+
+    let bad = std::env::temp_dir().join(format!("snic-bad-{}.yaml", std::process::id()));
+    std::fs::write(&bad, "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [100]}\n---\napiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100]}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["plan", "-f", bad.to_str().unwrap()]).output().unwrap();
+    std::fs::remove_file(&bad).ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Tenant \"red\"") && err.contains("spec.vnis[0]") && err.contains("already belongs to tenant `blue`"), "{err}");
+}

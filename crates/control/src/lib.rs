@@ -1,0 +1,47 @@
+//! # snic-control: the declarative control plane
+//!
+//! Users describe what they want as objects — [`manifest::Kind::Tenant`], `NT`, `DAG`, `Rule`,
+//! `Route` — in YAML or JSON documents in kubectl's shape (`apiVersion`, `kind`, `metadata.name`,
+//! `spec`). This crate parses them ([`manifest`]), keeps the desired state and checks it as a
+//! whole ([`state`]: references resolve, NTs are visible to the DAG's tenant, a VNI has one owner,
+//! DAGs are acyclic), and turns it into what a node runs ([`plan`]: tenant ids, DAG UIDs, chains
+//! formed along DAG paths with shared NTs time-shared, the DAGs' routes through those chains with
+//! the NTs each skips, MAT rules and forwarding entries).
+//!
+//! It performs no I/O and does not touch the data plane: the daemon applies a [`plan::Plan`] to a
+//! node. Errors name the object, the field and the reason, with a stable code.
+//!
+//! ```
+//! use snic_control::{manifest, state::State, plan};
+//! let docs = manifest::parse(r#"
+//! apiVersion: snic/v1
+//! kind: Tenant
+//! metadata: {name: blue}
+//! spec: {vnis: [100]}
+//! ---
+//! apiVersion: snic/v1
+//! kind: NT
+//! metadata: {name: blue-fw}
+//! spec: {tenant: blue, config: {kind: firewall, default: allow}}
+//! ---
+//! apiVersion: snic/v1
+//! kind: DAG
+//! metadata: {name: blue-path}
+//! spec: {tenant: blue, nodes: [blue-fw]}
+//! ---
+//! apiVersion: snic/v1
+//! kind: Rule
+//! metadata: {name: blue-all}
+//! spec: {vni: 100, action: {dag: blue-path}}
+//! "#).unwrap();
+//! let state = State::default().apply(docs).unwrap();
+//! let p = plan::plan(&state, 8).unwrap();
+//! assert_eq!(p.chains.len(), 1);
+//! ```
+#![warn(missing_docs)]
+
+pub mod manifest;
+pub mod plan;
+pub mod state;
+
+pub use manifest::{Error, ErrorCode};

@@ -1,0 +1,374 @@
+//! Manifest documents: parsing and the typed objects.
+//!
+//! Schema `snic/v1`. Every document has `apiVersion: snic/v1`, a `kind`, `metadata.name` and a
+//! `spec` whose fields depend on the kind (see docs/manifests.md). Unknown fields anywhere are
+//! errors, so a typo never silently does nothing.
+
+use serde::{Deserialize, Serialize};
+use snic_core::mat::{IpPrefix, PortRange};
+use snic_nt::NtSpec;
+use std::collections::BTreeMap;
+
+/// The schema version this build understands.
+pub const API_VERSION: &str = "snic/v1";
+
+/// Object kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Kind {
+    /// A tenant: name, weight, VNIs, quotas.
+    Tenant,
+    /// A network task with its configuration.
+    #[serde(rename = "NT")]
+    Nt,
+    /// A tenant's DAG of NTs.
+    #[serde(rename = "DAG")]
+    Dag,
+    /// A match-action rule.
+    Rule,
+    /// A forwarding entry.
+    Route,
+}
+
+impl Kind {
+    /// Parses a kind name as `snic get` accepts it (case-insensitive, plural allowed).
+    pub fn from_cli(s: &str) -> Option<Kind> {
+        let l = s.to_ascii_lowercase();
+        Some(match l.trim_end_matches('s') {
+            "tenant" => Kind::Tenant,
+            "nt" => Kind::Nt,
+            "dag" => Kind::Dag,
+            "rule" => Kind::Rule,
+            "route" => Kind::Route,
+            _ => return None,
+        })
+    }
+
+    /// The name used in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Tenant => "Tenant",
+            Kind::Nt => "NT",
+            Kind::Dag => "DAG",
+            Kind::Rule => "Rule",
+            Kind::Route => "Route",
+        }
+    }
+}
+
+/// Stable error codes (API errors carry them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not YAML/JSON, wrong type, unknown field, bad value.
+    InvalidManifest,
+    /// A name that refers to no object (or to one the tenant may not use).
+    UnknownReference,
+    /// A DAG with a cycle.
+    Cycle,
+    /// A VNI claimed by two tenants.
+    VniConflict,
+    /// Two objects of one kind with one name in the same apply.
+    Duplicate,
+    /// The object is used by another and cannot be deleted.
+    InUse,
+    /// No such object.
+    NotFound,
+    /// The node cannot hold what is asked (regions, tenants).
+    Capacity,
+}
+
+/// A manifest or state error: which object, which field, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{kind} {name:?}: `{field}`: {reason}")]
+pub struct Error {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Object kind (or `document` when the kind is unknown).
+    pub kind: String,
+    /// Object name (or the document's position).
+    pub name: String,
+    /// Field path (`spec.nodes[1]`).
+    pub field: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Error {
+    /// An error about an object.
+    pub fn new(code: ErrorCode, kind: Kind, name: &str, field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error { code, kind: kind.as_str().into(), name: name.into(), field: field.into(), reason: reason.into() }
+    }
+}
+
+/// A tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Weight for fair sharing (weighted DRF); default 1.
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// VNIs the tenant owns; no other tenant may use them.
+    #[serde(default)]
+    pub vnis: Vec<u32>,
+    /// Quotas.
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Per-tenant quotas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// Packet-store buffers the tenant may hold at once (default: no limit beyond the store).
+    #[serde(default)]
+    pub store_buffers: Option<u32>,
+}
+
+/// A network task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NtObjSpec {
+    /// The owning tenant.
+    pub tenant: String,
+    /// Other tenants that may use this NT in their DAGs (time-shared); `["*"]` for all.
+    #[serde(default)]
+    pub shared_with: Vec<String>,
+    /// Whether the NT reads or writes the payload (informational today; the paper's declaration).
+    #[serde(default)]
+    pub payload: bool,
+    /// On-board memory the NT needs, MiB (informational until paged NT memory lands).
+    #[serde(default)]
+    pub memory_mib: u32,
+    /// The NT's kind and configuration.
+    pub config: NtSpec,
+}
+
+/// A DAG of NTs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DagSpec {
+    /// The owning tenant.
+    pub tenant: String,
+    /// NT names. Without `edges`, they run in this order.
+    pub nodes: Vec<String>,
+    /// `[from, to]` pairs: `from` runs before `to`. Omitted: the `nodes` order.
+    #[serde(default)]
+    pub edges: Option<Vec<[String; 2]>>,
+}
+
+/// What a rule does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "snake_case")]
+pub enum RuleAction {
+    /// Run this DAG (of the VNI's tenant).
+    Dag(String),
+    /// Forward without NTs.
+    PassThrough,
+    /// Drop.
+    Drop,
+}
+
+/// A MAT rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// The VNI (its owner is the rule's tenant).
+    pub vni: u32,
+    /// Inner IP protocol number.
+    #[serde(default)]
+    pub proto: Option<u8>,
+    /// Inner destination prefix.
+    #[serde(default)]
+    pub dst: Option<IpPrefix>,
+    /// Inner destination ports.
+    #[serde(default)]
+    pub dst_ports: Option<PortRange>,
+    /// Tie-break among equal prefixes; higher wins.
+    #[serde(default)]
+    pub priority: u16,
+    /// What to do.
+    pub action: RuleAction,
+}
+
+/// A forwarding entry: exactly one of `mac`, `default`, `flood`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// The VNI.
+    pub vni: u32,
+    /// The VTEP (`ip:port`).
+    pub vtep: std::net::SocketAddr,
+    /// A static MAC entry: this inner MAC is behind `vtep`.
+    #[serde(default)]
+    pub mac: Option<String>,
+    /// `vtep` is where unknown or unreadable destinations of the VNI go.
+    #[serde(default)]
+    pub default: bool,
+    /// `vtep` gets a copy of broadcast and unknown unicast.
+    #[serde(default)]
+    pub flood: bool,
+    /// The VTEP's MAC, for frame backends (defaults to zero).
+    #[serde(default)]
+    pub vtep_mac: Option<String>,
+}
+
+/// A typed object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Spec {
+    /// Tenant.
+    Tenant(TenantSpec),
+    /// NT.
+    Nt(NtObjSpec),
+    /// DAG.
+    Dag(DagSpec),
+    /// Rule.
+    Rule(RuleSpec),
+    /// Route.
+    Route(RouteSpec),
+}
+
+/// One parsed document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Object {
+    /// Kind.
+    pub kind: Kind,
+    /// `metadata.name`.
+    pub name: String,
+    /// The spec.
+    pub spec: Spec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    kind: String,
+    metadata: Metadata,
+    spec: serde_json::Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Metadata {
+    name: String,
+    #[serde(default)]
+    #[allow(dead_code)]
+    labels: BTreeMap<String, String>,
+}
+
+fn doc_err(i: usize, field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error {
+        code: ErrorCode::InvalidManifest,
+        kind: "document".into(),
+        name: format!("#{}", i + 1),
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Valid object names: DNS-label-like, 1..=63 of `[a-z0-9-]`, not starting or ending with `-`.
+pub fn valid_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 63
+        && !n.starts_with('-')
+        && !n.ends_with('-')
+        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
+fn typed<T: serde::de::DeserializeOwned>(kind: Kind, name: &str, v: serde_json::Value) -> Result<T, Error> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { "spec".to_string() } else { format!("spec.{path}") };
+        Error::new(ErrorCode::InvalidManifest, kind, name, field, e.into_inner().to_string())
+    })
+}
+
+/// Parses one object from a JSON value (a document already decoded).
+pub fn object_from_value(i: usize, v: serde_json::Value) -> Result<Object, Error> {
+    let env: Envelope = serde_path_to_error::deserialize(v).map_err(|e| doc_err(i, e.path().to_string(), e.into_inner().to_string()))?;
+    if env.api_version != API_VERSION {
+        return Err(doc_err(i, "apiVersion", format!("`{}` is not supported (expected `{API_VERSION}`)", env.api_version)));
+    }
+    let kind = match env.kind.as_str() {
+        "Tenant" => Kind::Tenant,
+        "NT" => Kind::Nt,
+        "DAG" => Kind::Dag,
+        "Rule" => Kind::Rule,
+        "Route" => Kind::Route,
+        k => return Err(doc_err(i, "kind", format!("unknown kind `{k}` (expected Tenant, NT, DAG, Rule or Route)"))),
+    };
+    let name = env.metadata.name;
+    if !valid_name(&name) {
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
+            kind,
+            &name,
+            "metadata.name",
+            "must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'",
+        ));
+    }
+    let spec = match kind {
+        Kind::Tenant => Spec::Tenant(typed(kind, &name, env.spec)?),
+        Kind::Nt => Spec::Nt(typed(kind, &name, env.spec)?),
+        Kind::Dag => Spec::Dag(typed(kind, &name, env.spec)?),
+        Kind::Rule => Spec::Rule(typed(kind, &name, env.spec)?),
+        Kind::Route => Spec::Route(typed(kind, &name, env.spec)?),
+    };
+    Ok(Object { kind, name, spec })
+}
+
+/// Parses a multi-document YAML stream (JSON is YAML too). Empty documents are skipped.
+pub fn parse(text: &str) -> Result<Vec<Object>, Error> {
+    let mut out = Vec::new();
+    for (i, de) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let v: serde_json::Value =
+            serde_path_to_error::deserialize(de).map_err(|e| doc_err(i, e.path().to_string(), e.into_inner().to_string()))?;
+        if v.is_null() {
+            continue;
+        }
+        out.push(object_from_value(i, v)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> Error {
+        parse(text).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_object_field_and_reason() {
+        let e = err("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100], wieght: 2}\n");
+        assert_eq!((e.kind.as_str(), e.name.as_str(), e.code), ("Tenant", "blue", ErrorCode::InvalidManifest));
+        assert!(e.reason.contains("unknown field `wieght`"), "{e}");
+        let e = err("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [one]}\n");
+        assert_eq!(e.field, "spec.vnis[0]", "{e}");
+        let e = err("apiVersion: snic/v1\nkind: NT\nmetadata: {name: fw}\nspec: {tenant: blue, config: {kind: firewall, rules: [{src: '10.0.0.0/33', action: deny}]}}\n");
+        assert!(e.field.starts_with("spec.config"), "{e}");
+        assert!(e.reason.contains("too long"), "{e}");
+        let e = err("apiVersion: snic/v2\nkind: Tenant\nmetadata: {name: blue}\nspec: {}\n");
+        assert_eq!(e.field, "apiVersion");
+        let e = err("apiVersion: snic/v1\nkind: Teapot\nmetadata: {name: blue}\nspec: {}\n");
+        assert_eq!(e.field, "kind");
+        let e = err("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: Blue_1}\nspec: {}\n");
+        assert_eq!(e.field, "metadata.name");
+        let e = err("{not yaml");
+        assert_eq!(e.code, ErrorCode::InvalidManifest);
+    }
+
+    #[test]
+    fn multi_document_yaml_and_json() {
+        let docs = parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: a}\nspec: {}\n---\n---\n{\"apiVersion\":\"snic/v1\",\"kind\":\"Tenant\",\"metadata\":{\"name\":\"b\"},\"spec\":{\"weight\":3}}\n").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default() }));
+    }
+}

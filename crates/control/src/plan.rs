@@ -1,0 +1,319 @@
+//! From desired state to what a node runs: chains, placement, routes, rules.
+//!
+//! **Chains** are formed along DAG paths (paper §4.3): each DAG is put in a topological order,
+//! and consecutive NTs not yet placed become one chain. An NT already placed by another DAG —
+//! a shared NT, time-shared by its tenants — is reused where it is, and the DAG's route visits its
+//! chain with a mask that skips the chain's other NTs. Consecutive NTs of a DAG that sit in one
+//! chain in increasing order form one step (one visit).
+//!
+//! **Placement**: each chain gets one instance, pre-launched into a free region at deploy. More
+//! chains than regions is a capacity error today; on-demand launch and context switching
+//! (a later issue) will lift it.
+
+use crate::manifest::{DagSpec, Error, ErrorCode, Kind, RuleAction, Spec};
+use crate::state::State;
+use snic_core::dag::NtMask;
+use snic_core::ids::{DagUid, TenantId};
+use snic_core::mat::{Action, PortRange, Rule};
+use snic_nt::NtSpec;
+use snic_wire::ethernet::MacAddr;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// A tenant as the node sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantPlan {
+    /// Name.
+    pub name: String,
+    /// Id.
+    pub id: TenantId,
+    /// Weight.
+    pub weight: u32,
+    /// Packet-store quota, if any.
+    pub store_buffers: Option<u32>,
+    /// VNIs.
+    pub vnis: Vec<u32>,
+}
+
+/// A chain: NTs that run together in one region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainPlan {
+    /// NT names, in order.
+    pub nts: Vec<String>,
+    /// Their configurations.
+    pub specs: Vec<NtSpec>,
+}
+
+/// A DAG's route through the chains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DagPlan {
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub tenant: TenantId,
+    /// UID.
+    pub uid: DagUid,
+    /// Visits: chain index into [`Plan::chains`] and the NTs run there.
+    pub steps: Vec<(usize, NtMask)>,
+}
+
+/// A forwarding entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteEntry {
+    /// Static MAC.
+    Mac(MacAddr),
+    /// VNI default.
+    Default,
+    /// Flood list member.
+    Flood,
+}
+
+/// A route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoutePlan {
+    /// VNI.
+    pub vni: u32,
+    /// VTEP address.
+    pub vtep: SocketAddr,
+    /// VTEP MAC (frame backends).
+    pub vtep_mac: MacAddr,
+    /// What kind of entry.
+    pub entry: RouteEntry,
+}
+
+/// Everything a node needs to run the desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Tenants.
+    pub tenants: Vec<TenantPlan>,
+    /// Chains, one pre-launched instance each.
+    pub chains: Vec<ChainPlan>,
+    /// DAG routes.
+    pub dags: Vec<DagPlan>,
+    /// MAT rules.
+    pub rules: Vec<Rule>,
+    /// Forwarding entries.
+    pub routes: Vec<RoutePlan>,
+}
+
+/// The DAG's NTs in a topological order (ties in `nodes` order), or `None` on a cycle.
+pub fn topo_order(d: &DagSpec) -> Option<Vec<&str>> {
+    let Some(edges) = &d.edges else { return Some(d.nodes.iter().map(String::as_str).collect()) };
+    let idx = |n: &str| d.nodes.iter().position(|x| x == n);
+    let mut indeg = vec![0usize; d.nodes.len()];
+    for [_, b] in edges {
+        indeg[idx(b)?] += 1;
+    }
+    let mut done = vec![false; d.nodes.len()];
+    let mut out = Vec::with_capacity(d.nodes.len());
+    while out.len() < d.nodes.len() {
+        let next = (0..d.nodes.len()).find(|&i| !done[i] && indeg[i] == 0)?;
+        done[next] = true;
+        out.push(d.nodes[next].as_str());
+        for [a, b] in edges {
+            if *a == d.nodes[next] {
+                indeg[idx(b)?] -= 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Plans a valid state for a node with `regions` regions.
+pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
+    let ids = state.ids();
+    let mut p = Plan::default();
+    for o in state.list(Kind::Tenant) {
+        if let Spec::Tenant(t) = &o.spec {
+            p.tenants.push(TenantPlan {
+                name: o.name.clone(),
+                id: TenantId(ids.tenants[&o.name]),
+                weight: t.weight,
+                store_buffers: t.quotas.store_buffers,
+                vnis: t.vnis.clone(),
+            });
+        }
+    }
+    let tid = |name: &str| TenantId(ids.tenants[name]);
+    // NT name -> (chain, position).
+    let mut placed: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for o in state.list(Kind::Dag) {
+        let Spec::Dag(d) = &o.spec else { continue };
+        let order = topo_order(d).expect("validated acyclic");
+        let mut run: Vec<&str> = Vec::new();
+        let flush = |run: &mut Vec<&str>, p: &mut Plan, placed: &mut BTreeMap<String, (usize, usize)>| {
+            if run.is_empty() {
+                return;
+            }
+            let c = p.chains.len();
+            let specs = run
+                .iter()
+                .map(|n| match &state.get(Kind::Nt, n).expect("validated").spec {
+                    Spec::Nt(nt) => nt.config.clone(),
+                    _ => unreachable!("validated NT"),
+                })
+                .collect();
+            for (i, n) in run.iter().enumerate() {
+                placed.insert(n.to_string(), (c, i));
+            }
+            p.chains.push(ChainPlan { nts: run.iter().map(|s| s.to_string()).collect(), specs });
+            run.clear();
+        };
+        for n in &order {
+            if placed.contains_key(*n) {
+                flush(&mut run, &mut p, &mut placed);
+            } else {
+                run.push(n);
+            }
+        }
+        flush(&mut run, &mut p, &mut placed);
+        let mut steps: Vec<(usize, NtMask, usize)> = Vec::new();
+        for n in &order {
+            let (c, pos) = placed[*n];
+            match steps.last_mut() {
+                Some((lc, mask, last_pos)) if *lc == c && pos > *last_pos => {
+                    mask.0 |= 1 << pos;
+                    *last_pos = pos;
+                }
+                _ => steps.push((c, NtMask(1 << pos), pos)),
+            }
+        }
+        p.dags.push(DagPlan {
+            name: o.name.clone(),
+            tenant: tid(&d.tenant),
+            uid: DagUid(ids.dags[&o.name]),
+            steps: steps.into_iter().map(|(c, m, _)| (c, m)).collect(),
+        });
+    }
+    if p.chains.len() > regions {
+        return Err(Error {
+            code: ErrorCode::Capacity,
+            kind: "node".into(),
+            name: "regions".into(),
+            field: "regions".into(),
+            reason: format!("the DAGs need {} chains but the node has {regions} regions", p.chains.len()),
+        });
+    }
+    for o in state.list(Kind::Rule) {
+        let Spec::Rule(r) = &o.spec else { continue };
+        let owner = state
+            .list(Kind::Tenant)
+            .find(|t| matches!(&t.spec, Spec::Tenant(ts) if ts.vnis.contains(&r.vni)))
+            .map(|t| tid(&t.name))
+            .expect("validated VNI owner");
+        let action = match &r.action {
+            RuleAction::Dag(d) => Action::Dag { tenant: owner, dag: DagUid(ids.dags[d]) },
+            RuleAction::PassThrough => Action::PassThrough { tenant: owner },
+            RuleAction::Drop => Action::Drop,
+        };
+        p.rules.push(Rule {
+            vni: r.vni,
+            proto: r.proto,
+            dst: r.dst,
+            dst_ports: r.dst_ports.unwrap_or(PortRange::ANY),
+            priority: r.priority,
+            action,
+        });
+    }
+    for o in state.list(Kind::Route) {
+        let Spec::Route(r) = &o.spec else { continue };
+        let mac = |m: &Option<String>| m.as_deref().map(|s| s.parse::<MacAddr>().expect("validated MAC"));
+        let entry = match (mac(&r.mac), r.default) {
+            (Some(m), _) => RouteEntry::Mac(m),
+            (None, true) => RouteEntry::Default,
+            (None, false) => RouteEntry::Flood,
+        };
+        p.routes.push(RoutePlan { vni: r.vni, vtep: r.vtep, vtep_mac: mac(&r.vtep_mac).unwrap_or_default(), entry });
+    }
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse;
+
+    fn state(extra: &str) -> State {
+        let base = r#"
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: a}
+spec: {vnis: [1]}
+---
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: b}
+spec: {vnis: [2]}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: nt1}
+spec: {tenant: a, config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: nt2}
+spec: {tenant: a, shared_with: ['*'], config: {kind: dummy}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: nt3}
+spec: {tenant: b, config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: nt4}
+spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
+"#;
+        State::default().apply(parse(&format!("{base}{extra}")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn paper_figure_7_chains_with_shared_nts() {
+        // user1: NT1 -> NT2 -> NT4; user2: NT3 -> NT4 and NT2 (shared NT2 and NT4).
+        let s = state(
+            r#"
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: d1}
+spec: {tenant: a, nodes: [nt1, nt2, nt4]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: d2}
+spec: {tenant: b, nodes: [nt3, nt4, nt2], edges: [[nt3, nt4], [nt2, nt4]]}
+"#,
+        );
+        let p = plan(&s, 8).unwrap();
+        let names: Vec<Vec<&str>> = p.chains.iter().map(|c| c.nts.iter().map(String::as_str).collect()).collect();
+        assert_eq!(names, vec![vec!["nt1", "nt2", "nt4"], vec!["nt3"]]);
+        let d1 = &p.dags[0];
+        assert_eq!(d1.steps, vec![(0, NtMask(0b111))], "d1 runs its chain whole");
+        // d2 in topological order: nt3, nt2, nt4 -> chain 1 (nt3), then chain 0 skipping nt1.
+        let d2 = &p.dags[1];
+        assert_eq!(d2.steps, vec![(1, NtMask(0b1)), (0, NtMask(0b110))]);
+        assert!(matches!(plan(&s, 1), Err(e) if e.code == ErrorCode::Capacity));
+    }
+
+    #[test]
+    fn order_against_the_chain_visits_it_twice() {
+        let s = state(
+            r#"
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: d1}
+spec: {tenant: a, nodes: [nt1, nt2]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: d2}
+spec: {tenant: a, nodes: [nt2, nt1]}
+"#,
+        );
+        let p = plan(&s, 8).unwrap();
+        assert_eq!(p.chains.len(), 1);
+        assert_eq!(p.dags[1].steps, vec![(0, NtMask(0b10)), (0, NtMask(0b01))]);
+    }
+}

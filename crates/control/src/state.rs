@@ -1,0 +1,334 @@
+//! The desired state: every applied object, checked as a whole.
+//!
+//! A [`State`] is a value. [`State::apply`] and [`State::delete`] return a *new* state or an
+//! error, leaving `self` untouched, so an apply is atomic: all of a manifest or none of it.
+//! Tenant ids and DAG UIDs are assigned here, once per name, and never reused.
+
+use crate::manifest::{Error, ErrorCode, Kind, Object, Spec};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Ids assigned to names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ids {
+    /// Tenant name → tenant id (from 1).
+    pub tenants: BTreeMap<String, u16>,
+    /// DAG name → UID (from 1).
+    pub dags: BTreeMap<String, u32>,
+    next_tenant: u16,
+    next_dag: u32,
+}
+
+/// Most tenants a node accounts for (the data plane's per-tenant tables).
+pub const MAX_TENANTS: u16 = 1023;
+
+/// The desired state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct State {
+    objects: BTreeMap<(Kind, String), Object>,
+    ids: Ids,
+}
+
+impl State {
+    /// An object.
+    pub fn get(&self, kind: Kind, name: &str) -> Option<&Object> {
+        self.objects.get(&(kind, name.to_string()))
+    }
+
+    /// All objects of a kind, by name.
+    pub fn list(&self, kind: Kind) -> impl Iterator<Item = &Object> {
+        self.objects.range((kind, String::new())..).take_while(move |((k, _), _)| *k == kind).map(|(_, o)| o)
+    }
+
+    /// Every object, by kind then name.
+    pub fn objects(&self) -> impl Iterator<Item = &Object> {
+        self.objects.values()
+    }
+
+    /// Assigned ids.
+    pub fn ids(&self) -> &Ids {
+        &self.ids
+    }
+
+    /// Rebuilds a state from stored objects and ids (persistence), validating it.
+    pub fn restore(objects: Vec<Object>, ids: Ids) -> Result<State, Error> {
+        let s = State { objects: objects.into_iter().map(|o| ((o.kind, o.name.clone()), o)).collect(), ids };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// The state with `objs` created or replaced, if the result is valid.
+    pub fn apply(&self, objs: Vec<Object>) -> Result<State, Error> {
+        let mut seen = BTreeSet::new();
+        for o in &objs {
+            if !seen.insert((o.kind, o.name.clone())) {
+                return Err(Error::new(ErrorCode::Duplicate, o.kind, &o.name, "metadata.name", "appears twice in this manifest"));
+            }
+        }
+        let mut next = self.clone();
+        for o in objs {
+            match o.kind {
+                Kind::Tenant if !next.ids.tenants.contains_key(&o.name) => {
+                    if next.ids.next_tenant >= MAX_TENANTS {
+                        return Err(Error::new(
+                            ErrorCode::Capacity,
+                            o.kind,
+                            &o.name,
+                            "metadata.name",
+                            format!("a node holds at most {MAX_TENANTS} tenants"),
+                        ));
+                    }
+                    next.ids.next_tenant += 1;
+                    next.ids.tenants.insert(o.name.clone(), next.ids.next_tenant);
+                }
+                Kind::Dag if !next.ids.dags.contains_key(&o.name) => {
+                    next.ids.next_dag += 1;
+                    next.ids.dags.insert(o.name.clone(), next.ids.next_dag);
+                }
+                _ => {}
+            }
+            next.objects.insert((o.kind, o.name.clone()), o);
+        }
+        next.validate()?;
+        Ok(next)
+    }
+
+    /// The state without one object, if nothing else uses it.
+    pub fn delete(&self, kind: Kind, name: &str) -> Result<State, Error> {
+        let mut next = self.clone();
+        if next.objects.remove(&(kind, name.to_string())).is_none() {
+            return Err(Error::new(ErrorCode::NotFound, kind, name, "metadata.name", "no such object"));
+        }
+        if let Err(e) = next.validate() {
+            return Err(Error::new(ErrorCode::InUse, kind, name, "metadata.name", format!("still used: {e}")));
+        }
+        Ok(next)
+    }
+
+    fn tenant_of_vni(&self, vni: u32) -> Option<&str> {
+        self.list(Kind::Tenant).find_map(|o| match &o.spec {
+            Spec::Tenant(t) if t.vnis.contains(&vni) => Some(o.name.as_str()),
+            _ => None,
+        })
+    }
+
+    fn visible(&self, nt: &str, tenant: &str) -> Result<(), String> {
+        match self.get(Kind::Nt, nt).map(|o| &o.spec) {
+            Some(Spec::Nt(n)) if n.tenant == tenant || n.shared_with.iter().any(|t| t == tenant || t == "*") => Ok(()),
+            Some(_) => Err(format!("NT `{nt}` belongs to another tenant and is not shared with `{tenant}`")),
+            None => Err(format!("no NT named `{nt}`")),
+        }
+    }
+
+    /// Checks every cross-object constraint.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut vni_owner: BTreeMap<u32, &str> = BTreeMap::new();
+        for o in self.objects.values() {
+            let (k, n) = (o.kind, o.name.as_str());
+            let bad = |code, field: String, reason: String| Err(Error::new(code, k, n, field, reason));
+            let tenant_exists = |t: &str| self.get(Kind::Tenant, t).is_some();
+            match &o.spec {
+                Spec::Tenant(t) => {
+                    for (i, v) in t.vnis.iter().enumerate() {
+                        if *v >= 1 << 24 {
+                            return bad(ErrorCode::InvalidManifest, format!("spec.vnis[{i}]"), format!("VNI {v} does not fit in 24 bits"));
+                        }
+                        if let Some(other) = vni_owner.insert(*v, n) {
+                            return bad(
+                                ErrorCode::VniConflict,
+                                format!("spec.vnis[{i}]"),
+                                format!("VNI {v} already belongs to tenant `{other}`"),
+                            );
+                        }
+                    }
+                    if t.weight == 0 {
+                        return bad(ErrorCode::InvalidManifest, "spec.weight".into(), "must be at least 1".into());
+                    }
+                }
+                Spec::Nt(nt) => {
+                    if !tenant_exists(&nt.tenant) {
+                        return bad(ErrorCode::UnknownReference, "spec.tenant".into(), format!("no tenant named `{}`", nt.tenant));
+                    }
+                    for (i, t) in nt.shared_with.iter().enumerate() {
+                        if t != "*" && !tenant_exists(t) {
+                            return bad(ErrorCode::UnknownReference, format!("spec.shared_with[{i}]"), format!("no tenant named `{t}`"));
+                        }
+                    }
+                    if let Err(e) = snic_nt::build(&nt.config) {
+                        return bad(ErrorCode::InvalidManifest, "spec.config".into(), e.to_string());
+                    }
+                }
+                Spec::Dag(d) => {
+                    if !tenant_exists(&d.tenant) {
+                        return bad(ErrorCode::UnknownReference, "spec.tenant".into(), format!("no tenant named `{}`", d.tenant));
+                    }
+                    if d.nodes.is_empty() {
+                        return bad(ErrorCode::InvalidManifest, "spec.nodes".into(), "a DAG needs at least one NT".into());
+                    }
+                    for (i, nt) in d.nodes.iter().enumerate() {
+                        if d.nodes[..i].contains(nt) {
+                            return bad(ErrorCode::Duplicate, format!("spec.nodes[{i}]"), format!("`{nt}` appears twice"));
+                        }
+                        if let Err(r) = self.visible(nt, &d.tenant) {
+                            return bad(ErrorCode::UnknownReference, format!("spec.nodes[{i}]"), r);
+                        }
+                    }
+                    for (i, [a, b]) in d.edges.iter().flatten().enumerate() {
+                        for x in [a, b] {
+                            if !d.nodes.contains(x) {
+                                return bad(
+                                    ErrorCode::UnknownReference,
+                                    format!("spec.edges[{i}]"),
+                                    format!("`{x}` is not one of the DAG's nodes"),
+                                );
+                            }
+                        }
+                    }
+                    if crate::plan::topo_order(d).is_none() {
+                        return bad(ErrorCode::Cycle, "spec.edges".into(), "the edges form a cycle".into());
+                    }
+                }
+                Spec::Rule(r) => match self.tenant_of_vni(r.vni) {
+                    None => return bad(ErrorCode::UnknownReference, "spec.vni".into(), format!("no tenant owns VNI {}", r.vni)),
+                    Some(owner) => {
+                        if let crate::manifest::RuleAction::Dag(dag) = &r.action {
+                            match self.get(Kind::Dag, dag).map(|o| &o.spec) {
+                                Some(Spec::Dag(d)) if d.tenant == owner => {}
+                                Some(_) => {
+                                    return bad(
+                                        ErrorCode::UnknownReference,
+                                        "spec.action.dag".into(),
+                                        format!("DAG `{dag}` does not belong to `{owner}`, the owner of VNI {}", r.vni),
+                                    )
+                                }
+                                None => return bad(ErrorCode::UnknownReference, "spec.action.dag".into(), format!("no DAG named `{dag}`")),
+                            }
+                        }
+                    }
+                },
+                Spec::Route(rt) => {
+                    if self.tenant_of_vni(rt.vni).is_none() {
+                        return bad(ErrorCode::UnknownReference, "spec.vni".into(), format!("no tenant owns VNI {}", rt.vni));
+                    }
+                    let n_kinds = rt.mac.is_some() as u8 + rt.default as u8 + rt.flood as u8;
+                    if n_kinds != 1 {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec".into(),
+                            "exactly one of `mac`, `default: true`, `flood: true`".into(),
+                        );
+                    }
+                    for (f, m) in [("spec.mac", &rt.mac), ("spec.vtep_mac", &rt.vtep_mac)] {
+                        if let Some(m) = m {
+                            if m.parse::<snic_wire::ethernet::MacAddr>().is_err() {
+                                return bad(
+                                    ErrorCode::InvalidManifest,
+                                    f.into(),
+                                    format!("`{m}` is not a MAC address (xx:xx:xx:xx:xx:xx)"),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::parse;
+
+    const BASE: &str = r#"
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: blue}
+spec: {vnis: [100]}
+---
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: green}
+spec: {vnis: [200]}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: blue-fw}
+spec: {tenant: blue, config: {kind: firewall}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: shared-count}
+spec: {tenant: blue, shared_with: [green], config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: blue-path}
+spec: {tenant: blue, nodes: [blue-fw, shared-count]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: blue-all}
+spec: {vni: 100, action: {dag: blue-path}}
+"#;
+
+    fn base() -> State {
+        State::default().apply(parse(BASE).unwrap()).unwrap()
+    }
+
+    fn reject(extra: &str) -> Error {
+        let s = base();
+        let e = s.apply(parse(extra).unwrap()).unwrap_err();
+        assert_eq!(s, base(), "a failed apply changes nothing");
+        e
+    }
+
+    #[test]
+    fn ids_are_stable_and_never_reused() {
+        let s = base();
+        assert_eq!(s.ids().tenants["blue"], 1);
+        assert_eq!(s.ids().tenants["green"], 2);
+        let s = s.apply(parse(BASE).unwrap()).unwrap();
+        assert_eq!(s.ids().tenants["green"], 2, "re-applying keeps ids");
+        let s = s.delete(Kind::Rule, "blue-all").unwrap().delete(Kind::Dag, "blue-path").unwrap();
+        let s = s
+            .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: blue-path}\nspec: {tenant: blue, nodes: [blue-fw]}\n").unwrap())
+            .unwrap();
+        assert_eq!(s.ids().dags["blue-path"], 1, "a name keeps its UID");
+    }
+
+    #[test]
+    fn bad_references_cycles_and_conflicts_are_rejected_whole() {
+        let e = reject("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [300, 100]}\n");
+        assert_eq!((e.code, e.field.as_str()), (ErrorCode::VniConflict, "spec.vnis[1]"), "{e}");
+        let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: d}\nspec: {tenant: blue, nodes: [blue-fw, nope]}\n");
+        assert_eq!((e.code, e.field.as_str(), e.name.as_str()), (ErrorCode::UnknownReference, "spec.nodes[1]", "d"), "{e}");
+        let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue-fw]}\n");
+        assert!(e.reason.contains("not shared"), "{e}");
+        // A shared NT is visible to the tenant it is shared with.
+        base()
+            .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [shared-count]}\n").unwrap())
+            .unwrap();
+        let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: c}\nspec: {tenant: blue, nodes: [blue-fw, shared-count], edges: [[blue-fw, shared-count], [shared-count, blue-fw]]}\n");
+        assert_eq!(e.code, ErrorCode::Cycle);
+        let e = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue-path}}\n");
+        assert_eq!((e.code, e.field.as_str()), (ErrorCode::UnknownReference, "spec.action.dag"), "{e}");
+        // Half good, half bad: none of it lands.
+        let e = reject("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [300]}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 999, action: drop}\n");
+        assert_eq!(e.field, "spec.vni");
+        let e = reject("apiVersion: snic/v1\nkind: NT\nmetadata: {name: k}\nspec: {tenant: blue, config: {kind: aes_gcm, direction: encrypt, keys: [{tenant: 1, spi: 1, key_hex: abc}]}}\n");
+        assert_eq!(e.field, "spec.config", "{e}");
+        let e = reject(
+            "apiVersion: snic/v1\nkind: Route\nmetadata: {name: x}\nspec: {vni: 100, vtep: '127.0.0.1:4789', default: true, flood: true}\n",
+        );
+        assert_eq!(e.field, "spec");
+    }
+
+    #[test]
+    fn delete_refuses_what_is_in_use() {
+        let e = base().delete(Kind::Nt, "blue-fw").unwrap_err();
+        assert_eq!(e.code, ErrorCode::InUse);
+        assert_eq!(base().delete(Kind::Nt, "nope").unwrap_err().code, ErrorCode::NotFound);
+    }
+}

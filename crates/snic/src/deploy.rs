@@ -1,0 +1,48 @@
+//! Applying a control-plane [`Plan`] to a node: quotas, chains launched into regions, DAG routes,
+//! the MAT and forwarding entries.
+
+use anyhow::Context;
+use snic_control::plan::{Plan, RouteEntry};
+use snic_core::dag::{DagRoute, Step};
+use snic_core::ids::InstanceId;
+
+use snic_core::mat::Mat;
+use snic_dataplane::backend::Backend;
+use snic_dataplane::store::Peer;
+use snic_dataplane::Node;
+use std::sync::Arc;
+
+/// Deploys `plan` on a node that runs nothing yet; returns the instance (region) launched for
+/// each planned chain.
+pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<InstanceId>> {
+    for t in &plan.tenants {
+        if let Some(q) = t.store_buffers {
+            node.store_mut().set_quota(t.id, q);
+        }
+    }
+    let mut chains = Vec::new();
+    for (i, c) in plan.chains.iter().enumerate() {
+        let id = node.add_chain(c.specs.clone());
+        let inst = node.launch(id).with_context(|| format!("launching chain {i} ({})", c.nts.join(" → ")))?;
+        chains.push((id, inst));
+    }
+    for d in &plan.dags {
+        node.set_dag(d.uid, DagRoute::new(d.steps.iter().map(|&(c, mask)| Step { chain: chains[c].0, mask }).collect()));
+    }
+    let mut mat = Mat::new();
+    for r in &plan.rules {
+        mat.insert(*r);
+    }
+    node.mat_handle().store(Arc::new(mat));
+    for r in &plan.routes {
+        let peer = Peer { addr: r.vtep, mac: r.vtep_mac };
+        let fdb = node.fdb_mut();
+        let ok = match r.entry {
+            RouteEntry::Mac(m) => fdb.add_static(r.vni, m, peer),
+            RouteEntry::Default => fdb.set_default(r.vni, Some(peer)),
+            RouteEntry::Flood => fdb.add_flood(r.vni, peer),
+        };
+        ok.context("the forwarding table's peer table is full")?;
+    }
+    Ok(chains.into_iter().map(|(_, i)| i).collect())
+}
