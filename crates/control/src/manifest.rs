@@ -243,6 +243,19 @@ pub struct Object {
     pub spec: Spec,
 }
 
+impl Object {
+    /// The object as a manifest document (`apiVersion`, `kind`, `metadata`, `spec`); parsing it
+    /// back with [`object_from_value`] gives the same object.
+    pub fn to_document(&self) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": API_VERSION,
+            "kind": self.kind.as_str(),
+            "metadata": {"name": self.name},
+            "spec": self.spec,
+        })
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Envelope {
@@ -363,6 +376,14 @@ mod tests {
         assert_eq!(e.field, "metadata.name");
         let e = err("{not yaml");
         assert_eq!(e.code, ErrorCode::InvalidManifest);
+    }
+
+    #[test]
+    fn documents_round_trip() {
+        let text = include_str!("../../../examples/demo.yaml");
+        for o in parse(text).unwrap() {
+            assert_eq!(object_from_value(0, o.to_document()).unwrap(), o);
+        }
     }
 
     #[test]

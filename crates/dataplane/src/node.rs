@@ -284,6 +284,26 @@ impl<B: Backend> Node<B> {
         self.sched.set_dag(uid, route);
     }
 
+    /// Removes a DAG's route; its packets already queued still run.
+    pub fn remove_dag(&mut self, uid: DagUid) {
+        self.sched.remove_dag(uid);
+    }
+
+    /// Polls until every buffer is back in the store or `limit` passes; returns true if drained.
+    pub fn drain(&mut self, limit: Duration) -> bool {
+        let t0 = std::time::Instant::now();
+        while self.store.charged() > 0 && t0.elapsed() < limit {
+            self.poll();
+        }
+        self.store.charged() == 0
+    }
+
+    /// Stops the node (its worker threads end) and gives its backend back, for a node rebuilt
+    /// with another deployment on the same socket. Call [`Node::drain`] first.
+    pub fn into_backend(self) -> B {
+        self.backend
+    }
+
     /// Runs until `stop` is set, idling in the backend's wait when there is no work.
     pub fn run(&mut self, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {

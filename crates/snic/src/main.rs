@@ -5,6 +5,8 @@
 
 mod alloc_count;
 mod bench;
+mod client;
+mod daemon;
 mod demo;
 mod deploy;
 mod plan_cmd;
@@ -31,9 +33,27 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Validate manifests and show how a node would place them (chains, regions, DAG routes).
     Plan(plan_cmd::PlanArgs),
+    /// Run a node: the data plane, the control thread, the HTTP/JSON API and /metrics.
+    Run(daemon::RunArgs),
+    /// Apply manifests to a running node (all or nothing).
+    Apply(client::ApplyArgs),
+    /// Show objects of a running node.
+    Get(client::GetArgs),
+    /// Delete an object from a running node.
+    Delete(client::DeleteArgs),
+    /// Show a running node's regions, tenants, rates and drops.
+    Status(client::StatusArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
+    if let Err(e) = run() {
+        // One line, with the causes: users read this, not a backtrace.
+        eprintln!("Error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     // Like other command-line tools, end quietly when the reader of our output goes away
     // (`snic demo | head`): Rust ignores SIGPIPE by default and would panic on the write.
     // SAFETY: called first thing in main, before any thread exists; SIG_DFL is always valid.
@@ -43,5 +63,10 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Demo(d) => demo::run(d),
         Cmd::Plan(p) => plan_cmd::run(p),
+        Cmd::Run(r) => daemon::run(r),
+        Cmd::Apply(a) => client::apply(a),
+        Cmd::Get(a) => client::get(a),
+        Cmd::Delete(a) => client::delete(a),
+        Cmd::Status(a) => client::status(a),
     }
 }

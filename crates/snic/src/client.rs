@@ -1,0 +1,173 @@
+//! The kubectl-style client of a running daemon: `snic apply -f`, `snic get`, `snic delete`,
+//! `snic status`. The server is `--server`, else `$SNIC_SERVER`, else http://127.0.0.1:7878.
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde_json::Value;
+
+/// Where the daemon's API is.
+#[derive(Args, Clone)]
+pub struct Server {
+    /// The daemon's API URL.
+    #[arg(long, env = "SNIC_SERVER", default_value = "http://127.0.0.1:7878", global = true)]
+    server: String,
+}
+
+/// Options of `snic apply`.
+#[derive(Args)]
+pub struct ApplyArgs {
+    /// Manifest files (YAML or JSON, multi-document); `-` reads standard input.
+    #[arg(short = 'f', long = "filename", required = true)]
+    files: Vec<String>,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Options of `snic get`.
+#[derive(Args)]
+pub struct GetArgs {
+    /// Kind: tenant, nt, dag, rule, route (plural allowed).
+    kind: String,
+    /// Name; all of the kind if omitted.
+    name: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json", "yaml"])]
+    output: String,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Options of `snic delete`.
+#[derive(Args)]
+pub struct DeleteArgs {
+    /// Kind.
+    kind: String,
+    /// Name.
+    name: String,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// Options of `snic status`.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Output format.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    output: String,
+    #[command(flatten)]
+    server: Server,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(std::time::Duration::from_secs(30))).build().into()
+}
+
+/// Sends a request; returns the JSON body of a 2xx, or fails with the API's error.
+fn call(method: &str, url: String, body: Option<String>) -> anyhow::Result<Value> {
+    let a = agent();
+    let res = match (method, body) {
+        ("POST", Some(b)) => a.post(&url).header("content-type", "application/yaml").send(b),
+        ("DELETE", _) => a.delete(&url).call(),
+        _ => a.get(&url).call(),
+    };
+    let mut res = res.with_context(|| format!("cannot reach the snic daemon at {url}"))?;
+    let status = res.status();
+    let text = res.body_mut().read_to_string().context("reading the response")?;
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    if !status.is_success() {
+        let e = &v["error"];
+        if e.is_object() {
+            bail!(
+                "{} ({}): {} {:?}: `{}`: {}",
+                status.as_u16(),
+                e["code"].as_str().unwrap_or("?"),
+                e["kind"].as_str().unwrap_or(""),
+                e["name"].as_str().unwrap_or(""),
+                e["field"].as_str().unwrap_or(""),
+                e["reason"].as_str().unwrap_or("")
+            );
+        }
+        bail!("{}: {v}", status.as_u16());
+    }
+    Ok(v)
+}
+
+/// `snic apply`.
+pub fn apply(a: ApplyArgs) -> anyhow::Result<()> {
+    let mut docs = Vec::new();
+    for f in &a.files {
+        docs.push(if f == "-" {
+            std::io::read_to_string(std::io::stdin())?
+        } else {
+            std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?
+        });
+    }
+    let v = call("POST", format!("{}/v1/apply", a.server.server), Some(docs.join("\n---\n")))?;
+    for o in v["applied"].as_array().into_iter().flatten() {
+        println!("{}/{} applied", o["kind"].as_str().unwrap_or("?"), o["name"].as_str().unwrap_or("?"));
+    }
+    Ok(())
+}
+
+/// `snic get`.
+pub fn get(a: GetArgs) -> anyhow::Result<()> {
+    let url = match &a.name {
+        Some(n) => format!("{}/v1/objects/{}/{n}", a.server.server, a.kind),
+        None => format!("{}/v1/objects/{}", a.server.server, a.kind),
+    };
+    let v = call("GET", url, None)?;
+    match a.output.as_str() {
+        "json" => println!("{}", serde_json::to_string_pretty(&v)?),
+        "yaml" => {
+            let docs: Vec<Value> = if v.is_array() { v.as_array().cloned().unwrap_or_default() } else { vec![v] };
+            let parts: Vec<String> = docs.iter().map(yaml_serde::to_string).collect::<Result<_, _>>()?;
+            print!("{}", parts.join("---\n"));
+        }
+        _ => {
+            println!("{:<10} {:<24} SPEC", "KIND", "NAME");
+            let docs: Vec<Value> = if v.is_array() { v.as_array().cloned().unwrap_or_default() } else { vec![v] };
+            for d in docs {
+                println!("{:<10} {:<24} {}", d["kind"].as_str().unwrap_or(""), d["metadata"]["name"].as_str().unwrap_or(""), d["spec"]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `snic delete`.
+pub fn delete(a: DeleteArgs) -> anyhow::Result<()> {
+    call("DELETE", format!("{}/v1/objects/{}/{}", a.server.server, a.kind, a.name), None)?;
+    println!("{}/{} deleted", a.kind, a.name);
+    Ok(())
+}
+
+/// `snic status`.
+pub fn status(a: StatusArgs) -> anyhow::Result<()> {
+    let v = call("GET", format!("{}/v1/status", a.server.server), None)?;
+    if a.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("regions: {} of {} used", v["regions"]["used"], v["regions"]["total"]);
+    for r in v["regions"]["instances"].as_array().into_iter().flatten() {
+        let chain: Vec<&str> = r["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+        println!("  region {:<3} [{}]  queued {}  free credits {}", r["region"], chain.join(" → "), r["queued"], r["credits"]);
+    }
+    println!("tenants:");
+    println!("  {:<16} {:>10} {:>10} {:>12} {:>12} {:>9}", "NAME", "rx pkt/s", "tx pkt/s", "rx packets", "tx packets", "dropped");
+    for t in v["tenants"].as_array().into_iter().flatten() {
+        let s = &t["stats"];
+        let dropped: u64 = s["drops"].as_array().into_iter().flatten().filter_map(|d| d[1].as_u64()).sum();
+        println!(
+            "  {:<16} {:>10.0} {:>10.0} {:>12} {:>12} {:>9}",
+            t["name"].as_str().unwrap_or(""),
+            s["rx_pps"].as_f64().unwrap_or(0.0),
+            s["tx_pps"].as_f64().unwrap_or(0.0),
+            s["rx_packets"].as_u64().unwrap_or(0),
+            s["tx_packets"].as_u64().unwrap_or(0),
+            dropped
+        );
+    }
+    println!("latency p50 {} ns, p99 {} ns", v["latency_ns"]["p50"], v["latency_ns"]["p99"]);
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! `/metrics`: Prometheus text from the data plane's last snapshot (published every 250 ms), so a
+//! scrape never touches the packet path.
+
+use super::api::Control;
+use axum::extract::State as AxState;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::{Arc, Mutex};
+
+type Labels = Vec<(String, String)>;
+
+fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
+    let f = Family::<Labels, Counter>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
+    let f = Family::<Labels, Gauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn l(pairs: &[(&str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// The handler.
+pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
+    let Ok(c) = ctl.lock() else { return StatusCode::INTERNAL_SERVER_ERROR.into_response() };
+    let snap = c.dp.snapshot.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut reg = Registry::default();
+    let rx_p = counter(&mut reg, "snic_tenant_rx_packets", "Packets received per tenant");
+    let rx_b = counter(&mut reg, "snic_tenant_rx_bytes", "VXLAN bytes received per tenant");
+    let tx_p = counter(&mut reg, "snic_tenant_tx_packets", "Packets transmitted per tenant");
+    let tx_b = counter(&mut reg, "snic_tenant_tx_bytes", "VXLAN bytes transmitted per tenant");
+    let drops = counter(&mut reg, "snic_tenant_drops", "Drops per tenant and reason");
+    let store = gauge(&mut reg, "snic_tenant_store_buffers", "Packet-store buffers held per tenant");
+    let unattr = counter(&mut reg, "snic_unattributed_drops", "Drops before a tenant was known, per reason");
+    let queue = gauge(&mut reg, "snic_region_queue_depth", "Packets waiting per region");
+    let credits = gauge(&mut reg, "snic_region_credits", "Free credits per region");
+    let lat = gauge(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
+    for t in &c.plan.tenants {
+        let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
+        let tl = l(&[("tenant", &t.name)]);
+        rx_p.get_or_create(&tl).inc_by(s.rx_packets);
+        rx_b.get_or_create(&tl).inc_by(s.rx_bytes);
+        tx_p.get_or_create(&tl).inc_by(s.tx_packets);
+        tx_b.get_or_create(&tl).inc_by(s.tx_bytes);
+        store.get_or_create(&tl).set(s.store_buffers as i64);
+        for (reason, n) in &s.drops {
+            drops.get_or_create(&l(&[("tenant", &t.name), ("reason", reason)])).inc_by(*n);
+        }
+    }
+    for (reason, n) in &snap.unattributed_drops {
+        unattr.get_or_create(&l(&[("reason", reason)])).inc_by(*n);
+    }
+    for r in &snap.regions {
+        let rl = l(&[("region", &r.region.to_string()), ("chain", &r.chain.join(","))]);
+        queue.get_or_create(&rl).set(r.queued as i64);
+        credits.get_or_create(&rl).set(r.credits as i64);
+    }
+    lat.get_or_create(&l(&[("quantile", "0.5")])).set(snap.latency_p50_ns as i64);
+    lat.get_or_create(&l(&[("quantile", "0.99")])).set(snap.latency_p99_ns as i64);
+    let mut out = String::new();
+    if encode(&mut out, &reg).is_err() {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response()
+}

@@ -1,0 +1,72 @@
+//! The persistent desired state, in redb. Every apply or delete rewrites the stored objects and
+//! ids in one write transaction, so a crash leaves the old state or the new, never a mix; the
+//! daemon stores only states that validated and planned.
+
+use anyhow::Context;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use snic_control::manifest::object_from_value;
+use snic_control::state::{Ids, State};
+use std::path::Path;
+
+const OBJECTS: TableDefinition<&str, &str> = TableDefinition::new("objects");
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+
+/// The state database.
+pub struct Db {
+    db: Database,
+}
+
+impl Db {
+    /// Opens (creating) `dir/state.redb`.
+    pub fn open(dir: &Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("state.redb");
+        let db = Database::create(&path).with_context(|| format!("opening {}", path.display()))?;
+        Ok(Db { db })
+    }
+
+    /// Loads the stored state (empty on first start).
+    pub fn load(&self) -> anyhow::Result<State> {
+        let txn = self.db.begin_read()?;
+        let objects = match txn.open_table(OBJECTS) {
+            Ok(t) => {
+                let mut v = Vec::new();
+                for (i, row) in t.iter()?.enumerate() {
+                    let (k, doc) = row?;
+                    let value: serde_json::Value =
+                        serde_json::from_str(doc.value()).with_context(|| format!("stored object {}", k.value()))?;
+                    v.push(object_from_value(i, value).map_err(|e| anyhow::anyhow!("stored object {}: {e}", k.value()))?);
+                }
+                v
+            }
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(State::default()),
+            Err(e) => return Err(e.into()),
+        };
+        let ids: Ids = match txn.open_table(META) {
+            Ok(t) => match t.get("ids")? {
+                Some(v) => serde_json::from_str(v.value())?,
+                None => Ids::default(),
+            },
+            Err(redb::TableError::TableDoesNotExist(_)) => Ids::default(),
+            Err(e) => return Err(e.into()),
+        };
+        State::restore(objects, ids).map_err(|e| anyhow::anyhow!("stored state is invalid: {e}"))
+    }
+
+    /// Replaces the stored state with `s`, atomically.
+    pub fn save(&self, s: &State) -> anyhow::Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(OBJECTS)?;
+            t.retain(|_, _| false)?;
+            for o in s.objects() {
+                let key = format!("{}/{}", o.kind.as_str(), o.name);
+                t.insert(key.as_str(), o.to_document().to_string().as_str())?;
+            }
+            let mut m = txn.open_table(META)?;
+            m.insert("ids", serde_json::to_string(s.ids())?.as_str())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+//! The data-plane thread of the daemon: owns the node, applies plans, publishes snapshots.
+//!
+//! A new plan whose chains, tenants and routes are unchanged is applied in place: the MAT is
+//! swapped (traffic never stops) and DAG routes are updated. Otherwise the node is drained and
+//! rebuilt on the same socket with the new deployment (NT state and learned MACs start afresh;
+//! stop-and-launch with state transfer comes with elastic NTs).
+
+use super::config::NodeFile;
+use crate::deploy::deploy;
+use anyhow::Context;
+use serde::Serialize;
+use snic_control::plan::Plan;
+use snic_core::mat::Mat;
+use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::Backend;
+use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::{Drop, Node, NodeConfig};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Counters of one tenant, as last published.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TenantSnap {
+    /// Tenant id.
+    pub id: u16,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets transmitted.
+    pub tx_packets: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Receive rate over the last interval.
+    pub rx_pps: f64,
+    /// Transmit rate over the last interval.
+    pub tx_pps: f64,
+    /// Drops by reason (non-zero).
+    pub drops: Vec<(&'static str, u64)>,
+    /// Packet-store buffers held now.
+    pub store_buffers: u32,
+}
+
+/// One region as last published.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RegionSnap {
+    /// Region (instance) id.
+    pub region: u16,
+    /// NTs of its chain.
+    pub chain: Vec<String>,
+    /// Packets waiting for it.
+    pub queued: usize,
+    /// Free credits.
+    pub credits: u32,
+}
+
+/// What the data plane publishes for status and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Snapshot {
+    /// Per tenant of the plan.
+    pub tenants: Vec<TenantSnap>,
+    /// Per region.
+    pub regions: Vec<RegionSnap>,
+    /// Drops before a tenant was known.
+    pub unattributed_drops: Vec<(&'static str, u64)>,
+    /// Receive → transmit latency quantiles, ns.
+    pub latency_p50_ns: u64,
+    /// p99.
+    pub latency_p99_ns: u64,
+    /// Node rebuilds since start.
+    pub rebuilds: u64,
+}
+
+enum Cmd {
+    Deploy(Plan, mpsc::Sender<anyhow::Result<()>>),
+}
+
+/// Handle on the data-plane thread.
+pub struct DataPlane {
+    tx: mpsc::Sender<Cmd>,
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+    /// Last published snapshot.
+    pub snapshot: Arc<Mutex<Snapshot>>,
+}
+
+fn node_config(cfg: &NodeFile) -> NodeConfig {
+    NodeConfig { store_buffers: cfg.store_buffers, workers: cfg.workers, vtep_port: cfg.vtep_port, ..Default::default() }
+}
+
+/// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
+/// goes with it); a failed deployment gives the node back so its socket can be reused.
+#[allow(clippy::type_complexity)]
+fn build(cfg: &NodeFile, backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<Vec<u16>>)> {
+    let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
+    let r = deploy(&mut node, plan).map(|inst| inst.into_iter().map(|i| i.0).collect());
+    Ok((node, r))
+}
+
+fn same_shape(a: &Plan, b: &Plan) -> bool {
+    a.chains == b.chains && a.tenants == b.tenants && a.routes == b.routes
+}
+
+impl DataPlane {
+    /// Binds the data socket, deploys `plan` and starts the thread.
+    pub fn start(cfg: &NodeFile, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
+        let backend = UdpBackend::bind(cfg.data).with_context(|| format!("binding the data socket on {}", cfg.data))?;
+        let addr = backend.local_addr()?;
+        let (node, regions) = build(cfg, backend, &plan)?;
+        let regions = regions?;
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+        let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
+        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || run(cfg, node, regions, plan, rx, st, snap))?;
+        Ok((DataPlane { tx, stop, join: Some(join), snapshot }, addr))
+    }
+
+    /// Hands a plan to the data plane and waits until it runs.
+    pub fn deploy(&self, plan: Plan) -> anyhow::Result<()> {
+        let (ack, done) = mpsc::channel();
+        self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| anyhow::anyhow!("the data plane has stopped"))?;
+        done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
+    }
+
+    /// Stops the thread.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+fn run(
+    cfg: NodeFile,
+    node: Node<UdpBackend>,
+    mut regions: Vec<u16>,
+    mut plan: Plan,
+    rx: mpsc::Receiver<Cmd>,
+    stop: Arc<AtomicBool>,
+    snap: Arc<Mutex<Snapshot>>,
+) {
+    let mut node = Some(node);
+    let mut last_pub = Instant::now();
+    let mut prev: Vec<(u64, u64)> = Vec::new();
+    let mut rebuilds = 0;
+    let mut polls = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let Some(n) = node.as_mut() else {
+            eprintln!("snic: the data plane could not be rebuilt and has stopped");
+            return;
+        };
+        let work = n.poll();
+        polls = polls.wrapping_add(1);
+        if work == 0 {
+            n.backend_mut().wait(Duration::from_millis(1));
+        }
+        if work == 0 || polls % 1024 == 0 {
+            while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
+                let r = apply(&cfg, &mut node, &mut regions, &plan, &p, &mut rebuilds);
+                if r.is_ok() {
+                    plan = p;
+                    prev.clear();
+                }
+                let _ = ack.send(r);
+            }
+        }
+        if let Some(n) = node.as_ref() {
+            if last_pub.elapsed() >= Duration::from_millis(250) {
+                let dt = last_pub.elapsed().as_secs_f64();
+                last_pub = Instant::now();
+                let s = snapshot(n, &plan, &regions, &mut prev, dt, rebuilds);
+                if let Ok(mut g) = snap.lock() {
+                    *g = s;
+                }
+            }
+        }
+    }
+}
+
+fn apply(
+    cfg: &NodeFile,
+    slot: &mut Option<Node<UdpBackend>>,
+    regions: &mut Vec<u16>,
+    old: &Plan,
+    new: &Plan,
+    rebuilds: &mut u64,
+) -> anyhow::Result<()> {
+    let node = slot.as_mut().context("no data plane")?;
+    if same_shape(old, new) {
+        for d in &old.dags {
+            if !new.dags.iter().any(|n| n.uid == d.uid) {
+                node.remove_dag(d.uid);
+            }
+        }
+        let chains: Vec<_> = regions.iter().map(|&r| node.sched().chain_of(snic_core::ids::InstanceId(r))).collect();
+        for d in &new.dags {
+            node.set_dag(
+                d.uid,
+                snic_core::dag::DagRoute::new(d.steps.iter().map(|&(c, mask)| snic_core::dag::Step { chain: chains[c], mask }).collect()),
+            );
+        }
+        let mut mat = Mat::new();
+        for r in &new.rules {
+            mat.insert(*r);
+        }
+        node.mat_handle().store(Arc::new(mat));
+        return Ok(());
+    }
+    // Rebuild on the same socket: drain, hand the socket to a node deployed with the new plan;
+    // if that deployment fails, put the old plan back on the socket.
+    let mut old_node = slot.take().context("no data plane")?;
+    old_node.drain(Duration::from_millis(200));
+    let (n, r) = build(cfg, old_node.into_backend(), new)?;
+    match r {
+        Ok(inst) => {
+            *slot = Some(n);
+            *regions = inst;
+            *rebuilds += 1;
+            Ok(())
+        }
+        Err(e) => {
+            let (n, r) = build(cfg, n.into_backend(), old)?;
+            *regions = r.context("restoring the previous deployment")?;
+            *slot = Some(n);
+            Err(e.context("deploying the new plan; the previous deployment was restored"))
+        }
+    }
+}
+
+fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
+    let s = node.stats();
+    let mut out =
+        Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
+    prev.resize(plan.tenants.len(), (0, 0));
+    for (i, t) in plan.tenants.iter().enumerate() {
+        let ts = &s.tenants[t.id.index()];
+        let (prx, ptx) = prev[i];
+        out.tenants.push(TenantSnap {
+            id: t.id.0,
+            rx_packets: ts.rx_packets,
+            rx_bytes: ts.rx_bytes,
+            tx_packets: ts.tx_packets,
+            tx_bytes: ts.tx_bytes,
+            rx_pps: (ts.rx_packets.saturating_sub(prx)) as f64 / dt,
+            tx_pps: (ts.tx_packets.saturating_sub(ptx)) as f64 / dt,
+            drops: (0..Drop::COUNT).filter(|&k| ts.drops[k] > 0).map(|k| (Drop::name(k), ts.drops[k])).collect(),
+            store_buffers: node.store().occupancy(t.id),
+        });
+        prev[i] = (ts.rx_packets, ts.tx_packets);
+    }
+    for (c, &r) in regions.iter().enumerate() {
+        let id = snic_core::ids::InstanceId(r);
+        out.regions.push(RegionSnap {
+            region: r,
+            chain: plan.chains[c].nts.clone(),
+            queued: node.sched().queued(id),
+            credits: node.sched().credits(id),
+        });
+    }
+    out.unattributed_drops = (0..Drop::COUNT).filter(|&k| s.unattributed[k] > 0).map(|k| (Drop::name(k), s.unattributed[k])).collect();
+    out
+}

@@ -1,0 +1,196 @@
+//! The daemon end to end, on loopback: apply through the API, traffic through the deployed
+//! chains, errors with stable codes, metrics, clean shutdown on SIGTERM, and a restart that
+//! restores the deployment from the persistent state without re-applying.
+
+use snic_wire::build::{build, FrameSpec, L4Spec};
+use snic_wire::ethernet::MacAddr;
+use snic_wire::layout::{parse_inner, parse_vxlan};
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
+
+struct Daemon {
+    child: Child,
+    api: String,
+    data: SocketAddr,
+    // Kept open: the daemon may write to stdout again.
+    _stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(dir: &std::path::Path) -> Daemon {
+    let cfg = dir.join("node.yaml");
+    std::fs::write(&cfg, format!("data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {}\nvtep_port: null\n", dir.join("state").display()))
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    out.read_line(&mut line).unwrap();
+    // "snic: data 127.0.0.1:P (VXLAN/UDP), api http://127.0.0.1:Q, state ..."
+    let data = line.split_whitespace().nth(2).expect("data address").parse().unwrap();
+    let api = line.split_whitespace().find(|w| w.starts_with("http://")).expect("api url").trim_end_matches(',').to_string();
+    Daemon { child, api, data, _stdout: out }
+}
+
+fn stop(mut d: Daemon) -> i32 {
+    // SAFETY: sends SIGTERM to our own child process.
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            return s.code().unwrap_or(-1);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "daemon did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn http(method: &str, url: &str, body: &str) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut r = match method {
+        "POST" => agent.post(url).send(body.to_string()).unwrap(),
+        _ => agent.get(url).call().unwrap(),
+    };
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+}
+
+/// Announces a 2 MiB body and reads the status line: the limit is enforced from the header.
+fn oversized(api: &str) -> u16 {
+    use std::io::{Read, Write};
+    let addr = api.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(c, "POST /v1/apply HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", 2 << 20).unwrap();
+    let _ = c.write_all(&[b'a'; 4096]);
+    let mut resp = String::new();
+    let _ = c.read_to_string(&mut resp);
+    resp.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+fn frame(vni: u32, l4: L4Spec) -> Vec<u8> {
+    let spec = FrameSpec {
+        outer: None,
+        vni,
+        inner_src_mac: MAC_A,
+        inner_dst_mac: MAC_B,
+        src: "10.1.0.5".parse().unwrap(),
+        dst: "10.2.0.9".parse().unwrap(),
+        l4,
+        payload_len: 64,
+        payload_byte: 7,
+    };
+    let mut b = vec![0u8; 2048];
+    let n = build(&spec, &mut b).unwrap();
+    b.truncate(n);
+    b
+}
+
+/// Sends `n` allowed and `n / 10` denied blue packets and `n` green ones; returns what B and G got.
+fn traffic(data: SocketAddr, b: &UdpSocket, g: &UdpSocket, n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..n {
+        a.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+        if i % 10 == 0 {
+            a.send_to(&frame(100, L4Spec::Tcp { src_port: 4001, dst_port: 22, flags: 2 }), data).unwrap();
+        }
+        a.send_to(&frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+        if i % 50 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let recv = |s: &UdpSocket| {
+        s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 2048];
+        while let Ok((k, _)) = s.recv_from(&mut buf) {
+            out.push(buf[..k].to_vec());
+        }
+        out
+    };
+    (recv(b), recv(g))
+}
+
+#[test]
+fn daemon_lifecycle() {
+    let dir = std::env::temp_dir().join(format!("snic-daemon-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+
+    let d = start(&dir);
+    let demo = include_str!("../../../examples/demo.yaml");
+    let routes = format!(
+        "apiVersion: snic/v1\nkind: Route\nmetadata: {{name: blue-b}}\nspec: {{vni: 100, mac: '{MAC_B}', vtep: '{}'}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: green-g}}\nspec: {{vni: 300, mac: '{MAC_B}', vtep: '{}'}}\n",
+        b.local_addr().unwrap(),
+        g.local_addr().unwrap()
+    );
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &format!("{demo}\n---\n{routes}"));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["chains"], 2);
+
+    let (gb, gg) = traffic(d.data, &b, &g, 200);
+    assert!(gb.len() >= 190 && gb.len() <= 200, "blue delivered {}", gb.len());
+    for p in &gb {
+        let k = parse_inner(&p[8..]).unwrap().key;
+        assert_eq!((k.src, k.dst_port), (IpAddr::from([203, 0, 113, 1]), 5001), "NATed and only port 5001");
+    }
+    assert!(gg.len() >= 190, "green delivered {}", gg.len());
+    assert!(gg.iter().all(|p| parse_vxlan(p).unwrap() == 300), "green re-mapped to VNI 300");
+
+    // Rejections name object, field and reason with a stable code; nothing of them is applied.
+    let (s, v) = http(
+        "POST",
+        &format!("{}/v1/apply", d.api),
+        "apiVersion: snic/v1\nkind: DAG\nmetadata: {name: x}\nspec: {tenant: blue, nodes: [green-counter]}\n",
+    );
+    assert_eq!((s, v["error"]["code"].as_str()), (422, Some("unknown_reference")), "{v}");
+    assert_eq!(v["error"]["field"], "spec.nodes[0]");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), "{{{{ not yaml");
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_manifest")), "{v}");
+    assert_eq!(oversized(&d.api), 413);
+    let (s, v) = http("GET", &format!("{}/v1/objects/teapots", d.api), "");
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")));
+    let (s, v) = http("GET", &format!("{}/v1/objects/dag", d.api), "");
+    assert_eq!(s, 200);
+    assert_eq!(v.as_array().unwrap().len(), 2, "the rejected DAG was not applied");
+
+    std::thread::sleep(Duration::from_millis(400));
+    let (s, v) = http("GET", &format!("{}/v1/status", d.api), "");
+    assert_eq!(s, 200);
+    let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
+    assert!(blue["stats"]["tx_packets"].as_u64().unwrap() >= 190, "{v}");
+    assert_eq!(blue["stats"]["drops"][0][0], "firewall_deny");
+    let (s, m) = http("GET", &format!("{}/metrics", d.api), "");
+    assert_eq!(s, 200);
+    let m = m.as_str().unwrap().to_string();
+    assert!(m.contains("snic_tenant_drops_total{tenant=\"blue\",reason=\"firewall_deny\"} 20"), "{m}");
+
+    assert_eq!(stop(d), 0, "clean exit on SIGTERM");
+
+    // Restart on the same state: the deployment comes back without re-applying.
+    let d = start(&dir);
+    let (gb, gg) = traffic(d.data, &b, &g, 100);
+    assert!(gb.len() >= 95 && gg.len() >= 95, "after restart: blue {} green {}", gb.len(), gg.len());
+    let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
+    assert_eq!(v["spec"]["vnis"][0], 100);
+    assert_eq!(stop(d), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
