@@ -13,6 +13,21 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "toolchain: $(cargo --version)"
 
+# System tools the namespace tests drive (real endpoints: kernel VXLAN, ping, iperf3).
+need=()
+for t in ip:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  step "installing ${need[*]}"
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "not root: the namespace tests will skip themselves"
+  fi
+fi
+
 step "format"
 cargo fmt --all -- --check
 

@@ -1,0 +1,255 @@
+//! Real Linux endpoints (root only): network namespaces attached by kernel VXLAN devices to a
+//! snic node in its own namespace, with ping and iperf3 as the traffic. The test creates every
+//! namespace, veth and process it uses and removes them all when it ends, pass or fail
+//! (`Topo`'s `Drop`). Traffic stays inside the namespaces.
+//!
+//! Tenant blue (VNI 100): endpoints A and B, DAG firewall (deny TCP 5202) → SNAT of A to
+//! 10.1.0.100. Tenant green (VNI 200): endpoints C and D with the *same* inner addresses, DAG
+//! counter. Endpoints turn tx checksum offload off on their underlay veth, so inner TCP
+//! checksums are complete when they reach snic (docs/endpoints.md).
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Topo {
+    prefix: String,
+    namespaces: Vec<String>,
+    children: Vec<Child>,
+    state: std::path::PathBuf,
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in &self.namespaces {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+        let _ = std::fs::remove_dir_all(&self.state);
+    }
+}
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0]).args(&args[1..]).output().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+impl Topo {
+    fn ns(&self, n: &str) -> String {
+        format!("{}-{n}", self.prefix)
+    }
+
+    /// Runs a command in namespace `n`.
+    fn exec(&self, n: &str, args: &[&str]) -> String {
+        let ns = self.ns(n);
+        let mut v = vec!["ip", "netns", "exec", ns.as_str()];
+        v.extend_from_slice(args);
+        run(&v)
+    }
+
+    fn exec_status(&self, n: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip").args(["netns", "exec", &self.ns(n)]).args(args).output().unwrap()
+    }
+
+    fn spawn(&mut self, n: &str, args: &[&str]) {
+        let c =
+            Command::new("ip").args(["netns", "exec", &self.ns(n)]).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        self.children.push(c);
+    }
+
+    fn add_ns(&mut self, n: &str) {
+        let ns = self.ns(n);
+        run(&["ip", "netns", "add", &ns]);
+        self.namespaces.push(ns);
+        self.exec(n, &["ip", "link", "set", "lo", "up"]);
+    }
+
+    /// An endpoint: veth to the node (192.168.i.0/24), kernel VXLAN `vx0` on `vni` with `inner`.
+    fn endpoint(&mut self, n: &str, i: u8, vni: u32, inner: &str) {
+        self.add_ns(n);
+        let (en, ee) = (format!("{}{n}n", self.prefix), format!("{}{n}e", self.prefix));
+        run(&["ip", "link", "add", &en, "type", "veth", "peer", "name", &ee]);
+        run(&["ip", "link", "set", &en, "netns", &self.ns("node")]);
+        run(&["ip", "link", "set", &ee, "netns", &self.ns(n)]);
+        let (node_ip, ep_ip) = (format!("192.168.{i}.1"), format!("192.168.{i}.2"));
+        self.exec("node", &["ip", "addr", "add", &format!("{node_ip}/24"), "dev", &en]);
+        self.exec("node", &["ip", "link", "set", &en, "up"]);
+        self.exec(n, &["ip", "addr", "add", &format!("{ep_ip}/24"), "dev", &ee]);
+        self.exec(n, &["ip", "link", "set", &ee, "up"]);
+        self.exec(n, &["ethtool", "-K", &ee, "tx", "off"]);
+        self.exec(
+            n,
+            &[
+                "ip",
+                "link",
+                "add",
+                "vx0",
+                "type",
+                "vxlan",
+                "id",
+                &vni.to_string(),
+                "remote",
+                &node_ip,
+                "local",
+                &ep_ip,
+                "dstport",
+                "4789",
+                "dev",
+                &ee,
+            ],
+        );
+        self.exec(n, &["ip", "addr", "add", inner, "dev", "vx0"]);
+        self.exec(n, &["ip", "link", "set", "vx0", "up"]);
+    }
+
+    fn mac(&self, n: &str) -> String {
+        let out = self.exec(n, &["ip", "link", "show", "vx0"]);
+        out.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).unwrap().to_string()
+    }
+
+    fn rx_packets(&self, n: &str) -> u64 {
+        self.exec(n, &["cat", "/sys/class/net/vx0/statistics/rx_packets"]).trim().parse().unwrap()
+    }
+
+    fn snic(&self, args: &[&str]) -> String {
+        let mut v = vec![env!("CARGO_BIN_EXE_snic")];
+        v.extend_from_slice(args);
+        self.exec("node", &v)
+    }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+}
+
+const MANIFEST: &str = r#"
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: blue}
+spec: {vnis: [100]}
+---
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: green}
+spec: {vnis: [200]}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: blue-fw}
+spec: {tenant: blue, config: {kind: firewall, default: allow, rules: [{proto: 6, dst_ports: {lo: 5202, hi: 5202}, action: deny}]}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: blue-nat}
+spec: {tenant: blue, config: {kind: nat, snat: {inside: 10.1.0.1/32, public: 10.1.0.100}}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: green-count}
+spec: {tenant: green, config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: blue-edge}
+spec: {tenant: blue, nodes: [blue-fw, blue-nat]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: green-path}
+spec: {tenant: green, nodes: [green-count]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: blue-all}
+spec: {vni: 100, action: {dag: blue-edge}}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: green-all}
+spec: {vni: 200, action: {dag: green-path}}
+"#;
+
+fn flood(name: &str, vni: u32, i: u8) -> String {
+    format!("---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: {name}}}\nspec: {{vni: {vni}, vtep: '192.168.{i}.2:4789', flood: true}}\n")
+}
+
+#[test]
+fn kernel_vxlan_endpoints_through_firewall_and_nat() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root to create network namespaces");
+        return;
+    }
+    for tool in ["ip", "ethtool", "ping", "iperf3"] {
+        assert!(have(tool), "{tool} is missing: scripts/test.sh installs it (iproute2, ethtool, iputils-ping, iperf3)");
+    }
+    let mut t = Topo {
+        prefix: format!("sn{}", std::process::id() % 100_000),
+        namespaces: Vec::new(),
+        children: Vec::new(),
+        state: std::env::temp_dir().join(format!("snic-netns-{}", std::process::id())),
+    };
+    t.add_ns("node");
+    t.endpoint("a", 1, 100, "10.1.0.1/24");
+    t.endpoint("b", 2, 100, "10.1.0.2/24");
+    t.endpoint("c", 3, 200, "10.1.0.1/24");
+    t.endpoint("d", 4, 200, "10.1.0.2/24");
+    let state = t.state.to_str().unwrap().to_string();
+    let bin = env!("CARGO_BIN_EXE_snic");
+    t.spawn("node", &[bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state]);
+    let t0 = Instant::now();
+    while t.exec_status("node", &[bin, "status"]).status.code() != Some(0) {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the node did not come up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let manifest = format!("{MANIFEST}{}{}{}{}", flood("fa", 100, 1), flood("fb", 100, 2), flood("fc", 200, 3), flood("fd", 200, 4));
+    let mf = t.state.with_extension("yaml");
+    std::fs::write(&mf, manifest).unwrap();
+    t.snic(&["apply", "-f", mf.to_str().unwrap()]);
+    std::fs::remove_file(&mf).ok();
+    // The SNAT address lives on an L2 overlay: B needs to know where it is.
+    let amac = t.mac("a");
+    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+
+    // Traffic arrives (ping through the firewall and the NAT, both ways).
+    let out = t.exec("a", &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("5 received"), "{out}");
+
+    // Green, same inner addresses, other VNI: works, and sees nothing of blue.
+    let out = t.exec("c", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("3 received"), "{out}");
+    let d_before = t.rx_packets("d");
+
+    // NAT rewrites, seen at the receiver: iperf3's server reports the peer address.
+    t.spawn("b", &["iperf3", "-s", "-1", "-p", "5201", "--logfile", &format!("{state}-iperf.log")]);
+    t.spawn("b", &["iperf3", "-s", "-p", "5202"]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Green keeps pinging while blue pushes TCP: not disturbed.
+    let green =
+        Command::new("ip").args(["netns", "exec", &t.ns("c"), "ping", "-c", "20", "-i", "0.1", "-W", "2", "10.1.0.2"]).output().unwrap();
+    let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5201", "-t", "2", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
+    assert!(bps > 1e6, "blue TCP through firewall and NAT: {bps} bit/s");
+    let log = std::fs::read_to_string(format!("{state}-iperf.log")).unwrap_or_default();
+    std::fs::remove_file(format!("{state}-iperf.log")).ok();
+    assert!(log.contains("Accepted connection from 10.1.0.100"), "the receiver saw the NATed source: {log}");
+    let green = String::from_utf8_lossy(&green.stdout);
+    assert!(green.contains("20 received"), "green undisturbed: {green}");
+    let d_after = t.rx_packets("d");
+    assert!(d_after - d_before <= 30, "green's D saw blue's traffic: {} packets", d_after - d_before);
+
+    // The firewall really blocks TCP 5202.
+    let r = t.exec_status("a", &["iperf3", "-c", "10.1.0.2", "-p", "5202", "-t", "1", "--connect-timeout", "1500"]);
+    assert!(!r.status.success(), "TCP 5202 must be blocked");
+
+    let status = t.snic(&["status", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let tenant = |n: &str| v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == n).unwrap()["stats"].clone();
+    let blue = tenant("blue");
+    assert!(blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "firewall_deny"), "{blue}");
+    assert!(tenant("green")["drops"].as_array().unwrap().is_empty(), "green dropped nothing");
+}
