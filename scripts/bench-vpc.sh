@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# VPC between two snic nodes (paper §6.2), beside two references, in one run:
+#   snic:   S --vxlan--> node A [firewall -> NAT -> AES-GCM encrypt] --> node B [decrypt] --vxlan--> R
+#   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2
+#   socat:  S3 --vxlan--> relay namespace (socat copies each datagram, no processing) --vxlan--> R3
+# Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then ratios.
+#
+#   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
+#
+# Every namespace is created here and deleted on exit, pass or fail. Traffic stays inside them.
+set -euo pipefail
+secs=${1:-5}
+here=$(cd "$(dirname "$0")/.." && pwd)
+snic="$here/target/release/snic"
+[ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
+for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-ping; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
+done
+P=vb$$
+work=$(mktemp -d)
+nslist=()
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for n in "${nslist[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ns() { ip netns add "$P-$1"; nslist+=("$P-$1"); ip -n "$P-$1" link set lo up; }
+# link NS1 ADDR1 NS2 ADDR2 [keep-offload]: a veth pair between two namespaces (/24 addresses).
+# VXLAN underlays turn transmit offload off (inner checksums completed in software,
+# docs/endpoints.md); the routed kernel path keeps its offloads (it needs no help).
+link() {
+  local a="$P$1$3" b="$P$3$1"
+  ip link add "${a:0:15}" type veth peer name "${b:0:15}"
+  ip link set "${a:0:15}" netns "$P-$1"; ip link set "${b:0:15}" netns "$P-$3"
+  ip -n "$P-$1" addr add "$2/24" dev "${a:0:15}"; ip -n "$P-$1" link set "${a:0:15}" up
+  ip -n "$P-$3" addr add "$4/24" dev "${b:0:15}"; ip -n "$P-$3" link set "${b:0:15}" up
+  if [ "${5:-}" != keep-offload ]; then
+    ip netns exec "$P-$1" ethtool -K "${a:0:15}" tx off >/dev/null
+    ip netns exec "$P-$3" ethtool -K "${b:0:15}" tx off >/dev/null
+  fi
+}
+# vxlan NS LOCAL REMOTE INNER
+vxlan() {
+  ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
+  ip -n "$P-$1" link set vx0 mtu 1400
+  ip -n "$P-$1" addr add "$4/24" dev vx0; ip -n "$P-$1" link set vx0 up
+}
+vxmac() { ip -n "$P-$1" link show vx0 | awk '/link\/ether/{print $2}'; }
+# measure NAME SENDER DEST: iperf3 and ping from SENDER to DEST (server already in the receiver)
+measure() {
+  local name=$1 s=$2 dst=$3 out
+  ip netns exec "$P-$s" ping -c 3 -i 0.2 -W 2 "$dst" >/dev/null || { echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"error\":\"no connectivity\"}"; return; }
+  out=$(ip netns exec "$P-$s" iperf3 -c "$dst" -t "$secs" -J)
+  local gbps rtt
+  gbps=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["end"]["sum_received"]["bits_per_second"]/1e9)' <<<"$out")
+  rtt=$(ip netns exec "$P-$s" ping -c 50 -i 0.02 -W 2 "$dst" | awk -F/ '/rtt/{print $5}')
+  echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"iperf3_tcp_gbps\":$gbps,\"ping_avg_ms\":$rtt,\"seconds\":$secs}"
+}
+server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); }
+
+key1=000102030405060708090a0b0c0d0e0f
+key2=0f0e0d0c0b0a09080706050403020100
+
+# ---- snic: S - A - B - R ----------------------------------------------------------------
+ns s; ns a; ns b; ns r
+link s 192.168.1.2 a 192.168.1.1
+link a 192.168.2.1 b 192.168.2.2
+link b 192.168.3.1 r 192.168.3.2
+vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
+vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
+common() { # NODE: tenant and the VNI maps
+cat <<Y
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: blue}
+spec: {vnis: [100, 1100]}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: to-peer}
+spec: {tenant: blue, config: {kind: vni_map, map: [{from: 100, to: 1100}]}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: from-peer}
+spec: {tenant: blue, config: {kind: vni_map, map: [{from: 1100, to: 100}]}}
+Y
+}
+cat > "$work/a.yaml" <<Y
+$(common)
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: fw}
+spec: {tenant: blue, config: {kind: firewall, default: allow, rules: [{proto: 6, dst_ports: {lo: 22, hi: 22}, action: deny}]}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: nat}
+spec: {tenant: blue, config: {kind: nat, snat: {inside: 10.1.0.1/32, public: 10.1.0.100}}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: encrypt}
+spec: {tenant: blue, config: {kind: aes_gcm, direction: encrypt, keys: [{tenant: 1, spi: 1, key_hex: $key1}]}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: decrypt}
+spec: {tenant: blue, config: {kind: aes_gcm, direction: decrypt, keys: [{tenant: 1, spi: 2, key_hex: $key2}]}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: out}
+spec: {tenant: blue, nodes: [fw, nat, encrypt, to-peer]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: in}
+spec: {tenant: blue, nodes: [decrypt, nat, from-peer]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: out}
+spec: {vni: 100, action: {dag: out}}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: in}
+spec: {vni: 1100, action: {dag: in}}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: peer}
+spec: {vni: 1100, vtep: '192.168.2.2:4789', default: true}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: sender}
+spec: {vni: 100, vtep: '192.168.1.2:4789', flood: true}
+Y
+cat > "$work/b.yaml" <<Y
+$(common)
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: encrypt}
+spec: {tenant: blue, config: {kind: aes_gcm, direction: encrypt, keys: [{tenant: 1, spi: 2, key_hex: $key2}]}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: decrypt}
+spec: {tenant: blue, config: {kind: aes_gcm, direction: decrypt, keys: [{tenant: 1, spi: 1, key_hex: $key1}]}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: out}
+spec: {tenant: blue, nodes: [encrypt, to-peer]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: in}
+spec: {tenant: blue, nodes: [decrypt, from-peer]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: out}
+spec: {vni: 100, action: {dag: out}}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: in}
+spec: {vni: 1100, action: {dag: in}}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: peer}
+spec: {vni: 1100, vtep: '192.168.2.1:4789', default: true}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: receiver}
+spec: {vni: 100, vtep: '192.168.3.2:4789', flood: true}
+Y
+for n in a b; do
+  ip netns exec "$P-$n" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
+done
+for n in a b; do
+  for _ in $(seq 50); do ip netns exec "$P-$n" "$snic" status >/dev/null 2>&1 && break; sleep 0.1; done
+  ip netns exec "$P-$n" "$snic" apply -f "$work/$n.yaml" >/dev/null
+done
+ip -n "$P-r" neigh add 10.1.0.100 lladdr "$(vxmac s)" dev vx0 nud permanent
+server r
+sleep 0.3
+measure snic-2node-fw-nat-aesgcm s 10.1.0.2
+
+# ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
+ns s2; ns k; ns r2
+link s2 192.168.11.2 k 192.168.11.1 keep-offload
+link k 192.168.12.1 r2 192.168.12.2 keep-offload
+ip -n "$P-s2" route add default via 192.168.11.1
+ip -n "$P-r2" route add default via 192.168.12.1
+ip netns exec "$P-k" sysctl -qw net.ipv4.ip_forward=1
+ip netns exec "$P-k" nft -f - <<N
+table inet snicbench {
+  chain forward { type filter hook forward priority 0; policy accept; tcp dport 22 drop; }
+  chain post { type nat hook postrouting priority 100; ip saddr 192.168.11.2 snat to 192.168.12.1; }
+}
+N
+server r2
+sleep 0.3
+measure kernel-router-nft-fw-nat s2 192.168.12.2
+
+# ---- socat: S3 - relay (copies datagrams) - R3 ----------------------------------------------
+ns s3; ns x; ns r3
+link s3 192.168.21.2 x 192.168.21.1
+link x 192.168.22.1 r3 192.168.22.2
+vxlan s3 192.168.21.2 192.168.21.1 10.3.0.1
+vxlan r3 192.168.22.2 192.168.22.1 10.3.0.2
+ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.21.1 UDP4-SENDTO:192.168.22.2:4789 & pids+=($!)
+ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.22.1 UDP4-SENDTO:192.168.21.2:4789 & pids+=($!)
+server r3
+sleep 0.3
+measure socat-relay-no-processing s3 10.3.0.2
