@@ -7,11 +7,14 @@
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
+# SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
+# are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml.
+#
 # Every namespace is created here and deleted on exit, pass or fail. Traffic stays inside them.
 set -euo pipefail
 secs=${1:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
-snic="$here/target/release/snic"
+snic=${SNIC_BIN:-$here/target/release/snic}
 [ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
 for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-ping; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
@@ -62,8 +65,6 @@ measure() {
 }
 server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); }
 
-key1=000102030405060708090a0b0c0d0e0f
-key2=0f0e0d0c0b0a09080706050403020100
 
 # ---- snic: S - A - B - R ----------------------------------------------------------------
 ns s; ns a; ns b; ns r
@@ -72,126 +73,12 @@ link a 192.168.2.1 b 192.168.2.2
 link b 192.168.3.1 r 192.168.3.2
 vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
 vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
-common() { # NODE: tenant and the VNI maps
-cat <<Y
-apiVersion: snic/v1
-kind: Tenant
-metadata: {name: blue}
-spec: {vnis: [100, 1100]}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: to-peer}
-spec: {tenant: blue, config: {kind: vni_map, map: [{from: 100, to: 1100}]}}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: from-peer}
-spec: {tenant: blue, config: {kind: vni_map, map: [{from: 1100, to: 100}]}}
-Y
-}
-cat > "$work/a.yaml" <<Y
-$(common)
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: fw}
-spec: {tenant: blue, config: {kind: firewall, default: allow, rules: [{proto: 6, dst_ports: {lo: 22, hi: 22}, action: deny}]}}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: nat}
-spec: {tenant: blue, config: {kind: nat, snat: {inside: 10.1.0.1/32, public: 10.1.0.100}}}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: encrypt}
-spec: {tenant: blue, config: {kind: aes_gcm, direction: encrypt, keys: [{tenant: 1, spi: 1, key_hex: $key1}]}}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: decrypt}
-spec: {tenant: blue, config: {kind: aes_gcm, direction: decrypt, keys: [{tenant: 1, spi: 2, key_hex: $key2}]}}
----
-apiVersion: snic/v1
-kind: DAG
-metadata: {name: out}
-spec: {tenant: blue, nodes: [fw, nat, encrypt, to-peer]}
----
-apiVersion: snic/v1
-kind: DAG
-metadata: {name: in}
-spec: {tenant: blue, nodes: [decrypt, nat, from-peer]}
----
-apiVersion: snic/v1
-kind: Rule
-metadata: {name: out}
-spec: {vni: 100, action: {dag: out}}
----
-apiVersion: snic/v1
-kind: Rule
-metadata: {name: in}
-spec: {vni: 1100, action: {dag: in}}
----
-apiVersion: snic/v1
-kind: Route
-metadata: {name: peer}
-spec: {vni: 1100, vtep: '192.168.2.2:4789', default: true}
----
-apiVersion: snic/v1
-kind: Route
-metadata: {name: sender}
-spec: {vni: 100, vtep: '192.168.1.2:4789', flood: true}
-Y
-cat > "$work/b.yaml" <<Y
-$(common)
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: encrypt}
-spec: {tenant: blue, config: {kind: aes_gcm, direction: encrypt, keys: [{tenant: 1, spi: 2, key_hex: $key2}]}}
----
-apiVersion: snic/v1
-kind: NT
-metadata: {name: decrypt}
-spec: {tenant: blue, config: {kind: aes_gcm, direction: decrypt, keys: [{tenant: 1, spi: 1, key_hex: $key1}]}}
----
-apiVersion: snic/v1
-kind: DAG
-metadata: {name: out}
-spec: {tenant: blue, nodes: [encrypt, to-peer]}
----
-apiVersion: snic/v1
-kind: DAG
-metadata: {name: in}
-spec: {tenant: blue, nodes: [decrypt, from-peer]}
----
-apiVersion: snic/v1
-kind: Rule
-metadata: {name: out}
-spec: {vni: 100, action: {dag: out}}
----
-apiVersion: snic/v1
-kind: Rule
-metadata: {name: in}
-spec: {vni: 1100, action: {dag: in}}
----
-apiVersion: snic/v1
-kind: Route
-metadata: {name: peer}
-spec: {vni: 1100, vtep: '192.168.2.1:4789', default: true}
----
-apiVersion: snic/v1
-kind: Route
-metadata: {name: receiver}
-spec: {vni: 100, vtep: '192.168.3.2:4789', flood: true}
-Y
 for n in a b; do
   ip netns exec "$P-$n" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
 done
 for n in a b; do
   for _ in $(seq 50); do ip netns exec "$P-$n" "$snic" status >/dev/null 2>&1 && break; sleep 0.1; done
-  ip netns exec "$P-$n" "$snic" apply -f "$work/$n.yaml" >/dev/null
+  ip netns exec "$P-$n" "$snic" apply -f "$here/examples/vpc-node-$n.yaml" >/dev/null
 done
 ip -n "$P-r" neigh add 10.1.0.100 lladdr "$(vxmac s)" dev vx0 nud permanent
 server r

@@ -253,3 +253,26 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     assert!(blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "firewall_deny"), "{blue}");
     assert!(tenant("green")["drops"].as_array().unwrap().is_empty(), "green dropped nothing");
 }
+
+/// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
+/// firewall → NAT → AES-GCM across two nodes, the kernel reference, the socat reference) must
+/// carry TCP and ping. The script creates and deletes its own namespaces.
+#[test]
+fn two_node_vpc_through_encryption() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIPPED: needs root to create network namespaces");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-vpc.sh");
+    let out = Command::new("bash").arg(script).arg("1").env("SNIC_BIN", env!("CARGO_BIN_EXE_snic")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    for r in &rows {
+        assert!(r.get("error").is_none(), "{r}");
+        assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.01, "{r}");
+    }
+    assert_eq!(rows[0]["path"], "snic-2node-fw-nat-aesgcm");
+}
