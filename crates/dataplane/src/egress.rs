@@ -8,12 +8,7 @@
 
 use crate::fdb::PeerId;
 use crate::store::Peer;
-use snic_wire::ethernet::{ethertype, EthernetRepr};
-use snic_wire::ip_proto;
-use snic_wire::ipv4::Ipv4Repr;
-use snic_wire::ipv6::Ipv6Repr;
-use snic_wire::udp::UdpRepr;
-use std::net::IpAddr;
+use snic_wire::build::{emit_outer, OuterSpec};
 
 /// Bytes of outer headers for this peer's address family.
 pub fn outer_len(peer: &Peer) -> usize {
@@ -24,27 +19,15 @@ pub fn outer_len(peer: &Peer) -> usize {
 /// returns the frame's start, or `None` if the headroom is too small or the families differ.
 #[inline]
 pub fn encap(buf: &mut [u8], off: usize, len: usize, local: &Peer, peer: &Peer, flow_hash: u64) -> Option<usize> {
-    let ol = outer_len(peer);
-    let start = off.checked_sub(ol)?;
-    let b = &mut buf[start..off];
-    let v4 = peer.addr.is_ipv4();
-    EthernetRepr { src: local.mac, dst: peer.mac, vlan: None, ethertype: if v4 { ethertype::IPV4 } else { ethertype::IPV6 } }.emit(b);
-    let udp_len = 8 + len;
-    let l4 = match (local.addr.ip(), peer.addr.ip()) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            Ipv4Repr { src: s, dst: d, protocol: ip_proto::UDP, payload_len: udp_len, ttl: 64, tos: 0, ident: 0, dont_frag: true }
-                .emit(&mut b[14..]);
-            34
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            Ipv6Repr { src: s, dst: d, next_header: ip_proto::UDP, payload_len: udp_len, hop_limit: 64, traffic_class: 0, flow_label: 0 }
-                .emit(&mut b[14..]);
-            54
-        }
-        _ => return None,
+    let start = off.checked_sub(outer_len(peer))?;
+    let o = OuterSpec {
+        src_mac: local.mac,
+        dst_mac: peer.mac,
+        src_ip: local.addr.ip(),
+        dst_ip: peer.addr.ip(),
+        src_port: 49152 | (flow_hash as u16 & 0x3fff),
     };
-    let sport = 49152 | (flow_hash as u16 & 0x3fff);
-    UdpRepr { src_port: sport, dst_port: peer.addr.port(), payload_len: len }.emit(&mut b[l4..]);
+    emit_outer(&o, peer.addr.port(), len, &mut buf[start..off])?;
     Some(start)
 }
 

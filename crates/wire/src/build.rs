@@ -105,7 +105,7 @@ pub fn build(s: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
         if o.src_ip.is_ipv4() != o.dst_ip.is_ipv4() {
             return None;
         }
-        off = write_outer(o, buf, total - outer_len(o));
+        off = emit_outer(o, vxlan::PORT, total - outer_len(o), buf)?;
     }
     vxlan::emit(&mut buf[off..], s.vni);
     off += vxlan::HEADER_LEN;
@@ -147,25 +147,31 @@ pub fn build(s: &FrameSpec, buf: &mut [u8]) -> Option<usize> {
     Some(total)
 }
 
-fn write_outer(o: &OuterSpec, buf: &mut [u8], vxlan_len: usize) -> usize {
+/// Writes outer Ethernet / IPv4 or IPv6 / UDP headers for a VXLAN datagram of `vxlan_len`
+/// bytes sent to UDP port `dst_port`, at the start of `buf`; returns the header length (42 or 62),
+/// or `None` if `buf` is too short or the address families differ. The UDP checksum is zero
+/// (valid over IPv4, and for VXLAN over IPv6 per RFC 6935).
+pub fn emit_outer(o: &OuterSpec, dst_port: u16, vxlan_len: usize, buf: &mut [u8]) -> Option<usize> {
     let v4 = o.src_ip.is_ipv4();
-    EthernetRepr { src: o.src_mac, dst: o.dst_mac, vlan: None, ethertype: if v4 { ethertype::IPV4 } else { ethertype::IPV6 } }.emit(buf);
+    let len = 14 + if v4 { 20 } else { 40 } + 8;
+    if buf.len() < len {
+        return None;
+    }
     let udp_len = 8 + vxlan_len;
-    let off = match (o.src_ip, o.dst_ip) {
+    match (o.src_ip, o.dst_ip) {
         (IpAddr::V4(a), IpAddr::V4(b)) => {
             Ipv4Repr { src: a, dst: b, protocol: ip_proto::UDP, payload_len: udp_len, ttl: 64, tos: 0, ident: 0, dont_frag: true }
                 .emit(&mut buf[14..]);
-            34
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
             Ipv6Repr { src: a, dst: b, next_header: ip_proto::UDP, payload_len: udp_len, hop_limit: 64, traffic_class: 0, flow_label: 0 }
                 .emit(&mut buf[14..]);
-            54
         }
-        _ => unreachable!("families checked by build"),
-    };
-    UdpRepr { src_port: o.src_port, dst_port: vxlan::PORT, payload_len: vxlan_len }.emit(&mut buf[off..]);
-    off + 8
+        _ => return None,
+    }
+    EthernetRepr { src: o.src_mac, dst: o.dst_mac, vlan: None, ethertype: if v4 { ethertype::IPV4 } else { ethertype::IPV6 } }.emit(buf);
+    UdpRepr { src_port: o.src_port, dst_port, payload_len: vxlan_len }.emit(&mut buf[len - 8..]);
+    Some(len)
 }
 
 /// Computes and stores the full L4 checksum of the IP packet `ip` (IPv4 or IPv6 without
