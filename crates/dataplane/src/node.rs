@@ -146,6 +146,8 @@ pub struct Node<B: Backend> {
     /// clears it (checked once per batch).
     mat_memo: Option<(MatKey, Option<Action>)>,
     memo_table: Arc<Mat>,
+    /// Counters of each launched region, by instance.
+    region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
 }
 
 impl<B: Backend> Node<B> {
@@ -187,6 +189,7 @@ impl<B: Backend> Node<B> {
             templates: egress::Templates::new(cfg.local),
             mat_memo: None,
             memo_table: Arc::new(Mat::new()),
+            region_counters: Vec::new(),
             slots,
             store,
             cfg,
@@ -229,6 +232,11 @@ impl<B: Backend> Node<B> {
         &self.stats
     }
 
+    /// The counters of the region running `instance`.
+    pub fn region_counters(&self, instance: InstanceId) -> Option<&crate::region::RegionCounters> {
+        self.region_counters.get(instance.index()).and_then(|c| c.as_deref())
+    }
+
     /// Resets counters and the latency histogram.
     pub fn reset_stats(&mut self) {
         self.stats = Stats::default();
@@ -259,6 +267,10 @@ impl<B: Backend> Node<B> {
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.sched.add_instance(chain, self.cfg.credits).ok_or(LaunchError::UnknownChain(chain))?;
         let region = Region::new(inst, nts);
+        if self.region_counters.len() <= inst.index() {
+            self.region_counters.resize(inst.index() + 1, None);
+        }
+        self.region_counters[inst.index()] = Some(region.counters());
         match &mut self.exec {
             Exec::Inline(regions) => {
                 if regions.len() <= inst.index() {

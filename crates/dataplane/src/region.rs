@@ -9,12 +9,41 @@ use crate::store::Slots;
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
 use snic_nt::{Ctx, Nt, Pkt, Verdict};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// What a region has done, readable from any thread while it runs. The region is the only
+/// writer, once per batch.
+#[derive(Debug)]
+pub struct RegionCounters {
+    /// Batches run.
+    pub batches: AtomicU64,
+    /// Packets that entered the region.
+    pub packets: AtomicU64,
+    /// Per NT of the chain: packets it processed (not skipped).
+    pub nt_packets: Vec<AtomicU64>,
+    /// Per NT of the chain: packets it dropped.
+    pub nt_drops: Vec<AtomicU64>,
+}
+
+impl RegionCounters {
+    fn new(nts: usize) -> Self {
+        let z = || (0..nts).map(|_| AtomicU64::new(0)).collect();
+        RegionCounters { batches: AtomicU64::new(0), packets: AtomicU64::new(0), nt_packets: z(), nt_drops: z() }
+    }
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    // Single writer: a relaxed load and store, no locked read-modify-write.
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
 
 /// A chain instance in a region.
 pub struct Region {
     /// The scheduler's instance id.
     pub instance: InstanceId,
     chain: Vec<Box<dyn Nt>>,
+    counters: Arc<RegionCounters>,
 }
 
 impl core::fmt::Debug for Region {
@@ -26,7 +55,13 @@ impl core::fmt::Debug for Region {
 impl Region {
     /// A region running `chain`.
     pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>) -> Self {
-        Region { instance, chain }
+        let counters = Arc::new(RegionCounters::new(chain.len()));
+        Region { instance, chain, counters }
+    }
+
+    /// The region's counters (a shared handle).
+    pub fn counters(&self) -> Arc<RegionCounters> {
+        self.counters.clone()
     }
 
     /// The NT kinds of the chain, in order.
@@ -41,7 +76,11 @@ impl Region {
     /// repeat an index.
     pub unsafe fn run(&mut self, slots: &Slots, batch: &[u32], now: Instant) {
         let cx = Ctx { now };
+        let c = &self.counters;
+        add(&c.batches, 1);
+        add(&c.packets, batch.len() as u64);
         for (i, nt) in self.chain.iter_mut().enumerate() {
+            let (mut ran, mut dropped) = (0u64, 0u64);
             for &idx in batch {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
@@ -49,10 +88,14 @@ impl Region {
                 if d.verdict.is_some() || !d.mask.runs(i) {
                     continue;
                 }
+                ran += 1;
                 if let Verdict::Drop(r) = nt.process(&cx, &mut Pkt { buf, meta: &mut d.meta }) {
                     d.verdict = Some(r);
+                    dropped += 1;
                 }
             }
+            add(&c.nt_packets[i], ran);
+            add(&c.nt_drops[i], dropped);
         }
     }
 }

@@ -244,6 +244,13 @@ fn multi_chain_dag_with_skipping() {
     let skipped = tx.iter().find(|(d, _)| parse_vxlan(d).unwrap() == 2).unwrap();
     assert_eq!(inner_key(&skipped.0).dst_port, 9999, "DAG 2 skipped the firewall");
     assert_eq!(node.stats().tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 1);
+    // Per-NT counters: chain 1's firewall saw DAG 1's two packets (one dropped), its counter saw
+    // DAG 1's survivor and DAG 2's packet; chain 2's NAT saw the survivor only.
+    let c1 = node.region_counters(snic_core::ids::InstanceId(0)).unwrap();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!((load(&c1.packets), load(&c1.nt_packets[0]), load(&c1.nt_drops[0]), load(&c1.nt_packets[1])), (3, 2, 1, 2));
+    let c2 = node.region_counters(snic_core::ids::InstanceId(1)).unwrap();
+    assert_eq!((load(&c2.packets), load(&c2.nt_packets[0])), (1, 1));
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
     let unattr = counter(&mut reg, "snic_unattributed_drops", "Drops before a tenant was known, per reason");
     let queue = gauge(&mut reg, "snic_region_queue_depth", "Packets waiting per region");
     let credits = gauge(&mut reg, "snic_region_credits", "Free credits per region");
+    let region_p = counter(&mut reg, "snic_region_packets", "Packets run per region");
+    let nt_p = counter(&mut reg, "snic_nt_packets", "Packets processed per NT (skipped packets not counted)");
+    let nt_d = counter(&mut reg, "snic_nt_drops", "Packets dropped per NT");
     let lat = gauge(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
     for t in &c.plan.tenants {
         let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
@@ -64,6 +67,12 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
         let rl = l(&[("region", &r.region.to_string()), ("chain", &r.chain.join(","))]);
         queue.get_or_create(&rl).set(r.queued as i64);
         credits.get_or_create(&rl).set(r.credits as i64);
+        region_p.get_or_create(&rl).inc_by(r.packets);
+        for (nt, p, d) in &r.nts {
+            let nl = l(&[("nt", nt), ("region", &r.region.to_string())]);
+            nt_p.get_or_create(&nl).inc_by(*p);
+            nt_d.get_or_create(&nl).inc_by(*d);
+        }
     }
     lat.get_or_create(&l(&[("quantile", "0.5")])).set(snap.latency_p50_ns as i64);
     lat.get_or_create(&l(&[("quantile", "0.99")])).set(snap.latency_p99_ns as i64);

@@ -56,6 +56,10 @@ pub struct RegionSnap {
     pub queued: usize,
     /// Free credits.
     pub credits: u32,
+    /// Packets the region has run.
+    pub packets: u64,
+    /// Per NT of the chain: (name, packets processed, packets dropped).
+    pub nts: Vec<(String, u64, u64)>,
 }
 
 /// What the data plane publishes for status and metrics.
@@ -256,11 +260,21 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
     }
     for (c, &r) in regions.iter().enumerate() {
         let id = snic_core::ids::InstanceId(r);
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let (packets, nts) = match node.region_counters(id) {
+            Some(rc) => (
+                load(&rc.packets),
+                plan.chains[c].nts.iter().enumerate().map(|(i, n)| (n.clone(), load(&rc.nt_packets[i]), load(&rc.nt_drops[i]))).collect(),
+            ),
+            None => (0, Vec::new()),
+        };
         out.regions.push(RegionSnap {
             region: r,
             chain: plan.chains[c].nts.clone(),
             queued: node.sched().queued(id),
             credits: node.sched().credits(id),
+            packets,
+            nts,
         });
     }
     out.unattributed_drops = (0..Drop::COUNT).filter(|&k| s.unattributed[k] > 0).map(|k| (Drop::name(k), s.unattributed[k])).collect();
