@@ -31,6 +31,7 @@
 #![warn(missing_docs)]
 
 pub mod dag;
+pub mod drf;
 pub mod ids;
 pub mod mat;
 pub mod sched;

@@ -28,6 +28,28 @@ pub enum BenchCmd {
     Dataplane(DataplaneArgs),
     /// The crypto library's own AES-GCM seal rate on one core: the ceiling of the vpc chain.
     Crypto(CryptoArgs),
+    /// Weighted DRF computation time for 16, 64 and 256 tenants over 16 resources.
+    Drf(DrfArgs),
+}
+
+/// Options of `snic bench drf`.
+#[derive(Args)]
+pub struct DrfArgs {
+    /// Print JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Tenant counts, comma-separated.
+    #[arg(long, default_value = "16,64,256", value_delimiter = ',')]
+    tenants: Vec<usize>,
+    /// Resources per tenant.
+    #[arg(long, default_value_t = 16)]
+    resources: usize,
+    /// Measured seconds per case.
+    #[arg(long, default_value_t = 1.0)]
+    seconds: f64,
+    /// Seed of the random demands.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 /// Options of `snic bench dataplane`.
@@ -82,7 +104,63 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Dataplane(a) => dataplane(a),
         BenchCmd::Crypto(a) => crypto(a),
+        BenchCmd::Drf(a) => drf(a),
     }
+}
+
+#[derive(Serialize)]
+struct DrfResult {
+    bench: &'static str,
+    tenants: usize,
+    resources: usize,
+    ns_per_run: f64,
+    seed: u64,
+}
+
+fn drf(a: DrfArgs) -> anyhow::Result<()> {
+    use snic_core::drf::{Drf, TenantDemand};
+    // xorshift: reproducible demands from the printed seed.
+    let mut x = a.seed.max(1);
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for &n in &a.tenants {
+        let cap: Vec<f64> = (0..a.resources).map(|_| 50.0 + 100.0 * rnd()).collect();
+        // Each tenant uses a few resources (its NTs and the shared ones), as measured demand.
+        let tenants: Vec<TenantDemand> = (0..n)
+            .map(|_| TenantDemand {
+                weight: [1.0, 1.0, 2.0, 4.0][(rnd() * 4.0) as usize % 4],
+                demand: (0..a.resources).map(|_| if rnd() < 0.4 { 40.0 * rnd() } else { 0.0 }).collect(),
+            })
+            .collect();
+        let mut drf = Drf::new();
+        let mut out = Vec::new();
+        drf.allocate(&cap, &tenants, &mut out); // warm the scratch memory
+        let t0 = Instant::now();
+        let mut runs = 0u64;
+        while t0.elapsed().as_secs_f64() < a.seconds {
+            for _ in 0..64 {
+                drf.allocate(std::hint::black_box(&cap), std::hint::black_box(&tenants), &mut out);
+            }
+            runs += 64;
+        }
+        let r = DrfResult {
+            bench: "drf",
+            tenants: n,
+            resources: a.resources,
+            ns_per_run: t0.elapsed().as_nanos() as f64 / runs as f64,
+            seed: a.seed,
+        };
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!("drf {:>4} tenants x {:>2} resources: {:>9.0} ns per run", r.tenants, r.resources, r.ns_per_run);
+        }
+    }
+    Ok(())
 }
 
 #[derive(Serialize)]
