@@ -28,14 +28,16 @@ pub struct NodeFile {
 
 impl Default for NodeFile {
     fn default() -> Self {
+        // The data plane's own defaults, so the two cannot drift apart.
+        let dp = snic_dataplane::NodeConfig::default();
         NodeFile {
             data: "0.0.0.0:4789".parse().expect("literal"),
             api: "127.0.0.1:7878".parse().expect("literal"),
             state_dir: PathBuf::from("snic-state"),
             regions: 8,
-            workers: 0,
-            store_buffers: 8192,
-            vtep_port: Some(4789),
+            workers: dp.workers,
+            store_buffers: dp.store_buffers,
+            vtep_port: dp.vtep_port,
         }
     }
 }
