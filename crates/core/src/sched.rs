@@ -139,11 +139,6 @@ impl<T: Copy> Scheduler<T> {
         self.dags.get_mut(uid.0 as usize).and_then(Option::take)
     }
 
-    /// The instances of a chain.
-    pub fn instances_of(&self, c: ChainId) -> &[InstanceId] {
-        &self.chains[c.index()]
-    }
-
     /// The chain an instance runs.
     pub fn chain_of(&self, i: InstanceId) -> ChainId {
         self.instances[i.index()].chain
@@ -157,11 +152,6 @@ impl<T: Copy> Scheduler<T> {
     /// Items waiting for an instance.
     pub fn queued(&self, i: InstanceId) -> usize {
         self.instances[i.index()].queued
-    }
-
-    /// Items `tenant` has waiting across all instances.
-    pub fn queued_for_tenant(&self, tenant: TenantId) -> usize {
-        self.instances.iter().flat_map(|i| i.queues.iter()).filter(|(t, _)| *t == tenant).map(|(_, q)| q.len()).sum()
     }
 
     /// A packet of `tenant` arrives for position `pos` of DAG `dag`. On success it is queued for

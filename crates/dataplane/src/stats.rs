@@ -139,20 +139,6 @@ impl Histogram {
         }
         u64::MAX
     }
-
-    /// Adds another histogram's counts.
-    pub fn merge(&mut self, o: &Histogram) {
-        for (a, b) in self.counts.iter_mut().zip(o.counts.iter()) {
-            *a += b;
-        }
-        self.total += o.total;
-    }
-
-    /// Forgets everything.
-    pub fn clear(&mut self) {
-        self.counts.fill(0);
-        self.total = 0;
-    }
 }
 
 #[cfg(test)]

@@ -278,9 +278,6 @@ impl Nt for Crypto {
             Direction::Decrypt => self.decrypt(pkt),
         }
     }
-    fn touches_payload(&self) -> bool {
-        true
-    }
 }
 
 #[cfg(test)]

@@ -26,7 +26,6 @@ pub mod vni_map;
 use snic_core::ids::TenantId;
 use snic_core::time::Instant;
 use snic_wire::layout::InnerLayout;
-use snic_wire::vxlan;
 
 pub use spec::{build, NtSpec, SpecError};
 
@@ -56,24 +55,6 @@ pub struct Pkt<'a> {
     pub buf: &'a mut [u8],
     /// The descriptor fields.
     pub meta: &'a mut PktMeta,
-}
-
-impl Pkt<'_> {
-    /// The inner Ethernet frame (after the VXLAN header).
-    #[inline]
-    pub fn inner_frame(&mut self) -> &mut [u8] {
-        let s = self.meta.off as usize + vxlan::HEADER_LEN;
-        let e = self.meta.off as usize + self.meta.len as usize;
-        &mut self.buf[s..e]
-    }
-
-    /// The inner frame, read-only.
-    #[inline]
-    pub fn inner_bytes(&self) -> &[u8] {
-        let s = self.meta.off as usize + vxlan::HEADER_LEN;
-        let e = self.meta.off as usize + self.meta.len as usize;
-        &self.buf[s..e]
-    }
 }
 
 /// What happens to a packet after an NT.
@@ -161,11 +142,6 @@ pub trait Nt: Send {
 
     /// Processes one packet. Must not allocate, must not panic on any packet content.
     fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict;
-
-    /// True if the NT reads or writes the payload, not only headers (paper §3: users declare it).
-    fn touches_payload(&self) -> bool {
-        false
-    }
 }
 
 #[cfg(test)]
