@@ -60,6 +60,17 @@ pub struct Accepted {
     pub last: bool,
 }
 
+/// A deployed DAG and its demand counters.
+#[derive(Debug)]
+struct DagEntry {
+    route: DagRoute,
+    /// The tenant whose packets last arrived (a DAG belongs to one tenant).
+    tenant: TenantId,
+    /// Per step: packets that arrived for it since the last [`Scheduler::drain_arrivals`],
+    /// accepted or not — the load the tenant intended for that step's NTs.
+    arrivals: Vec<u64>,
+}
+
 #[derive(Debug)]
 struct Instance<T> {
     chain: ChainId,
@@ -83,7 +94,7 @@ pub struct Scheduler<T> {
     chain_len: Vec<usize>,
     instances: Vec<Instance<T>>,
     /// Routes indexed by DAG UID (UIDs are small integers the node assigns).
-    dags: Vec<Option<DagRoute>>,
+    dags: Vec<Option<DagEntry>>,
     /// Instances with credit and waiting items, in the order they became ready.
     ready: VecDeque<InstanceId>,
     in_ready: Vec<bool>,
@@ -129,14 +140,27 @@ impl<T: Copy> Scheduler<T> {
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
         let i = uid.0 as usize;
         if self.dags.len() <= i {
-            self.dags.resize(i + 1, None);
+            self.dags.resize_with(i + 1, || None);
         }
-        self.dags[i] = Some(route);
+        let arrivals = vec![0; route.steps().len()];
+        self.dags[i] = Some(DagEntry { route, tenant: TenantId(0), arrivals });
     }
 
     /// Removes a DAG's route; packets already queued still run.
     pub fn remove_dag(&mut self, uid: DagUid) -> Option<DagRoute> {
-        self.dags.get_mut(uid.0 as usize).and_then(Option::take)
+        self.dags.get_mut(uid.0 as usize).and_then(Option::take).map(|e| e.route)
+    }
+
+    /// Reports, per DAG that had arrivals, its tenant, route and the packets that arrived for
+    /// each step since the last call (whether a credit was free or not: intended load, paper
+    /// §4.4), and resets the counts.
+    pub fn drain_arrivals(&mut self, mut f: impl FnMut(TenantId, &DagRoute, &[u64])) {
+        for e in self.dags.iter_mut().flatten() {
+            if e.arrivals.iter().any(|&n| n > 0) {
+                f(e.tenant, &e.route, &e.arrivals);
+                e.arrivals.iter_mut().for_each(|n| *n = 0);
+            }
+        }
     }
 
     /// The chain an instance runs.
@@ -165,10 +189,12 @@ impl<T: Copy> Scheduler<T> {
         flow_hash: u64,
         item: T,
     ) -> Result<Accepted, Reject> {
-        let route = self.dags.get(dag.0 as usize).and_then(Option::as_ref).ok_or(Reject::UnknownDag)?;
-        let steps = route.steps();
+        let e = self.dags.get_mut(dag.0 as usize).and_then(Option::as_mut).ok_or(Reject::UnknownDag)?;
+        let steps = e.route.steps();
         let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
         let last = pos as usize + 1 == steps.len();
+        e.arrivals[pos as usize] += 1;
+        e.tenant = tenant;
         let insts = &self.chains[step.chain.index()];
         if insts.is_empty() {
             return Err(Reject::NoInstance);

@@ -4,7 +4,7 @@
 //! `snic-nt`. The data flow of one packet, and the module that does each step:
 //!
 //! ```text
-//! backend (rx) → node: parse + MAT → store (charge tenant) → sched (credits) → region (chain)
+//! backend (rx) → node: parse + MAT → meter (ingress limit) → store (charge tenant) → sched (credits) → region (chain)
 //!              → node: next chain or egress → fdb (route, learn) → egress (encap) → backend (tx)
 //! ```
 //!
@@ -16,6 +16,8 @@
 //!   inline on the dispatcher thread or on worker threads fed by SPSC rings.
 //! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
 //!   re-encapsulation toward the destination VTEP.
+//! - [`meter`]: per-epoch demand of every tenant on every resource, weighted DRF, and the
+//!   per-tenant ingress limiters that enforce it.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
 //! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
 //!
@@ -25,6 +27,7 @@
 pub mod backend;
 pub mod egress;
 pub mod fdb;
+pub mod meter;
 pub mod node;
 pub mod region;
 pub mod stats;
@@ -60,6 +63,8 @@ pub enum Drop {
     Oversize,
     /// The backend could not transmit it.
     TxError,
+    /// Over the tenant's ingress limit (fair sharing, [`meter`]).
+    RateLimit,
 }
 
 const N_PARSE: usize = ParseError::ALL.len();
@@ -68,7 +73,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 3;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 4;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -92,6 +97,7 @@ impl Drop {
             Drop::NoRoute => N_PARSE + 4 + N_SCHED + N_NT,
             Drop::Oversize => N_PARSE + 4 + N_SCHED + N_NT + 1,
             Drop::TxError => N_PARSE + 4 + N_SCHED + N_NT + 2,
+            Drop::RateLimit => N_PARSE + 4 + N_SCHED + N_NT + 3,
         }
     }
 
@@ -109,6 +115,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT => "no_route",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 1 => "oversize",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 2 => "tx_error",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 3 => "rate_limit",
             _ => "unknown",
         }
     }
@@ -124,7 +131,7 @@ mod tests {
         all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
         all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
         all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
-        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError]);
+        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();
         for (i, d) in all.iter().enumerate() {

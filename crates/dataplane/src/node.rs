@@ -9,6 +9,7 @@
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
 use crate::egress;
 use crate::fdb::{Fdb, PeerId, Route};
+use crate::meter::Meter;
 use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Peer, Slots, Store, MAX_TENANTS};
@@ -16,6 +17,7 @@ use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
 use snic_core::dag::DagRoute;
+use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::sched::{SchedConfig, Scheduler};
@@ -84,6 +86,10 @@ pub struct NodeConfig {
     /// The UDP port learned peers listen on: `Some(4789)` for kernel VXLAN endpoints (they send
     /// from an entropy port), `None` to reply to the datagram's source port.
     pub vtep_port: Option<u16>,
+    /// Fair sharing: epoch length, smoothing, limiter bursts, enforcement on or off.
+    pub fair: FairConfig,
+    /// The link's speed in bits per second: the capacity of the ingress and egress resources.
+    pub link_bps: f64,
 }
 
 impl Default for NodeConfig {
@@ -98,6 +104,8 @@ impl Default for NodeConfig {
             pin_cores: false,
             max_learned_macs: 65536,
             vtep_port: Some(vxlan::PORT),
+            fair: FairConfig::default(),
+            link_bps: 25e9,
         }
     }
 }
@@ -148,6 +156,7 @@ pub struct Node<B: Backend> {
     memo_table: Arc<Mat>,
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
+    meter: Meter,
 }
 
 impl<B: Backend> Node<B> {
@@ -171,6 +180,7 @@ impl<B: Backend> Node<B> {
             }
             Exec::Threads { workers, placement: Vec::new(), next: 0 }
         };
+        let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers);
         Ok(Node {
             framing: backend.framing(),
             backend,
@@ -190,6 +200,7 @@ impl<B: Backend> Node<B> {
             mat_memo: None,
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
+            meter,
             slots,
             store,
             cfg,
@@ -255,8 +266,29 @@ impl<B: Backend> Node<B> {
     /// Declares a chain of NTs (not yet running anywhere).
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let id = self.sched.add_chain(specs.len());
+        self.meter.add_chain(&specs.iter().map(NtSpec::kind).collect::<Vec<_>>());
         self.chains.push(specs);
         id
+    }
+
+    /// Names a chain's NTs in fair-sharing reports (by default `chainC.I:kind`).
+    pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
+        self.meter.label_chain(chain, names);
+    }
+
+    /// Registers a tenant for fair sharing with its weight (or changes the weight).
+    pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
+        self.meter.set_tenant(t, weight);
+    }
+
+    /// Forgets a tenant for fair sharing and lifts its ingress limit.
+    pub fn remove_tenant(&mut self, t: TenantId) {
+        self.meter.remove_tenant(t);
+    }
+
+    /// Fair sharing: resources, demands, allocations, limits.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
     }
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
@@ -271,6 +303,7 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
+        self.meter.add_instance(chain, inst, region.counters());
         match &mut self.exec {
             Exec::Inline(regions) => {
                 if regions.len() <= inst.index() {
@@ -332,6 +365,9 @@ impl<B: Backend> Node<B> {
         if !Arc::ptr_eq(&mat, &self.memo_table) {
             self.memo_table = mat.clone();
             self.mat_memo = None;
+        }
+        if self.meter.due(now) {
+            self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats);
         }
         let mut work = self.drain_completions(now);
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
@@ -411,6 +447,9 @@ impl<B: Backend> Node<B> {
         };
         if tenant.index() >= MAX_TENANTS {
             return self.drop_unattributed(idx, Drop::TenantQuota);
+        }
+        if !self.meter.admit(tenant, len, now) {
+            return self.drop_uncharged(idx, tenant, Drop::RateLimit);
         }
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
             return self.drop_uncharged(idx, tenant, e);

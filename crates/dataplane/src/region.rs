@@ -24,12 +24,31 @@ pub struct RegionCounters {
     pub nt_packets: Vec<AtomicU64>,
     /// Per NT of the chain: packets it dropped.
     pub nt_drops: Vec<AtomicU64>,
+    /// Per NT: nanoseconds spent in it over the timed batches (one batch in
+    /// [`TIMED_EVERY`]), and the packets it processed in them: their ratio is the NT's cost per
+    /// packet, which fair sharing turns into demand and capacity.
+    pub nt_busy_ns: Vec<AtomicU64>,
+    /// Per NT: packets processed in timed batches.
+    pub nt_timed: Vec<AtomicU64>,
+    /// Per NT: its declared throughput per instance ([`Nt::capacity_pps`]).
+    pub nt_capacity_pps: Vec<Option<f64>>,
 }
 
+/// One batch in this many is timed NT by NT (two clock reads per NT per timed batch).
+pub const TIMED_EVERY: u64 = 8;
+
 impl RegionCounters {
-    fn new(nts: usize) -> Self {
-        let z = || (0..nts).map(|_| AtomicU64::new(0)).collect();
-        RegionCounters { batches: AtomicU64::new(0), packets: AtomicU64::new(0), nt_packets: z(), nt_drops: z() }
+    fn new(chain: &[Box<dyn Nt>]) -> Self {
+        let z = || (0..chain.len()).map(|_| AtomicU64::new(0)).collect();
+        RegionCounters {
+            batches: AtomicU64::new(0),
+            packets: AtomicU64::new(0),
+            nt_packets: z(),
+            nt_drops: z(),
+            nt_busy_ns: z(),
+            nt_timed: z(),
+            nt_capacity_pps: chain.iter().map(|n| n.capacity_pps()).collect(),
+        }
     }
 }
 
@@ -55,7 +74,7 @@ impl core::fmt::Debug for Region {
 impl Region {
     /// A region running `chain`.
     pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>) -> Self {
-        let counters = Arc::new(RegionCounters::new(chain.len()));
+        let counters = Arc::new(RegionCounters::new(&chain));
         Region { instance, chain, counters }
     }
 
@@ -77,10 +96,12 @@ impl Region {
     pub unsafe fn run(&mut self, slots: &Slots, batch: &[u32], now: Instant) {
         let cx = Ctx { now };
         let c = &self.counters;
+        let timed = c.batches.load(Ordering::Relaxed) % TIMED_EVERY == 0;
         add(&c.batches, 1);
         add(&c.packets, batch.len() as u64);
         for (i, nt) in self.chain.iter_mut().enumerate() {
             let (mut ran, mut dropped) = (0u64, 0u64);
+            let t0 = timed.then(std::time::Instant::now);
             for &idx in batch {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
@@ -96,6 +117,12 @@ impl Region {
             }
             add(&c.nt_packets[i], ran);
             add(&c.nt_drops[i], dropped);
+            if let Some(t0) = t0 {
+                if ran > 0 {
+                    add(&c.nt_busy_ns[i], t0.elapsed().as_nanos() as u64);
+                    add(&c.nt_timed[i], ran);
+                }
+            }
         }
     }
 }

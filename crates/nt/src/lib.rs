@@ -12,7 +12,8 @@
 //!
 //! Built-in NTs, each configured by a serde-deserializable spec ([`NtSpec`]):
 //! [`firewall`], [`nat`], [`crypto`] (AES-GCM between two sNICs), [`vni_map`] (VPC re-mapping),
-//! [`counter`] and [`dummy`] (touches only the header; for benchmarks).
+//! [`counter`], [`dummy`] (touches only the header; for benchmarks) and [`synthetic`] (a
+//! calibrated cost, for fairness and scaling experiments).
 #![warn(missing_docs)]
 
 pub mod counter;
@@ -21,6 +22,7 @@ pub mod dummy;
 pub mod firewall;
 pub mod nat;
 pub mod spec;
+pub mod synthetic;
 pub mod vni_map;
 
 use snic_core::ids::TenantId;
@@ -142,6 +144,12 @@ pub trait Nt: Send {
 
     /// Processes one packet. Must not allocate, must not panic on any packet content.
     fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict;
+
+    /// The throughput of one instance in packets per second, if the NT has a fixed one (an
+    /// engine that is not the CPU). `None`, the default: the data plane measures the NT's cost.
+    fn capacity_pps(&self) -> Option<f64> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use crate::crypto::{Crypto, CryptoConfig, CryptoConfigError};
 use crate::dummy::Dummy;
 use crate::firewall::{Firewall, FirewallConfig};
 use crate::nat::{Nat, NatConfig};
+use crate::synthetic::{Synthetic, SyntheticConfig};
 use crate::vni_map::VniMap;
 use crate::Nt;
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,8 @@ pub enum NtSpec {
         #[serde(default)]
         default: Option<u32>,
     },
+    /// A calibrated cost (experiments).
+    Synthetic(SyntheticConfig),
 }
 
 /// Why an NT spec cannot be instantiated.
@@ -68,6 +71,7 @@ impl NtSpec {
             NtSpec::Nat(_) => "nat",
             NtSpec::AesGcm(_) => "aes_gcm",
             NtSpec::VniMap { .. } => "vni_map",
+            NtSpec::Synthetic(_) => "synthetic",
         }
     }
 }
@@ -93,6 +97,12 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
             }
             Box::new(VniMap::new(map.iter().map(|p| (p.from, p.to)), *default))
         }
+        NtSpec::Synthetic(c) => {
+            if c.capacity_pps == Some(0) {
+                return Err(SpecError::Zero("synthetic.capacity_pps"));
+            }
+            Box::new(Synthetic::new(c))
+        }
     })
 }
 
@@ -107,11 +117,12 @@ mod tests {
                 {"kind":"firewall","rules":[{"proto":6,"action":"deny"}],"default":"allow"},
                 {"kind":"nat","snat":{"inside":"10.0.0.0/8","public":"203.0.113.1"}},
                 {"kind":"aes_gcm","direction":"encrypt","keys":[{"tenant":1,"spi":1,"key_hex":"000102030405060708090a0b0c0d0e0f"}]},
-                {"kind":"vni_map","map":[{"from":100,"to":200}]}]"#,
+                {"kind":"vni_map","map":[{"from":100,"to":200}]},
+                {"kind":"synthetic","cost_ns":100,"capacity_pps":1000}]"#,
         )
         .unwrap();
         let kinds: Vec<_> = specs.iter().map(|s| build(s).unwrap().kind()).collect();
-        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map"]);
+        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map", "synthetic"]);
     }
 
     #[test]

@@ -168,6 +168,34 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             dropped
         );
     }
+    println!("fairness (weighted DRF on measured demand, epoch {}):", v["fairness"]["epochs"]);
+    println!(
+        "  {:<16} {:>6} {:<20} {:>9} {:>9} {:>12}  DEMAND → ALLOCATION",
+        "NAME", "WEIGHT", "DOMINANT", "SHARE", "GRANTED", "LIMIT pkt/s"
+    );
+    for t in v["tenants"].as_array().into_iter().flatten() {
+        let f = &t["stats"]["fair"];
+        let pairs: Vec<String> = f["demand"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(f["allocation"].as_array().into_iter().flatten())
+            .filter(|(d, _)| d[1].as_f64().unwrap_or(0.0) > 0.0)
+            .map(|(d, a)| {
+                format!("{} {:.3}→{:.3}", d[0].as_str().unwrap_or(""), d[1].as_f64().unwrap_or(0.0), a[1].as_f64().unwrap_or(0.0))
+            })
+            .collect();
+        println!(
+            "  {:<16} {:>6} {:<20} {:>9.3} {:>8.1}% {:>12}  {}",
+            t["name"].as_str().unwrap_or(""),
+            t["weight"],
+            f["dominant"].as_str().unwrap_or("-"),
+            f["dominant_share"].as_f64().unwrap_or(0.0),
+            100.0 * f["fraction"].as_f64().unwrap_or(1.0),
+            f["limit_pps"].as_f64().map_or("-".to_string(), |p| format!("{p:.0}")),
+            pairs.join(", ")
+        );
+    }
     println!("latency p50 {} ns, p99 {} ns", v["latency_ns"]["p50"], v["latency_ns"]["p99"]);
     Ok(())
 }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 /// each planned chain.
 pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<InstanceId>> {
     for t in &plan.tenants {
+        node.set_tenant(t.id, t.weight as f64);
         if let Some(q) = t.store_buffers {
             node.store_mut().set_quota(t.id, q);
         }
@@ -23,6 +24,7 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
     let mut chains = Vec::new();
     for (i, c) in plan.chains.iter().enumerate() {
         let id = node.add_chain(c.specs.clone());
+        node.label_chain(id, &c.nts);
         let inst = node.launch(id).with_context(|| format!("launching chain {i} ({})", c.nts.join(" → ")))?;
         chains.push((id, inst));
     }

@@ -178,12 +178,24 @@ fn daemon_lifecycle() {
     let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
     assert!(blue["stats"]["tx_packets"].as_u64().unwrap() >= 190, "{v}");
     assert_eq!(blue["stats"]["drops"][0][0], "firewall_deny");
+    // Fair sharing runs: resources named after the manifest's NTs, demand measured, and a node
+    // this lightly loaded grants everything and limits nobody.
+    assert!(v["fairness"]["epochs"].as_u64().unwrap() > 0, "{v}");
+    let res: Vec<&str> = v["fairness"]["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert!(res.starts_with(&["ingress", "egress", "store", "cpu"]) && res.contains(&"blue-firewall"), "{res:?}");
+    let fair = &blue["stats"]["fair"];
+    assert_eq!((fair["fraction"].as_f64(), fair["limit_pps"].is_null()), (Some(1.0), true), "{fair}");
+    assert_eq!(fair["demand"].as_array().unwrap().len(), res.len());
     let (s, m) = http("GET", &format!("{}/metrics", d.api), "");
     assert_eq!(s, 200);
     let m = m.as_str().unwrap().to_string();
     assert!(m.contains("snic_tenant_drops_total{tenant=\"blue\",reason=\"firewall_deny\"} 20"), "{m}");
     assert!(m.contains("snic_nt_drops_total{nt=\"blue-firewall\",region=\"0\"} 20"), "per-NT drops: {m}");
     assert!(m.contains("snic_nt_packets_total{nt=\"blue-firewall\",region=\"0\"} 220"), "per-NT packets: {m}");
+    assert!(m.contains("snic_resource_capacity{resource=\"blue-firewall\"} 1.0"), "one instance: {m}");
+    assert!(m.contains("snic_tenant_fair_fraction{tenant=\"blue\"} 1.0"), "{m}");
+    assert!(m.contains("snic_tenant_demand{tenant=\"blue\",resource=\"ingress\"}"), "{m}");
+    assert!(!m.contains("snic_tenant_ingress_limit_pps{"), "nobody limited: {m}");
 
     assert_eq!(stop(d), 0, "clean exit on SIGTERM");
 

@@ -165,3 +165,22 @@ proptest! {
         prop_assert_eq!(accepted, dispatched, "everything accepted is dispatched exactly once");
     }
 }
+
+#[test]
+fn arrivals_count_intended_load_with_or_without_credit() {
+    // A queue of 8 and one credit: 8 queued, 4 rejected — all 12 were wanted.
+    let (mut s, _) = one_chain(&[1]);
+    let t = TenantId(3);
+    let mut rejected = 0;
+    for i in 0..12 {
+        if s.handle_packet(Instant::ZERO, t, DagUid(1), 0, 0, (0, 0, i)).is_err() {
+            rejected += 1;
+        }
+    }
+    assert_eq!(rejected, 4);
+    let mut seen = Vec::new();
+    s.drain_arrivals(|tenant, route, counts| seen.push((tenant, route.steps().len(), counts.to_vec())));
+    assert_eq!(seen, vec![(t, 1, vec![12])]);
+    // Drained: nothing more to report until new arrivals.
+    s.drain_arrivals(|_, _, _| panic!("counts were not reset"));
+}

@@ -202,6 +202,7 @@ async fn status(AxState(ctl): AxState<Shared>) -> Response {
         "unattributed_drops": snap.unattributed_drops,
         "latency_ns": {"p50": snap.latency_p50_ns, "p99": snap.latency_p99_ns},
         "rebuilds": snap.rebuilds,
+        "fairness": {"epochs": snap.epochs, "resources": snap.resources},
     }))
     .into_response()
 }

@@ -24,6 +24,53 @@ pub struct NodeFile {
     /// UDP port learned endpoints are answered on (kernel VXLAN: 4789); null answers the
     /// datagram's source port.
     pub vtep_port: Option<u16>,
+    /// Fair sharing (weighted DRF on measured demand, enforced at ingress).
+    pub fairness: FairFile,
+}
+
+/// The `fairness:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairFile {
+    /// EPOCH_LEN in microseconds: how often demand is measured and DRF re-run.
+    pub epoch_us: u64,
+    /// Weight of the newest epoch in the demand average (0 < x ≤ 1; 1: no smoothing).
+    pub smoothing: f64,
+    /// Burst an ingress limiter admits, as microseconds at its rate.
+    pub burst_us: u64,
+    /// Apply the limits (false: measure and report only).
+    pub enforce: bool,
+    /// The link speed in Gbit/s: capacity of the ingress and egress resources.
+    pub link_gbps: f64,
+}
+
+impl Default for FairFile {
+    fn default() -> Self {
+        let (f, dp) = (snic_core::fair::FairConfig::default(), snic_dataplane::NodeConfig::default());
+        FairFile {
+            epoch_us: f.epoch.as_micros() as u64,
+            smoothing: f.smoothing,
+            burst_us: f.burst.as_micros() as u64,
+            enforce: f.enforce,
+            link_gbps: dp.link_bps / 1e9,
+        }
+    }
+}
+
+impl FairFile {
+    /// The data plane's form, after checking the ranges.
+    pub fn to_config(&self) -> anyhow::Result<snic_core::fair::FairConfig> {
+        anyhow::ensure!(self.epoch_us >= 1, "fairness.epoch_us must be at least 1");
+        anyhow::ensure!(self.smoothing > 0.0 && self.smoothing <= 1.0, "fairness.smoothing must be in (0, 1]");
+        anyhow::ensure!(self.link_gbps > 0.0, "fairness.link_gbps must be positive");
+        Ok(snic_core::fair::FairConfig {
+            epoch: std::time::Duration::from_micros(self.epoch_us),
+            smoothing: self.smoothing,
+            burst: std::time::Duration::from_micros(self.burst_us),
+            enforce: self.enforce,
+            ..Default::default()
+        })
+    }
 }
 
 impl Default for NodeFile {
@@ -38,6 +85,7 @@ impl Default for NodeFile {
             workers: dp.workers,
             store_buffers: dp.store_buffers,
             vtep_port: dp.vtep_port,
+            fairness: FairFile::default(),
         }
     }
 }
@@ -46,6 +94,8 @@ impl NodeFile {
     /// Reads a YAML file.
     pub fn load(p: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        yaml_serde::from_str(&text).with_context(|| format!("{}: invalid node configuration", p.display()))
+        let f: Self = yaml_serde::from_str(&text).with_context(|| format!("{}: invalid node configuration", p.display()))?;
+        f.fairness.to_config().with_context(|| format!("{}: invalid node configuration", p.display()))?;
+        Ok(f)
     }
 }

@@ -10,6 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 type Labels = Vec<(String, String)>;
@@ -22,6 +23,12 @@ fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter
 
 fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
     let f = Family::<Labels, Gauge>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn fgauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge<f64, AtomicU64>> {
+    let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
     reg.register(name, help, f.clone());
     f
 }
@@ -48,6 +55,12 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
     let nt_p = counter(&mut reg, "snic_nt_packets", "Packets processed per NT (skipped packets not counted)");
     let nt_d = counter(&mut reg, "snic_nt_drops", "Packets dropped per NT");
     let lat = gauge(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
+    let cap = fgauge(&mut reg, "snic_resource_capacity", "Capacity of each resource fair sharing divides (docs/fairness.md for units)");
+    let dshare = fgauge(&mut reg, "snic_tenant_dominant_share", "Granted share of the tenant's dominant resource (label: which)");
+    let frac = fgauge(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
+    let limit = fgauge(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
+    let demand = fgauge(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
+    let alloc = fgauge(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
     for t in &c.plan.tenants {
         let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
         let tl = l(&[("tenant", &t.name)]);
@@ -59,6 +72,20 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
         for (reason, n) in &s.drops {
             drops.get_or_create(&l(&[("tenant", &t.name), ("reason", reason)])).inc_by(*n);
         }
+        let f = &s.fair;
+        dshare.get_or_create(&l(&[("tenant", &t.name), ("resource", f.dominant.as_deref().unwrap_or(""))])).set(f.dominant_share);
+        frac.get_or_create(&tl).set(f.fraction);
+        if let Some(p) = f.limit_pps {
+            limit.get_or_create(&tl).set(p);
+        }
+        for ((r, d), (_, a)) in f.demand.iter().zip(&f.allocation) {
+            let rl = l(&[("tenant", &t.name), ("resource", r)]);
+            demand.get_or_create(&rl).set(*d);
+            alloc.get_or_create(&rl).set(*a);
+        }
+    }
+    for r in &snap.resources {
+        cap.get_or_create(&l(&[("resource", &r.name)])).set(r.capacity);
     }
     for (reason, n) in &snap.unattributed_drops {
         unattr.get_or_create(&l(&[("reason", reason)])).inc_by(*n);

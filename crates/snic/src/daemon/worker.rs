@@ -43,6 +43,34 @@ pub struct TenantSnap {
     pub drops: Vec<(&'static str, u64)>,
     /// Packet-store buffers held now.
     pub store_buffers: u32,
+    /// Fair sharing: the last epoch's result.
+    pub fair: FairSnap,
+}
+
+/// A tenant's fair share, as of the last epoch.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FairSnap {
+    /// Its dominant resource (largest demand relative to capacity), if it has demand.
+    pub dominant: Option<String>,
+    /// Granted share of the dominant resource, 0..=1.
+    pub dominant_share: f64,
+    /// Fraction of its demand granted, 0..=1.
+    pub fraction: f64,
+    /// Ingress limit in packets per second (null: not limited).
+    pub limit_pps: Option<f64>,
+    /// Measured demand per resource (resource units per second; `store` in buffers).
+    pub demand: Vec<(String, f64)>,
+    /// Allocation per resource, same units.
+    pub allocation: Vec<(String, f64)>,
+}
+
+/// One resource of the node.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ResourceSnap {
+    /// Name.
+    pub name: String,
+    /// Capacity.
+    pub capacity: f64,
 }
 
 /// One region as last published.
@@ -77,6 +105,10 @@ pub struct Snapshot {
     pub latency_p99_ns: u64,
     /// Node rebuilds since start.
     pub rebuilds: u64,
+    /// Resources fair sharing divides.
+    pub resources: Vec<ResourceSnap>,
+    /// Fair-sharing epochs run.
+    pub epochs: u64,
 }
 
 enum Cmd {
@@ -92,15 +124,22 @@ pub struct DataPlane {
     pub snapshot: Arc<Mutex<Snapshot>>,
 }
 
-fn node_config(cfg: &NodeFile) -> NodeConfig {
-    NodeConfig { store_buffers: cfg.store_buffers, workers: cfg.workers, vtep_port: cfg.vtep_port, ..Default::default() }
+fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
+    Ok(NodeConfig {
+        store_buffers: cfg.store_buffers,
+        workers: cfg.workers,
+        vtep_port: cfg.vtep_port,
+        fair: cfg.fairness.to_config()?,
+        link_bps: cfg.fairness.link_gbps * 1e9,
+        ..Default::default()
+    })
 }
 
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
 fn build(cfg: &NodeFile, backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<Vec<u16>>)> {
-    let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
+    let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
     let r = deploy(&mut node, plan).map(|inst| inst.into_iter().map(|i| i.0).collect());
     Ok((node, r))
 }
@@ -255,6 +294,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
             tx_pps: (ts.tx_packets.saturating_sub(ptx)) as f64 / dt,
             drops: (0..Drop::COUNT).filter(|&k| ts.drops[k] > 0).map(|k| (Drop::name(k), ts.drops[k])).collect(),
             store_buffers: node.store().occupancy(t.id),
+            fair: fair_snap(node, t.id),
         });
         prev[i] = (ts.rx_packets, ts.tx_packets);
     }
@@ -277,6 +317,23 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
             nts,
         });
     }
+    let fair = node.meter().fairness();
+    out.epochs = fair.epochs();
+    out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
     out.unattributed_drops = (0..Drop::COUNT).filter(|&k| s.unattributed[k] > 0).map(|k| (Drop::name(k), s.unattributed[k])).collect();
     out
+}
+
+fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
+    let fair = node.meter().fairness();
+    let Some(s) = fair.shares().iter().find(|s| s.tenant == t) else { return FairSnap::default() };
+    let names = fair.resources().iter().map(|r| r.name.clone());
+    FairSnap {
+        dominant: s.dominant.and_then(|d| fair.resources().get(d)).map(|r| r.name.clone()),
+        dominant_share: s.dominant_share,
+        fraction: s.fraction,
+        limit_pps: node.meter().limit(t),
+        demand: names.clone().zip(s.demand.iter().copied()).collect(),
+        allocation: names.zip(s.allocation.iter().copied()).collect(),
+    }
 }

@@ -1,0 +1,178 @@
+use super::*;
+
+fn rate(name: &str, capacity: f64, before_limit: bool) -> Resource {
+    Resource { name: name.into(), kind: Kind::Rate, capacity, before_limit }
+}
+
+const EPOCH_NS: u64 = 100_000;
+
+/// The paper's Fig. 7: chains NT1→NT2 and NT3→NT4; user1's packets visit NT1, NT2 and NT4,
+/// user2's NT3, NT4 and NT2 (NT2 and NT4 shared). Capacities in packets per second: 10M, 10M,
+/// 7M, 10M (the figure's units × 10^6).
+fn fig7() -> (Fairness, Vec<[bool; 4]>) {
+    let mut f = Fairness::new(FairConfig { smoothing: 1.0, ..FairConfig::default() }, Instant::ZERO);
+    f.set_resources(vec![
+        rate("ingress_packets", 1e9, true),
+        rate("nt1", 10e6, false),
+        rate("nt2", 10e6, false),
+        rate("nt3", 7e6, false),
+        rate("nt4", 10e6, false),
+    ]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    (f, vec![[true, true, false, true], [false, true, true, true]])
+}
+
+/// Runs `epochs` epochs of a closed loop: each tenant offers `load[t]` packets per second, its
+/// limiter admits at most its limit, and the NTs its packets visit see what was admitted.
+fn run(f: &mut Fairness, uses: &[[bool; 4]], load: &[f64], epochs: u64, t0: &mut u64) -> Vec<Vec<f64>> {
+    let mut admitted_rates = Vec::new();
+    for _ in 0..epochs {
+        let limits: Vec<Option<f64>> = f.shares().iter().map(|s| s.limit_pps).collect();
+        let mut admitted_now = Vec::new();
+        *t0 += EPOCH_NS;
+        f.end_epoch(Instant(*t0), |t, o| {
+            let i = t.0 as usize - 1;
+            let offered = load[i] * EPOCH_NS as f64 / 1e9;
+            let admitted = limits[i].map_or(offered, |l| offered.min(l * EPOCH_NS as f64 / 1e9));
+            o.offered_packets = offered.round() as u64;
+            o.admitted_packets = admitted.round() as u64;
+            o.amounts[0] = offered;
+            for (k, used) in uses[i].iter().enumerate() {
+                if *used {
+                    o.amounts[1 + k] = admitted;
+                }
+            }
+            admitted_now.push(admitted * 1e9 / EPOCH_NS as f64);
+        });
+        admitted_rates.push(admitted_now);
+    }
+    admitted_rates
+}
+
+#[test]
+fn fig7_step_shifts_the_shared_nts_to_user2() {
+    let (mut f, uses) = fig7();
+    let mut t = 0;
+    // Before the step: user1 8M, user2 2M packets/s; NT2 and NT4 carry 10M: everything fits.
+    run(&mut f, &uses, &[8e6, 2e6], 5, &mut t);
+    for s in f.shares() {
+        assert_eq!(s.limit_pps, None, "{s:?}");
+        assert!((s.fraction - 1.0).abs() < 1e-9);
+    }
+    // user2 steps up to 6M: DRF equalises dominant shares, user1's on NT2 (10M), user2's on
+    // NT3 (7M): 10M·s + 7M·s = 10M on NT2 → s = 10/17; user1 gets 5.88M, user2 4.12M packets/s.
+    let rates = run(&mut f, &uses, &[8e6, 6e6], 6, &mut t);
+    let s1 = &f.shares()[0];
+    let s2 = &f.shares()[1];
+    // user1 asks the same of NT1, NT2 and NT4 (a tie); user2's dominant resource is NT3.
+    assert!(matches!(s1.dominant, Some(1 | 2 | 4)), "{s1:?}");
+    assert_eq!(s2.dominant, Some(3));
+    assert!((s1.dominant_share - 10.0 / 17.0).abs() < 1e-3, "{s1:?}");
+    assert!((s2.dominant_share - 10.0 / 17.0).abs() < 1e-3, "{s2:?}");
+    let close = |a: f64, b: f64| (a - b).abs() / b < 1e-3;
+    assert!(close(s1.limit_pps.unwrap(), 100e6 / 17.0), "{s1:?}");
+    assert!(close(s2.limit_pps.unwrap(), 70e6 / 17.0), "{s2:?}");
+    // The measured demand stays the intended load, not what was admitted (no oscillation), and
+    // what is admitted settles on the allocation: the epochs after the first one agree.
+    assert!(close(s1.demand[2], 8e6) && close(s2.demand[2], 6e6), "{s1:?} {s2:?}");
+    for r in &rates[2..] {
+        assert!(close(r[0], 100e6 / 17.0) && close(r[1], 70e6 / 17.0), "{r:?}");
+    }
+    assert!(jain(&[s1.dominant_share, s2.dominant_share]) > 0.999);
+}
+
+#[test]
+fn smoothed_demand_converges_without_oscillating() {
+    let (mut f, uses) = fig7();
+    f.cfg.smoothing = 0.25;
+    let mut t = 0;
+    let rates = run(&mut f, &uses, &[8e6, 6e6], 60, &mut t);
+    // Monotone approach to the DRF point once limits apply; no overshoot above demand.
+    let target = 100e6 / 17.0;
+    let last = rates.last().unwrap()[0];
+    assert!((last - target).abs() / target < 0.01, "{last}");
+    let mut prev = f64::INFINITY;
+    for r in rates.iter().skip(2) {
+        assert!(r[0] <= prev * (1.0 + 1e-9), "user1's admitted rate went back up: {rates:?}");
+        prev = r[0];
+    }
+}
+
+#[test]
+fn a_tenant_without_demand_or_within_capacity_is_not_limited() {
+    let (mut f, uses) = fig7();
+    let mut t = 0;
+    run(&mut f, &uses, &[0.0, 3e6], 3, &mut t);
+    assert_eq!(f.shares()[0].limit_pps, None);
+    assert_eq!(f.shares()[0].dominant, None);
+    assert_eq!(f.shares()[1].limit_pps, None);
+    // Alone, user2 gets all the spare capacity it asks for, up to NT3's 7M.
+    run(&mut f, &uses, &[0.0, 20e6], 3, &mut t);
+    let s2 = &f.shares()[1];
+    assert!((s2.limit_pps.unwrap() - 7e6).abs() < 1.0, "{s2:?}");
+}
+
+#[test]
+fn weights_scale_dominant_shares() {
+    let (mut f, uses) = fig7();
+    f.set_tenant(TenantId(2), 2.0);
+    let mut t = 0;
+    run(&mut f, &uses, &[20e6, 20e6], 4, &mut t);
+    let (s1, s2) = (&f.shares()[0], &f.shares()[1]);
+    assert!((s2.dominant_share / s1.dominant_share - 2.0).abs() < 1e-6, "{s1:?} {s2:?}");
+}
+
+#[test]
+fn a_fully_blocked_tenant_keeps_its_downstream_demand() {
+    let (mut f, _) = fig7();
+    let mut t = EPOCH_NS;
+    f.end_epoch(Instant(t), |_, o| {
+        o.offered_packets = 10;
+        o.admitted_packets = 10;
+        o.amounts[2] = 10.0;
+    });
+    let before = f.shares()[0].demand[2];
+    t += EPOCH_NS;
+    f.end_epoch(Instant(t), |_, o| {
+        o.offered_packets = 10;
+        o.admitted_packets = 0;
+    });
+    assert_eq!(f.shares()[0].demand[2], before);
+}
+
+#[test]
+fn changing_resources_restarts_demand() {
+    let (mut f, uses) = fig7();
+    let mut t = 0;
+    run(&mut f, &uses, &[1e6, 1e6], 2, &mut t);
+    assert!(f.shares()[0].demand[1] > 0.0);
+    f.set_resources(vec![rate("ingress_packets", 1e9, true), rate("cpu", 1e9, false)]);
+    assert_eq!(f.shares()[0].demand, vec![0.0, 0.0]);
+    f.remove_tenant(TenantId(1));
+    assert_eq!(f.shares().len(), 1);
+}
+
+#[test]
+fn token_bucket_admits_its_rate_plus_its_depth() {
+    let mut b = TokenBucket::unlimited();
+    assert!((0..1000).all(|_| b.take(Instant::ZERO)));
+    b.set(Instant::ZERO, Some(1_000_000.0), 32.0);
+    // One offered packet every 100 ns (10 Mpps) for 10 ms against 1 Mpps.
+    let admitted = (0..100_000u64).filter(|i| b.take(Instant(i * 100))).count();
+    assert!((10_000..=10_033).contains(&admitted), "{admitted}");
+    assert_eq!(b.rate(), Some(1_000_000.0));
+    // Re-setting while limited keeps the tokens: no free burst from a new epoch's rate.
+    b.set(Instant(10_000_000), Some(1_000_000.0), 32.0);
+    let burst = (0..100).filter(|_| b.take(Instant(10_000_000))).count();
+    assert!(burst <= 1, "{burst}");
+    b.set(Instant(10_000_000), None, 0.0);
+    assert!(!b.is_limited() && b.take(Instant(10_000_000)));
+}
+
+#[test]
+fn jain_index() {
+    assert!((jain(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-12);
+    assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+    assert_eq!(jain(&[]), 1.0);
+}

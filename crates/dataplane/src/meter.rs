@@ -1,0 +1,289 @@
+//! The meter: measures each tenant's demand on every resource of the node, runs the fairness
+//! policy of `snic-core` ([`snic_core::fair`]) once per epoch, and enforces its result at
+//! ingress with one token bucket per tenant (paper §4.4).
+//!
+//! Resources and their units (the names are metrics labels):
+//!
+//! | name      | kind  | unit            | demand measured as                                  | capacity |
+//! |-----------|-------|-----------------|-----------------------------------------------------|----------|
+//! | `ingress` | rate  | bytes/s         | bytes offered, before the limiter                   | link |
+//! | `egress`  | rate  | bytes/s         | bytes transmitted                                   | link |
+//! | `store`   | level | buffers         | packet-store buffers held at the epoch's end        | store size |
+//! | `cpu`     | rate  | cores           | packets that arrived for each NT × its measured cost | execution cores |
+//! | each NT   | rate  | instances       | packets that arrived for it ÷ one instance's throughput | running instances |
+//!
+//! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's
+//! throughput is its declared capacity if it has one, otherwise 1 / its measured cost per
+//! packet (regions time one batch in [`crate::region::TIMED_EVERY`], NT by NT).
+
+use crate::region::RegionCounters;
+use crate::stats::Stats;
+use crate::store::{Store, MAX_TENANTS};
+use snic_core::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
+use snic_core::ids::{ChainId, InstanceId, TenantId};
+use snic_core::sched::Scheduler;
+use snic_core::time::Instant;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+const INGRESS: usize = 0;
+const EGRESS: usize = 1;
+const STORE: usize = 2;
+const CPU: usize = 3;
+const NO_ROW: u16 = u16::MAX;
+/// Packets timed before an NT's cost is first estimated.
+const MIN_TIMED: u64 = 256;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct EpochCount {
+    offered_packets: u64,
+    offered_bytes: u64,
+    admitted_packets: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NtState {
+    label: String,
+    /// Resource index.
+    res: usize,
+    /// Smoothed measured cost, ns per packet (0 until measured).
+    cost_ns: f64,
+    /// Timings not yet folded into `cost_ns` (busy ns, packets): the first estimate waits for
+    /// [`MIN_TIMED`] packets, so one cold batch does not make an NT look slow.
+    pending: (u64, u64),
+    /// Declared throughput per instance.
+    declared_pps: Option<f64>,
+}
+
+#[derive(Debug)]
+struct Inst {
+    chain: ChainId,
+    counters: Arc<RegionCounters>,
+    last_busy: Vec<u64>,
+    last_timed: Vec<u64>,
+}
+
+/// Demand measurement, the fairness policy and the ingress limiters. See the module docs.
+#[derive(Debug)]
+pub struct Meter {
+    fair: Fairness,
+    buckets: Vec<TokenBucket>,
+    ep: Vec<EpochCount>,
+    last_tx: Vec<u64>,
+    row_of: Vec<u16>,
+    rows: Vec<f64>,
+    chains: Vec<Vec<NtState>>,
+    instances: Vec<Inst>,
+    link_bytes: f64,
+    cores: f64,
+    store_size: f64,
+}
+
+impl Meter {
+    /// A meter for a node with a `link_bps` link, `cores` execution cores and `store_size`
+    /// packet buffers.
+    pub fn new(cfg: FairConfig, now: Instant, link_bps: f64, cores: usize, store_size: usize) -> Self {
+        let mut m = Meter {
+            fair: Fairness::new(cfg, now),
+            buckets: vec![TokenBucket::unlimited(); MAX_TENANTS],
+            ep: vec![EpochCount::default(); MAX_TENANTS],
+            last_tx: vec![0; MAX_TENANTS],
+            row_of: vec![NO_ROW; MAX_TENANTS],
+            rows: Vec::new(),
+            chains: Vec::new(),
+            instances: Vec::new(),
+            link_bytes: link_bps / 8.0,
+            cores: cores.max(1) as f64,
+            store_size: store_size as f64,
+        };
+        m.publish_resources();
+        m
+    }
+
+    /// The fairness policy's state: resources and per-tenant shares.
+    pub fn fairness(&self) -> &Fairness {
+        &self.fair
+    }
+
+    /// The tenant's ingress limit in packets per second, if limited.
+    pub fn limit(&self, t: TenantId) -> Option<f64> {
+        self.buckets.get(t.index()).and_then(|b| b.rate())
+    }
+
+    /// Registers a tenant with its weight, or changes the weight.
+    pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
+        self.fair.set_tenant(t, weight);
+        self.reindex();
+    }
+
+    /// Forgets a tenant and lifts its limit.
+    pub fn remove_tenant(&mut self, t: TenantId) {
+        self.fair.remove_tenant(t);
+        if let Some(b) = self.buckets.get_mut(t.index()) {
+            *b = TokenBucket::unlimited();
+        }
+        self.reindex();
+    }
+
+    fn reindex(&mut self) {
+        self.row_of.iter_mut().for_each(|r| *r = NO_ROW);
+        for (i, s) in self.fair.shares().iter().enumerate() {
+            self.row_of[s.tenant.index()] = i as u16;
+        }
+    }
+
+    /// Declares a chain with its NTs' kinds.
+    pub fn add_chain(&mut self, kinds: &[&str]) {
+        let c = self.chains.len();
+        self.chains
+            .push(kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect());
+        self.publish_resources();
+    }
+
+    /// Names a chain's NTs (manifest names instead of `chainC.I:kind`).
+    pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
+        if let Some(nts) = self.chains.get_mut(chain.index()) {
+            for (n, name) in nts.iter_mut().zip(names) {
+                n.label = name.clone();
+            }
+            self.publish_resources();
+        }
+    }
+
+    /// A new running instance of `chain`, whose region reports into `counters`.
+    pub fn add_instance(&mut self, chain: ChainId, _inst: InstanceId, counters: Arc<RegionCounters>) {
+        if let Some(nts) = self.chains.get_mut(chain.index()) {
+            for (n, d) in nts.iter_mut().zip(&counters.nt_capacity_pps) {
+                n.declared_pps = *d;
+            }
+        }
+        let k = counters.nt_busy_ns.len();
+        self.instances.push(Inst { chain, counters, last_busy: vec![0; k], last_timed: vec![0; k] });
+        self.publish_resources();
+    }
+
+    fn publish_resources(&mut self) {
+        let rate = |name: &str, capacity: f64, before_limit: bool| Resource { name: name.into(), kind: Kind::Rate, capacity, before_limit };
+        let mut res = vec![
+            rate("ingress", self.link_bytes, true),
+            rate("egress", self.link_bytes, false),
+            Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size, before_limit: false },
+            rate("cpu", self.cores, false),
+        ];
+        for (c, nts) in self.chains.iter_mut().enumerate() {
+            let running = self.instances.iter().filter(|i| i.chain.index() == c).count() as f64;
+            for n in nts.iter_mut() {
+                n.res = res.len();
+                res.push(rate(&n.label, running, false));
+            }
+        }
+        self.fair.set_resources(res);
+    }
+
+    /// Counts a packet of `bytes` offered by `t` and asks its limiter; false: over the limit.
+    #[inline]
+    pub fn admit(&mut self, t: TenantId, bytes: usize, now: Instant) -> bool {
+        let e = &mut self.ep[t.index()];
+        e.offered_packets += 1;
+        e.offered_bytes += bytes as u64;
+        if self.buckets[t.index()].take(now) {
+            e.admitted_packets += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// True when the epoch is over.
+    #[inline]
+    pub fn due(&self, now: Instant) -> bool {
+        self.fair.due(now)
+    }
+
+    /// Closes the epoch: measures, allocates, sets the limits.
+    pub fn end_epoch<T: Copy>(&mut self, now: Instant, sched: &mut Scheduler<T>, store: &Store, stats: &Stats) -> &[TenantShare] {
+        self.update_costs();
+        let r = self.fair.resources().len();
+        let n = self.fair.shares().len();
+        self.rows.clear();
+        self.rows.resize(n * r, 0.0);
+        let (rows, row_of, chains) = (&mut self.rows, &self.row_of, &self.chains);
+        sched.drain_arrivals(|t, route, counts| {
+            let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
+            if row == NO_ROW {
+                return;
+            }
+            let row = &mut rows[row as usize * r..(row as usize + 1) * r];
+            for (step, &k) in route.steps().iter().zip(counts) {
+                let Some(nts) = chains.get(step.chain.index()) else { continue };
+                for (i, nt) in nts.iter().enumerate() {
+                    if !step.mask.runs(i) {
+                        continue;
+                    }
+                    let k = k as f64;
+                    let per_instance = nt.declared_pps.or((nt.cost_ns > 0.0).then(|| 1e9 / nt.cost_ns));
+                    if let Some(pps) = per_instance {
+                        row[nt.res] += k / pps;
+                    }
+                    row[CPU] += k * nt.cost_ns / 1e9;
+                }
+            }
+        });
+        for s in self.fair.shares() {
+            let t = s.tenant.index();
+            let row = &mut self.rows[self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r];
+            row[INGRESS] = self.ep[t].offered_bytes as f64;
+            let tx = stats.tenants[t].tx_bytes;
+            row[EGRESS] = tx.saturating_sub(self.last_tx[t]) as f64;
+            self.last_tx[t] = tx;
+            row[STORE] = store.occupancy(s.tenant) as f64;
+        }
+        let (rows, row_of, ep) = (&self.rows, &self.row_of, &mut self.ep);
+        self.fair.end_epoch(now, |t, o| {
+            let i = row_of[t.index()] as usize;
+            o.amounts.copy_from_slice(&rows[i * r..(i + 1) * r]);
+            let e = std::mem::take(&mut ep[t.index()]);
+            o.offered_packets = e.offered_packets;
+            o.admitted_packets = e.admitted_packets;
+        });
+        if self.fair.config().enforce {
+            for s in self.fair.shares() {
+                let depth = s.limit_pps.map_or(0.0, |l| self.fair.burst_for(l));
+                self.buckets[s.tenant.index()].set(now, s.limit_pps, depth);
+            }
+        }
+        self.fair.shares()
+    }
+
+    /// Folds the regions' timings since the last epoch into each NT's cost per packet.
+    fn update_costs(&mut self) {
+        let a = self.fair.config().smoothing.clamp(0.0, 1.0);
+        for (c, nts) in self.chains.iter_mut().enumerate() {
+            for (i, nt) in nts.iter_mut().enumerate() {
+                let (mut busy, mut timed) = (0u64, 0u64);
+                for inst in self.instances.iter_mut().filter(|x| x.chain.index() == c) {
+                    let b = inst.counters.nt_busy_ns[i].load(Ordering::Relaxed);
+                    let t = inst.counters.nt_timed[i].load(Ordering::Relaxed);
+                    busy += b - inst.last_busy[i];
+                    timed += t - inst.last_timed[i];
+                    inst.last_busy[i] = b;
+                    inst.last_timed[i] = t;
+                }
+                if nt.cost_ns == 0.0 {
+                    nt.pending.0 += busy;
+                    nt.pending.1 += timed;
+                    if nt.pending.1 >= MIN_TIMED {
+                        nt.cost_ns = (nt.pending.0 as f64 / nt.pending.1 as f64).max(f64::MIN_POSITIVE);
+                    }
+                } else if timed > 0 {
+                    nt.cost_ns += a * (busy as f64 / timed as f64 - nt.cost_ns);
+                }
+            }
+        }
+    }
+
+    /// The measured cost of NT `i` of `chain`, in ns per packet (0 until measured).
+    pub fn nt_cost_ns(&self, chain: ChainId, i: usize) -> f64 {
+        self.chains.get(chain.index()).and_then(|c| c.get(i)).map_or(0.0, |n| n.cost_ns)
+    }
+}
