@@ -37,6 +37,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "tests (unit, property, integration, corpus replay)"
 test_log=$(mktemp)
 cargo test --workspace --locked 2>&1 | tee "$test_log"
+
+step "isolation against antagonists (optimized build: the test measures a real core)"
+cargo test --release --locked -p snic --test fair 2>&1 | tee -a "$test_log"
 totals=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$test_log")
 rm -f "$test_log"
 

@@ -4,17 +4,25 @@
 //! offered at ingress, the NT time its packets asked for at the scheduler (whether or not a
 //! credit was free), its egress bytes, its packet-store occupancy. [`Fairness::end_epoch`] turns
 //! the observations into demand *rates*, smooths them, runs weighted DRF ([`crate::drf`]) and
-//! sets each tenant's ingress limit: a tenant granted a fraction `f < 1` of its demand vector may
-//! admit `f` times the packet rate it offered; a tenant whose demand is met is not limited. Only
-//! ingress is throttled — the paper's choice: the other resources follow from what is admitted.
+//! sets each tenant's ingress limit so that what it admits uses no more than its allocation; a
+//! tenant whose demand is met is not limited. Only ingress is throttled — the paper's choice:
+//! the other resources follow from what is admitted.
+//!
+//! **Two parts of demand.** Some use comes with every packet that arrives, admitted or not:
+//! the link's ingress bandwidth, the work of receiving and classifying it. The limiter cannot
+//! reduce it, so the driver reports it as the *fixed* part; the rest (NT time, egress, buffers,
+//! the remaining dispatcher work) is *variable*: it shrinks with what is admitted. A tenant's
+//! demand is the sum, and DRF charges it all — a flood pays for its own reception. The limit
+//! then admits the fraction `f` of offered packets for which fixed + `f` × variable stays
+//! within the allocation on every resource.
 //!
 //! **Intended load.** What the scheduler sees of a throttled tenant is what the ingress limiter
 //! let through, not what the tenant wanted. Left alone, throttling would shrink the measured
 //! demand, DRF would then grant more, the limit would lift, and the allocation would oscillate.
-//! So observations downstream of the limiter are scaled by `offered / admitted` packets of the
-//! epoch: the load the tenant would have put on each resource had it not been throttled. (The
-//! paper's "even if there is no credit for the NT, we still capture the intended load", carried
-//! through the ingress limiter as well.)
+//! So variable observations are scaled by `offered / admitted` packets of the epoch: the load
+//! the tenant would have put on each resource had it not been throttled. (The paper's "even if
+//! there is no credit for the NT, we still capture the intended load", carried through the
+//! ingress limiter as well.)
 //!
 //! Everything here is driven by `now` arguments; nothing reads a clock.
 
@@ -42,9 +50,6 @@ pub struct Resource {
     pub kind: Kind,
     /// Capacity: per second for rates, absolute for levels.
     pub capacity: f64,
-    /// Observed before the ingress limiter (true only for ingress itself); other observations
-    /// are scaled up to the intended load (see the module docs).
-    pub before_limit: bool,
 }
 
 /// Fair-sharing parameters.
@@ -78,11 +83,14 @@ impl Default for FairConfig {
     }
 }
 
-/// What the driver observed for one tenant during the epoch.
+/// What the driver observed for one tenant during the epoch. Both slices are in the resources'
+/// order, per epoch for rates and the level now for levels, and zeroed before the driver fills
+/// them.
 #[derive(Debug)]
 pub struct Observed<'a> {
-    /// Amount per resource (same order as the resources): per epoch for rates, the level now for
-    /// levels. Zeroed before the driver fills it.
+    /// Use that came with every offered packet, before the limiter (see the module docs).
+    pub fixed: &'a mut [f64],
+    /// Use by admitted packets, as seen behind the limiter.
     pub amounts: &'a mut [f64],
     /// Packets the tenant offered at ingress (before the limiter).
     pub offered_packets: u64,
@@ -97,8 +105,10 @@ pub struct TenantShare {
     pub tenant: TenantId,
     /// DRF weight.
     pub weight: f64,
-    /// Smoothed demand per resource (rates per second, levels absolute).
+    /// Smoothed demand per resource (rates per second, levels absolute), fixed part included.
     pub demand: Vec<f64>,
+    /// The fixed part of `demand`.
+    pub fixed: Vec<f64>,
     /// Granted amount per resource.
     pub allocation: Vec<f64>,
     /// Fraction of the demand granted, 0..=1 (1 when there is no demand).
@@ -109,7 +119,7 @@ pub struct TenantShare {
     pub dominant_share: f64,
     /// Smoothed packets per second offered at ingress.
     pub offered_pps: f64,
-    /// Ingress limit in packets per second; `None` when unlimited.
+    /// Ingress limit in packets per second (admitted packets); `None` when unlimited.
     pub limit_pps: Option<f64>,
 }
 
@@ -124,6 +134,7 @@ pub struct Fairness {
     epochs: u64,
     drf: Drf,
     scratch: Vec<f64>,
+    scratch_fixed: Vec<f64>,
     demands: Vec<TenantDemand>,
     allocs: Vec<Allocation>,
     capacities: Vec<f64>,
@@ -141,6 +152,7 @@ impl Fairness {
             epochs: 0,
             drf: Drf::new(),
             scratch: Vec::new(),
+            scratch_fixed: Vec::new(),
             demands: Vec::new(),
             allocs: Vec::new(),
             capacities: Vec::new(),
@@ -157,6 +169,7 @@ impl Fairness {
         if resources.iter().map(|r| &r.name).ne(self.resources.iter().map(|r| &r.name)) {
             for s in &mut self.shares {
                 s.demand = vec![0.0; resources.len()];
+                s.fixed = vec![0.0; resources.len()];
                 s.allocation = vec![0.0; resources.len()];
                 s.dominant = None;
             }
@@ -177,6 +190,7 @@ impl Fairness {
                 tenant,
                 weight,
                 demand: vec![0.0; self.resources.len()],
+                fixed: vec![0.0; self.resources.len()],
                 allocation: vec![0.0; self.resources.len()],
                 fraction: 1.0,
                 dominant: None,
@@ -223,25 +237,22 @@ impl Fairness {
         for (s, d) in self.shares.iter_mut().zip(&mut self.demands) {
             self.scratch.clear();
             self.scratch.resize(r, 0.0);
-            let mut o = Observed { amounts: &mut self.scratch, offered_packets: 0, admitted_packets: 0 };
+            self.scratch_fixed.clear();
+            self.scratch_fixed.resize(r, 0.0);
+            let mut o = Observed { fixed: &mut self.scratch_fixed, amounts: &mut self.scratch, offered_packets: 0, admitted_packets: 0 };
             observe(s.tenant, &mut o);
             let (offered, admitted) = (o.offered_packets, o.admitted_packets);
             // Scale what was seen behind the limiter up to what was wanted; with nothing
-            // admitted there is nothing to scale, so those demands keep their average.
+            // admitted there is nothing to scale, so the variable part keeps its average.
             let scale = if admitted > 0 { offered.max(admitted) as f64 / admitted as f64 } else { 1.0 };
             let blind = admitted == 0 && offered > 0;
             for (k, res) in self.resources.iter().enumerate() {
-                let mut x = self.scratch[k];
-                if !res.before_limit {
-                    if blind {
-                        continue;
-                    }
-                    x *= scale;
-                }
-                if res.kind == Kind::Rate {
-                    x /= secs;
-                }
-                s.demand[k] += a * (x - s.demand[k]);
+                let per = if res.kind == Kind::Rate { secs } else { 1.0 };
+                let f = self.scratch_fixed[k] / per;
+                let old_var = s.demand[k] - s.fixed[k];
+                let var = if blind { old_var } else { old_var + a * (self.scratch[k] * scale / per - old_var) };
+                s.fixed[k] += a * (f - s.fixed[k]);
+                s.demand[k] = s.fixed[k] + var;
             }
             s.offered_pps += a * (offered as f64 / secs - s.offered_pps);
             d.weight = s.weight;
@@ -257,7 +268,20 @@ impl Fairness {
             s.dominant = al.dominant;
             s.dominant_share = al.dominant_share;
             s.fraction = if al.dominant.is_some() { al.fraction } else { 1.0 };
-            s.limit_pps = (s.fraction < 1.0 - 1e-6).then_some(s.fraction * s.offered_pps);
+            // The share of offered packets whose variable use fits what is left of the
+            // allocation once the fixed use is paid, on every resource.
+            let admit = if s.fraction >= 1.0 - 1e-6 {
+                1.0
+            } else {
+                s.demand
+                    .iter()
+                    .zip(&s.fixed)
+                    .zip(&s.allocation)
+                    .filter(|((d, f), _)| *d - *f > 1e-12)
+                    .map(|((d, f), al)| ((al - f) / (d - f)).clamp(0.0, 1.0))
+                    .fold(1.0, f64::min)
+            };
+            s.limit_pps = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);
         }
         &self.shares
     }

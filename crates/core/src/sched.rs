@@ -76,6 +76,8 @@ struct Instance<T> {
     chain: ChainId,
     credits: u32,
     max_credits: u32,
+    /// Most items per dispatch (a time quantum turned into packets by the driver).
+    max_batch: usize,
     live: bool,
     /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
     queues: Vec<(TenantId, VecDeque<T>)>,
@@ -130,7 +132,17 @@ impl<T: Copy> Scheduler<T> {
     pub fn add_instance(&mut self, chain: ChainId, credits: u32) -> Option<InstanceId> {
         let list = self.chains.get_mut(chain.index())?;
         let id = InstanceId(self.instances.len() as u16);
-        self.instances.push(Instance { chain, credits, max_credits: credits, live: true, queues: Vec::new(), rr: 0, last_q: 0, queued: 0 });
+        self.instances.push(Instance {
+            chain,
+            credits,
+            max_credits: credits,
+            max_batch: usize::MAX,
+            live: true,
+            queues: Vec::new(),
+            rr: 0,
+            last_q: 0,
+            queued: 0,
+        });
         self.in_ready.push(false);
         list.push(id);
         Some(id)
@@ -166,6 +178,20 @@ impl<T: Copy> Scheduler<T> {
     /// The chain an instance runs.
     pub fn chain_of(&self, i: InstanceId) -> ChainId {
         self.instances[i.index()].chain
+    }
+
+    /// Caps how many items one dispatch of `i` may take (at least 1). The driver turns a time
+    /// quantum into packets with the chain's measured cost, so a slow chain takes short turns
+    /// and cannot hold the dispatcher for long.
+    pub fn set_max_batch(&mut self, i: InstanceId, n: usize) {
+        if let Some(inst) = self.instances.get_mut(i.index()) {
+            inst.max_batch = n.max(1);
+        }
+    }
+
+    /// Number of instances ever added.
+    pub fn instance_count(&self) -> usize {
+        self.instances.len()
     }
 
     /// Free credits of an instance.
@@ -236,7 +262,7 @@ impl<T: Copy> Scheduler<T> {
         while let Some(id) = self.ready.pop_front() {
             self.in_ready[id.index()] = false;
             let inst = &mut self.instances[id.index()];
-            let budget = (inst.credits as usize).min(max).min(inst.queued);
+            let budget = (inst.credits as usize).min(max).min(inst.queued).min(inst.max_batch);
             if budget == 0 || !inst.live {
                 continue;
             }

@@ -20,6 +20,7 @@
 //!   per-tenant ingress limiters that enforce it.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
 //! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
+//! - [`testbed`]: canonical experiment setups (the paper's Fig. 7) for tests and benchmarks.
 //!
 //! The per-packet path does not allocate: every buffer, queue and table is sized at start.
 #![warn(missing_docs)]
@@ -32,6 +33,7 @@ pub mod node;
 pub mod region;
 pub mod stats;
 pub mod store;
+pub mod testbed;
 pub mod worker;
 
 pub use node::{Node, NodeConfig};

@@ -6,10 +6,11 @@
 //!
 //! | name      | kind  | unit            | demand measured as                                  | capacity |
 //! |-----------|-------|-----------------|-----------------------------------------------------|----------|
-//! | `ingress` | rate  | bytes/s         | bytes offered, before the limiter                   | link |
+//! | `ingress` | rate  | bytes/s         | bytes offered (fixed: before the limiter)           | link |
 //! | `egress`  | rate  | bytes/s         | bytes transmitted                                   | link |
 //! | `store`   | level | buffers         | packet-store buffers held at the epoch's end        | store size |
-//! | `cpu`     | rate  | cores           | packets that arrived for each NT × its measured cost | execution cores |
+//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | 0.9 |
+//! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | 0.9 × worker threads |
 //! | each NT   | rate  | instances       | packets that arrived for it ÷ one instance's throughput | running instances |
 //!
 //! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's
@@ -29,7 +30,9 @@ use std::sync::Arc;
 const INGRESS: usize = 0;
 const EGRESS: usize = 1;
 const STORE: usize = 2;
-const CPU: usize = 3;
+const DISPATCHER: usize = 3;
+/// `workers` when there are worker threads; with inline regions NT time is dispatcher time.
+const WORKERS: usize = 4;
 const NO_ROW: u16 = u16::MAX;
 /// Packets timed before an NT's cost is first estimated.
 const MIN_TIMED: u64 = 256;
@@ -71,18 +74,39 @@ pub struct Meter {
     ep: Vec<EpochCount>,
     last_tx: Vec<u64>,
     row_of: Vec<u16>,
+    /// Per registered tenant × resource: variable and fixed use this epoch.
     rows: Vec<f64>,
+    fixed: Vec<f64>,
     chains: Vec<Vec<NtState>>,
     instances: Vec<Inst>,
     link_bytes: f64,
-    cores: f64,
+    workers: usize,
     store_size: f64,
+    /// Packets received this epoch (all polls).
+    rx_packets: u64,
+    /// This epoch's sampled polls: time receiving and packets received; time for the rest of
+    /// the way (inline NT time excluded) and packets dispatched.
+    s_rx_ns: u64,
+    s_rx: u64,
+    s_rest_ns: u64,
+    s_admitted: u64,
+    /// Smoothed dispatcher cost of receiving one packet (paid by every packet, over its limit
+    /// or not), and of the rest of an admitted packet's way, NT time excluded (0 until measured).
+    rx_ns: f64,
+    proc_ns: f64,
+    /// The backend's cumulative count of packets lost before reception, at the last epoch.
+    last_lost: u64,
 }
 
+/// The share of a core fair sharing hands out: the rest is headroom for the work no tenant
+/// is charged for (dropping over-limit packets, bursts), without which a fully allocated core
+/// runs with its receive queue full.
+pub const CORE_UTILIZATION: f64 = 0.9;
+
 impl Meter {
-    /// A meter for a node with a `link_bps` link, `cores` execution cores and `store_size`
-    /// packet buffers.
-    pub fn new(cfg: FairConfig, now: Instant, link_bps: f64, cores: usize, store_size: usize) -> Self {
+    /// A meter for a node with a `link_bps` link, `workers` worker threads (0: regions inline)
+    /// and `store_size` packet buffers.
+    pub fn new(cfg: FairConfig, now: Instant, link_bps: f64, workers: usize, store_size: usize) -> Self {
         let mut m = Meter {
             fair: Fairness::new(cfg, now),
             buckets: vec![TokenBucket::unlimited(); MAX_TENANTS],
@@ -90,11 +114,20 @@ impl Meter {
             last_tx: vec![0; MAX_TENANTS],
             row_of: vec![NO_ROW; MAX_TENANTS],
             rows: Vec::new(),
+            fixed: Vec::new(),
             chains: Vec::new(),
             instances: Vec::new(),
             link_bytes: link_bps / 8.0,
-            cores: cores.max(1) as f64,
+            workers,
             store_size: store_size as f64,
+            rx_packets: 0,
+            s_rx_ns: 0,
+            s_rx: 0,
+            s_rest_ns: 0,
+            s_admitted: 0,
+            rx_ns: 0.0,
+            proc_ns: 0.0,
+            last_lost: 0,
         };
         m.publish_resources();
         m
@@ -163,18 +196,21 @@ impl Meter {
     }
 
     fn publish_resources(&mut self) {
-        let rate = |name: &str, capacity: f64, before_limit: bool| Resource { name: name.into(), kind: Kind::Rate, capacity, before_limit };
+        let rate = |name: &str, capacity: f64| Resource { name: name.into(), kind: Kind::Rate, capacity };
         let mut res = vec![
-            rate("ingress", self.link_bytes, true),
-            rate("egress", self.link_bytes, false),
-            Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size, before_limit: false },
-            rate("cpu", self.cores, false),
+            rate("ingress", self.link_bytes),
+            rate("egress", self.link_bytes),
+            Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size },
+            rate("dispatcher", CORE_UTILIZATION),
         ];
+        if self.workers > 0 {
+            res.push(rate("workers", CORE_UTILIZATION * self.workers as f64));
+        }
         for (c, nts) in self.chains.iter_mut().enumerate() {
             let running = self.instances.iter().filter(|i| i.chain.index() == c).count() as f64;
             for n in nts.iter_mut() {
                 n.res = res.len();
-                res.push(rate(&n.label, running, false));
+                res.push(rate(&n.label, running));
             }
         }
         self.fair.set_resources(res);
@@ -186,11 +222,29 @@ impl Meter {
         let e = &mut self.ep[t.index()];
         e.offered_packets += 1;
         e.offered_bytes += bytes as u64;
+        self.rx_packets += 1;
         if self.buckets[t.index()].take(now) {
             e.admitted_packets += 1;
             true
         } else {
             false
+        }
+    }
+
+    /// A timed poll: `rx_ns` receiving `rx` packets, `rest_ns` for the rest (dispatching
+    /// `dispatched` packets, completing and transmitting them; inline NT time excluded). Only
+    /// phases that handled at least `min` packets feed the cost estimates: a lightly loaded
+    /// dispatcher spins with one or two packets per poll, and its per-poll overhead would pass
+    /// for per-packet cost.
+    #[inline]
+    pub fn sample_poll(&mut self, rx_ns: u64, rx: usize, min: usize, rest_ns: u64, dispatched: usize) {
+        if rx >= min.max(1) {
+            self.s_rx_ns += rx_ns;
+            self.s_rx += rx as u64;
+        }
+        if dispatched >= min.max(1) {
+            self.s_rest_ns += rest_ns;
+            self.s_admitted += dispatched as u64;
         }
     }
 
@@ -200,14 +254,25 @@ impl Meter {
         self.fair.due(now)
     }
 
-    /// Closes the epoch: measures, allocates, sets the limits.
-    pub fn end_epoch<T: Copy>(&mut self, now: Instant, sched: &mut Scheduler<T>, store: &Store, stats: &Stats) -> &[TenantShare] {
+    /// Closes the epoch: measures, allocates, sets the limits. `lost` is the backend's
+    /// cumulative count of packets lost before reception ([`crate::backend::Backend::rx_dropped`]).
+    pub fn end_epoch<T: Copy>(
+        &mut self,
+        now: Instant,
+        sched: &mut Scheduler<T>,
+        store: &Store,
+        stats: &Stats,
+        lost: u64,
+    ) -> &[TenantShare] {
         self.update_costs();
         let r = self.fair.resources().len();
         let n = self.fair.shares().len();
         self.rows.clear();
         self.rows.resize(n * r, 0.0);
+        self.fixed.clear();
+        self.fixed.resize(n * r, 0.0);
         let (rows, row_of, chains) = (&mut self.rows, &self.row_of, &self.chains);
+        let nt_time = if self.workers > 0 { WORKERS } else { DISPATCHER };
         sched.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
             if row == NO_ROW {
@@ -225,25 +290,54 @@ impl Meter {
                     if let Some(pps) = per_instance {
                         row[nt.res] += k / pps;
                     }
-                    row[CPU] += k * nt.cost_ns / 1e9;
+                    row[nt_time] += k * nt.cost_ns / 1e9;
                 }
             }
         });
+        // The dispatcher's own costs per packet, from the sampled full polls: receiving (every
+        // packet) and the rest of the way (admitted packets).
+        let a = self.fair.config().smoothing.clamp(0.0, 1.0);
+        let ewma = |old: f64, x: f64| if old == 0.0 { x } else { old + a * (x - old) };
+        if self.s_rx >= MIN_TIMED {
+            self.rx_ns = ewma(self.rx_ns, self.s_rx_ns as f64 / self.s_rx as f64);
+            (self.s_rx_ns, self.s_rx) = (0, 0);
+        }
+        if self.s_admitted >= MIN_TIMED {
+            self.proc_ns = ewma(self.proc_ns, self.s_rest_ns as f64 / self.s_admitted as f64);
+            (self.s_rest_ns, self.s_admitted) = (0, 0);
+        }
+        // Packets lost before reception were wanted too: a full receive queue drops without
+        // regard to tenant, so each tenant lost the same fraction of what it sent.
+        let lost_now = lost.saturating_sub(self.last_lost);
+        self.last_lost = lost;
+        let inflate = if self.rx_packets > 0 { (self.rx_packets + lost_now) as f64 / self.rx_packets as f64 } else { 1.0 };
+        self.rx_packets = 0;
         for s in self.fair.shares() {
             let t = s.tenant.index();
-            let row = &mut self.rows[self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r];
-            row[INGRESS] = self.ep[t].offered_bytes as f64;
+            let span = self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r;
+            // Every packet that arrives uses the link and must be received and classified,
+            // over its limit or not: the fixed part of the demand. (Only a NIC steering
+            // tenants to their own receive queues could isolate it.)
+            let fixed = &mut self.fixed[span.clone()];
+            let offered = self.ep[t].offered_packets as f64 * inflate;
+            fixed[INGRESS] = self.ep[t].offered_bytes as f64 * inflate;
+            fixed[DISPATCHER] = offered * self.rx_ns / 1e9;
+            let row = &mut self.rows[span];
+            // What was admitted; the policy scales it to the intended load, as for every
+            // resource behind the limiter.
+            row[DISPATCHER] += self.ep[t].admitted_packets as f64 * self.proc_ns / 1e9;
             let tx = stats.tenants[t].tx_bytes;
             row[EGRESS] = tx.saturating_sub(self.last_tx[t]) as f64;
             self.last_tx[t] = tx;
             row[STORE] = store.occupancy(s.tenant) as f64;
         }
-        let (rows, row_of, ep) = (&self.rows, &self.row_of, &mut self.ep);
+        let (rows, fixed, row_of, ep) = (&self.rows, &self.fixed, &self.row_of, &mut self.ep);
         self.fair.end_epoch(now, |t, o| {
             let i = row_of[t.index()] as usize;
             o.amounts.copy_from_slice(&rows[i * r..(i + 1) * r]);
+            o.fixed.copy_from_slice(&fixed[i * r..(i + 1) * r]);
             let e = std::mem::take(&mut ep[t.index()]);
-            o.offered_packets = e.offered_packets;
+            o.offered_packets = (e.offered_packets as f64 * inflate).round() as u64;
             o.admitted_packets = e.admitted_packets;
         });
         if self.fair.config().enforce {
@@ -280,6 +374,17 @@ impl Meter {
                 }
             }
         }
+    }
+
+    /// The measured cost of a whole chain (all its NTs), in ns per packet (0 until measured).
+    pub fn chain_cost_ns(&self, chain: ChainId) -> f64 {
+        self.chains.get(chain.index()).map_or(0.0, |c| c.iter().map(|n| n.cost_ns).sum())
+    }
+
+    /// The dispatcher's measured costs per packet, NT time excluded (0 until measured):
+    /// receiving it, and the rest of an admitted packet's way.
+    pub fn dispatcher_ns(&self) -> (f64, f64) {
+        (self.rx_ns, self.proc_ns)
     }
 
     /// The measured cost of NT `i` of `chain`, in ns per packet (0 until measured).

@@ -90,6 +90,10 @@ pub struct NodeConfig {
     pub fair: FairConfig,
     /// The link's speed in bits per second: the capacity of the ingress and egress resources.
     pub link_bps: f64,
+    /// Longest a chain instance should run per dispatch: its batch is cut to this divided by the
+    /// chain's measured cost per packet (at least one packet), so a costly chain cannot hold
+    /// other tenants' packets back for long.
+    pub dispatch_quantum: Duration,
 }
 
 impl Default for NodeConfig {
@@ -106,6 +110,7 @@ impl Default for NodeConfig {
             vtep_port: Some(vxlan::PORT),
             fair: FairConfig::default(),
             link_bps: 25e9,
+            dispatch_quantum: Duration::from_micros(20),
         }
     }
 }
@@ -157,7 +162,13 @@ pub struct Node<B: Backend> {
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
     meter: Meter,
+    /// Polls so far (for sampling), and the NT time of the sampled poll's inline regions.
+    polls: u64,
+    sample_nt_ns: u64,
 }
+
+/// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
+const SAMPLE_EVERY: u64 = 8;
 
 impl<B: Backend> Node<B> {
     /// A node on `backend`, with worker threads spawned if configured.
@@ -201,6 +212,8 @@ impl<B: Backend> Node<B> {
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
             meter,
+            polls: 0,
+            sample_nt_ns: 0,
             slots,
             store,
             cfg,
@@ -250,7 +263,11 @@ impl<B: Backend> Node<B> {
 
     /// Resets counters and the latency histogram.
     pub fn reset_stats(&mut self) {
+        let tracked: Vec<TenantId> = self.meter.fairness().shares().iter().map(|s| s.tenant).collect();
         self.stats = Stats::default();
+        for t in tracked {
+            self.stats.track_latency(t, true);
+        }
     }
 
     /// The backend.
@@ -279,11 +296,13 @@ impl<B: Backend> Node<B> {
     /// Registers a tenant for fair sharing with its weight (or changes the weight).
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
         self.meter.set_tenant(t, weight);
+        self.stats.track_latency(t, true);
     }
 
     /// Forgets a tenant for fair sharing and lifts its ingress limit.
     pub fn remove_tenant(&mut self, t: TenantId) {
         self.meter.remove_tenant(t);
+        self.stats.track_latency(t, false);
     }
 
     /// Fair sharing: resources, demands, allocations, limits.
@@ -366,9 +385,9 @@ impl<B: Backend> Node<B> {
             self.memo_table = mat.clone();
             self.mat_memo = None;
         }
-        if self.meter.due(now) {
-            self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats);
-        }
+        // One poll in SAMPLE_EVERY is timed phase by phase for the meter's cost estimates.
+        self.polls = self.polls.wrapping_add(1);
+        let sampled = self.polls % SAMPLE_EVERY == 0;
         let mut work = self.drain_completions(now);
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
         let n = if self.rx_idx.is_empty() { 0 } else { self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta) };
@@ -379,10 +398,36 @@ impl<B: Backend> Node<B> {
             let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
             self.ingress(idx, m, now, &mat);
         }
+        let rx_end = if sampled && n > 0 { self.clock.now() } else { now };
         work += n;
-        work += self.dispatch(now);
+        self.sample_nt_ns = 0;
+        let dispatched = self.dispatch(now, sampled);
+        work += dispatched;
         self.flush_tx();
+        if sampled && work > 0 {
+            let end = self.clock.now().as_nanos();
+            let (t0, rx) = (now.as_nanos(), rx_end.as_nanos());
+            let half = self.cfg.batch / 2;
+            self.meter.sample_poll(rx.saturating_sub(t0), n, half, end.saturating_sub(rx).saturating_sub(self.sample_nt_ns), dispatched);
+        }
+        if self.meter.due(now) {
+            self.end_epoch(now);
+        }
         work
+    }
+
+    /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's dispatch
+    /// batch cut to the time quantum at its chain's measured cost.
+    fn end_epoch(&mut self, now: Instant) {
+        let lost = self.backend.rx_dropped();
+        self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost);
+        let quantum = self.cfg.dispatch_quantum.as_nanos() as f64;
+        for i in 0..self.sched.instance_count() {
+            let inst = InstanceId(i as u16);
+            let cost = self.meter.chain_cost_ns(self.sched.chain_of(inst));
+            let n = if cost > 0.0 { (quantum / cost) as usize } else { usize::MAX };
+            self.sched.set_max_batch(inst, n);
+        }
     }
 
     fn drop_unattributed(&mut self, idx: u32, why: Drop) {
@@ -479,7 +524,7 @@ impl<B: Backend> Node<B> {
         d.pos = 0;
         d.src = src;
         d.flow_hash = flow_hash;
-        d.rx_ns = now.as_nanos();
+        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
         d.verdict = None;
         d.charged = true;
         match dag {
@@ -494,11 +539,17 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    fn dispatch(&mut self, now: Instant) -> usize {
+    fn dispatch(&mut self, now: Instant, sampled: bool) -> usize {
         let mut n = 0;
         let max = self.cfg.batch;
         let mut batch = std::mem::take(&mut self.batch_buf);
-        while let Some(inst) = self.sched.poll_dispatch(&mut batch, max) {
+        // One turn per instance per poll (and one more for packets moving on to their next
+        // chain): a backlogged or slow chain gets its batch and then waits for the next round,
+        // so it cannot hold the dispatcher away from receiving other tenants' packets.
+        let mut turns = 2 * self.region_counters.len().max(1);
+        while turns > 0 {
+            turns -= 1;
+            let Some(inst) = self.sched.poll_dispatch(&mut batch, max) else { break };
             n += batch.len();
             for &idx in &batch {
                 // SAFETY: the dispatcher owns queued indices.
@@ -508,9 +559,13 @@ impl<B: Backend> Node<B> {
             }
             if let Exec::Inline(regions) = &mut self.exec {
                 if let Some(Some(r)) = regions.get_mut(inst.index()) {
+                    let t0 = sampled.then(std::time::Instant::now);
                     // SAFETY: the dispatcher owns every index in the batch, each once (the
                     // scheduler queues an index at most once).
                     unsafe { r.run(&self.slots, &batch, now) };
+                    if let Some(t0) = t0 {
+                        self.sample_nt_ns += t0.elapsed().as_nanos() as u64;
+                    }
                 }
                 self.complete(inst, &batch, now);
                 continue;
@@ -648,7 +703,11 @@ impl<B: Backend> Node<B> {
                 let ts = &mut self.stats.tenants[t.index()];
                 ts.tx_packets += 1;
                 ts.tx_bytes += d.meta.len as u64;
-                self.stats.latency.record(now.saturating_sub(d.rx_ns));
+                let lat = now.saturating_sub(d.rx_ns);
+                self.stats.latency.record(lat);
+                if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
+                    h.record(lat);
+                }
                 self.store.free_charged(idx, t);
             }
             for i in done + r.sent..done + r.sent + r.failed {

@@ -41,11 +41,18 @@ pub struct Stats {
     pub unattributed: [u64; Drop::COUNT],
     /// Ingress-to-transmit latency of transmitted packets.
     pub latency: Histogram,
+    /// The same per tenant, for the tenants registered with the node (`None` otherwise).
+    pub tenant_latency: Vec<Option<Box<Histogram>>>,
 }
 
 impl Default for Stats {
     fn default() -> Self {
-        Stats { tenants: vec![TenantStats::default(); MAX_TENANTS], unattributed: [0; Drop::COUNT], latency: Histogram::default() }
+        Stats {
+            tenants: vec![TenantStats::default(); MAX_TENANTS],
+            unattributed: [0; Drop::COUNT],
+            latency: Histogram::default(),
+            tenant_latency: vec![None; MAX_TENANTS],
+        }
     }
 }
 
@@ -63,6 +70,13 @@ impl Stats {
             }
         }
         t
+    }
+
+    /// Starts (a fresh histogram) or stops recording `t`'s latency.
+    pub fn track_latency(&mut self, t: snic_core::ids::TenantId, on: bool) {
+        if let Some(h) = self.tenant_latency.get_mut(t.index()) {
+            *h = on.then(Box::default);
+        }
     }
 
     /// Drops by reason name (tenants and unattributed), non-zero only.

@@ -182,7 +182,7 @@ fn daemon_lifecycle() {
     // this lightly loaded grants everything and limits nobody.
     assert!(v["fairness"]["epochs"].as_u64().unwrap() > 0, "{v}");
     let res: Vec<&str> = v["fairness"]["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert!(res.starts_with(&["ingress", "egress", "store", "cpu"]) && res.contains(&"blue-firewall"), "{res:?}");
+    assert!(res.starts_with(&["ingress", "egress", "store", "dispatcher"]) && res.contains(&"blue-firewall"), "{res:?}");
     let fair = &blue["stats"]["fair"];
     assert_eq!((fair["fraction"].as_f64(), fair["limit_pps"].is_null()), (Some(1.0), true), "{fair}");
     assert_eq!(fair["demand"].as_array().unwrap().len(), res.len());

@@ -1,7 +1,7 @@
 use super::*;
 
-fn rate(name: &str, capacity: f64, before_limit: bool) -> Resource {
-    Resource { name: name.into(), kind: Kind::Rate, capacity, before_limit }
+fn rate(name: &str, capacity: f64) -> Resource {
+    Resource { name: name.into(), kind: Kind::Rate, capacity }
 }
 
 const EPOCH_NS: u64 = 100_000;
@@ -11,13 +11,7 @@ const EPOCH_NS: u64 = 100_000;
 /// 7M, 10M (the figure's units × 10^6).
 fn fig7() -> (Fairness, Vec<[bool; 4]>) {
     let mut f = Fairness::new(FairConfig { smoothing: 1.0, ..FairConfig::default() }, Instant::ZERO);
-    f.set_resources(vec![
-        rate("ingress_packets", 1e9, true),
-        rate("nt1", 10e6, false),
-        rate("nt2", 10e6, false),
-        rate("nt3", 7e6, false),
-        rate("nt4", 10e6, false),
-    ]);
+    f.set_resources(vec![rate("ingress_packets", 1e9), rate("nt1", 10e6), rate("nt2", 10e6), rate("nt3", 7e6), rate("nt4", 10e6)]);
     f.set_tenant(TenantId(1), 1.0);
     f.set_tenant(TenantId(2), 1.0);
     (f, vec![[true, true, false, true], [false, true, true, true]])
@@ -37,7 +31,7 @@ fn run(f: &mut Fairness, uses: &[[bool; 4]], load: &[f64], epochs: u64, t0: &mut
             let admitted = limits[i].map_or(offered, |l| offered.min(l * EPOCH_NS as f64 / 1e9));
             o.offered_packets = offered.round() as u64;
             o.admitted_packets = admitted.round() as u64;
-            o.amounts[0] = offered;
+            o.fixed[0] = offered;
             for (k, used) in uses[i].iter().enumerate() {
                 if *used {
                     o.amounts[1 + k] = admitted;
@@ -147,7 +141,7 @@ fn changing_resources_restarts_demand() {
     let mut t = 0;
     run(&mut f, &uses, &[1e6, 1e6], 2, &mut t);
     assert!(f.shares()[0].demand[1] > 0.0);
-    f.set_resources(vec![rate("ingress_packets", 1e9, true), rate("cpu", 1e9, false)]);
+    f.set_resources(vec![rate("ingress_packets", 1e9), rate("cpu", 1e9)]);
     assert_eq!(f.shares()[0].demand, vec![0.0, 0.0]);
     f.remove_tenant(TenantId(1));
     assert_eq!(f.shares().len(), 1);
@@ -175,4 +169,38 @@ fn jain_index() {
     assert!((jain(&[1.0, 1.0, 1.0]) - 1.0).abs() < 1e-12);
     assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
     assert_eq!(jain(&[]), 1.0);
+}
+
+#[test]
+fn a_flood_pays_for_its_reception_and_is_limited_to_what_is_left() {
+    // One core; every packet costs 30 ns to receive (fixed), then 330 ns (victim) or 25 ns
+    // (flood) if admitted. Victim offers 0.5 Mpps, flood 20 Mpps.
+    let mut f = Fairness::new(FairConfig { smoothing: 1.0, ..FairConfig::default() }, Instant::ZERO);
+    f.set_resources(vec![rate("cpu", 1.0)]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    let offered = [0.5e6, 20e6];
+    let per_pkt = [330e-9, 25e-9];
+    let mut t = 0;
+    for _ in 0..5 {
+        let limits: Vec<Option<f64>> = f.shares().iter().map(|s| s.limit_pps).collect();
+        t += EPOCH_NS;
+        f.end_epoch(Instant(t), |id, o| {
+            let i = id.0 as usize - 1;
+            let secs = EPOCH_NS as f64 / 1e9;
+            let admitted = limits[i].map_or(offered[i], |l| l.min(offered[i]));
+            o.offered_packets = (offered[i] * secs) as u64;
+            o.admitted_packets = (admitted * secs) as u64;
+            o.fixed[0] = offered[i] * secs * 30e-9;
+            o.amounts[0] = admitted * secs * per_pkt[i];
+        });
+    }
+    let (v, x) = (&f.shares()[0], &f.shares()[1]);
+    assert_eq!(v.limit_pps, None, "the victim asks for less than half: {v:?}");
+    // The flood's allocation is what the victim leaves (1 - 0.18 = 0.82 core); 0.6 of it goes
+    // to receiving 20 Mpps, so 0.22 core / 25 ns = 8.8 Mpps may be admitted.
+    assert!((x.allocation[0] - 0.82).abs() < 1e-3, "{x:?}");
+    assert!((x.limit_pps.unwrap() - 8.8e6).abs() / 8.8e6 < 1e-3, "{x:?}");
+    let used = 0.5e6 * 360e-9 + 20e6 * 30e-9 + x.limit_pps.unwrap() * 25e-9;
+    assert!(used <= 1.0 + 1e-9, "the limits keep the core within capacity: {used}");
 }

@@ -42,7 +42,7 @@ impl Backend for MemPort {
         while n < idx.len() {
             let Some((bytes, src)) = self.rx.pop_front() else { break };
             let (len, truncated) = copy_in(slots, idx[n], &bytes);
-            meta[n] = RxMeta { len, src, truncated };
+            meta[n] = RxMeta { len, src, truncated, arrival_ns: 0 };
             n += 1;
         }
         n
@@ -145,7 +145,7 @@ impl Backend for Generator {
                 let (buf, _) = unsafe { slots.get(idx[i]) };
                 let dst: &mut [u8; SMALL] = (&mut buf[HEADROOM..HEADROOM + SMALL]).try_into().expect("buffer holds headroom + 128");
                 *dst = *t;
-                *m = RxMeta { len: *len, src: self.src, truncated: false };
+                *m = RxMeta { len: *len, src: self.src, truncated: false, arrival_ns: 0 };
             }
             self.remaining -= n as u64;
             return n;
@@ -166,7 +166,7 @@ impl Backend for Generator {
                     buf[HEADROOM + h..HEADROOM + h + p].copy_from_slice(&self.payload);
                 }
             }
-            meta[i] = RxMeta { len: if fits { (h + p) as u16 } else { 0 }, src: self.src, truncated: !fits };
+            meta[i] = RxMeta { len: if fits { (h + p) as u16 } else { 0 }, src: self.src, truncated: !fits, arrival_ns: 0 };
         }
         self.remaining -= n as u64;
         n

@@ -7,6 +7,7 @@
 //! sockets).
 
 pub mod mem;
+pub mod paced;
 pub mod udp;
 
 use crate::store::Slots;
@@ -31,11 +32,14 @@ pub struct RxMeta {
     pub src: SocketAddr,
     /// True if the packet did not fit the buffer and was cut.
     pub truncated: bool,
+    /// When it arrived, in the node clock's nanoseconds, if the backend knows (a receive
+    /// timestamp); 0: when the dispatcher received it. Latency is measured from here.
+    pub arrival_ns: u64,
 }
 
 impl Default for RxMeta {
     fn default() -> Self {
-        RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false }
+        RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false, arrival_ns: 0 }
     }
 }
 
@@ -73,6 +77,13 @@ pub trait Backend: Send {
 
     /// Transmits a prefix of `reqs`. Must not block.
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult;
+
+    /// Packets lost before the node could receive them (a full receive ring or socket buffer),
+    /// cumulative; 0 if the backend cannot tell. Fair sharing counts them as load the tenants
+    /// intended, in the proportions it did receive.
+    fn rx_dropped(&self) -> u64 {
+        0
+    }
 
     /// Blocks up to `timeout` for something to receive (the idle path). The default sleeps.
     fn wait(&mut self, timeout: Duration) {

@@ -41,6 +41,10 @@ pub struct UdpBackend {
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
+    /// Datagrams the socket dropped for want of buffer space (`SO_RXQ_OVFL`), cumulative, and
+    /// the kernel's last 32-bit reading of it.
+    rx_dropped: u64,
+    last_ovfl: Option<u32>,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into this struct's own vectors
@@ -72,9 +76,22 @@ impl UdpBackend {
         // Larger buffers absorb bursts; failures (limits) are not fatal.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        // The kernel then reports its receive-queue drop count with each datagram: load lost
+        // before snic saw it, which fair sharing counts as intended load.
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         // SAFETY: all-zero is a valid value for these plain C structs.
         let (hdrs, iovs, addrs) = unsafe { (vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH]) };
-        Ok(UdpBackend { sock, hdrs, iovs, addrs, cmsgs: vec![Cmsg([0; 32]); MAX_BATCH], group: vec![0; MAX_BATCH], gso: true })
+        Ok(UdpBackend {
+            sock,
+            hdrs,
+            iovs,
+            addrs,
+            cmsgs: vec![Cmsg([0; 32]); MAX_BATCH],
+            group: vec![0; MAX_BATCH],
+            gso: true,
+            rx_dropped: 0,
+            last_ovfl: None,
+        })
     }
 
     /// Whether transmit uses UDP segmentation offload (until the kernel refuses it).
@@ -131,9 +148,29 @@ fn from_sockaddr(s: &libc::sockaddr_storage) -> SocketAddr {
     }
 }
 
+/// The `SO_RXQ_OVFL` drop count in a received message's control data, if there.
+fn ovfl(h: &libc::msghdr) -> Option<u32> {
+    // SAFETY: the kernel filled `msg_control` up to `msg_controllen`; the CMSG macros walk
+    // within it and the data of an SO_RXQ_OVFL message is one u32.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
+                return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
 impl Backend for UdpBackend {
     fn framing(&self) -> Framing {
         Framing::Datagram
+    }
+
+    fn rx_dropped(&self) -> u64 {
+        self.rx_dropped
     }
 
     fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
@@ -147,8 +184,8 @@ impl Backend for UdpBackend {
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            h.msg_control = self.cmsgs[i].0.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = size_of::<Cmsg>();
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
@@ -160,8 +197,22 @@ impl Backend for UdpBackend {
             return 0;
         }
         let r = r as usize;
+        // The drop counter is cumulative: the last datagram's reading is enough.
+        if let Some(v) = ovfl(&self.hdrs[r - 1].msg_hdr) {
+            if let Some(prev) = self.last_ovfl {
+                self.rx_dropped += v.wrapping_sub(prev) as u64;
+            } else {
+                self.rx_dropped += v as u64;
+            }
+            self.last_ovfl = Some(v);
+        }
         for ((m, h), a) in meta[..r].iter_mut().zip(&self.hdrs).zip(&self.addrs) {
-            *m = RxMeta { len: h.msg_len as u16, src: from_sockaddr(a), truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 };
+            *m = RxMeta {
+                len: h.msg_len as u16,
+                src: from_sockaddr(a),
+                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+                arrival_ns: 0,
+            };
         }
         r
     }

@@ -1,5 +1,7 @@
 //! `snic bench`: measurements printed as JSON lines.
 
+mod fair;
+
 use crate::alloc_count;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -30,6 +32,9 @@ pub enum BenchCmd {
     Crypto(CryptoArgs),
     /// Weighted DRF computation time for 16, 64 and 256 tenants over 16 resources.
     Drf(DrfArgs),
+    /// Fair sharing and isolation: the Fig. 7 step (allocation shift, convergence) and a
+    /// well-behaved tenant against antagonists, alone / without / with the mechanisms.
+    Fair(fair::FairArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -99,12 +104,23 @@ pub struct CryptoArgs {
     seconds: f64,
 }
 
+/// Prints one result: a JSON line, or the human line `text` makes.
+pub(crate) fn emit<T: Serialize>(json: bool, r: &T, text: impl FnOnce(&T) -> String) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        println!("{}", text(r));
+    }
+    Ok(())
+}
+
 /// Dispatch.
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Dataplane(a) => dataplane(a),
         BenchCmd::Crypto(a) => crypto(a),
         BenchCmd::Drf(a) => drf(a),
+        BenchCmd::Fair(a) => fair::run(a),
     }
 }
 
@@ -154,11 +170,7 @@ fn drf(a: DrfArgs) -> anyhow::Result<()> {
             ns_per_run: t0.elapsed().as_nanos() as f64 / runs as f64,
             seed: a.seed,
         };
-        if a.json {
-            println!("{}", serde_json::to_string(&r)?);
-        } else {
-            println!("drf {:>4} tenants x {:>2} resources: {:>9.0} ns per run", r.tenants, r.resources, r.ns_per_run);
-        }
+        emit(a.json, &r, |r| format!("drf {:>4} tenants x {:>2} resources: {:>9.0} ns per run", r.tenants, r.resources, r.ns_per_run))?;
     }
     Ok(())
 }
@@ -180,7 +192,7 @@ struct DataplaneResult {
     rss_mib: f64,
 }
 
-const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+pub(crate) const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 
 fn chain_specs(chain: &str, fw_rules: usize) -> anyhow::Result<Vec<NtSpec>> {
     Ok(match chain {
@@ -271,14 +283,12 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
     for chain in chains {
         for &size in &a.size {
             let r = dataplane_case(&a, chain, size)?;
-            if a.json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                println!(
+            emit(a.json, &r, |r| {
+                format!(
                     "{:>6} {:>5} B  {:>6.2} Mpps  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB",
                     r.chain, r.packet_size, r.mpps, r.gbps, r.p50_ns, r.p99_ns, r.dropped, r.allocs_during_run, r.rss_mib
-                );
-            }
+                )
+            })?;
         }
     }
     Ok(())
@@ -295,6 +305,8 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     let n = specs.len();
     let c = node.add_chain(specs);
     node.launch(c)?;
+    // Registered for fair sharing, as a deployed tenant is: its per-epoch cost is measured too.
+    node.set_tenant(TenantId(1), 1.0);
     node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
     let mut mat = Mat::new();
     mat.insert(Rule {
@@ -406,11 +418,7 @@ fn crypto(a: CryptoArgs) -> anyhow::Result<()> {
             mpps: ops as f64 / secs / 1e6,
             gbps: ops as f64 * size as f64 * 8.0 / secs / 1e9,
         };
-        if a.json {
-            println!("{}", serde_json::to_string(&r)?);
-        } else {
-            println!("aes-128-gcm {:>5} B  {:>6.2} Mops/s  {:>6.2} Gbit/s", r.bytes, r.mpps, r.gbps);
-        }
+        emit(a.json, &r, |r| format!("aes-128-gcm {:>5} B  {:>6.2} Mops/s  {:>6.2} Gbit/s", r.bytes, r.mpps, r.gbps))?;
     }
     Ok(())
 }

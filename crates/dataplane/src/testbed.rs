@@ -1,0 +1,152 @@
+//! Canonical experiment setups shared by tests, `snic bench` and (later) `snic sim`, so that
+//! each reports on the same scenario instead of its own copy of it.
+//!
+//! - [`ManualClock`]: a clock the driver advances (virtual time for the node).
+//! - [`Fig7`]: the paper's Fig. 7 / Fig. 20 fairness scenario on an in-memory port.
+
+use crate::backend::mem::MemPort;
+use crate::backend::Framing;
+use crate::node::{Clock, LaunchError};
+use crate::store::Peer;
+use crate::worker::WorkerError;
+use crate::{Node, NodeConfig};
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::fair::TenantShare;
+use snic_core::ids::{DagUid, TenantId};
+use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_core::time::Instant;
+use snic_nt::synthetic::SyntheticConfig;
+use snic_nt::NtSpec;
+use snic_wire::build::{build, FrameSpec, L4Spec};
+use snic_wire::ethernet::MacAddr;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A clock that only moves when told to (nanoseconds in the shared cell).
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock(pub Arc<AtomicU64>);
+
+impl ManualClock {
+    /// Moves time forward.
+    pub fn advance(&self, d: Duration) {
+        self.0.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        Instant(self.0.load(Ordering::Relaxed))
+    }
+}
+
+/// A VXLAN datagram of `vni` carrying UDP from port `sport` with `payload` bytes.
+pub fn datagram(vni: u32, sport: u16, payload: usize) -> Vec<u8> {
+    let spec = FrameSpec {
+        outer: None,
+        vni,
+        inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+        inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+        src: [10, 0, 0, 1].into(),
+        dst: [10, 0, 0, 2].into(),
+        l4: L4Spec::Udp { src_port: sport, dst_port: 80 },
+        payload_len: payload,
+        payload_byte: 0,
+    };
+    let mut b = vec![0u8; 64 + payload];
+    let n = build(&spec, &mut b).expect("the buffer fits the frame");
+    b.truncate(n);
+    b
+}
+
+/// Why a testbed could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// The node could not start.
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    /// A chain could not launch.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+}
+
+/// The paper's Fig. 7 scenario (§4.4, evaluated in Fig. 20): chains NT1→NT2 and NT3→NT4 with
+/// per-instance throughputs of 10, 10, 7 and 10 units; user1 (tenant 1, VNI 100) visits NT1, NT2
+/// and NT4; user2 (tenant 2, VNI 200) NT3, NT4 and NT2 — NT2 and NT4 are shared. The NTs are
+/// synthetic engines of declared throughput, so the allocation depends on the policy alone, and
+/// the node runs on a [`ManualClock`].
+pub struct Fig7 {
+    /// The node.
+    pub node: Node<MemPort>,
+    /// Its clock.
+    pub clock: ManualClock,
+    /// Packets per second per unit of the figure.
+    pub unit_pps: f64,
+    owed: [f64; 2],
+    seq: u16,
+}
+
+impl Fig7 {
+    /// Builds the scenario with `cfg` (its fair-sharing settings matter; framing is datagram).
+    pub fn new(cfg: NodeConfig, unit_pps: f64) -> Result<Self, TestbedError> {
+        let clock = ManualClock::default();
+        let cfg = NodeConfig { vtep_port: None, ..cfg };
+        let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
+        let engine = |units: f64| NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some((units * unit_pps) as u64) });
+        let c1 = node.add_chain(vec![engine(10.0), engine(10.0)]);
+        let c2 = node.add_chain(vec![engine(7.0), engine(10.0)]);
+        node.label_chain(c1, &["nt1".into(), "nt2".into()]);
+        node.label_chain(c2, &["nt3".into(), "nt4".into()]);
+        node.launch(c1)?;
+        node.launch(c2)?;
+        node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(2) }, Step { chain: c2, mask: NtMask(0b10) }]));
+        node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(2) }, Step { chain: c1, mask: NtMask(0b10) }]));
+        let mut mat = Mat::new();
+        for (vni, t, d) in [(100, 1, 1), (200, 2, 2)] {
+            mat.insert(Rule {
+                vni,
+                proto: None,
+                dst: None,
+                dst_ports: PortRange::ANY,
+                priority: 0,
+                action: Action::Dag { tenant: TenantId(t), dag: DagUid(d) },
+            });
+            node.fdb_mut().set_default(vni, Some(Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), mac: MacAddr::default() }));
+        }
+        node.mat_handle().store(Arc::new(mat));
+        node.set_tenant(TenantId(1), 1.0);
+        node.set_tenant(TenantId(2), 1.0);
+        Ok(Fig7 { node, clock, unit_pps, owed: [0.0; 2], seq: 0 })
+    }
+
+    /// Offers `load` units (user1, user2) for `dur` of virtual time in steps of `step`, polling
+    /// the node to idle after each; `each` sees the node after every step. Returns the packets
+    /// each user got through.
+    pub fn drive(&mut self, load: [f64; 2], dur: Duration, step: Duration, mut each: impl FnMut(&Node<MemPort>)) -> [u64; 2] {
+        let before = [1, 2].map(|t| self.node.stats().tenants[t].tx_packets);
+        let end = self.clock.now() + dur;
+        let src = SocketAddr::from(([192, 0, 2, 1], 4789));
+        while self.clock.now() < end {
+            self.clock.advance(step);
+            for (i, vni) in [100, 200].into_iter().enumerate() {
+                self.owed[i] += load[i] * self.unit_pps * step.as_secs_f64();
+                while self.owed[i] >= 1.0 {
+                    self.owed[i] -= 1.0;
+                    self.seq = self.seq.wrapping_add(1);
+                    self.node.backend_mut().rx.push_back((datagram(vni, 1000 + self.seq % 64, 64), src));
+                }
+            }
+            while self.node.poll() > 0 {}
+            self.node.backend_mut().tx.clear();
+            each(&self.node);
+        }
+        let after = [1, 2].map(|t| self.node.stats().tenants[t].tx_packets);
+        [after[0] - before[0], after[1] - before[1]]
+    }
+
+    /// A user's share as of the last epoch (`user` 1 or 2).
+    pub fn share(&self, user: u16) -> Option<TenantShare> {
+        self.node.meter().fairness().shares().iter().find(|s| s.tenant == TenantId(user)).cloned()
+    }
+}

@@ -1,0 +1,321 @@
+//! `snic bench fair`: fair sharing and isolation.
+//!
+//! - `fig7`: the paper's Fig. 7 / Fig. 20 step on a virtual clock ([`Fig7`]): allocations before
+//!   and after user2's load steps up, the time until the ingress limits settle within 5% of the
+//!   DRF point, and Jain's index of the dominant shares.
+//! - `expensive`, `flood64`, `engine`: a well-behaved victim (tenant 1) against an antagonist
+//!   (tenant 2) — an NT 100× as costly per packet, a flood of 64-byte packets, large requests to a
+//!   shared AES-GCM engine — on the real clock, one core, both sharing one receive ring
+//!   ([`Paced`]). Each runs the victim alone, then both without the fairness mechanisms
+//!   (measurement on, ingress limits off) and with them.
+
+use super::emit;
+use anyhow::bail;
+use clap::Args;
+use serde::Serialize;
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::fair::{jain, FairConfig};
+use snic_core::ids::{DagUid, TenantId};
+use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_dataplane::backend::paced::{Paced, StreamSpec};
+use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::store::Peer;
+use snic_dataplane::testbed::{datagram, Fig7};
+use snic_dataplane::{Node, NodeConfig};
+use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
+use snic_nt::synthetic::SyntheticConfig;
+use snic_nt::NtSpec;
+use snic_wire::ethernet::MacAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `snic bench fair`.
+#[derive(Args)]
+pub struct FairArgs {
+    /// Print JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Scenario: fig7, expensive, flood64, engine, or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Measured seconds per run (antagonist scenarios), after the warm-up.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Warm-up seconds per run (demand measured, DRF settled).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// EPOCH_LEN in microseconds.
+    #[arg(long, default_value_t = 100)]
+    epoch_us: u64,
+}
+
+/// Runs the chosen scenarios.
+pub fn run(a: FairArgs) -> anyhow::Result<()> {
+    let all = ["fig7", "expensive", "flood64", "engine"];
+    let chosen: Vec<&str> = match a.scenario.as_str() {
+        "all" => all.to_vec(),
+        s if all.contains(&s) => vec![s],
+        s => bail!("unknown scenario `{s}` (expected {} or all)", all.join(", ")),
+    };
+    for s in chosen {
+        if s == "fig7" {
+            let r = fig7(&a)?;
+            emit(a.json, &r, |r| {
+                format!(
+                    "fig7: before user1 {:.2} user2 {:.2} units; after user1 {:.2} user2 {:.2} (DRF {:.2} / {:.2}); settled in {:.0} us ({} epochs); Jain {:.4}",
+                    r.before_units[0],
+                    r.before_units[1],
+                    r.after_units[0],
+                    r.after_units[1],
+                    r.target_units[0],
+                    r.target_units[1],
+                    r.convergence_us,
+                    r.convergence_epochs,
+                    r.jain_dominant
+                )
+            })?;
+            continue;
+        }
+        for mode in ["alone", "off", "on"] {
+            let r = antagonist(&a, s, mode)?;
+            emit(a.json, &r, |r| {
+                format!(
+                    "{:<9} {:<5} victim {:>8.0}/{:>8.0} pps ({:>5.1}%) p50 {:>8} ns p99 {:>9} ns | antagonist {:>9.0}/{:>9.0} pps | Jain {:.3}",
+                    r.scenario,
+                    r.mode,
+                    r.victim_delivered_pps,
+                    r.victim_offered_pps,
+                    100.0 * r.victim_kept,
+                    r.victim_p50_ns,
+                    r.victim_p99_ns,
+                    r.antagonist_delivered_pps,
+                    r.antagonist_offered_pps,
+                    r.jain_dominant
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct Fig7Result {
+    bench: &'static str,
+    scenario: &'static str,
+    epoch_us: u64,
+    unit_pps: f64,
+    /// Admitted rates in units over the last 10 ms before the step (user1, user2).
+    before_units: [f64; 2],
+    /// Admitted rates in units over the last 10 ms of the run.
+    after_units: [f64; 2],
+    /// The DRF point: 100/17 and 70/17 units.
+    target_units: [f64; 2],
+    /// Virtual time from the step until both ingress limits stay within 5% of the DRF point.
+    convergence_us: f64,
+    convergence_epochs: u64,
+    jain_dominant: f64,
+}
+
+fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
+    const UNIT: f64 = 100_000.0;
+    let epoch = Duration::from_micros(a.epoch_us);
+    let fair = FairConfig { epoch, ..FairConfig::default() };
+    let mut f = Fig7::new(NodeConfig { fair, ..Default::default() }, UNIT)?;
+    let step = Duration::from_micros(10);
+    let ten = Duration::from_millis(10);
+    f.drive([8.0, 2.0], Duration::from_millis(20), step, |_| {});
+    let b = f.drive([8.0, 2.0], ten, step, |_| {});
+    let target = [100.0 / 17.0, 70.0 / 17.0];
+    let t_step = f.clock.0.load(std::sync::atomic::Ordering::Relaxed);
+    let e_step = f.node.meter().fairness().epochs();
+    let mut last_out: Option<(u64, u64)> = None;
+    let within = |n: &Node<_>| {
+        let m = n.meter();
+        (0..2).all(|i| m.limit(TenantId(i as u16 + 1)).is_some_and(|l| ((l / UNIT) - target[i]).abs() / target[i] <= 0.05))
+    };
+    let clock = f.clock.clone();
+    f.drive([8.0, 6.0], Duration::from_millis(20), step, |n| {
+        if !within(n) {
+            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.meter().fairness().epochs()));
+        }
+    });
+    let c = f.drive([8.0, 6.0], ten, step, |n| {
+        if !within(n) {
+            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.meter().fairness().epochs()));
+        }
+    });
+    let (t_conv, e_conv) = last_out.unwrap_or((t_step, e_step));
+    let shares: Vec<f64> = (1..=2).filter_map(|u| f.share(u)).map(|s| s.dominant_share).collect();
+    let per_unit = |n: u64| n as f64 / ten.as_secs_f64() / UNIT;
+    Ok(Fig7Result {
+        bench: "fair",
+        scenario: "fig7",
+        epoch_us: a.epoch_us,
+        unit_pps: UNIT,
+        before_units: b.map(per_unit),
+        after_units: c.map(per_unit),
+        target_units: target,
+        convergence_us: (t_conv.saturating_sub(t_step)) as f64 / 1e3,
+        convergence_epochs: e_conv.saturating_sub(e_step),
+        jain_dominant: jain(&shares),
+    })
+}
+
+#[derive(Serialize)]
+struct AntagonistResult {
+    bench: &'static str,
+    scenario: String,
+    mode: &'static str,
+    victim_offered_pps: f64,
+    victim_delivered_pps: f64,
+    /// Delivered / offered: the victim asks for less than half the node, so its fair share is
+    /// all it offers.
+    victim_kept: f64,
+    victim_p50_ns: u64,
+    victim_p99_ns: u64,
+    victim_ring_drops: u64,
+    antagonist_offered_pps: f64,
+    antagonist_delivered_pps: f64,
+    antagonist_limit_pps: Option<f64>,
+    /// Jain's index of the two tenants' dominant shares (DRF's view; a satisfied victim has a
+    /// smaller share by design).
+    jain_dominant: f64,
+    victim_dominant: Option<String>,
+    antagonist_dominant: Option<String>,
+    /// Per resource: (name, capacity, victim demand, victim allocation, antagonist demand,
+    /// antagonist fixed part, antagonist allocation), as of the last epoch.
+    resources: Vec<(String, f64, f64, f64, f64, f64, f64)>,
+    /// The dispatcher's measured costs: receiving a packet, and the rest of an admitted one, ns.
+    dispatcher_ns: (f64, f64),
+}
+
+struct Setup {
+    /// (chain specs, shared) — `shared`: both tenants use the first chain.
+    victim_chain: Vec<NtSpec>,
+    antagonist_chain: Option<Vec<NtSpec>>,
+    victim: (usize, f64),
+    antagonist: (usize, f64),
+}
+
+fn synthetic(ns: u64) -> NtSpec {
+    NtSpec::Synthetic(SyntheticConfig { cost_ns: ns, capacity_pps: None })
+}
+
+fn setup(s: &str) -> Setup {
+    match s {
+        // 200 ns vs 20 us per packet; the antagonist offers two cores' worth.
+        "expensive" => Setup {
+            victim_chain: vec![synthetic(200)],
+            antagonist_chain: Some(vec![synthetic(20_000)]),
+            victim: (64, 1_000_000.0),
+            antagonist: (64, 100_000.0),
+        },
+        // 1400-byte frames at 0.5 Mpps through a 300 ns NT, against 64-byte frames at 20 Mpps
+        // (more than the node can take through its whole path, ~14 Mpps here).
+        "flood64" => Setup {
+            victim_chain: vec![synthetic(300)],
+            antagonist_chain: Some(vec![NtSpec::Dummy]),
+            victim: (1400 - 42, 500_000.0),
+            antagonist: (64 - 42, 20_000_000.0),
+        },
+        // One shared AES-GCM engine: 256-byte requests at 0.5 Mpps against 1400-byte ones at 5 Mpps.
+        _ => Setup {
+            victim_chain: vec![NtSpec::AesGcm(CryptoConfig {
+                direction: Direction::Encrypt,
+                keys: vec![
+                    TenantKey { tenant: 1, spi: 1, key_hex: super::KEY.into() },
+                    TenantKey { tenant: 2, spi: 2, key_hex: super::KEY.into() },
+                ],
+                max_senders: 16,
+            })],
+            antagonist_chain: None,
+            victim: (256 - 42, 500_000.0),
+            antagonist: (1400 - 42, 5_000_000.0),
+        },
+    }
+}
+
+fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Result<AntagonistResult> {
+    let s = setup(scenario);
+    let src = "192.0.2.1:4789".parse()?;
+    let antagonist_pps = if mode == "alone" { 0.0 } else { s.antagonist.1 };
+    let streams = vec![
+        StreamSpec { datagram: datagram(100, 1000, s.victim.0), pps: s.victim.1, src },
+        StreamSpec { datagram: datagram(200, 2000, s.antagonist.0), pps: antagonist_pps, src },
+    ];
+    let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: mode == "on", ..FairConfig::default() };
+    // The in-memory "link" is the memory bus: far faster than a NIC's.
+    let cfg = NodeConfig { vtep_port: None, fair, link_bps: 400e9, ..Default::default() };
+    let clock = MonotonicClock::default();
+    let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
+    let c1 = node.add_chain(s.victim_chain.clone());
+    node.launch(c1)?;
+    let c2 = match &s.antagonist_chain {
+        Some(specs) => {
+            let c = node.add_chain(specs.clone());
+            node.launch(c)?;
+            c
+        }
+        None => c1,
+    };
+    let mut mat = Mat::new();
+    for (t, chain, n) in [(1u16, c1, s.victim_chain.len()), (2, c2, s.antagonist_chain.as_ref().map_or(s.victim_chain.len(), Vec::len))] {
+        node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain, mask: NtMask::all(n) }]));
+        mat.insert(Rule {
+            vni: 100 * t as u32,
+            proto: None,
+            dst: None,
+            dst_ports: PortRange::ANY,
+            priority: 0,
+            action: Action::Dag { tenant: TenantId(t), dag: DagUid(t as u32) },
+        });
+        node.fdb_mut().set_default(100 * t as u32, Some(Peer { addr: "192.0.2.9:4789".parse()?, mac: MacAddr::default() }));
+        node.set_tenant(TenantId(t), 1.0);
+    }
+    node.mat_handle().store(Arc::new(mat));
+    let spin = |node: &mut Node<Paced>, d: Duration| {
+        let t0 = Instant::now();
+        while t0.elapsed() < d {
+            for _ in 0..64 {
+                node.poll();
+            }
+        }
+        t0.elapsed().as_secs_f64()
+    };
+    spin(&mut node, Duration::from_secs_f64(a.warmup));
+    node.backend_mut().reset_stats();
+    let secs = spin(&mut node, Duration::from_secs_f64(a.seconds));
+    let st = node.backend().stats();
+    let fair = node.meter().fairness();
+    let name = |d: Option<usize>| d.and_then(|d| fair.resources().get(d)).map(|r| r.name.clone());
+    let share = |t: u16| fair.shares().iter().find(|x| x.tenant == TenantId(t));
+    let doms: Vec<f64> = (1..=2).filter_map(share).map(|x| x.dominant_share).collect();
+    let (v, x) = (&st[0], &st[1]);
+    Ok(AntagonistResult {
+        bench: "fair",
+        scenario: scenario.to_string(),
+        mode,
+        victim_offered_pps: v.offered as f64 / secs,
+        victim_delivered_pps: v.delivered as f64 / secs,
+        victim_kept: if v.offered > 0 { v.delivered as f64 / v.offered as f64 } else { 0.0 },
+        victim_p50_ns: v.latency.quantile(0.5),
+        victim_p99_ns: v.latency.quantile(0.99),
+        victim_ring_drops: v.ring_drops,
+        antagonist_offered_pps: x.offered as f64 / secs,
+        antagonist_delivered_pps: x.delivered as f64 / secs,
+        antagonist_limit_pps: node.meter().limit(TenantId(2)),
+        jain_dominant: jain(&doms),
+        victim_dominant: name(share(1).and_then(|x| x.dominant)),
+        antagonist_dominant: name(share(2).and_then(|x| x.dominant)),
+        resources: match (share(1), share(2)) {
+            (Some(v), Some(x)) => fair
+                .resources()
+                .iter()
+                .enumerate()
+                .map(|(k, r)| (r.name.clone(), r.capacity, v.demand[k], v.allocation[k], x.demand[k], x.fixed[k], x.allocation[k]))
+                .collect(),
+            _ => Vec::new(),
+        },
+        dispatcher_ns: node.meter().dispatcher_ns(),
+    })
+}

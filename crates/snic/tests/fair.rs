@@ -1,0 +1,27 @@
+//! Isolation against antagonists (paper 003 §6.4), through `snic bench fair`: a well-behaved
+//! tenant sharing one core and one receive ring with an antagonist keeps its throughput when
+//! the fairness mechanisms are on. (Latency and the figures themselves are in BENCHMARKS.md.)
+
+use std::process::Command;
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "needs an optimized build; scripts/test.sh runs it with --release")]
+fn the_victim_keeps_its_share_against_each_antagonist() {
+    for scenario in ["expensive", "flood64", "engine"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+            .args(["bench", "fair", "--scenario", scenario, "--seconds", "0.5", "--warmup", "0.5", "--json"])
+            .output()
+            .expect("snic runs");
+        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+        let runs: Vec<serde_json::Value> =
+            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect();
+        let mode = |m: &str| runs.iter().find(|r| r["mode"] == m).unwrap_or_else(|| panic!("no {m} run: {runs:?}")).clone();
+        let (alone, on) = (mode("alone"), mode("on"));
+        assert!(alone["victim_kept"].as_f64().unwrap() > 0.99, "{alone}");
+        // The victim asks for less than half the node: its fair share is all it offers.
+        assert!(on["victim_kept"].as_f64().unwrap() >= 0.9, "{scenario}: {on}");
+        assert!(on["antagonist_limit_pps"].as_f64().is_some(), "the antagonist is limited at ingress: {on}");
+        assert!(on["antagonist_delivered_pps"].as_f64().unwrap() > 0.0, "and still served (work conserving): {on}");
+        assert_eq!(on["victim_dominant"], "dispatcher", "{on}");
+    }
+}
