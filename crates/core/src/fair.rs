@@ -14,7 +14,8 @@
 //! the remaining dispatcher work) is *variable*: it shrinks with what is admitted. A tenant's
 //! demand is the sum, and DRF charges it all — a flood pays for its own reception. The limit
 //! then admits the fraction `f` of offered packets for which fixed + `f` × variable stays
-//! within the allocation on every resource.
+//! within the allocation on every resource that binds (a resource binds when another tenant
+//! uses it too, and throttling can relieve it; see `binds`).
 //!
 //! **Intended load.** What the scheduler sees of a throttled tenant is what the ingress limiter
 //! let through, not what the tenant wanted. Left alone, throttling would shrink the measured
@@ -138,6 +139,17 @@ pub struct Fairness {
     demands: Vec<TenantDemand>,
     allocs: Vec<Allocation>,
     capacities: Vec<f64>,
+    binding: Vec<bool>,
+}
+
+/// Whether a resource may limit admission. Limits exist to protect other tenants, so a
+/// resource only one tenant uses limits nobody (a lone tenant over capacity is served as fast as
+/// the node can; throttling it would only idle the node). And when receiving alone (the fixed
+/// parts) fills a resource, throttling cannot relieve it — over-limit packets are received all
+/// the same — so it is worth doing only to protect a tenant that is within its share; between
+/// tenants that are all over theirs it would only idle the node too.
+fn binds(users: usize, fixed: f64, capacity: f64, any_satisfied: bool) -> bool {
+    users >= 2 && (fixed < capacity || any_satisfied)
 }
 
 impl Fairness {
@@ -156,6 +168,7 @@ impl Fairness {
             demands: Vec::new(),
             allocs: Vec::new(),
             capacities: Vec::new(),
+            binding: Vec::new(),
         }
     }
 
@@ -262,6 +275,19 @@ impl Fairness {
         self.capacities.clear();
         self.capacities.extend(self.resources.iter().map(|r| r.capacity));
         self.drf.allocate(&self.capacities, &self.demands, &mut self.allocs);
+        // Which resources may limit admission (see `binds`).
+        self.binding.clear();
+        for k in 0..r {
+            let (mut users, mut fixed, mut satisfied) = (0, 0.0, false);
+            for (s, al) in self.shares.iter().zip(&self.allocs) {
+                if s.demand[k] > 0.0 {
+                    users += 1;
+                    fixed += s.fixed[k];
+                    satisfied |= al.fraction >= 1.0 - 1e-6;
+                }
+            }
+            self.binding.push(binds(users, fixed, self.capacities[k], satisfied));
+        }
         for (s, al) in self.shares.iter_mut().zip(&self.allocs) {
             s.allocation.clear();
             s.allocation.extend_from_slice(&al.amounts);
@@ -277,8 +303,9 @@ impl Fairness {
                     .iter()
                     .zip(&s.fixed)
                     .zip(&s.allocation)
-                    .filter(|((d, f), _)| *d - *f > 1e-12)
-                    .map(|((d, f), al)| ((al - f) / (d - f)).clamp(0.0, 1.0))
+                    .zip(&self.binding)
+                    .filter(|(((d, f), _), b)| **b && *d - *f > 1e-12)
+                    .map(|(((d, f), al), _)| ((al - f) / (d - f)).clamp(0.0, 1.0))
                     .fold(1.0, f64::min)
             };
             s.limit_pps = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);

@@ -32,6 +32,7 @@
 
 pub mod dag;
 pub mod drf;
+pub mod dwrr;
 pub mod fair;
 pub mod ids;
 pub mod mat;

@@ -17,6 +17,7 @@ use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
 use snic_core::dag::DagRoute;
+use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey};
@@ -162,6 +163,9 @@ pub struct Node<B: Backend> {
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
     meter: Meter,
+    /// Per-tenant egress queues, used while the backend pushes back.
+    egress_q: Dwrr<TxReq>,
+    tx_backlogged: bool,
     /// Polls so far (for sampling), and the NT time of the sampled poll's inline regions.
     polls: u64,
     sample_nt_ns: u64,
@@ -214,6 +218,8 @@ impl<B: Backend> Node<B> {
             meter,
             polls: 0,
             sample_nt_ns: 0,
+            egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
+            tx_backlogged: false,
             slots,
             store,
             cfg,
@@ -296,6 +302,7 @@ impl<B: Backend> Node<B> {
     /// Registers a tenant for fair sharing with its weight (or changes the weight).
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
         self.meter.set_tenant(t, weight);
+        self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
     }
 
@@ -681,16 +688,50 @@ impl<B: Backend> Node<B> {
                 None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
             },
         };
-        self.txq.push(TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr });
+        let req = TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr };
+        if self.tx_backlogged {
+            // The link is backlogged: tenants take turns by bytes (deficit round robin).
+            if let Err(req) = self.egress_q.push(d.meta.tenant, req, req.len as u32) {
+                return self.drop_charged(req.idx, d.meta.tenant, Drop::TxError);
+            }
+            return;
+        }
+        self.txq.push(req);
         if self.txq.len() >= self.cfg.batch {
             self.flush_tx();
         }
     }
 
+    /// Transmits. While the backend takes everything, packets go out in the order they were
+    /// finished. Once it pushes back, packets wait in per-tenant egress queues until they
+    /// drain, and the link is shared by deficit round robin on bytes, so large packets do not
+    /// buy a larger share (FairNIC). What a send left over goes first next time.
     fn flush_tx(&mut self) {
-        if self.txq.is_empty() {
-            return;
+        loop {
+            if self.txq.is_empty() {
+                while self.txq.len() < self.cfg.batch {
+                    let Some((_, req)) = self.egress_q.pop() else { break };
+                    self.txq.push(req);
+                }
+                if self.txq.is_empty() {
+                    self.tx_backlogged = false;
+                    return;
+                }
+            }
+            if !self.send_txq() {
+                // Back-pressure: what is left stays first in line (its order was already
+                // decided), and from now on packets queue per tenant.
+                self.tx_backlogged = true;
+                return;
+            }
+            if !self.tx_backlogged {
+                return;
+            }
         }
+    }
+
+    /// Sends `txq`; true if the backend took (or refused for good) all of it.
+    fn send_txq(&mut self) -> bool {
         let now = self.clock.now().as_nanos();
         let mut done = 0;
         while done < self.txq.len() {
@@ -723,5 +764,6 @@ impl<B: Backend> Node<B> {
             }
         }
         self.txq.drain(..done);
+        self.txq.is_empty()
     }
 }

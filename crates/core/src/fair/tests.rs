@@ -101,10 +101,11 @@ fn a_tenant_without_demand_or_within_capacity_is_not_limited() {
     assert_eq!(f.shares()[0].limit_pps, None);
     assert_eq!(f.shares()[0].dominant, None);
     assert_eq!(f.shares()[1].limit_pps, None);
-    // Alone, user2 gets all the spare capacity it asks for, up to NT3's 7M.
+    // Alone and over NT3's 7M, user2 is allocated all of it but not throttled: no one else
+    // uses the node, so a limit would only idle it.
     run(&mut f, &uses, &[0.0, 20e6], 3, &mut t);
     let s2 = &f.shares()[1];
-    assert!((s2.limit_pps.unwrap() - 7e6).abs() < 1.0, "{s2:?}");
+    assert!((s2.allocation[3] - 7e6).abs() < 1.0 && s2.limit_pps.is_none(), "{s2:?}");
 }
 
 #[test]
@@ -171,16 +172,14 @@ fn jain_index() {
     assert_eq!(jain(&[]), 1.0);
 }
 
-#[test]
-fn a_flood_pays_for_its_reception_and_is_limited_to_what_is_left() {
-    // One core; every packet costs 30 ns to receive (fixed), then 330 ns (victim) or 25 ns
-    // (flood) if admitted. Victim offers 0.5 Mpps, flood 20 Mpps.
+/// One core; every offered packet costs 30 ns to receive (fixed), then `per_pkt` if admitted.
+/// Runs five epochs of a closed loop and returns the controller.
+fn one_core(offered: &[f64], per_pkt: &[f64]) -> Fairness {
     let mut f = Fairness::new(FairConfig { smoothing: 1.0, ..FairConfig::default() }, Instant::ZERO);
     f.set_resources(vec![rate("cpu", 1.0)]);
-    f.set_tenant(TenantId(1), 1.0);
-    f.set_tenant(TenantId(2), 1.0);
-    let offered = [0.5e6, 20e6];
-    let per_pkt = [330e-9, 25e-9];
+    for i in 0..offered.len() {
+        f.set_tenant(TenantId(i as u16 + 1), 1.0);
+    }
     let mut t = 0;
     for _ in 0..5 {
         let limits: Vec<Option<f64>> = f.shares().iter().map(|s| s.limit_pps).collect();
@@ -195,6 +194,13 @@ fn a_flood_pays_for_its_reception_and_is_limited_to_what_is_left() {
             o.amounts[0] = admitted * secs * per_pkt[i];
         });
     }
+    f
+}
+
+#[test]
+fn a_flood_pays_for_its_reception_and_is_limited_to_what_is_left() {
+    // Victim offers 0.5 Mpps at 330 ns, flood 20 Mpps at 25 ns.
+    let f = one_core(&[0.5e6, 20e6], &[330e-9, 25e-9]);
     let (v, x) = (&f.shares()[0], &f.shares()[1]);
     assert_eq!(v.limit_pps, None, "the victim asks for less than half: {v:?}");
     // The flood's allocation is what the victim leaves (1 - 0.18 = 0.82 core); 0.6 of it goes
@@ -203,4 +209,25 @@ fn a_flood_pays_for_its_reception_and_is_limited_to_what_is_left() {
     assert!((x.limit_pps.unwrap() - 8.8e6).abs() / 8.8e6 < 1e-3, "{x:?}");
     let used = 0.5e6 * 360e-9 + 20e6 * 30e-9 + x.limit_pps.unwrap() * 25e-9;
     assert!(used <= 1.0 + 1e-9, "the limits keep the core within capacity: {used}");
+}
+
+#[test]
+fn limits_only_protect_someone() {
+    // Alone and over capacity: nobody to protect, so no limit (throttling would idle the node).
+    let f = one_core(&[40e6], &[25e-9]);
+    assert!(f.shares()[0].fraction < 0.5);
+    assert_eq!(f.shares()[0].limit_pps, None);
+    // Two floods whose reception alone fills the core: throttling cannot relieve it and there
+    // is no tenant within its share to protect.
+    let f = one_core(&[25e6, 25e6], &[25e-9, 25e-9]);
+    assert!(f.shares().iter().all(|s| s.limit_pps.is_none()), "{:?}", f.shares());
+    // The same floods beside a tenant within its share: they are held back for it.
+    let f = one_core(&[25e6, 25e6, 0.2e6], &[25e-9, 25e-9, 330e-9]);
+    assert!(f.shares()[..2].iter().all(|s| s.limit_pps == Some(0.0)), "{:?}", f.shares());
+    assert_eq!(f.shares()[2].limit_pps, None);
+    // Two heavy tenants below reception overload: DRF splits the core between them.
+    let f = one_core(&[2e6, 2e6], &[1000e-9, 400e-9]);
+    assert!(f.shares().iter().all(|s| s.limit_pps.is_some()), "{:?}", f.shares());
+    let d: Vec<f64> = f.shares().iter().map(|s| s.dominant_share).collect();
+    assert!((d[0] - d[1]).abs() < 1e-6, "{d:?}");
 }
