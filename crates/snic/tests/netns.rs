@@ -252,6 +252,36 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let blue = tenant("blue");
     assert!(blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "firewall_deny"), "{blue}");
     assert!(tenant("green")["drops"].as_array().unwrap().is_empty(), "green dropped nothing");
+
+    // Fair sharing for real traffic: blue sends a steady UDP stream, first alone, then while
+    // green floods small UDP packets as fast as its endpoint can. Green is limited at the
+    // node's ingress and blue keeps its stream.
+    let blue_udp = |t: &Topo| -> f64 {
+        let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5201", "-u", "-b", "20M", "-l", "1000", "-t", "3", "-J"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["end"]["sum"]["lost_percent"].as_f64().unwrap()
+    };
+    let rate_limited = |t: &Topo| -> (u64, u64) {
+        let v: serde_json::Value = serde_json::from_str(&t.snic(&["status", "-o", "json"])).unwrap();
+        let n = |name: &str| {
+            let s = &v["tenants"].as_array().unwrap().iter().find(|x| x["name"] == name).unwrap()["stats"];
+            s["drops"].as_array().unwrap().iter().find(|d| d[0] == "rate_limit").map_or(0, |d| d[1].as_u64().unwrap())
+        };
+        (n("blue"), n("green"))
+    };
+    t.spawn("b", &["iperf3", "-s", "-p", "5201"]);
+    t.spawn("d", &["iperf3", "-s", "-p", "5301"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let alone = blue_udp(&t);
+    t.spawn("c", &["iperf3", "-c", "10.1.0.2", "-p", "5301", "-u", "-b", "2G", "-l", "64", "-t", "6", "-P", "2"]);
+    std::thread::sleep(Duration::from_millis(1000));
+    let before = rate_limited(&t);
+    let flooded = blue_udp(&t);
+    let after = rate_limited(&t);
+    eprintln!("blue loss alone {alone}%, with green flooding {flooded}%; rate-limited (blue, green) {before:?} -> {after:?}");
+    assert!(after.1 > before.1, "green's flood is limited at the node's ingress: {before:?} -> {after:?}");
+    assert_eq!(after.0, before.0, "blue, within its share, is not limited");
+    assert!(flooded <= alone + 10.0, "blue keeps at least 90% of its stream: {alone}% lost alone, {flooded}% with the flood");
 }
 
 /// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
