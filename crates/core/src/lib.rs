@@ -33,6 +33,7 @@
 pub mod dag;
 pub mod drf;
 pub mod dwrr;
+pub mod engine;
 pub mod fair;
 pub mod ids;
 pub mod mat;

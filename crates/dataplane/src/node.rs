@@ -95,6 +95,8 @@ pub struct NodeConfig {
     /// chain's measured cost per packet (at least one packet), so a costly chain cannot hold
     /// other tenants' packets back for long.
     pub dispatch_quantum: Duration,
+    /// Per-tenant token buckets in front of engine NTs shared by several tenants (FairNIC).
+    pub engine_buckets: bool,
 }
 
 impl Default for NodeConfig {
@@ -112,6 +114,7 @@ impl Default for NodeConfig {
             fair: FairConfig::default(),
             link_bps: 25e9,
             dispatch_quantum: Duration::from_micros(20),
+            engine_buckets: true,
         }
     }
 }
@@ -324,7 +327,7 @@ impl<B: Backend> Node<B> {
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.sched.add_instance(chain, self.cfg.credits).ok_or(LaunchError::UnknownChain(chain))?;
-        let region = Region::new(inst, nts);
+        let region = Region::new(inst, nts, self.cfg.engine_buckets);
         if self.region_counters.len() <= inst.index() {
             self.region_counters.resize(inst.index() + 1, None);
         }

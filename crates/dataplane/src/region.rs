@@ -3,12 +3,15 @@
 //! A region runs its chain run-to-completion over a batch of descriptors, NT by NT (the batch
 //! passes through the first NT, then the second: better instruction-cache behaviour than packet
 //! by packet). This loop is the software form of the paper's NT wrapper: it skips NTs the
-//! packet's DAG does not use (the descriptor's mask) and packets an earlier NT dropped.
+//! packet's DAG does not use (the descriptor's mask) and packets an earlier NT dropped. In
+//! front of an engine NT (encryption, compression) it keeps per-tenant token buckets in bytes
+//! (`snic_core::engine`, FairNIC's accelerator isolation), sized by the engine's measured speed.
 
 use crate::store::Slots;
+use snic_core::engine::{EngineConfig, EngineShaper};
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
-use snic_nt::{Ctx, Nt, Pkt, Verdict};
+use snic_nt::{Ctx, DropReason, Nt, Pkt, Verdict};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -63,6 +66,35 @@ pub struct Region {
     pub instance: InstanceId,
     chain: Vec<Box<dyn Nt>>,
     counters: Arc<RegionCounters>,
+    /// Per NT: the token buckets in front of it if it is an engine, and its measured speed.
+    engines: Vec<Option<Engine>>,
+}
+
+/// A shared engine's shaper and the timings that give its capacity.
+#[derive(Debug)]
+struct Engine {
+    shaper: EngineShaper,
+    busy_ns: u64,
+    bytes: u64,
+    capacity: f64,
+}
+
+impl Engine {
+    /// Bytes an engine must have been timed on before its speed is (re-)estimated.
+    const SAMPLE_BYTES: u64 = 1 << 20;
+
+    /// A timed batch: `bytes` took `ns`. Every MiB, the measured speed (bytes per second while
+    /// busy) updates the shaper's capacity.
+    fn measured(&mut self, ns: u64, bytes: u64) {
+        self.busy_ns += ns;
+        self.bytes += bytes;
+        if self.bytes >= Self::SAMPLE_BYTES && self.busy_ns > 0 {
+            let x = self.bytes as f64 * 1e9 / self.busy_ns as f64;
+            self.capacity = if self.capacity == 0.0 { x } else { self.capacity + 0.25 * (x - self.capacity) };
+            self.shaper.set_capacity(self.capacity);
+            (self.busy_ns, self.bytes) = (0, 0);
+        }
+    }
 }
 
 impl core::fmt::Debug for Region {
@@ -72,10 +104,21 @@ impl core::fmt::Debug for Region {
 }
 
 impl Region {
-    /// A region running `chain`.
-    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>) -> Self {
+    /// A region running `chain`; `engine_buckets` puts token buckets in front of its engines.
+    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>, engine_buckets: bool) -> Self {
         let counters = Arc::new(RegionCounters::new(&chain));
-        Region { instance, chain, counters }
+        let engines = chain
+            .iter()
+            .map(|n| {
+                (engine_buckets && n.is_engine()).then(|| Engine {
+                    shaper: EngineShaper::new(EngineConfig::default(), 0.0, Instant::ZERO),
+                    busy_ns: 0,
+                    bytes: 0,
+                    capacity: 0.0,
+                })
+            })
+            .collect();
+        Region { instance, chain, counters, engines }
     }
 
     /// The region's counters (a shared handle).
@@ -99,8 +142,8 @@ impl Region {
         let timed = c.batches.load(Ordering::Relaxed) % TIMED_EVERY == 0;
         add(&c.batches, 1);
         add(&c.packets, batch.len() as u64);
-        for (i, nt) in self.chain.iter_mut().enumerate() {
-            let (mut ran, mut dropped) = (0u64, 0u64);
+        for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
+            let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
             let t0 = timed.then(std::time::Instant::now);
             for &idx in batch {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
@@ -110,6 +153,15 @@ impl Region {
                     continue;
                 }
                 ran += 1;
+                if let Some(e) = engine {
+                    let len = d.meta.len as u64;
+                    if !e.shaper.admit(d.meta.tenant, len as f64, now) {
+                        d.verdict = Some(DropReason::EngineThrottled);
+                        dropped += 1;
+                        continue;
+                    }
+                    bytes += len;
+                }
                 if let Verdict::Drop(r) = nt.process(&cx, &mut Pkt { buf, meta: &mut d.meta }) {
                     d.verdict = Some(r);
                     dropped += 1;
@@ -119,8 +171,12 @@ impl Region {
             add(&c.nt_drops[i], dropped);
             if let Some(t0) = t0 {
                 if ran > 0 {
-                    add(&c.nt_busy_ns[i], t0.elapsed().as_nanos() as u64);
+                    let ns = t0.elapsed().as_nanos() as u64;
+                    add(&c.nt_busy_ns[i], ns);
                     add(&c.nt_timed[i], ran);
+                    if let Some(e) = engine {
+                        e.measured(ns, bytes);
+                    }
                 }
             }
         }

@@ -272,6 +272,9 @@ impl Nt for Crypto {
     fn kind(&self) -> &'static str {
         "aes_gcm"
     }
+    fn is_engine(&self) -> bool {
+        true
+    }
     fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
         match self.dir {
             Direction::Encrypt => self.encrypt(pkt),

@@ -85,11 +85,12 @@ pub enum DropReason {
     CryptoReplayStateFull,
     CryptoBadInner,
     OpaquePayload,
+    EngineThrottled,
 }
 
 impl DropReason {
     /// Every variant, for counter tables.
-    pub const ALL: [DropReason; 13] = [
+    pub const ALL: [DropReason; 14] = [
         DropReason::FirewallDeny,
         DropReason::NatTableFull,
         DropReason::NatPortsExhausted,
@@ -103,6 +104,7 @@ impl DropReason {
         DropReason::CryptoReplayStateFull,
         DropReason::CryptoBadInner,
         DropReason::OpaquePayload,
+        DropReason::EngineThrottled,
     ];
 
     /// Stable snake_case name.
@@ -121,6 +123,7 @@ impl DropReason {
             DropReason::CryptoReplayStateFull => "crypto_replay_state_full",
             DropReason::CryptoBadInner => "crypto_bad_inner",
             DropReason::OpaquePayload => "opaque_payload",
+            DropReason::EngineThrottled => "engine_throttled",
         }
     }
 
@@ -149,6 +152,13 @@ pub trait Nt: Send {
     /// engine that is not the CPU). `None`, the default: the data plane measures the NT's cost.
     fn capacity_pps(&self) -> Option<f64> {
         None
+    }
+
+    /// True for an engine whose cost grows with the bytes it processes (encryption,
+    /// compression): shared by several tenants, it gets per-tenant token buckets in bytes
+    /// (`snic_core::engine`).
+    fn is_engine(&self) -> bool {
+        false
     }
 }
 

@@ -7,7 +7,8 @@
 //!   (tenant 2) — an NT 100× as costly per packet, a flood of 64-byte packets, large requests to a
 //!   shared AES-GCM engine — on the real clock, one core, both sharing one receive ring
 //!   ([`Paced`]). Each runs the victim alone, then both without the fairness mechanisms
-//!   (measurement on, ingress limits off) and with them.
+//!   (measurement on, ingress limits and engine buckets off) and with them; the engine
+//!   scenario also with the engine's token buckets alone.
 
 use super::emit;
 use anyhow::bail;
@@ -76,7 +77,9 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
             })?;
             continue;
         }
-        for mode in ["alone", "off", "on"] {
+        // The engine scenario also runs the engine's token buckets without DRF's ingress limits.
+        let modes: &[&'static str] = if s == "engine" { &["alone", "off", "buckets", "on"] } else { &["alone", "off", "on"] };
+        for &mode in modes {
             let r = antagonist(&a, s, mode)?;
             emit(a.json, &r, |r| {
                 format!(
@@ -245,7 +248,8 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     ];
     let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: mode == "on", ..FairConfig::default() };
     // The in-memory "link" is the memory bus: far faster than a NIC's.
-    let cfg = NodeConfig { vtep_port: None, fair, link_bps: 400e9, ..Default::default() };
+    let engine_buckets = mode == "on" || mode == "buckets";
+    let cfg = NodeConfig { vtep_port: None, fair, link_bps: 400e9, engine_buckets, ..Default::default() };
     let clock = MonotonicClock::default();
     let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
     let c1 = node.add_chain(s.victim_chain.clone());
