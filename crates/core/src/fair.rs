@@ -265,7 +265,12 @@ impl Fairness {
                 let old_var = s.demand[k] - s.fixed[k];
                 let var = if blind { old_var } else { old_var + a * (self.scratch[k] * scale / per - old_var) };
                 s.fixed[k] += a * (f - s.fixed[k]);
-                s.demand[k] = s.fixed[k] + var;
+                // A demand that has decayed to nothing is nothing (not a denormal).
+                let tiny = res.capacity.abs() * 1e-12;
+                if s.fixed[k] < tiny {
+                    s.fixed[k] = 0.0;
+                }
+                s.demand[k] = if s.fixed[k] + var < tiny { s.fixed[k] } else { s.fixed[k] + var };
             }
             s.offered_pps += a * (offered as f64 / secs - s.offered_pps);
             d.weight = s.weight;
@@ -293,7 +298,8 @@ impl Fairness {
             s.allocation.extend_from_slice(&al.amounts);
             s.dominant = al.dominant;
             s.dominant_share = al.dominant_share;
-            s.fraction = if al.dominant.is_some() { al.fraction } else { 1.0 };
+            // DRF's arithmetic can land a hair under 1 for a tenant whose demand is met.
+            s.fraction = if al.dominant.is_none() || al.fraction >= 1.0 - 1e-9 { 1.0 } else { al.fraction };
             // The share of offered packets whose variable use fits what is left of the
             // allocation once the fixed use is paid, on every resource.
             let admit = if s.fraction >= 1.0 - 1e-6 {

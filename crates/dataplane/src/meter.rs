@@ -9,8 +9,8 @@
 //! | `ingress` | rate  | bytes/s         | bytes offered (fixed: before the limiter)           | link |
 //! | `egress`  | rate  | bytes/s         | bytes transmitted                                   | link |
 //! | `store`   | level | buffers         | packet-store buffers held at the epoch's end        | store size |
-//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | 0.9 |
-//! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | 0.9 × worker threads |
+//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | 0.8 ([`CORE_UTILIZATION`]) |
+//! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | 0.8 × worker threads |
 //! | each NT   | rate  | instances       | packets that arrived for it ÷ one instance's throughput | running instances |
 //!
 //! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's
@@ -101,7 +101,7 @@ pub struct Meter {
 /// The share of a core fair sharing hands out: the rest is headroom for the work no tenant
 /// is charged for (dropping over-limit packets, bursts), without which a fully allocated core
 /// runs with its receive queue full.
-pub const CORE_UTILIZATION: f64 = 0.9;
+pub const CORE_UTILIZATION: f64 = 0.8;
 
 impl Meter {
     /// A meter for a node with a `link_bps` link, `workers` worker threads (0: regions inline)

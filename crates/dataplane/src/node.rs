@@ -113,7 +113,7 @@ impl Default for NodeConfig {
             vtep_port: Some(vxlan::PORT),
             fair: FairConfig::default(),
             link_bps: 25e9,
-            dispatch_quantum: Duration::from_micros(20),
+            dispatch_quantum: Duration::from_micros(10),
             engine_buckets: true,
         }
     }
