@@ -67,9 +67,14 @@ struct DagEntry {
     /// The tenant whose packets last arrived (a DAG belongs to one tenant).
     tenant: TenantId,
     /// Per step: packets that arrived for it since the last [`Scheduler::drain_arrivals`],
-    /// accepted or not — the load the tenant intended for that step's NTs.
-    arrivals: Vec<u64>,
+    /// accepted or not — the load the tenant intended for that step's NTs. Kept inline in the
+    /// entry (most DAGs have few steps), the rest in `more`.
+    arrivals: [u64; INLINE_STEPS],
+    more: Vec<u64>,
+    counts: Vec<u64>,
 }
+
+const INLINE_STEPS: usize = 4;
 
 #[derive(Debug)]
 struct Instance<T> {
@@ -154,8 +159,9 @@ impl<T: Copy> Scheduler<T> {
         if self.dags.len() <= i {
             self.dags.resize_with(i + 1, || None);
         }
-        let arrivals = vec![0; route.steps().len()];
-        self.dags[i] = Some(DagEntry { route, tenant: TenantId(0), arrivals });
+        let n = route.steps().len();
+        let more = vec![0; n.saturating_sub(INLINE_STEPS)];
+        self.dags[i] = Some(DagEntry { route, tenant: TenantId(0), arrivals: [0; INLINE_STEPS], more, counts: Vec::with_capacity(n) });
     }
 
     /// Removes a DAG's route; packets already queued still run.
@@ -168,9 +174,13 @@ impl<T: Copy> Scheduler<T> {
     /// §4.4), and resets the counts.
     pub fn drain_arrivals(&mut self, mut f: impl FnMut(TenantId, &DagRoute, &[u64])) {
         for e in self.dags.iter_mut().flatten() {
-            if e.arrivals.iter().any(|&n| n > 0) {
-                f(e.tenant, &e.route, &e.arrivals);
-                e.arrivals.iter_mut().for_each(|n| *n = 0);
+            if e.arrivals.iter().chain(&e.more).any(|&n| n > 0) {
+                let n = e.route.steps().len();
+                e.counts.clear();
+                e.counts.extend(e.arrivals.iter().chain(&e.more).take(n));
+                f(e.tenant, &e.route, &e.counts);
+                e.arrivals = [0; INLINE_STEPS];
+                e.more.iter_mut().for_each(|n| *n = 0);
             }
         }
     }
@@ -219,7 +229,10 @@ impl<T: Copy> Scheduler<T> {
         let steps = e.route.steps();
         let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
         let last = pos as usize + 1 == steps.len();
-        e.arrivals[pos as usize] += 1;
+        match e.arrivals.get_mut(pos as usize) {
+            Some(n) => *n += 1,
+            None => e.more[pos as usize - INLINE_STEPS] += 1,
+        }
         e.tenant = tenant;
         let insts = &self.chains[step.chain.index()];
         if insts.is_empty() {

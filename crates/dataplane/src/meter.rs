@@ -20,6 +20,7 @@
 use crate::region::RegionCounters;
 use crate::stats::Stats;
 use crate::store::{Store, MAX_TENANTS};
+use crate::Drop;
 use snic_core::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
 use snic_core::ids::{ChainId, InstanceId, TenantId};
 use snic_core::sched::Scheduler;
@@ -37,10 +38,26 @@ const NO_ROW: u16 = u16::MAX;
 /// Packets timed before an NT's cost is first estimated.
 const MIN_TIMED: u64 = 256;
 
+/// A tenant's counters as of the last epoch (the node's own counters are read, so the
+/// per-packet path pays nothing for measuring offered load).
 #[derive(Debug, Clone, Copy, Default)]
-struct EpochCount {
+struct Seen {
+    rx_packets: u64,
+    rx_bytes: u64,
+    over_limit: u64,
+    store_refused: u64,
+    /// Mean size of its packets, for the bytes of packets refused before being counted.
+    mean_bytes: f64,
+    /// The counters have been read once (a newly registered tenant's history is not one
+    /// epoch's load).
+    primed: bool,
+}
+
+/// One tenant's epoch, from the counters.
+#[derive(Debug, Clone, Copy, Default)]
+struct Epoch {
     offered_packets: u64,
-    offered_bytes: u64,
+    offered_bytes: f64,
     admitted_packets: u64,
 }
 
@@ -71,7 +88,10 @@ struct Inst {
 pub struct Meter {
     fair: Fairness,
     buckets: Vec<TokenBucket>,
-    ep: Vec<EpochCount>,
+    /// Buckets that limit (while 0, ingress skips the limiter).
+    limited: usize,
+    seen: Vec<Seen>,
+    epoch: Vec<Epoch>,
     last_tx: Vec<u64>,
     row_of: Vec<u16>,
     /// Per registered tenant × resource: variable and fixed use this epoch.
@@ -110,7 +130,9 @@ impl Meter {
         let mut m = Meter {
             fair: Fairness::new(cfg, now),
             buckets: vec![TokenBucket::unlimited(); MAX_TENANTS],
-            ep: vec![EpochCount::default(); MAX_TENANTS],
+            limited: 0,
+            seen: vec![Seen::default(); MAX_TENANTS],
+            epoch: vec![Epoch::default(); MAX_TENANTS],
             last_tx: vec![0; MAX_TENANTS],
             row_of: vec![NO_ROW; MAX_TENANTS],
             rows: Vec::new(),
@@ -152,7 +174,11 @@ impl Meter {
     /// Forgets a tenant and lifts its limit.
     pub fn remove_tenant(&mut self, t: TenantId) {
         self.fair.remove_tenant(t);
+        if let Some(s) = self.seen.get_mut(t.index()) {
+            *s = Seen::default();
+        }
         if let Some(b) = self.buckets.get_mut(t.index()) {
+            self.limited -= b.is_limited() as usize;
             *b = TokenBucket::unlimited();
         }
         self.reindex();
@@ -216,19 +242,17 @@ impl Meter {
         self.fair.set_resources(res);
     }
 
-    /// Counts a packet of `bytes` offered by `t` and asks its limiter; false: over the limit.
+    /// Asks `t`'s limiter for a packet; false: over the limit (the caller drops it as
+    /// `rate_limit`, which the meter reads back as offered load).
     #[inline]
-    pub fn admit(&mut self, t: TenantId, bytes: usize, now: Instant) -> bool {
-        let e = &mut self.ep[t.index()];
-        e.offered_packets += 1;
-        e.offered_bytes += bytes as u64;
-        self.rx_packets += 1;
-        if self.buckets[t.index()].take(now) {
-            e.admitted_packets += 1;
-            true
-        } else {
-            false
-        }
+    pub fn admit(&mut self, t: TenantId, now: Instant) -> bool {
+        self.buckets[t.index()].take(now)
+    }
+
+    /// True if any tenant is limited (otherwise [`Meter::admit`] need not be asked).
+    #[inline]
+    pub fn any_limited(&self) -> bool {
+        self.limited > 0
     }
 
     /// A timed poll: `rx_ns` receiving `rx` packets, `rest_ns` for the rest (dispatching
@@ -310,6 +334,40 @@ impl Meter {
         // regard to tenant, so each tenant lost the same fraction of what it sent.
         let lost_now = lost.saturating_sub(self.last_lost);
         self.last_lost = lost;
+        // This epoch's offered and admitted load per tenant, from the node's counters: admitted
+        // packets were charged or refused by the store; offered ones add those over the limit.
+        self.rx_packets = 0;
+        for s in self.fair.shares() {
+            let t = s.tenant.index();
+            let (st, seen) = (&stats.tenants[t], &mut self.seen[t]);
+            let over = st.drops[Drop::RateLimit.index()];
+            let refused = st.drops[Drop::TenantQuota.index()] + st.drops[Drop::StoreFull.index()];
+            let rx = st.rx_packets.saturating_sub(seen.rx_packets);
+            let bytes = st.rx_bytes.saturating_sub(seen.rx_bytes);
+            if rx > 0 {
+                seen.mean_bytes = bytes as f64 / rx as f64;
+            }
+            let admitted = rx + refused.saturating_sub(seen.store_refused);
+            let offered = admitted + over.saturating_sub(seen.over_limit);
+            self.epoch[t] = if seen.primed {
+                Epoch {
+                    offered_packets: offered,
+                    offered_bytes: bytes as f64 + (offered - rx) as f64 * seen.mean_bytes,
+                    admitted_packets: admitted,
+                }
+            } else {
+                Epoch::default()
+            };
+            *seen = Seen {
+                rx_packets: st.rx_packets,
+                rx_bytes: st.rx_bytes,
+                over_limit: over,
+                store_refused: refused,
+                mean_bytes: seen.mean_bytes,
+                primed: true,
+            };
+            self.rx_packets += offered;
+        }
         let inflate = if self.rx_packets > 0 { (self.rx_packets + lost_now) as f64 / self.rx_packets as f64 } else { 1.0 };
         self.rx_packets = 0;
         for s in self.fair.shares() {
@@ -319,31 +377,34 @@ impl Meter {
             // over its limit or not: the fixed part of the demand. (Only a NIC steering
             // tenants to their own receive queues could isolate it.)
             let fixed = &mut self.fixed[span.clone()];
-            let offered = self.ep[t].offered_packets as f64 * inflate;
-            fixed[INGRESS] = self.ep[t].offered_bytes as f64 * inflate;
+            let offered = self.epoch[t].offered_packets as f64 * inflate;
+            fixed[INGRESS] = self.epoch[t].offered_bytes * inflate;
             fixed[DISPATCHER] = offered * self.rx_ns / 1e9;
             let row = &mut self.rows[span];
             // What was admitted; the policy scales it to the intended load, as for every
             // resource behind the limiter.
-            row[DISPATCHER] += self.ep[t].admitted_packets as f64 * self.proc_ns / 1e9;
+            row[DISPATCHER] += self.epoch[t].admitted_packets as f64 * self.proc_ns / 1e9;
             let tx = stats.tenants[t].tx_bytes;
             row[EGRESS] = tx.saturating_sub(self.last_tx[t]) as f64;
             self.last_tx[t] = tx;
             row[STORE] = store.occupancy(s.tenant) as f64;
         }
-        let (rows, fixed, row_of, ep) = (&self.rows, &self.fixed, &self.row_of, &mut self.ep);
+        let (rows, fixed, row_of, epoch) = (&self.rows, &self.fixed, &self.row_of, &self.epoch);
         self.fair.end_epoch(now, |t, o| {
             let i = row_of[t.index()] as usize;
             o.amounts.copy_from_slice(&rows[i * r..(i + 1) * r]);
             o.fixed.copy_from_slice(&fixed[i * r..(i + 1) * r]);
-            let e = std::mem::take(&mut ep[t.index()]);
+            let e = epoch[t.index()];
             o.offered_packets = (e.offered_packets as f64 * inflate).round() as u64;
             o.admitted_packets = e.admitted_packets;
         });
         if self.fair.config().enforce {
             for s in self.fair.shares() {
                 let depth = s.limit_pps.map_or(0.0, |l| self.fair.burst_for(l));
-                self.buckets[s.tenant.index()].set(now, s.limit_pps, depth);
+                let b = &mut self.buckets[s.tenant.index()];
+                self.limited -= b.is_limited() as usize;
+                b.set(now, s.limit_pps, depth);
+                self.limited += b.is_limited() as usize;
             }
         }
         self.fair.shares()

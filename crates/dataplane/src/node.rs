@@ -175,7 +175,7 @@ pub struct Node<B: Backend> {
 }
 
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
-const SAMPLE_EVERY: u64 = 8;
+const SAMPLE_EVERY: u64 = 32;
 
 impl<B: Backend> Node<B> {
     /// A node on `backend`, with worker threads spawned if configured.
@@ -503,7 +503,7 @@ impl<B: Backend> Node<B> {
         if tenant.index() >= MAX_TENANTS {
             return self.drop_unattributed(idx, Drop::TenantQuota);
         }
-        if !self.meter.admit(tenant, len, now) {
+        if self.meter.any_limited() && !self.meter.admit(tenant, now) {
             return self.drop_uncharged(idx, tenant, Drop::RateLimit);
         }
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
@@ -693,15 +693,20 @@ impl<B: Backend> Node<B> {
         };
         let req = TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr };
         if self.tx_backlogged {
-            // The link is backlogged: tenants take turns by bytes (deficit round robin).
-            if let Err(req) = self.egress_q.push(d.meta.tenant, req, req.len as u32) {
-                return self.drop_charged(req.idx, d.meta.tenant, Drop::TxError);
-            }
-            return;
+            return self.enqueue_backlogged(d.meta.tenant, req);
         }
         self.txq.push(req);
         if self.txq.len() >= self.cfg.batch {
             self.flush_tx();
+        }
+    }
+
+    /// The link is backlogged: tenants take turns by bytes (deficit round robin).
+    #[cold]
+    #[inline(never)]
+    fn enqueue_backlogged(&mut self, t: TenantId, req: TxReq) {
+        if let Err(req) = self.egress_q.push(t, req, req.len as u32) {
+            self.drop_charged(req.idx, t, Drop::TxError);
         }
     }
 
@@ -736,6 +741,7 @@ impl<B: Backend> Node<B> {
     /// Sends `txq`; true if the backend took (or refused for good) all of it.
     fn send_txq(&mut self) -> bool {
         let now = self.clock.now().as_nanos();
+        let sampled = self.polls % SAMPLE_EVERY == 0;
         let mut done = 0;
         while done < self.txq.len() {
             let r = self.backend.send(&self.slots, &self.txq[done..]);
@@ -749,8 +755,12 @@ impl<B: Backend> Node<B> {
                 ts.tx_bytes += d.meta.len as u64;
                 let lat = now.saturating_sub(d.rx_ns);
                 self.stats.latency.record(lat);
-                if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
-                    h.record(lat);
+                // Per tenant, in the sampled polls (one in SAMPLE_EVERY): percentiles need a
+                // sample, not every packet.
+                if sampled {
+                    if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
+                        h.record(lat);
+                    }
                 }
                 self.store.free_charged(idx, t);
             }

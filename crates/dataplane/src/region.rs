@@ -38,7 +38,7 @@ pub struct RegionCounters {
 }
 
 /// One batch in this many is timed NT by NT (two clock reads per NT per timed batch).
-pub const TIMED_EVERY: u64 = 8;
+pub const TIMED_EVERY: u64 = 32;
 
 impl RegionCounters {
     fn new(chain: &[Box<dyn Nt>]) -> Self {

@@ -41,7 +41,8 @@ pub struct Stats {
     pub unattributed: [u64; Drop::COUNT],
     /// Ingress-to-transmit latency of transmitted packets.
     pub latency: Histogram,
-    /// The same per tenant, for the tenants registered with the node (`None` otherwise).
+    /// The same per tenant, for the tenants registered with the node (`None` otherwise), from
+    /// the packets of one poll in eight.
     pub tenant_latency: Vec<Option<Box<Histogram>>>,
 }
 
