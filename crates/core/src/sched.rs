@@ -190,9 +190,9 @@ impl<T: Copy> Scheduler<T> {
         self.instances[i.index()].chain
     }
 
-    /// Caps how many items one dispatch of `i` may take (at least 1). The driver turns a time
-    /// quantum into packets with the chain's measured cost, so a slow chain takes short turns
-    /// and cannot hold the dispatcher for long.
+    /// Caps how many items one dispatch of `i` may take (at least 1) while other instances have
+    /// items waiting. The driver turns a time quantum into packets with the chain's measured
+    /// cost, so a slow chain takes short turns and cannot hold the dispatcher for long.
     pub fn set_max_batch(&mut self, i: InstanceId, n: usize) {
         if let Some(inst) = self.instances.get_mut(i.index()) {
             inst.max_batch = n.max(1);
@@ -275,7 +275,10 @@ impl<T: Copy> Scheduler<T> {
         while let Some(id) = self.ready.pop_front() {
             self.in_ready[id.index()] = false;
             let inst = &mut self.instances[id.index()];
-            let budget = (inst.credits as usize).min(max).min(inst.queued).min(inst.max_batch);
+            // The batch cap protects other instances' packets; with none waiting, it would only
+            // slow this one down.
+            let cap = if self.ready.is_empty() { usize::MAX } else { inst.max_batch };
+            let budget = (inst.credits as usize).min(max).min(inst.queued).min(cap);
             if budget == 0 || !inst.live {
                 continue;
             }

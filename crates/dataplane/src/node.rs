@@ -753,11 +753,11 @@ impl<B: Backend> Node<B> {
                 let ts = &mut self.stats.tenants[t.index()];
                 ts.tx_packets += 1;
                 ts.tx_bytes += d.meta.len as u64;
-                let lat = now.saturating_sub(d.rx_ns);
-                self.stats.latency.record(lat);
-                // Per tenant, in the sampled polls (one in SAMPLE_EVERY): percentiles need a
+                // Latency from the sampled polls (one in SAMPLE_EVERY): percentiles need a
                 // sample, not every packet.
                 if sampled {
+                    let lat = now.saturating_sub(d.rx_ns);
+                    self.stats.latency.record(lat);
                     if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
                         h.record(lat);
                     }

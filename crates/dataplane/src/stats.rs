@@ -39,10 +39,10 @@ pub struct Stats {
     pub tenants: Vec<TenantStats>,
     /// Drops before a tenant was known (parse errors, no rule).
     pub unattributed: [u64; Drop::COUNT],
-    /// Ingress-to-transmit latency of transmitted packets.
+    /// Ingress-to-transmit latency of the packets transmitted in one poll in 32 (a sample).
     pub latency: Histogram,
     /// The same per tenant, for the tenants registered with the node (`None` otherwise), from
-    /// the packets of one poll in eight.
+    /// the same sample.
     pub tenant_latency: Vec<Option<Box<Histogram>>>,
 }
 

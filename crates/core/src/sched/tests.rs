@@ -184,3 +184,31 @@ fn arrivals_count_intended_load_with_or_without_credit() {
     // Drained: nothing more to report until new arrivals.
     s.drain_arrivals(|_, _, _| panic!("counts were not reset"));
 }
+
+#[test]
+fn a_batch_cap_applies_only_while_others_wait() {
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    let (c1, c2) = (s.add_chain(1), s.add_chain(1));
+    let (i1, i2) = (s.add_instance(c1, 64).unwrap(), s.add_instance(c2, 64).unwrap());
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
+    s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
+    s.set_max_batch(i1, 2);
+    for k in 0..10 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
+    }
+    let mut out = Vec::new();
+    // Alone: the whole batch.
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
+    assert_eq!(out.len(), 10);
+    for k in 0..10 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
+        s.handle_packet(Instant::ZERO, TenantId(2), DagUid(2), 0, 0, k).unwrap();
+    }
+    // With instance 2 waiting, instance 1 takes turns of 2.
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
+    assert_eq!(out.len(), 2);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i2));
+    assert_eq!(out.len(), 10);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
+    assert_eq!(out.len(), 8, "alone again");
+}

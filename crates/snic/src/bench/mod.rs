@@ -188,6 +188,8 @@ struct DataplaneResult {
     wire_bytes: usize,
     packets: u64,
     dropped: u64,
+    /// Drops by reason (non-zero only).
+    drop_reasons: Vec<(&'static str, u64)>,
     allocs_during_run: u64,
     rss_mib: f64,
 }
@@ -368,6 +370,7 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
         wire_bytes: wire,
         packets: pkts,
         dropped,
+        drop_reasons: s.drops_by_reason(),
         allocs_during_run: allocs,
         rss_mib: rss_mib(),
     })
