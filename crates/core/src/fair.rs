@@ -140,6 +140,7 @@ pub struct Fairness {
     allocs: Vec<Allocation>,
     capacities: Vec<f64>,
     binding: Vec<bool>,
+    users: Vec<(usize, f64, bool)>,
 }
 
 /// Whether a resource may limit admission. Limits exist to protect other tenants, so a
@@ -169,6 +170,7 @@ impl Fairness {
             allocs: Vec::new(),
             capacities: Vec::new(),
             binding: Vec::new(),
+            users: Vec::new(),
         }
     }
 
@@ -281,18 +283,22 @@ impl Fairness {
         self.capacities.extend(self.resources.iter().map(|r| r.capacity));
         self.drf.allocate(&self.capacities, &self.demands, &mut self.allocs);
         // Which resources may limit admission (see `binds`).
-        self.binding.clear();
-        for k in 0..r {
-            let (mut users, mut fixed, mut satisfied) = (0, 0.0, false);
-            for (s, al) in self.shares.iter().zip(&self.allocs) {
-                if s.demand[k] > 0.0 {
-                    users += 1;
-                    fixed += s.fixed[k];
-                    satisfied |= al.fraction >= 1.0 - 1e-6;
+        // Per resource: tenants using it, their fixed use, whether one of them is satisfied
+        // (one pass over the tenants, resources innermost).
+        self.users.clear();
+        self.users.resize(r, (0, 0.0, false));
+        for (s, al) in self.shares.iter().zip(&self.allocs) {
+            let sat = al.fraction >= 1.0 - 1e-6;
+            for ((u, &d), &f) in self.users.iter_mut().zip(&s.demand).zip(&s.fixed) {
+                if d > 0.0 {
+                    u.0 += 1;
+                    u.1 += f;
+                    u.2 |= sat;
                 }
             }
-            self.binding.push(binds(users, fixed, self.capacities[k], satisfied));
         }
+        self.binding.clear();
+        self.binding.extend(self.users.iter().zip(&self.capacities).map(|(&(n, f, sat), &c)| binds(n, f, c, sat)));
         for (s, al) in self.shares.iter_mut().zip(&self.allocs) {
             s.allocation.clear();
             s.allocation.extend_from_slice(&al.amounts);

@@ -113,7 +113,8 @@ struct Fig7Result {
     after_units: [f64; 2],
     /// The DRF point: 100/17 and 70/17 units.
     target_units: [f64; 2],
-    /// Virtual time from the step until both ingress limits stay within 5% of the DRF point.
+    /// Virtual time from the step until both ingress limits stay within 5% of the DRF point
+    /// (resolution: the 10 us driving step), and the epochs that took.
     convergence_us: f64,
     convergence_epochs: u64,
     jain_dominant: f64,
@@ -147,7 +148,8 @@ fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
             last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.meter().fairness().epochs()));
         }
     });
-    let (t_conv, e_conv) = last_out.unwrap_or((t_step, e_step));
+    // Settled at the first epoch after the last time a limit was outside 5%.
+    let (t_conv, e_conv) = last_out.map_or((t_step, e_step), |(t, e)| (t, e + 1));
     let shares: Vec<f64> = (1..=2).filter_map(|u| f.share(u)).map(|s| s.dominant_share).collect();
     let per_unit = |n: u64| n as f64 / ten.as_secs_f64() / UNIT;
     Ok(Fig7Result {
