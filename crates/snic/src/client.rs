@@ -154,21 +154,25 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         println!("  region {:<3} [{}]  queued {}  free credits {}", r["region"], chain.join(" → "), r["queued"], r["credits"]);
     }
     println!("tenants:");
-    println!("  {:<16} {:>10} {:>10} {:>12} {:>12} {:>9}", "NAME", "rx pkt/s", "tx pkt/s", "rx packets", "tx packets", "dropped");
+    println!(
+        "  {:<16} {:>10} {:>10} {:>12} {:>12} {:>9} {:>10}",
+        "NAME", "rx pkt/s", "tx pkt/s", "rx packets", "tx packets", "dropped", "p99 ns"
+    );
     for t in v["tenants"].as_array().into_iter().flatten() {
         let s = &t["stats"];
         let dropped: u64 = s["drops"].as_array().into_iter().flatten().filter_map(|d| d[1].as_u64()).sum();
         println!(
-            "  {:<16} {:>10.0} {:>10.0} {:>12} {:>12} {:>9}",
+            "  {:<16} {:>10.0} {:>10.0} {:>12} {:>12} {:>9} {:>10}",
             t["name"].as_str().unwrap_or(""),
             s["rx_pps"].as_f64().unwrap_or(0.0),
             s["tx_pps"].as_f64().unwrap_or(0.0),
             s["rx_packets"].as_u64().unwrap_or(0),
             s["tx_packets"].as_u64().unwrap_or(0),
-            dropped
+            dropped,
+            s["latency_p99_ns"].as_u64().unwrap_or(0)
         );
     }
-    println!("fairness (weighted DRF on measured demand, epoch {}):", v["fairness"]["epochs"]);
+    println!("fairness (weighted DRF on measured demand; {} epochs so far):", v["fairness"]["epochs"]);
     println!(
         "  {:<16} {:>6} {:<20} {:>9} {:>9} {:>12}  DEMAND → ALLOCATION",
         "NAME", "WEIGHT", "DOMINANT", "SHARE", "GRANTED", "LIMIT pkt/s"
@@ -188,7 +192,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         println!(
             "  {:<16} {:>6} {:<20} {:>9.3} {:>8.1}% {:>12}  {}",
             t["name"].as_str().unwrap_or(""),
-            t["weight"],
+            t["weight"].as_u64().unwrap_or(1),
             f["dominant"].as_str().unwrap_or("-"),
             f["dominant_share"].as_f64().unwrap_or(0.0),
             100.0 * f["fraction"].as_f64().unwrap_or(1.0),

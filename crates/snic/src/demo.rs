@@ -79,6 +79,11 @@ struct TenantSummary {
     drops_by_reason: Vec<(&'static str, u64)>,
     unverified_packets: u64,
     gbps: f64,
+    /// Fair sharing at the end: the tenant's dominant resource, its share of it, and the
+    /// fraction of its measured demand that DRF granted.
+    dominant: Option<String>,
+    dominant_share: f64,
+    fair_fraction: f64,
 }
 
 #[derive(Serialize)]
@@ -182,7 +187,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let snapshot: Arc<Mutex<[TenantStats; 2]>> = Arc::new(Mutex::new(Default::default()));
 
-    let (st, snap) = (stop.clone(), snapshot.clone());
+    // Each tenant's (dominant resource, dominant share, granted fraction), as last seen while
+    // traffic flowed (demand fades within a few epochs once the senders stop).
+    type FairView = Vec<(TenantId, Option<String>, f64, f64)>;
+    let fair_view: Arc<Mutex<FairView>> = Arc::new(Mutex::new(Vec::new()));
+    let (st, snap, fv) = (stop.clone(), snapshot.clone(), fair_view.clone());
     let ids = [placed[0].id.index(), placed[1].id.index()];
     let node_thread = std::thread::Builder::new().name("snic-node".into()).spawn(move || {
         let mut last = Instant::now();
@@ -194,6 +203,12 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 last = Instant::now();
                 let s = node.stats();
                 *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
+                let f = node.meter().fairness();
+                if f.shares().iter().any(|x| x.dominant.is_some()) {
+                    let name = |d: Option<usize>| d.and_then(|d| f.resources().get(d)).map(|r| r.name.clone());
+                    *fv.lock().expect("fair lock") =
+                        f.shares().iter().map(|x| (x.tenant, name(x.dominant), x.dominant_share, x.fraction)).collect();
+                }
             }
         }
         let s = node.stats();
@@ -261,6 +276,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     }
     let secs = t0.elapsed().as_secs_f64();
     let stats = node.stats();
+    let fair = fair_view.lock().expect("fair lock").clone();
     let summary = Summary {
         seconds: secs,
         node: node_addr.to_string(),
@@ -269,6 +285,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .enumerate()
             .map(|(i, t)| {
                 let s = &stats.tenants[placed[i].id.index()];
+                let share = fair.iter().find(|x| x.0 == placed[i].id);
                 let by_reason = (0..snic_dataplane::Drop::COUNT)
                     .filter(|&k| s.drops[k] > 0)
                     .map(|k| (snic_dataplane::Drop::name(k), s.drops[k]))
@@ -283,6 +300,9 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                     drops_by_reason: by_reason,
                     unverified_packets: receivers[i].wrong.load(Ordering::Relaxed),
                     gbps: receivers[i].bytes.load(Ordering::Relaxed) as f64 * 8.0 / secs / 1e9,
+                    dominant: share.and_then(|s| s.1.clone()),
+                    dominant_share: share.map_or(0.0, |s| s.2),
+                    fair_fraction: share.map_or(1.0, |s| s.3),
                 }
             })
             .collect(),
@@ -295,6 +315,16 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             println!(
                 "  {:<5} sent {:>8}  delivered {:>8}  dropped {:>7} {:?}  unverified {}  {:.3} Gbit/s",
                 t.name, t.sent_packets, t.delivered_packets, t.dropped_packets, t.drops_by_reason, t.unverified_packets, t.gbps
+            );
+        }
+        println!("  fair sharing (weighted DRF on measured demand, docs/fairness.md):");
+        for t in &summary.tenants {
+            println!(
+                "    {:<5} dominant resource {:<14} share {:.4}  granted {:.0}% of its demand",
+                t.name,
+                t.dominant.as_deref().unwrap_or("-"),
+                t.dominant_share,
+                100.0 * t.fair_fraction
             );
         }
         let lat = &stats.latency;

@@ -16,6 +16,9 @@ fn demo_delivers_each_tenants_traffic_transformed() {
         let dropped = t["dropped_packets"].as_u64().unwrap();
         assert!(sent > 1000, "{t}");
         assert_eq!(t["unverified_packets"], 0, "every delivered packet carries its chain's rewrite: {t}");
+        // Fair sharing measured the tenant's demand; a lightly loaded node grants all of it.
+        assert!(t["dominant"].is_string() && t["dominant_share"].as_f64().unwrap() > 0.0, "{t}");
+        assert_eq!(t["fair_fraction"], 1.0, "{t}");
         // Loopback UDP may lose a few datagrams under load; the node itself accounts for the rest.
         assert!(delivered + dropped <= sent && delivered + dropped >= sent * 98 / 100, "{t}");
         match t["name"].as_str().unwrap() {

@@ -60,6 +60,7 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
     let frac = fgauge(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
     let limit = fgauge(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
     let demand = fgauge(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
+    let tlat = gauge(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
     let alloc = fgauge(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
     for t in &c.plan.tenants {
         let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
@@ -72,6 +73,8 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
         for (reason, n) in &s.drops {
             drops.get_or_create(&l(&[("tenant", &t.name), ("reason", reason)])).inc_by(*n);
         }
+        tlat.get_or_create(&l(&[("tenant", &t.name), ("quantile", "0.5")])).set(s.latency_p50_ns as i64);
+        tlat.get_or_create(&l(&[("tenant", &t.name), ("quantile", "0.99")])).set(s.latency_p99_ns as i64);
         let f = &s.fair;
         dshare.get_or_create(&l(&[("tenant", &t.name), ("resource", f.dominant.as_deref().unwrap_or(""))])).set(f.dominant_share);
         frac.get_or_create(&tl).set(f.fraction);

@@ -45,6 +45,10 @@ pub struct TenantSnap {
     pub store_buffers: u32,
     /// Fair sharing: the last epoch's result.
     pub fair: FairSnap,
+    /// Receive-to-transmit latency quantiles of this tenant's packets, ns (a sample).
+    pub latency_p50_ns: u64,
+    /// p99.
+    pub latency_p99_ns: u64,
 }
 
 /// A tenant's fair share, as of the last epoch.
@@ -295,6 +299,8 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
             drops: (0..Drop::COUNT).filter(|&k| ts.drops[k] > 0).map(|k| (Drop::name(k), ts.drops[k])).collect(),
             store_buffers: node.store().occupancy(t.id),
             fair: fair_snap(node, t.id),
+            latency_p50_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.5)),
+            latency_p99_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.99)),
         });
         prev[i] = (ts.rx_packets, ts.tx_packets);
     }
