@@ -25,3 +25,20 @@ fn the_victim_keeps_its_share_against_each_antagonist() {
         assert_eq!(on["victim_dominant"], "dispatcher", "{on}");
     }
 }
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "needs an optimized build; scripts/test.sh runs it with --release")]
+fn throughput_follows_capacity_not_arrivals() {
+    // FairNIC's Fig. 1: without isolation, two tenants over capacity get the same rate whatever
+    // their processing capacity; with it, the one with 8x the capacity gets several times more.
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["bench", "fair", "--scenario", "hol", "--seconds", "0.5", "--warmup", "0.5", "--json"])
+        .output()
+        .expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect();
+    let ratio = |m: &str| runs.iter().find(|r| r["mode"] == m).unwrap()["throughput_ratio"].as_f64().unwrap();
+    assert!(ratio("off") < 1.5, "head-of-line blocking without isolation: {runs:?}");
+    assert!(ratio("on") > 3.0, "throughput follows capacity with it: {runs:?}");
+}

@@ -3,6 +3,8 @@
 //! - `fig7`: the paper's Fig. 7 / Fig. 20 step on a virtual clock ([`Fig7`]): allocations before
 //!   and after user2's load steps up, the time until the ingress limits settle within 5% of the
 //!   DRF point, and Jain's index of the dominant shares.
+//! - `hol`: FairNIC's Fig. 1 — two tenants over capacity, one with 8x the processing capacity:
+//!   without isolation both get the same rate (head-of-line blocking), with it 8x apart.
 //! - `expensive`, `flood64`, `engine`: a well-behaved victim (tenant 1) against an antagonist
 //!   (tenant 2) — an NT 100× as costly per packet, a flood of 64-byte packets, large requests to a
 //!   shared AES-GCM engine — on the real clock, one core, both sharing one receive ring
@@ -52,7 +54,7 @@ pub struct FairArgs {
 
 /// Runs the chosen scenarios.
 pub fn run(a: FairArgs) -> anyhow::Result<()> {
-    let all = ["fig7", "expensive", "flood64", "engine"];
+    let all = ["fig7", "hol", "expensive", "flood64", "engine"];
     let chosen: Vec<&str> = match a.scenario.as_str() {
         "all" => all.to_vec(),
         s if all.contains(&s) => vec![s],
@@ -176,6 +178,8 @@ struct AntagonistResult {
     /// Delivered / offered: the victim asks for less than half the node, so its fair share is
     /// all it offers.
     victim_kept: f64,
+    /// Victim's delivered rate over the antagonist's (the `hol` scenario's figure).
+    throughput_ratio: f64,
     victim_p50_ns: u64,
     victim_p99_ns: u64,
     victim_ring_drops: u64,
@@ -208,6 +212,15 @@ fn synthetic(ns: u64) -> NtSpec {
 
 fn setup(s: &str) -> Setup {
     match s {
+        // FairNIC Fig. 1 (head-of-line blocking): two tenants both offering far more than the
+        // node takes, the first with 8x the processing capacity (its NT costs 1/8 as much).
+        // Without isolation both get the same rate; with it, throughput follows capacity.
+        "hol" => Setup {
+            victim_chain: vec![synthetic(100)],
+            antagonist_chain: Some(vec![synthetic(800)]),
+            victim: (64, 4_000_000.0),
+            antagonist: (64, 4_000_000.0),
+        },
         // 200 ns vs 20 us per packet; the antagonist offers two cores' worth.
         "expensive" => Setup {
             victim_chain: vec![synthetic(200)],
@@ -304,6 +317,7 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
         victim_offered_pps: v.offered as f64 / secs,
         victim_delivered_pps: v.delivered as f64 / secs,
         victim_kept: if v.offered > 0 { v.delivered as f64 / v.offered as f64 } else { 0.0 },
+        throughput_ratio: if x.delivered > 0 { v.delivered as f64 / x.delivered as f64 } else { 0.0 },
         victim_p50_ns: v.latency.quantile(0.5),
         victim_p99_ns: v.latency.quantile(0.99),
         victim_ring_drops: v.ring_drops,
