@@ -131,6 +131,14 @@ fn traffic(data: SocketAddr, b: &UdpSocket, g: &UdpSocket, n: usize) -> (Vec<Vec
 fn daemon_lifecycle() {
     let dir = std::env::temp_dir().join(format!("snic-daemon-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // Removed when the test ends, pass or fail.
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
     std::fs::create_dir_all(&dir).unwrap();
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let g = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -206,5 +214,4 @@ fn daemon_lifecycle() {
     let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
     assert_eq!(v["spec"]["vnis"][0], 100);
     assert_eq!(stop(d), 0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
