@@ -50,6 +50,9 @@ pub struct FairArgs {
     /// EPOCH_LEN in microseconds.
     #[arg(long, default_value_t = 100)]
     epoch_us: u64,
+    /// Worker threads for regions (0: regions run on the dispatcher's core).
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
 }
 
 /// Runs the chosen scenarios.
@@ -264,7 +267,15 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: mode == "on", ..FairConfig::default() };
     // The in-memory "link" is the memory bus: far faster than a NIC's.
     let engine_buckets = mode == "on" || mode == "buckets";
-    let cfg = NodeConfig { vtep_port: None, fair, link_bps: 400e9, engine_buckets, ..Default::default() };
+    let cfg = NodeConfig {
+        vtep_port: None,
+        fair,
+        link_bps: 400e9,
+        engine_buckets,
+        workers: a.workers,
+        pin_cores: a.workers > 0,
+        ..Default::default()
+    };
     let clock = MonotonicClock::default();
     let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
     let c1 = node.add_chain(s.victim_chain.clone());
