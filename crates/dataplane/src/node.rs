@@ -399,6 +399,9 @@ impl<B: Backend> Node<B> {
         self.polls = self.polls.wrapping_add(1);
         let sampled = self.polls % SAMPLE_EVERY == 0;
         let mut work = self.drain_completions(now);
+        // With worker threads, completions (egress of finished packets) belong to the rest of
+        // the way, not to receiving: the receive phase starts after them.
+        let rx_start = if sampled && work > 0 { self.clock.now() } else { now };
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
         let n = if self.rx_idx.is_empty() { 0 } else { self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta) };
         for i in n..self.rx_idx.len() {
@@ -416,9 +419,10 @@ impl<B: Backend> Node<B> {
         self.flush_tx();
         if sampled && work > 0 {
             let end = self.clock.now().as_nanos();
-            let (t0, rx) = (now.as_nanos(), rx_end.as_nanos());
+            let (t0, t1, rx) = (now.as_nanos(), rx_start.as_nanos(), rx_end.as_nanos());
             let half = self.cfg.batch / 2;
-            self.meter.sample_poll(rx.saturating_sub(t0), n, half, end.saturating_sub(rx).saturating_sub(self.sample_nt_ns), dispatched);
+            let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
+            self.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
         if self.meter.due(now) {
             self.end_epoch(now);
