@@ -199,6 +199,9 @@ struct AntagonistResult {
     resources: Vec<(String, f64, f64, f64, f64, f64, f64)>,
     /// The dispatcher's measured costs: receiving a packet, and the rest of an admitted one, ns.
     dispatcher_ns: (f64, f64),
+    /// The node's drops by reason, victim and antagonist (the receive ring's are counted apart).
+    victim_drops: Vec<(&'static str, u64)>,
+    antagonist_drops: Vec<(&'static str, u64)>,
 }
 
 struct Setup {
@@ -348,5 +351,12 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
             _ => Vec::new(),
         },
         dispatcher_ns: node.meter().dispatcher_ns(),
+        victim_drops: drops(&node, 1),
+        antagonist_drops: drops(&node, 2),
     })
+}
+
+fn drops(node: &Node<Paced>, t: usize) -> Vec<(&'static str, u64)> {
+    let s = &node.stats().tenants[t];
+    (0..snic_dataplane::Drop::COUNT).filter(|&k| s.drops[k] > 0).map(|k| (snic_dataplane::Drop::name(k), s.drops[k])).collect()
 }
