@@ -140,17 +140,28 @@ pub struct Fairness {
     allocs: Vec<Allocation>,
     capacities: Vec<f64>,
     binding: Vec<bool>,
-    users: Vec<(usize, f64, bool)>,
+    users: Vec<Use>,
 }
 
-/// Whether a resource may limit admission. Limits exist to protect other tenants, so a
-/// resource only one tenant uses limits nobody (a lone tenant over capacity is served as fast as
-/// the node can; throttling it would only idle the node). And when receiving alone (the fixed
-/// parts) fills a resource, throttling cannot relieve it — over-limit packets are received all
-/// the same — so it is worth doing only to protect a tenant that is within its share; between
-/// tenants that are all over theirs it would only idle the node too.
-fn binds(users: usize, fixed: f64, capacity: f64, any_satisfied: bool) -> bool {
-    users >= 2 && (fixed < capacity || any_satisfied)
+/// How the tenants use one resource, after DRF.
+#[derive(Debug, Clone, Copy, Default)]
+struct Use {
+    users: usize,
+    fixed: f64,
+    allocated: f64,
+    any_satisfied: bool,
+}
+
+/// Whether a resource may limit admission. Only a resource DRF has filled can: on one with room
+/// left, a tenant's allocation is a side effect of its bottleneck elsewhere, and holding it to
+/// it would only idle the node. Limits exist to protect other tenants, so a resource only one
+/// tenant uses limits nobody either (a lone tenant over capacity is served as fast as the node
+/// can). And when receiving alone (the fixed parts) fills a resource, throttling cannot relieve
+/// it — over-limit packets are received all the same — so it is worth doing only to protect a
+/// tenant that is within its share; between tenants all over theirs it would idle the node too.
+fn binds(u: &Use, capacity: f64) -> bool {
+    let full = u.allocated >= capacity * (1.0 - 1e-6);
+    full && u.users >= 2 && (u.fixed < capacity || u.any_satisfied)
 }
 
 impl Fairness {
@@ -286,19 +297,20 @@ impl Fairness {
         // Per resource: tenants using it, their fixed use, whether one of them is satisfied
         // (one pass over the tenants, resources innermost).
         self.users.clear();
-        self.users.resize(r, (0, 0.0, false));
+        self.users.resize(r, Use::default());
         for (s, al) in self.shares.iter().zip(&self.allocs) {
             let sat = al.fraction >= 1.0 - 1e-6;
-            for ((u, &d), &f) in self.users.iter_mut().zip(&s.demand).zip(&s.fixed) {
+            for (((u, &d), &f), &a) in self.users.iter_mut().zip(&s.demand).zip(&s.fixed).zip(&al.amounts) {
                 if d > 0.0 {
-                    u.0 += 1;
-                    u.1 += f;
-                    u.2 |= sat;
+                    u.users += 1;
+                    u.fixed += f;
+                    u.allocated += a;
+                    u.any_satisfied |= sat;
                 }
             }
         }
         self.binding.clear();
-        self.binding.extend(self.users.iter().zip(&self.capacities).map(|(&(n, f, sat), &c)| binds(n, f, c, sat)));
+        self.binding.extend(self.users.iter().zip(&self.capacities).map(|(u, &c)| binds(u, c)));
         for (s, al) in self.shares.iter_mut().zip(&self.allocs) {
             s.allocation.clear();
             s.allocation.extend_from_slice(&al.amounts);

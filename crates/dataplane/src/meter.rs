@@ -32,7 +32,8 @@ const INGRESS: usize = 0;
 const EGRESS: usize = 1;
 const STORE: usize = 2;
 const DISPATCHER: usize = 3;
-/// `workers` when there are worker threads; with inline regions NT time is dispatcher time.
+/// `workers` when there are worker threads: the NT time of regions on them (the NT time of
+/// regions on the dispatcher's thread is dispatcher time).
 const WORKERS: usize = 4;
 const NO_ROW: u16 = u16::MAX;
 /// Packets timed before an NT's cost is first estimated.
@@ -73,6 +74,8 @@ struct NtState {
     pending: (u64, u64),
     /// Declared throughput per instance.
     declared_pps: Option<f64>,
+    /// Its chain runs on a worker thread (its time is `workers` time, not the dispatcher's).
+    on_worker: bool,
 }
 
 #[derive(Debug)]
@@ -209,11 +212,13 @@ impl Meter {
         }
     }
 
-    /// A new running instance of `chain`, whose region reports into `counters`.
-    pub fn add_instance(&mut self, chain: ChainId, _inst: InstanceId, counters: Arc<RegionCounters>) {
+    /// A new running instance of `chain`, whose region reports into `counters`, on a worker
+    /// thread or on the dispatcher's.
+    pub fn add_instance(&mut self, chain: ChainId, _inst: InstanceId, counters: Arc<RegionCounters>, on_worker: bool) {
         if let Some(nts) = self.chains.get_mut(chain.index()) {
             for (n, d) in nts.iter_mut().zip(&counters.nt_capacity_pps) {
                 n.declared_pps = *d;
+                n.on_worker = on_worker;
             }
         }
         let k = counters.nt_busy_ns.len();
@@ -296,7 +301,6 @@ impl Meter {
         self.fixed.clear();
         self.fixed.resize(n * r, 0.0);
         let (rows, row_of, chains) = (&mut self.rows, &self.row_of, &self.chains);
-        let nt_time = if self.workers > 0 { WORKERS } else { DISPATCHER };
         sched.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
             if row == NO_ROW {
@@ -314,7 +318,7 @@ impl Meter {
                     if let Some(pps) = per_instance {
                         row[nt.res] += k / pps;
                     }
-                    row[nt_time] += k * nt.cost_ns / 1e9;
+                    row[if nt.on_worker { WORKERS } else { DISPATCHER }] += k * nt.cost_ns / 1e9;
                 }
             }
         });

@@ -131,11 +131,27 @@ pub enum LaunchError {
     /// A worker failed.
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// No worker thread of that number.
+    #[error("no worker thread {0}")]
+    NoWorker(usize),
 }
 
-enum Exec {
-    Inline(Vec<Option<Region>>),
-    Threads { workers: Vec<WorkerHandle>, placement: Vec<usize>, next: usize },
+/// Where a region runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// On the dispatcher's thread, run-to-completion within its poll.
+    Inline,
+    /// On worker thread `n` (fed through an SPSC ring).
+    Worker(usize),
+}
+
+/// The regions: those on the dispatcher's thread, the worker threads, and where each instance
+/// runs.
+struct Exec {
+    inline: Vec<Option<Region>>,
+    workers: Vec<WorkerHandle>,
+    placement: Vec<Place>,
+    next: usize,
 }
 
 /// One node's data plane. See the module docs.
@@ -183,11 +199,9 @@ impl<B: Backend> Node<B> {
         cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
         let store = Store::new(cfg.store_buffers, cfg.batch);
         let slots = store.slots().clone();
-        let exec = if cfg.workers == 0 {
-            Exec::Inline(Vec::new())
-        } else {
+        let mut workers = Vec::new();
+        if cfg.workers > 0 {
             let cores = if cfg.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
-            let mut workers = Vec::new();
             for w in 0..cfg.workers {
                 // The dispatcher keeps the first core; workers take the next ones.
                 let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
@@ -196,8 +210,8 @@ impl<B: Backend> Node<B> {
             if let Some(c) = cores.first() {
                 core_affinity::set_for_current(*c);
             }
-            Exec::Threads { workers, placement: Vec::new(), next: 0 }
-        };
+        }
+        let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0 };
         let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers);
         Ok(Node {
             framing: backend.framing(),
@@ -321,8 +335,26 @@ impl<B: Backend> Node<B> {
     }
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
-    /// analogue of partial reconfiguration) and gives the scheduler its credits.
+    /// analogue of partial reconfiguration) and gives the scheduler its credits. The region runs
+    /// on the dispatcher's thread without worker threads, else on the workers in turn.
     pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
+        let place = if self.exec.workers.is_empty() {
+            Place::Inline
+        } else {
+            self.exec.next += 1;
+            Place::Worker((self.exec.next - 1) % self.exec.workers.len())
+        };
+        self.launch_on(chain, place)
+    }
+
+    /// Launches an instance of `chain` at a chosen place: a chain that must not wait behind
+    /// another can be given its own core (e.g. a costly chain on a worker, the rest inline).
+    pub fn launch_on(&mut self, chain: ChainId, place: Place) -> Result<InstanceId, LaunchError> {
+        if let Place::Worker(w) = place {
+            if w >= self.exec.workers.len() {
+                return Err(LaunchError::NoWorker(w));
+            }
+        }
         let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
@@ -332,24 +364,21 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
-        self.meter.add_instance(chain, inst, region.counters());
-        match &mut self.exec {
-            Exec::Inline(regions) => {
-                if regions.len() <= inst.index() {
-                    regions.resize_with(inst.index() + 1, || None);
+        self.meter.add_instance(chain, inst, region.counters(), place != Place::Inline);
+        let e = &mut self.exec;
+        match place {
+            Place::Inline => {
+                if e.inline.len() <= inst.index() {
+                    e.inline.resize_with(inst.index() + 1, || None);
                 }
-                regions[inst.index()] = Some(region);
+                e.inline[inst.index()] = Some(region);
             }
-            Exec::Threads { workers, placement, next } => {
-                let w = *next % workers.len();
-                *next += 1;
-                workers[w].install(region)?;
-                if placement.len() <= inst.index() {
-                    placement.resize(inst.index() + 1, 0);
-                }
-                placement[inst.index()] = w;
-            }
+            Place::Worker(w) => e.workers[w].install(region)?,
         }
+        if e.placement.len() <= inst.index() {
+            e.placement.resize(inst.index() + 1, Place::Inline);
+        }
+        e.placement[inst.index()] = place;
         Ok(inst)
     }
 
@@ -571,8 +600,9 @@ impl<B: Backend> Node<B> {
                 d.verdict = None;
                 d.instance = inst;
             }
-            if let Exec::Inline(regions) = &mut self.exec {
-                if let Some(Some(r)) = regions.get_mut(inst.index()) {
+            let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline);
+            let Place::Worker(w) = place else {
+                if let Some(Some(r)) = self.exec.inline.get_mut(inst.index()) {
                     let t0 = sampled.then(std::time::Instant::now);
                     // SAFETY: the dispatcher owns every index in the batch, each once (the
                     // scheduler queues an index at most once).
@@ -583,12 +613,11 @@ impl<B: Backend> Node<B> {
                 }
                 self.complete(inst, &batch, now);
                 continue;
-            }
+            };
             let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
             work.idx[..batch.len()].copy_from_slice(&batch);
             loop {
-                let Exec::Threads { workers, placement, .. } = &mut self.exec else { unreachable!("inline handled above") };
-                match workers[placement[inst.index()]].submit(work) {
+                match self.exec.workers[w].submit(work) {
                     Ok(()) => break,
                     Err(back) => {
                         // The ring is full: finish what has come back to make room.
@@ -604,14 +633,8 @@ impl<B: Backend> Node<B> {
 
     fn drain_completions(&mut self, now: Instant) -> usize {
         let mut n = 0;
-        let nw = match &self.exec {
-            Exec::Threads { workers, .. } => workers.len(),
-            Exec::Inline(_) => return 0,
-        };
-        for w in 0..nw {
-            loop {
-                let Exec::Threads { workers, .. } = &mut self.exec else { unreachable!() };
-                let Some(work) = workers[w].poll_done() else { break };
+        for w in 0..self.exec.workers.len() {
+            while let Some(work) = self.exec.workers[w].poll_done() {
                 n += work.n as usize;
                 self.complete(work.instance, work.indices(), now);
             }

@@ -231,3 +231,29 @@ fn limits_only_protect_someone() {
     let d: Vec<f64> = f.shares().iter().map(|s| s.dominant_share).collect();
     assert!((d[0] - d[1]).abs() < 1e-6, "{d:?}");
 }
+
+#[test]
+fn a_resource_with_room_left_does_not_limit() {
+    // Tenant 2 is blocked by its own NT (3x over); on the shared core, which has room, DRF's
+    // proportional allocation would not even cover its reception. It must not be throttled for
+    // that: only a full resource limits, and its own NT protects nobody.
+    let mut f = Fairness::new(FairConfig { smoothing: 1.0, ..FairConfig::default() }, Instant::ZERO);
+    f.set_resources(vec![rate("cpu", 1.0), rate("own", 1.0)]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    f.end_epoch(Instant(EPOCH_NS), |t, o| {
+        let secs = EPOCH_NS as f64 / 1e9;
+        o.offered_packets = 100;
+        o.admitted_packets = 100;
+        if t == TenantId(1) {
+            o.amounts[0] = 0.3 * secs;
+        } else {
+            o.fixed[0] = 0.03 * secs;
+            o.amounts[0] = 0.01 * secs;
+            o.amounts[1] = 3.0 * secs;
+        }
+    });
+    let x = &f.shares()[1];
+    assert!(x.fraction < 0.5 && x.allocation[0] < x.fixed[0], "{x:?}");
+    assert_eq!(x.limit_pps, None, "{x:?}");
+}

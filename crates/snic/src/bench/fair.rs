@@ -21,7 +21,7 @@ use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::{Action, Mat, PortRange, Rule};
 use snic_dataplane::backend::paced::{Paced, StreamSpec};
-use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::store::Peer;
 use snic_dataplane::testbed::{datagram, Fig7};
 use snic_dataplane::{Node, NodeConfig};
@@ -53,6 +53,10 @@ pub struct FairArgs {
     /// Worker threads for regions (0: regions run on the dispatcher's core).
     #[arg(long, default_value_t = 0)]
     workers: usize,
+    /// Give the antagonist's chain a core of its own: it runs on worker 0, the victim's on the
+    /// dispatcher (needs --workers 1 or more; scenarios with a shared chain ignore it).
+    #[arg(long)]
+    isolate: bool,
 }
 
 /// Runs the chosen scenarios.
@@ -281,12 +285,19 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     };
     let clock = MonotonicClock::default();
     let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
+    let (victim_at, antagonist_at) = if a.isolate { (Some(Place::Inline), Some(Place::Worker(0))) } else { (None, None) };
     let c1 = node.add_chain(s.victim_chain.clone());
-    node.launch(c1)?;
+    match victim_at {
+        Some(p) => node.launch_on(c1, p)?,
+        None => node.launch(c1)?,
+    };
     let c2 = match &s.antagonist_chain {
         Some(specs) => {
             let c = node.add_chain(specs.clone());
-            node.launch(c)?;
+            match antagonist_at {
+                Some(p) => node.launch_on(c, p)?,
+                None => node.launch(c)?,
+            };
             c
         }
         None => c1,
