@@ -1,5 +1,6 @@
 //! `snic bench`: measurements printed as JSON lines.
 
+mod chain;
 mod fair;
 
 use crate::alloc_count;
@@ -35,6 +36,9 @@ pub enum BenchCmd {
     /// Fair sharing and isolation: the Fig. 7 step (allocation shift, convergence) and a
     /// well-behaved tenant against antagonists, alone / without / with the mechanisms.
     Fair(fair::FairArgs),
+    /// Latency of 2..7 NTs as one chain, as two half chains, and PANIC-style (every NT its own
+    /// chain, back to the scheduler after each).
+    Chain(chain::ChainArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -121,6 +125,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Crypto(a) => crypto(a),
         BenchCmd::Drf(a) => drf(a),
         BenchCmd::Fair(a) => fair::run(a),
+        BenchCmd::Chain(a) => chain::run(a),
     }
 }
 

@@ -1,0 +1,28 @@
+//! `snic bench chain` runs each mode with the chains it claims and delivers what it offers.
+
+use std::process::Command;
+
+#[test]
+fn chain_modes_cut_the_sequence_as_stated() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["bench", "chain", "--nts", "2,5", "--pps", "20000", "--seconds", "0.2", "--json"])
+        .output()
+        .expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(runs.len(), 6);
+    for r in &runs {
+        let (n, chains) = (r["nts"].as_u64().unwrap(), r["chains"].as_u64().unwrap());
+        let want = match r["mode"].as_str().unwrap() {
+            "single" => 1,
+            "half" => 2,
+            "panic" => n,
+            m => panic!("unknown mode {m}"),
+        };
+        assert_eq!(chains, want, "{r}");
+        assert!(r["delivered"].as_u64().unwrap() > 1000, "{r}");
+        assert!(r["p50_ns"].as_u64().unwrap() <= r["p99_ns"].as_u64().unwrap(), "{r}");
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "chain", "--nts", "1"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("at least 2"));
+}
