@@ -26,3 +26,17 @@ fn chain_modes_cut_the_sequence_as_stated() {
     let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "chain", "--nts", "1"]).output().unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("at least 2"));
 }
+
+#[test]
+fn launch_cost_is_reported_per_chain() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "3", "--json"]).output().expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let chains: Vec<&str> = runs.iter().map(|r| r["chain"].as_str().unwrap()).collect();
+    assert_eq!(chains, ["dummy", "vpc"]);
+    for r in &runs {
+        assert!(r["p50_ns"].as_u64().unwrap() > 0 && r["p50_ns"].as_u64() <= r["max_ns"].as_u64(), "{r}");
+    }
+    // The vpc chain allocates its NAT table and expands its key: it costs more than a dummy.
+    assert!(runs[1]["p50_ns"].as_u64() > runs[0]["p50_ns"].as_u64(), "{runs:?}");
+}

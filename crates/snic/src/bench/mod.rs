@@ -2,6 +2,7 @@
 
 mod chain;
 mod fair;
+mod launch;
 
 use crate::alloc_count;
 use anyhow::{bail, Context};
@@ -39,6 +40,8 @@ pub enum BenchCmd {
     /// Latency of 2..7 NTs as one chain, as two half chains, and PANIC-style (every NT its own
     /// chain, back to the scheduler after each).
     Chain(chain::ChainArgs),
+    /// What launching a chain instance (its NTs instantiated into a region) costs.
+    Launch(launch::LaunchArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -126,6 +129,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Drf(a) => drf(a),
         BenchCmd::Fair(a) => fair::run(a),
         BenchCmd::Chain(a) => chain::run(a),
+        BenchCmd::Launch(a) => launch::run(a),
     }
 }
 
