@@ -14,6 +14,10 @@
 //! - [`sched::Scheduler`]: the central credit scheduler — a packet enters a chain instance only
 //!   when a credit for the whole chain is free, waits in its tenant's queue otherwise, and keeps
 //!   its flow on one instance (paper §4.2).
+//! - [`drf`] and [`fair`]: weighted DRF and the per-epoch fairness controller (measured demand
+//!   in, ingress limits out); [`dwrr`] and [`engine`]: FairNIC's egress and engine isolation.
+//! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
+//!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4; not yet driving the node).
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
@@ -36,6 +40,7 @@ pub mod dwrr;
 pub mod engine;
 pub mod fair;
 pub mod ids;
+pub mod launcher;
 pub mod mat;
 pub mod sched;
 pub mod time;

@@ -1,0 +1,296 @@
+//! Where a chain runs when its packets need it (paper 000 §4.3–§4.4): the on-demand launch
+//! order, stop-and-launch, and the victim cache — as a sans-IO policy over a node's regions.
+//!
+//! A region is free, launching a chain (until a time the driver gives: the measured
+//! instantiation cost plus any emulated reconfiguration delay), running one, or holding a
+//! *victim*: a chain descheduled but kept loaded until its region is needed. When packets need a
+//! chain, [`Launcher::place`] decides, in the paper's order:
+//!
+//! 1. **share** a running instance of the chain that has spare bandwidth;
+//! 2. **resume** a victim of the chain: no launch at all (a victim-cache hit);
+//! 3. **launch** into a free region;
+//! 4. **remote**: another node of the pool has the chain or a free region (hook: the driver
+//!    says so; the pool comes later);
+//! 5. **endpoint**: the tenant declared it can run the chain itself;
+//! 6. **context switch**: stop-and-launch in a victim's region (least recently used first),
+//!    else in the least-loaded running region — the last resort, since the evicted chain stops.
+//!
+//! Packets for a chain that is launching wait (bounded) and are served first when it runs; that
+//! buffer is the driver's. Nothing here reads a clock.
+
+use crate::ids::ChainId;
+use crate::time::Instant;
+use core::time::Duration;
+
+/// What a region holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RegionState {
+    /// Nothing.
+    Free,
+    /// `chain` is being launched; it runs from `ready_at`.
+    Launching {
+        /// The chain.
+        chain: ChainId,
+        /// When it runs.
+        ready_at: Instant,
+    },
+    /// `chain` runs; `load` is its measured load as a fraction of one instance's capacity.
+    Running {
+        /// The chain.
+        chain: ChainId,
+        /// Load, 0..=1 (or above when overloaded).
+        load: f64,
+    },
+    /// `chain` was descheduled at `since` but is still loaded.
+    Victim {
+        /// The chain.
+        chain: ChainId,
+        /// When it was descheduled (least recent is evicted first).
+        since: Instant,
+    },
+}
+
+/// What to do for a chain that packets need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send them to the running instance in `region`.
+    Share {
+        /// Region index.
+        region: usize,
+    },
+    /// The chain is a victim in `region`: make it run again, no launch.
+    Resume {
+        /// Region index.
+        region: usize,
+    },
+    /// The chain is already launching in `region`: buffer until it runs.
+    Wait {
+        /// Region index.
+        region: usize,
+    },
+    /// Launch it into the free `region`.
+    Launch {
+        /// Region index.
+        region: usize,
+    },
+    /// Send them to another node of the pool.
+    Remote,
+    /// Let the tenant's endpoint run the chain.
+    Endpoint,
+    /// Stop what `region` holds (`evicted`) and launch the chain there.
+    ContextSwitch {
+        /// Region index.
+        region: usize,
+        /// The chain that stops.
+        evicted: ChainId,
+    },
+}
+
+/// Launch parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LauncherConfig {
+    /// A running instance with load below this has spare bandwidth to share.
+    pub share_below: f64,
+    /// Time from launch to running (measured instantiation cost + emulated reconfiguration).
+    pub launch_time: Duration,
+}
+
+impl Default for LauncherConfig {
+    fn default() -> Self {
+        LauncherConfig { share_below: 0.8, launch_time: Duration::ZERO }
+    }
+}
+
+/// The regions of one node and the launch policy. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    cfg: LauncherConfig,
+    regions: Vec<RegionState>,
+}
+
+impl Launcher {
+    /// A node with `regions` free regions.
+    pub fn new(cfg: LauncherConfig, regions: usize) -> Self {
+        Launcher { cfg, regions: vec![RegionState::Free; regions] }
+    }
+
+    /// The regions.
+    pub fn regions(&self) -> &[RegionState] {
+        &self.regions
+    }
+
+    /// Launches that were due by `now` start running.
+    pub fn tick(&mut self, now: Instant) {
+        for r in &mut self.regions {
+            if let RegionState::Launching { chain, ready_at } = *r {
+                if ready_at <= now {
+                    *r = RegionState::Running { chain, load: 0.0 };
+                }
+            }
+        }
+    }
+
+    /// The measured load of the instance in `region` (ignored unless it runs).
+    pub fn set_load(&mut self, region: usize, load: f64) {
+        if let Some(RegionState::Running { load: l, .. }) = self.regions.get_mut(region) {
+            *l = load;
+        }
+    }
+
+    /// The chain in `region` is no longer needed: it stays loaded as a victim.
+    pub fn deschedule(&mut self, region: usize, now: Instant) {
+        if let Some(r) = self.regions.get_mut(region) {
+            if let RegionState::Running { chain, .. } = *r {
+                *r = RegionState::Victim { chain, since: now };
+            }
+        }
+    }
+
+    /// Decides where `chain` runs for packets that need it now, and applies the decision to the
+    /// regions (a launch or context switch occupies the region until `now + launch_time`).
+    /// `remote`: the pool has room for it elsewhere; `endpoint`: the tenant can run it itself.
+    pub fn place(&mut self, chain: ChainId, now: Instant, remote: bool, endpoint: bool) -> Decision {
+        self.tick(now);
+        let find = |f: &dyn Fn(&RegionState) -> bool| self.regions.iter().position(f);
+        // 1. Share a running instance with spare bandwidth (the least loaded one).
+        let share = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match *r {
+                RegionState::Running { chain: c, load } if c == chain && load < self.cfg.share_below => Some((i, load)),
+                _ => None,
+            })
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((region, _)) = share {
+            return Decision::Share { region };
+        }
+        if let Some(region) = find(&|r| matches!(*r, RegionState::Launching { chain: c, .. } if c == chain)) {
+            return Decision::Wait { region };
+        }
+        // 2. A victim-cache hit: resume without launching.
+        if let Some(region) = find(&|r| matches!(*r, RegionState::Victim { chain: c, .. } if c == chain)) {
+            self.regions[region] = RegionState::Running { chain, load: 0.0 };
+            return Decision::Resume { region };
+        }
+        // 3. A free region.
+        if let Some(region) = find(&|r| *r == RegionState::Free) {
+            self.occupy(region, chain, now);
+            return Decision::Launch { region };
+        }
+        // 4, 5. Elsewhere.
+        if remote {
+            return Decision::Remote;
+        }
+        if endpoint {
+            return Decision::Endpoint;
+        }
+        // 6. Stop-and-launch: the least recently descheduled victim, else the least-loaded
+        // running chain.
+        let victim = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match *r {
+                RegionState::Victim { chain: c, since } => Some((i, c, since)),
+                _ => None,
+            })
+            .min_by_key(|&(_, _, since)| since);
+        let target = victim.map(|(i, c, _)| (i, c)).or_else(|| {
+            self.regions
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| match *r {
+                    RegionState::Running { chain: c, load } => Some((i, c, load)),
+                    _ => None,
+                })
+                .min_by(|a, b| a.2.total_cmp(&b.2))
+                .map(|(i, c, _)| (i, c))
+        });
+        match target {
+            Some((region, evicted)) => {
+                self.occupy(region, chain, now);
+                Decision::ContextSwitch { region, evicted }
+            }
+            // Every region is launching: wait for the first to finish.
+            None => Decision::Wait { region: 0 },
+        }
+    }
+
+    fn occupy(&mut self, region: usize, chain: ChainId, now: Instant) {
+        self.regions[region] = RegionState::Launching { chain, ready_at: now + self.cfg.launch_time };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ChainId = ChainId(0);
+    const B: ChainId = ChainId(1);
+    const C: ChainId = ChainId(2);
+    const MS: u64 = 1_000_000;
+
+    fn launcher(regions: usize) -> Launcher {
+        Launcher::new(LauncherConfig { share_below: 0.8, launch_time: Duration::from_millis(5) }, regions)
+    }
+
+    #[test]
+    fn the_on_demand_order_is_followed_step_by_step() {
+        let mut l = launcher(2);
+        let t = Instant(0);
+        // 3: a free region.
+        assert_eq!(l.place(A, t, false, false), Decision::Launch { region: 0 });
+        // While it launches, more packets for A wait for it.
+        assert_eq!(l.place(A, Instant(MS), false, false), Decision::Wait { region: 0 });
+        // 1: once it runs with spare bandwidth, it is shared.
+        l.tick(Instant(5 * MS));
+        l.set_load(0, 0.3);
+        assert_eq!(l.place(A, Instant(6 * MS), false, false), Decision::Share { region: 0 });
+        // Loaded past the threshold: not shared; the free region gets a second instance.
+        l.set_load(0, 0.95);
+        assert_eq!(l.place(A, Instant(6 * MS), false, false), Decision::Launch { region: 1 });
+        l.tick(Instant(11 * MS));
+        l.set_load(1, 0.5);
+        // No free region for B: 4, remote if the pool has room; 5, else the endpoint if it can.
+        assert_eq!(l.place(B, Instant(12 * MS), true, true), Decision::Remote);
+        assert_eq!(l.place(B, Instant(12 * MS), false, true), Decision::Endpoint);
+        // 6: else stop-and-launch in the least-loaded running region.
+        assert_eq!(l.place(B, Instant(12 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: A });
+        assert_eq!(l.regions()[1], RegionState::Launching { chain: B, ready_at: Instant(17 * MS) });
+    }
+
+    #[test]
+    fn a_victim_hit_avoids_a_launch_and_victims_go_first_when_evicting() {
+        let mut l = launcher(2);
+        l.place(A, Instant(0), false, false);
+        l.place(B, Instant(0), false, false);
+        l.tick(Instant(5 * MS));
+        // A is no longer needed: it stays loaded as a victim.
+        l.deschedule(0, Instant(6 * MS));
+        assert_eq!(l.place(A, Instant(7 * MS), false, false), Decision::Resume { region: 0 }, "no launch");
+        assert!(matches!(l.regions()[0], RegionState::Running { chain: A, .. }));
+        // With A a victim again, a new chain C evicts the victim, not the running B.
+        l.deschedule(0, Instant(8 * MS));
+        l.set_load(1, 0.0);
+        assert_eq!(l.place(C, Instant(9 * MS), false, false), Decision::ContextSwitch { region: 0, evicted: A });
+        // Now A is gone: it needs a launch again (here, a context switch of the least loaded).
+        l.tick(Instant(14 * MS));
+        l.set_load(0, 0.9);
+        l.set_load(1, 0.2);
+        assert_eq!(l.place(A, Instant(15 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+    }
+
+    #[test]
+    fn the_least_recent_victim_is_evicted_first() {
+        let mut l = launcher(3);
+        for c in [A, B, C] {
+            l.place(c, Instant(0), false, false);
+        }
+        l.tick(Instant(5 * MS));
+        l.deschedule(1, Instant(6 * MS));
+        l.deschedule(2, Instant(7 * MS));
+        l.deschedule(0, Instant(8 * MS));
+        assert_eq!(l.place(ChainId(9), Instant(9 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+    }
+}
