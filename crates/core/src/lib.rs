@@ -17,7 +17,8 @@
 //! - [`drf`] and [`fair`]: weighted DRF and the per-epoch fairness controller (measured demand
 //!   in, ingress limits out); [`dwrr`] and [`engine`]: FairNIC's egress and engine isolation.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
-//!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4; not yet driving the node).
+//!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
+//!   in on load held for a whole MONITOR_PERIOD. Neither drives the node yet.
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
@@ -34,6 +35,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod autoscale;
 pub mod dag;
 pub mod drf;
 pub mod dwrr;

@@ -1,0 +1,180 @@
+//! NT auto-scaling (paper 000 §4.4): add an instance of a chain when its load has exceeded what
+//! its instances carry for a whole MONITOR_PERIOD and a region is free; remove one when the load
+//! has fit one instance fewer for a whole MONITOR_PERIOD. Persistent changes only — a spike
+//! shorter than the period changes nothing — and at most one scale event per chain per period,
+//! so the instance count cannot oscillate faster than launches complete (MONITOR_PERIOD is never
+//! shorter than the launch time). Sans-IO: the driver reports loads with `now`.
+
+use crate::ids::ChainId;
+use crate::time::Instant;
+use core::time::Duration;
+
+/// Auto-scaler parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoscaleConfig {
+    /// MONITOR_PERIOD (raised to `launch_time` if shorter).
+    pub monitor_period: Duration,
+    /// Load an instance may carry before it counts as overloaded (fraction of its capacity).
+    pub high: f64,
+    /// The time a launch takes (measured instantiation plus emulated reconfiguration).
+    pub launch_time: Duration,
+}
+
+impl Default for AutoscaleConfig {
+    /// 10 ms, as the paper's evaluation.
+    fn default() -> Self {
+        AutoscaleConfig { monitor_period: Duration::from_millis(10), high: 0.9, launch_time: Duration::ZERO }
+    }
+}
+
+/// A decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// Launch one more instance of the chain.
+    Out(ChainId),
+    /// Stop one instance of the chain (its flows move to the others).
+    In(ChainId),
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Watch {
+    over_since: Option<Instant>,
+    under_since: Option<Instant>,
+    last_event: Option<Instant>,
+}
+
+/// Per-chain load watch. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Autoscaler {
+    cfg: AutoscaleConfig,
+    chains: Vec<Watch>,
+}
+
+impl Autoscaler {
+    /// An auto-scaler; MONITOR_PERIOD is raised to the launch time if shorter.
+    pub fn new(mut cfg: AutoscaleConfig) -> Self {
+        cfg.monitor_period = cfg.monitor_period.max(cfg.launch_time);
+        Autoscaler { cfg, chains: Vec::new() }
+    }
+
+    /// The effective parameters.
+    pub fn config(&self) -> &AutoscaleConfig {
+        &self.cfg
+    }
+
+    /// `chain` carried `load` (in instances' worth of work, e.g. 1.5 = one and a half
+    /// instances) on `instances` running instances at `now`; `free_region` says whether one
+    /// more could be launched. Returns the scale event due, if any.
+    pub fn observe(&mut self, now: Instant, chain: ChainId, load: f64, instances: usize, free_region: bool) -> Option<Scale> {
+        let i = chain.index();
+        if self.chains.len() <= i {
+            self.chains.resize(i + 1, Watch::default());
+        }
+        let (period, high) = (self.cfg.monitor_period, self.cfg.high);
+        let w = &mut self.chains[i];
+        let over = load > instances as f64 * high;
+        let under = instances > 1 && load <= (instances - 1) as f64 * high;
+        w.over_since = if over { w.over_since.or(Some(now)) } else { None };
+        w.under_since = if under { w.under_since.or(Some(now)) } else { None };
+        if w.last_event.is_some_and(|t| now.saturating_since(t) < period) {
+            return None;
+        }
+        let held = |since: Option<Instant>| since.is_some_and(|t| now.saturating_since(t) >= period);
+        let event = if held(w.over_since) && free_region {
+            Some(Scale::Out(chain))
+        } else if held(w.under_since) {
+            Some(Scale::In(chain))
+        } else {
+            None
+        };
+        if event.is_some() {
+            *w = Watch { last_event: Some(now), ..Watch::default() };
+        }
+        event
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: ChainId = ChainId(0);
+    const MS: u64 = 1_000_000;
+
+    fn scaler() -> Autoscaler {
+        Autoscaler::new(AutoscaleConfig { monitor_period: Duration::from_millis(10), high: 0.9, launch_time: Duration::from_millis(5) })
+    }
+
+    #[test]
+    fn scales_out_after_a_whole_period_overloaded_and_only_with_a_free_region() {
+        let mut s = scaler();
+        for t in 0..10 {
+            assert_eq!(s.observe(Instant(t * MS), C, 1.5, 1, true), None, "not yet a whole period");
+        }
+        assert_eq!(s.observe(Instant(10 * MS), C, 1.5, 1, false), None, "no free region");
+        assert_eq!(s.observe(Instant(11 * MS), C, 1.5, 1, true), Some(Scale::Out(C)));
+        // A spike shorter than the period changes nothing.
+        let mut s = scaler();
+        for t in 0..9 {
+            s.observe(Instant(t * MS), C, 1.5, 1, true);
+        }
+        assert_eq!(s.observe(Instant(9 * MS), C, 0.5, 1, true), None);
+        assert_eq!(s.observe(Instant(30 * MS), C, 0.5, 1, true), None);
+    }
+
+    #[test]
+    fn scales_in_when_one_instance_fewer_has_fit_for_a_period() {
+        let mut s = scaler();
+        // 2 instances, load 1.2: does not fit in one (0.9): stays.
+        for t in 0..30 {
+            assert_eq!(s.observe(Instant(t * MS), C, 1.2, 2, true), None);
+        }
+        // Load drops to 0.6: after a whole period, one instance goes.
+        let mut ev = None;
+        for t in 30..45 {
+            ev = ev.or(s.observe(Instant(t * MS), C, 0.6, 2, true));
+        }
+        assert_eq!(ev, Some(Scale::In(C)));
+        // One instance is never scaled in.
+        let mut s = scaler();
+        assert!((0..50).all(|t| s.observe(Instant(t * MS), C, 0.0, 1, true).is_none()));
+    }
+
+    #[test]
+    fn a_square_wave_gives_at_most_one_event_per_period_and_no_flapping() {
+        // Load alternates between 1.6 and 0.4 instances every 25 ms for 1 s; instances follow
+        // the decisions.
+        let mut s = scaler();
+        let mut instances = 1usize;
+        let mut events: Vec<(u64, Scale)> = Vec::new();
+        for t in 0..1000u64 {
+            let load = if (t / 25) % 2 == 0 { 1.6 } else { 0.4 };
+            if let Some(e) = s.observe(Instant(t * MS), C, load, instances, instances < 4) {
+                instances = match e {
+                    Scale::Out(_) => instances + 1,
+                    Scale::In(_) => instances - 1,
+                };
+                events.push((t, e));
+            }
+        }
+        assert!(!events.is_empty());
+        for w in events.windows(2) {
+            assert!(w[1].0 - w[0].0 >= 10, "two events within one period: {events:?}");
+        }
+        // Each half-wave is 25 ms: at most one out and one in per 50 ms cycle.
+        assert!(events.len() <= 2 * 1000 / 50, "{}", events.len());
+        // Constant load right at the threshold: no events at all.
+        let mut s = scaler();
+        assert!((0..1000).all(|t| s.observe(Instant(t * MS), C, 0.9, 1, true).is_none()));
+    }
+
+    #[test]
+    fn monitor_period_is_never_shorter_than_a_launch() {
+        let s = Autoscaler::new(AutoscaleConfig {
+            monitor_period: Duration::from_millis(1),
+            launch_time: Duration::from_millis(5),
+            ..Default::default()
+        });
+        assert_eq!(s.config().monitor_period, Duration::from_millis(5));
+    }
+}
