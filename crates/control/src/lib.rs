@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod manifest;
+pub mod parallel;
 pub mod plan;
 pub mod state;
 

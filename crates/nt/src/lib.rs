@@ -29,7 +29,7 @@ use snic_core::ids::TenantId;
 use snic_core::time::Instant;
 use snic_wire::layout::InnerLayout;
 
-pub use spec::{build, NtSpec, SpecError};
+pub use spec::{build, Access, NtSpec, SpecError};
 
 /// Bytes of headroom every packet buffer keeps in front of the VXLAN header, so egress can write
 /// outer headers and the encryptor can insert its header without moving the payload.

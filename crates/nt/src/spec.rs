@@ -61,7 +61,45 @@ pub enum SpecError {
     Zero(&'static str),
 }
 
+/// What part of a packet an NT touches, for deciding which NTs may run on one packet at the
+/// same time (NT-level parallelism, paper §4.2): two NTs conflict if one writes what the other
+/// reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Access {
+    /// Parts read (`Access::HEADERS | ...`).
+    pub reads: u8,
+    /// Parts written.
+    pub writes: u8,
+}
+
+impl Access {
+    /// The inner Ethernet/IP/L4 headers.
+    pub const HEADERS: u8 = 1;
+    /// The inner payload.
+    pub const PAYLOAD: u8 = 2;
+    /// The VNI (the descriptor's, and the VXLAN header's on egress).
+    pub const VNI: u8 = 4;
+
+    /// True if the two cannot run on one packet at once.
+    pub fn conflicts(self, other: Access) -> bool {
+        self.writes & (other.reads | other.writes) != 0 || other.writes & self.reads != 0
+    }
+}
+
 impl NtSpec {
+    /// What the NT reads and writes of a packet.
+    pub fn access(&self) -> Access {
+        let (h, p, v) = (Access::HEADERS, Access::PAYLOAD, Access::VNI);
+        match self {
+            NtSpec::Dummy | NtSpec::Counter | NtSpec::Firewall(_) => Access { reads: h, writes: 0 },
+            NtSpec::Nat(_) => Access { reads: h, writes: h },
+            // Encrypting or decrypting replaces the whole inner frame.
+            NtSpec::AesGcm(_) => Access { reads: h | p, writes: h | p },
+            NtSpec::VniMap { .. } => Access { reads: v, writes: v },
+            NtSpec::Synthetic(_) => Access::default(),
+        }
+    }
+
     /// The kind name.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -19,6 +19,16 @@ pub struct PlanArgs {
     output: String,
 }
 
+/// The DAG's NTs in stages that may run in parallel (`snic_control::parallel`).
+fn parallel_stages(state: &State, dag: &str) -> Option<Vec<Vec<String>>> {
+    use snic_control::manifest::{Kind, Spec};
+    let Spec::Dag(d) = &state.get(Kind::Dag, dag)?.spec else { return None };
+    snic_control::parallel::stages(d, |nt| match &state.get(Kind::Nt, nt)?.spec {
+        Spec::Nt(n) => Some(n.config.access()),
+        _ => None,
+    })
+}
+
 /// Runs the command.
 pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     let mut objects = Vec::new();
@@ -63,6 +73,12 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             })
             .collect();
         println!("  {:<16} uid {:<4} {}", d.name, d.uid.0, steps.join(" ⇒ "));
+        if let Some(s) = parallel_stages(&state, &d.name) {
+            if s.iter().any(|st| st.len() > 1) {
+                let st: Vec<String> = s.iter().map(|st| format!("[{}]", st.join(" | "))).collect();
+                println!("  {:<16}          may run in parallel (NT-level): {}", "", st.join(" → "));
+            }
+        }
     }
     println!("rules: {}, routes: {}", p.rules.len(), p.routes.len());
     Ok(())
