@@ -24,14 +24,12 @@ pub fn stages(d: &DagSpec, access: impl Fn(&str) -> Option<Access>) -> Option<Ve
         }
         None => (1..n).for_each(|i| reach[i - 1][i] = true),
     }
+    // Transitive closure (Warshall).
     for k in 0..n {
-        for i in 0..n {
-            if reach[i][k] {
-                for j in 0..n {
-                    if reach[k][j] {
-                        reach[i][j] = true;
-                    }
-                }
+        let via = reach[k].clone();
+        for row in reach.iter_mut().filter(|r| r[k]) {
+            for (x, &y) in row.iter_mut().zip(&via) {
+                *x |= y;
             }
         }
     }
