@@ -119,6 +119,22 @@ pub fn topo_order(d: &DagSpec) -> Option<Vec<&str>> {
     Some(out)
 }
 
+/// Every chain a DAG could be run with: each contiguous run of its NTs in topological order
+/// (n·(n+1)/2 for n NTs), longest first. The paper pre-generates a bitstream for each such
+/// combination at deploy time, because generating one is slow; here a candidate is only a
+/// validated list of NTs, instantiated when the launcher picks it. `None` on a cycle.
+pub fn chain_candidates(d: &DagSpec) -> Option<Vec<Vec<String>>> {
+    let order = topo_order(d)?;
+    let n = order.len();
+    let mut out = Vec::with_capacity(n * (n + 1) / 2);
+    for len in (1..=n).rev() {
+        for start in 0..=n - len {
+            out.push(order[start..start + len].iter().map(|s| s.to_string()).collect());
+        }
+    }
+    Some(out)
+}
+
 /// Plans a valid state for a node with `regions` regions.
 pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
     let ids = state.ids();
@@ -230,6 +246,16 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn chain_candidates_are_every_contiguous_run() {
+        let d = DagSpec { tenant: "t".into(), nodes: vec!["a".into(), "b".into(), "c".into()], edges: None };
+        let c = chain_candidates(&d).unwrap();
+        let s: Vec<String> = c.iter().map(|x| x.join(">")).collect();
+        assert_eq!(s, ["a>b>c", "a>b", "b>c", "a", "b", "c"]);
+        let cyc = DagSpec { edges: Some(vec![["a".into(), "b".into()], ["b".into(), "a".into()]]), ..d };
+        assert!(chain_candidates(&cyc).is_none());
+    }
     use super::*;
     use crate::manifest::parse;
 

@@ -3,6 +3,7 @@
 //! the reason when anything is wrong.
 
 use clap::Args;
+use snic_control::manifest::{Kind, Spec};
 use snic_control::{manifest, plan, state::State};
 
 /// Options of `snic plan`.
@@ -21,7 +22,6 @@ pub struct PlanArgs {
 
 /// The DAG's NTs in stages that may run in parallel (`snic_control::parallel`).
 fn parallel_stages(state: &State, dag: &str) -> Option<Vec<Vec<String>>> {
-    use snic_control::manifest::{Kind, Spec};
     let Spec::Dag(d) = &state.get(Kind::Dag, dag)?.spec else { return None };
     snic_control::parallel::stages(d, |nt| match &state.get(Kind::Nt, nt)?.spec {
         Spec::Nt(n) => Some(n.config.access()),
@@ -73,6 +73,11 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             })
             .collect();
         println!("  {:<16} uid {:<4} {}", d.name, d.uid.0, steps.join(" ⇒ "));
+        if let Some(Spec::Dag(spec)) = state.get(Kind::Dag, &d.name).map(|o| &o.spec) {
+            if let Some(c) = plan::chain_candidates(spec) {
+                println!("  {:<16}          chain candidates: {} (every contiguous run of its NTs)", "", c.len());
+            }
+        }
         if let Some(s) = parallel_stages(&state, &d.name) {
             if s.iter().any(|st| st.len() > 1) {
                 let st: Vec<String> = s.iter().map(|st| format!("[{}]", st.join(" | "))).collect();
