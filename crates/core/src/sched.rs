@@ -81,8 +81,10 @@ struct Instance<T> {
     chain: ChainId,
     credits: u32,
     max_credits: u32,
-    /// Most items per dispatch (a time quantum turned into packets by the driver).
-    max_batch: usize,
+    /// Measured cost of one item through the chain, ns (0: unknown, no time accounting).
+    cost_ns: f64,
+    /// Deficit round robin by time: ns this instance may still use in the current round.
+    deficit: f64,
     live: bool,
     /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
     queues: Vec<(TenantId, VecDeque<T>)>,
@@ -105,6 +107,7 @@ pub struct Scheduler<T> {
     /// Instances with credit and waiting items, in the order they became ready.
     ready: VecDeque<InstanceId>,
     in_ready: Vec<bool>,
+    quantum_ns: f64,
 }
 
 impl<T: Copy> Scheduler<T> {
@@ -118,6 +121,7 @@ impl<T: Copy> Scheduler<T> {
             dags: Vec::new(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
+            quantum_ns: 0.0,
         }
     }
 
@@ -141,7 +145,8 @@ impl<T: Copy> Scheduler<T> {
             chain,
             credits,
             max_credits: credits,
-            max_batch: usize::MAX,
+            cost_ns: 0.0,
+            deficit: 0.0,
             live: true,
             queues: Vec::new(),
             rr: 0,
@@ -190,13 +195,20 @@ impl<T: Copy> Scheduler<T> {
         self.instances[i.index()].chain
     }
 
-    /// Caps how many items one dispatch of `i` may take (at least 1) while other instances have
-    /// items waiting. The driver turns a time quantum into packets with the chain's measured
-    /// cost, so a slow chain takes short turns and cannot hold the dispatcher for long.
-    pub fn set_max_batch(&mut self, i: InstanceId, n: usize) {
+    /// The measured cost of one item through the chain of `i`, in ns. While other instances
+    /// have items waiting, instances take turns by deficit round robin on *time*: each turn adds
+    /// the quantum to an instance's deficit and dispatches as many items as it pays for (at
+    /// least one once it can pay for one), so a chain 100 times as costly gets as much time,
+    /// not as many packets, and cannot hold the dispatcher (or a worker) for long.
+    pub fn set_cost(&mut self, i: InstanceId, ns: f64) {
         if let Some(inst) = self.instances.get_mut(i.index()) {
-            inst.max_batch = n.max(1);
+            inst.cost_ns = ns.max(0.0);
         }
+    }
+
+    /// The time quantum of the round robin between instances, ns (0: plain round robin).
+    pub fn set_quantum(&mut self, ns: f64) {
+        self.quantum_ns = ns.max(0.0);
     }
 
     /// Number of instances ever added.
@@ -272,12 +284,27 @@ impl<T: Copy> Scheduler<T> {
     #[inline]
     pub fn poll_dispatch(&mut self, out: &mut Vec<T>, max: usize) -> Option<InstanceId> {
         out.clear();
+        let mut skips = 0usize;
         while let Some(id) = self.ready.pop_front() {
             self.in_ready[id.index()] = false;
             let inst = &mut self.instances[id.index()];
-            // The batch cap protects other instances' packets; with none waiting, it would only
-            // slow this one down.
-            let cap = if self.ready.is_empty() { usize::MAX } else { inst.max_batch };
+            // Time accounting protects other instances' packets; with none waiting, it would
+            // only slow this one down.
+            let timed = !self.ready.is_empty() && self.quantum_ns > 0.0 && inst.cost_ns > 0.0;
+            let mut cap = usize::MAX;
+            if timed {
+                inst.deficit += self.quantum_ns;
+                if inst.deficit < inst.cost_ns && skips < self.ready.len() {
+                    // Not enough credit of time for one item yet: the next instance's turn.
+                    skips += 1;
+                    self.in_ready[id.index()] = true;
+                    self.ready.push_back(id);
+                    continue;
+                }
+                cap = ((inst.deficit / inst.cost_ns) as usize).max(1);
+            } else {
+                inst.deficit = 0.0;
+            }
             let budget = (inst.credits as usize).min(max).min(inst.queued).min(cap);
             if budget == 0 || !inst.live {
                 continue;
@@ -308,6 +335,9 @@ impl<T: Copy> Scheduler<T> {
             let k = out.len();
             inst.credits -= k as u32;
             inst.queued -= k;
+            if timed {
+                inst.deficit = if inst.queued == 0 { 0.0 } else { (inst.deficit - k as f64 * inst.cost_ns).max(0.0) };
+            }
             if inst.credits > 0 && inst.queued > 0 {
                 self.in_ready[id.index()] = true;
                 self.ready.push_back(id);

@@ -91,9 +91,10 @@ pub struct NodeConfig {
     pub fair: FairConfig,
     /// The link's speed in bits per second: the capacity of the ingress and egress resources.
     pub link_bps: f64,
-    /// Longest a chain instance should run per dispatch: its batch is cut to this divided by the
-    /// chain's measured cost per packet (at least one packet), so a costly chain cannot hold
-    /// other tenants' packets back for long.
+    /// The time quantum of the deficit round robin between chain instances (while several have
+    /// packets waiting): each turn an instance earns this much time and dispatches the packets
+    /// it pays for at its chain's measured cost, so a costly chain gets as much time, not as many
+    /// packets, and cannot hold other tenants' packets back for long.
     pub dispatch_quantum: Duration,
     /// Per-tenant token buckets in front of engine NTs shared by several tenants (FairNIC).
     pub engine_buckets: bool,
@@ -459,17 +460,16 @@ impl<B: Backend> Node<B> {
         work
     }
 
-    /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's dispatch
-    /// batch cut to the time quantum at its chain's measured cost.
+    /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's measured
+    /// cost for the scheduler's round robin by time.
     fn end_epoch(&mut self, now: Instant) {
         let lost = self.backend.rx_dropped();
         self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost);
         let quantum = self.cfg.dispatch_quantum.as_nanos() as f64;
+        self.sched.set_quantum(quantum);
         for i in 0..self.sched.instance_count() {
             let inst = InstanceId(i as u16);
-            let cost = self.meter.chain_cost_ns(self.sched.chain_of(inst));
-            let n = if cost > 0.0 { (quantum / cost) as usize } else { usize::MAX };
-            self.sched.set_max_batch(inst, n);
+            self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));
         }
     }
 

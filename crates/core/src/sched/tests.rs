@@ -186,29 +186,34 @@ fn arrivals_count_intended_load_with_or_without_credit() {
 }
 
 #[test]
-fn a_batch_cap_applies_only_while_others_wait() {
+fn instances_share_by_time_while_others_wait() {
     let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
     let (c1, c2) = (s.add_chain(1), s.add_chain(1));
-    let (i1, i2) = (s.add_instance(c1, 64).unwrap(), s.add_instance(c2, 64).unwrap());
+    let (i1, i2) = (s.add_instance(c1, 1000).unwrap(), s.add_instance(c2, 1000).unwrap());
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
     s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
-    s.set_max_batch(i1, 2);
+    // Instance 1's items cost 20 us, instance 2's 200 ns; a 10 us quantum.
+    s.set_quantum(10_000.0);
+    s.set_cost(i1, 20_000.0);
+    s.set_cost(i2, 200.0);
+    let mut out = Vec::new();
     for k in 0..10 {
         s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
     }
-    let mut out = Vec::new();
-    // Alone: the whole batch.
+    // Alone: the whole batch, whatever the cost.
     assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
     assert_eq!(out.len(), 10);
-    for k in 0..10 {
+    for k in 0..1000 {
         s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
         s.handle_packet(Instant::ZERO, TenantId(2), DagUid(2), 0, 0, k).unwrap();
     }
-    // With instance 2 waiting, instance 1 takes turns of 2.
-    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
-    assert_eq!(out.len(), 2);
-    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i2));
-    assert_eq!(out.len(), 10);
-    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i1));
-    assert_eq!(out.len(), 8, "alone again");
+    // Together (both stay backlogged): over many turns each gets about the same time.
+    let mut time = [0.0f64; 2];
+    for _ in 0..30 {
+        let Some(i) = s.poll_dispatch(&mut out, 64) else { break };
+        time[i.index()] += out.len() as f64 * if i == i1 { 20_000.0 } else { 200.0 };
+        s.handle_completion(i, out.len() as u32);
+    }
+    assert!((time[0] / time[1] - 1.0).abs() < 0.35, "time shares {time:?}");
+    let _ = i2;
 }
