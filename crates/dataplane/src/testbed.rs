@@ -60,6 +60,11 @@ pub fn datagram(vni: u32, sport: u16, payload: usize) -> Vec<u8> {
     b
 }
 
+/// The MAT rule "every packet of `vni` runs `dag`, for `tenant`".
+pub fn dag_rule(vni: u32, tenant: TenantId, dag: DagUid) -> Rule {
+    Rule { vni, proto: None, dst: None, dst_ports: PortRange::ANY, priority: 0, action: Action::Dag { tenant, dag } }
+}
+
 /// Why a testbed could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
@@ -104,14 +109,7 @@ impl Fig7 {
         node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(2) }, Step { chain: c1, mask: NtMask(0b10) }]));
         let mut mat = Mat::new();
         for (vni, t, d) in [(100, 1, 1), (200, 2, 2)] {
-            mat.insert(Rule {
-                vni,
-                proto: None,
-                dst: None,
-                dst_ports: PortRange::ANY,
-                priority: 0,
-                action: Action::Dag { tenant: TenantId(t), dag: DagUid(d) },
-            });
+            mat.insert(dag_rule(vni, TenantId(t), DagUid(d)));
             node.fdb_mut().set_default(vni, Some(Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), mac: MacAddr::default() }));
         }
         node.mat_handle().store(Arc::new(mat));

@@ -85,7 +85,7 @@ fn a_removed_tenant_is_no_longer_limited() {
 fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     use snic_core::dag::{DagRoute, NtMask, Step};
     use snic_core::ids::DagUid;
-    use snic_core::mat::{Action, Mat, PortRange, Rule};
+    use snic_core::mat::Mat;
     use snic_dataplane::backend::mem::MemPort;
     use snic_dataplane::backend::Framing;
     use snic_dataplane::store::Peer;
@@ -106,8 +106,7 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     let mut mat = Mat::new();
     for t in 1..=2u16 {
         node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
-        let action = Action::Dag { tenant: TenantId(t), dag: DagUid(t as u32) };
-        mat.insert(Rule { vni: 100 * t as u32, proto: None, dst: None, dst_ports: PortRange::ANY, priority: 0, action });
+        mat.insert(snic_dataplane::testbed::dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
         let peer = Peer { addr: "192.0.2.9:4789".parse().unwrap(), mac: Default::default() };
         node.fdb_mut().set_default(100 * t as u32, Some(peer));
         node.set_tenant(TenantId(t), 1.0);

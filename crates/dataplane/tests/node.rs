@@ -52,14 +52,7 @@ fn udp(sp: u16, dp: u16) -> L4Spec {
 }
 
 fn rule(vni: u32, tenant: u16, dag: u32) -> Rule {
-    Rule {
-        vni,
-        proto: None,
-        dst: None,
-        dst_ports: PortRange::ANY,
-        priority: 0,
-        action: Action::Dag { tenant: TenantId(tenant), dag: DagUid(dag) },
-    }
+    snic_dataplane::testbed::dag_rule(vni, TenantId(tenant), DagUid(dag))
 }
 
 fn fw_nat() -> Vec<NtSpec> {

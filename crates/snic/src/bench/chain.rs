@@ -3,22 +3,22 @@
 //! after every NT (paper 000 Fig. 14). Light load (no queueing), one core, real clock; latency
 //! from arrival in the receive ring to transmission.
 
-use super::emit;
+use super::{emit, spin};
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_core::mat::Mat;
 use snic_dataplane::backend::paced::{Paced, StreamSpec};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::datagram;
+use snic_dataplane::testbed::{dag_rule, datagram};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::NtSpec;
 use snic_wire::ethernet::MacAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Options of `snic bench chain`.
 #[derive(Args)]
@@ -84,25 +84,10 @@ fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResu
     }
     node.set_dag(DagUid(1), DagRoute::new(steps));
     let mut mat = Mat::new();
-    mat.insert(Rule {
-        vni: 100,
-        proto: None,
-        dst: None,
-        dst_ports: PortRange::ANY,
-        priority: 0,
-        action: Action::Dag { tenant: TenantId(1), dag: DagUid(1) },
-    });
+    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
     node.mat_handle().store(Arc::new(mat));
     node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.9:4789".parse()?, mac: MacAddr::default() }));
     node.set_tenant(TenantId(1), 1.0);
-    let spin = |node: &mut Node<Paced>, d: Duration| {
-        let t0 = Instant::now();
-        while t0.elapsed() < d {
-            for _ in 0..64 {
-                node.poll();
-            }
-        }
-    };
     spin(&mut node, Duration::from_millis(500));
     node.backend_mut().reset_stats();
     spin(&mut node, Duration::from_secs_f64(a.seconds));

@@ -12,25 +12,25 @@
 //!   (measurement on, ingress limits and engine buckets off) and with them; the engine
 //!   scenario also with the engine's token buckets alone.
 
-use super::emit;
+use super::{emit, spin};
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_core::mat::Mat;
 use snic_dataplane::backend::paced::{Paced, StreamSpec};
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{datagram, Fig7};
+use snic_dataplane::testbed::{dag_rule, datagram, Fig7};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
 use snic_wire::ethernet::MacAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Options of `snic bench fair`.
 #[derive(Args)]
@@ -305,30 +305,14 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     let mut mat = Mat::new();
     for (t, chain, n) in [(1u16, c1, s.victim_chain.len()), (2, c2, s.antagonist_chain.as_ref().map_or(s.victim_chain.len(), Vec::len))] {
         node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain, mask: NtMask::all(n) }]));
-        mat.insert(Rule {
-            vni: 100 * t as u32,
-            proto: None,
-            dst: None,
-            dst_ports: PortRange::ANY,
-            priority: 0,
-            action: Action::Dag { tenant: TenantId(t), dag: DagUid(t as u32) },
-        });
+        mat.insert(dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
         node.fdb_mut().set_default(100 * t as u32, Some(Peer { addr: "192.0.2.9:4789".parse()?, mac: MacAddr::default() }));
         node.set_tenant(TenantId(t), 1.0);
     }
     node.mat_handle().store(Arc::new(mat));
-    let spin = |node: &mut Node<Paced>, d: Duration| {
-        let t0 = Instant::now();
-        while t0.elapsed() < d {
-            for _ in 0..64 {
-                node.poll();
-            }
-        }
-        t0.elapsed().as_secs_f64()
-    };
     spin(&mut node, Duration::from_secs_f64(a.warmup));
     node.backend_mut().reset_stats();
-    let secs = spin(&mut node, Duration::from_secs_f64(a.seconds));
+    let secs = spin(&mut node, Duration::from_secs_f64(a.seconds)).as_secs_f64();
     let st = node.backend().stats();
     let fair = node.meter().fairness();
     let name = |d: Option<usize>| d.and_then(|d| fair.resources().get(d)).map(|r| r.name.clone());

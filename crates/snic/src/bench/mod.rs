@@ -10,11 +10,12 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_core::mat::{Mat, PortRange};
 use snic_dataplane::backend::mem::Generator;
-use snic_dataplane::backend::Framing;
+use snic_dataplane::backend::{Backend, Framing};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
+use snic_dataplane::testbed::dag_rule;
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
@@ -109,6 +110,20 @@ pub struct CryptoArgs {
     /// Measured seconds per size.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+}
+
+/// Polls `node` flat out for about `d` (the clock is read every 256 polls); returns the time
+/// it took.
+pub(crate) fn spin<B: Backend>(node: &mut Node<B>, d: Duration) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        for _ in 0..256 {
+            node.poll();
+        }
+        if t0.elapsed() >= d {
+            return t0.elapsed();
+        }
+    }
 }
 
 /// Prints one result: a JSON line, or the human line `text` makes.
@@ -356,29 +371,11 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     node.set_tenant(TenantId(1), 1.0);
     node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
     let mut mat = Mat::new();
-    mat.insert(Rule {
-        vni: 100,
-        proto: None,
-        dst: None,
-        dst_ports: PortRange::ANY,
-        priority: 0,
-        action: Action::Dag { tenant: TenantId(1), dag: DagUid(1) },
-    });
+    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
     node.mat_handle().store(Arc::new(mat));
     // Everything on VNI 100 goes to the peer VTEP (the far sNIC of the VPC).
     node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.2:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 2]) }));
 
-    let spin = |node: &mut Node<Generator>, d: Duration| {
-        let t0 = Instant::now();
-        loop {
-            for _ in 0..256 {
-                node.poll();
-            }
-            if t0.elapsed() >= d {
-                break t0.elapsed();
-            }
-        }
-    };
     let count = |node: &mut Node<Generator>, n: u64| {
         let t0 = Instant::now();
         let target = node.backend().tx_packets + n;
