@@ -25,7 +25,17 @@ impl Default for TenantStats {
     }
 }
 
+/// Drop counts by reason name, non-zero only.
+pub fn named_drops(drops: &[u64; Drop::COUNT]) -> Vec<(&'static str, u64)> {
+    (0..Drop::COUNT).filter(|&k| drops[k] > 0).map(|k| (Drop::name(k), drops[k])).collect()
+}
+
 impl TenantStats {
+    /// Drops by reason name, non-zero only.
+    pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
+        named_drops(&self.drops)
+    }
+
     /// Total drops.
     pub fn dropped(&self) -> u64 {
         self.drops.iter().sum()
@@ -82,8 +92,9 @@ impl Stats {
 
     /// Drops by reason name (tenants and unattributed), non-zero only.
     pub fn drops_by_reason(&self) -> Vec<(&'static str, u64)> {
-        let t = self.total();
-        (0..Drop::COUNT).map(|i| (Drop::name(i), t.drops[i] + self.unattributed[i])).filter(|(_, n)| *n > 0).collect()
+        let mut d = self.total().drops;
+        d.iter_mut().zip(&self.unattributed).for_each(|(a, b)| *a += b);
+        named_drops(&d)
     }
 }
 

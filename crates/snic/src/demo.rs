@@ -286,10 +286,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             .map(|(i, t)| {
                 let s = &stats.tenants[placed[i].id.index()];
                 let share = fair.iter().find(|x| x.0 == placed[i].id);
-                let by_reason = (0..snic_dataplane::Drop::COUNT)
-                    .filter(|&k| s.drops[k] > 0)
-                    .map(|k| (snic_dataplane::Drop::name(k), s.drops[k]))
-                    .collect();
+                let by_reason = s.drops_by_reason();
                 TenantSummary {
                     name: t.name,
                     vni: t.vni,

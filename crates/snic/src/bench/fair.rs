@@ -346,12 +346,7 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
             _ => Vec::new(),
         },
         dispatcher_ns: node.meter().dispatcher_ns(),
-        victim_drops: drops(&node, 1),
-        antagonist_drops: drops(&node, 2),
+        victim_drops: node.stats().tenants[1].drops_by_reason(),
+        antagonist_drops: node.stats().tenants[2].drops_by_reason(),
     })
-}
-
-fn drops(node: &Node<Paced>, t: usize) -> Vec<(&'static str, u64)> {
-    let s = &node.stats().tenants[t];
-    (0..snic_dataplane::Drop::COUNT).filter(|&k| s.drops[k] > 0).map(|k| (snic_dataplane::Drop::name(k), s.drops[k])).collect()
 }

@@ -14,7 +14,7 @@ use snic_core::mat::Mat;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::MonotonicClock;
-use snic_dataplane::{Drop, Node, NodeConfig};
+use snic_dataplane::{Node, NodeConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -296,7 +296,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
             tx_bytes: ts.tx_bytes,
             rx_pps: (ts.rx_packets.saturating_sub(prx)) as f64 / dt,
             tx_pps: (ts.tx_packets.saturating_sub(ptx)) as f64 / dt,
-            drops: (0..Drop::COUNT).filter(|&k| ts.drops[k] > 0).map(|k| (Drop::name(k), ts.drops[k])).collect(),
+            drops: ts.drops_by_reason(),
             store_buffers: node.store().occupancy(t.id),
             fair: fair_snap(node, t.id),
             latency_p50_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.5)),
@@ -326,7 +326,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
     let fair = node.meter().fairness();
     out.epochs = fair.epochs();
     out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
-    out.unattributed_drops = (0..Drop::COUNT).filter(|&k| s.unattributed[k] > 0).map(|k| (Drop::name(k), s.unattributed[k])).collect();
+    out.unattributed_drops = snic_dataplane::stats::named_drops(&s.unattributed);
     out
 }
 
