@@ -24,11 +24,14 @@ pub struct SchedConfig {
     /// Most items one tenant may have waiting for one instance; past it, arrivals are rejected
     /// (bounded memory under overload; the caller counts the drop against that tenant).
     pub max_queue_per_tenant: usize,
+    /// The time quantum of the round robin between instances, ns (0: plain round robin; see
+    /// [`Scheduler::set_cost`]).
+    pub quantum_ns: f64,
 }
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { max_queue_per_tenant: 4096 }
+        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0 }
     }
 }
 
@@ -107,7 +110,6 @@ pub struct Scheduler<T> {
     /// Instances with credit and waiting items, in the order they became ready.
     ready: VecDeque<InstanceId>,
     in_ready: Vec<bool>,
-    quantum_ns: f64,
 }
 
 impl<T: Copy> Scheduler<T> {
@@ -121,7 +123,6 @@ impl<T: Copy> Scheduler<T> {
             dags: Vec::new(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
-            quantum_ns: 0.0,
         }
     }
 
@@ -206,11 +207,6 @@ impl<T: Copy> Scheduler<T> {
         }
     }
 
-    /// The time quantum of the round robin between instances, ns (0: plain round robin).
-    pub fn set_quantum(&mut self, ns: f64) {
-        self.quantum_ns = ns.max(0.0);
-    }
-
     /// Number of instances ever added.
     pub fn instance_count(&self) -> usize {
         self.instances.len()
@@ -290,10 +286,10 @@ impl<T: Copy> Scheduler<T> {
             let inst = &mut self.instances[id.index()];
             // Time accounting protects other instances' packets; with none waiting, it would
             // only slow this one down.
-            let timed = !self.ready.is_empty() && self.quantum_ns > 0.0 && inst.cost_ns > 0.0;
+            let timed = !self.ready.is_empty() && self.cfg.quantum_ns > 0.0 && inst.cost_ns > 0.0;
             let mut cap = usize::MAX;
             if timed {
-                inst.deficit += self.quantum_ns;
+                inst.deficit += self.cfg.quantum_ns;
                 if inst.deficit < inst.cost_ns && skips < self.ready.len() {
                     // Not enough credit of time for one item yet: the next instance's turn.
                     skips += 1;

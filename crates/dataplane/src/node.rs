@@ -218,7 +218,10 @@ impl<B: Backend> Node<B> {
             framing: backend.framing(),
             backend,
             clock,
-            sched: Scheduler::new(SchedConfig { max_queue_per_tenant: cfg.max_queue_per_tenant }),
+            sched: Scheduler::new(SchedConfig {
+                max_queue_per_tenant: cfg.max_queue_per_tenant,
+                quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
+            }),
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
             chains: Vec::new(),
@@ -427,7 +430,7 @@ impl<B: Backend> Node<B> {
         }
         // One poll in SAMPLE_EVERY is timed phase by phase for the meter's cost estimates.
         self.polls = self.polls.wrapping_add(1);
-        let sampled = self.polls % SAMPLE_EVERY == 0;
+        let sampled = self.sampled();
         let mut work = self.drain_completions(now);
         // With worker threads, completions (egress of finished packets) belong to the rest of
         // the way, not to receiving: the receive phase starts after them.
@@ -460,13 +463,17 @@ impl<B: Backend> Node<B> {
         work
     }
 
+    /// True during the polls timed for the meter (one in SAMPLE_EVERY).
+    #[inline]
+    fn sampled(&self) -> bool {
+        self.polls % SAMPLE_EVERY == 0
+    }
+
     /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's measured
     /// cost for the scheduler's round robin by time.
     fn end_epoch(&mut self, now: Instant) {
         let lost = self.backend.rx_dropped();
         self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost);
-        let quantum = self.cfg.dispatch_quantum.as_nanos() as f64;
-        self.sched.set_quantum(quantum);
         for i in 0..self.sched.instance_count() {
             let inst = InstanceId(i as u16);
             self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));
@@ -768,7 +775,7 @@ impl<B: Backend> Node<B> {
     /// Sends `txq`; true if the backend took (or refused for good) all of it.
     fn send_txq(&mut self) -> bool {
         let now = self.clock.now().as_nanos();
-        let sampled = self.polls % SAMPLE_EVERY == 0;
+        let sampled = self.sampled();
         let mut done = 0;
         while done < self.txq.len() {
             let r = self.backend.send(&self.slots, &self.txq[done..]);

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use std::collections::HashMap;
 
 fn one_chain(credits: &[u32]) -> (Scheduler<(u16, u64, u32)>, Vec<InstanceId>) {
-    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 8 });
+    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 8, ..SchedConfig::default() });
     let c = s.add_chain(3);
     let ids = credits.iter().map(|&k| s.add_instance(c, k).unwrap()).collect();
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b101) }]));
@@ -187,13 +187,13 @@ fn arrivals_count_intended_load_with_or_without_credit() {
 
 #[test]
 fn instances_share_by_time_while_others_wait() {
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    // A 10 us quantum.
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig { quantum_ns: 10_000.0, ..SchedConfig::default() });
     let (c1, c2) = (s.add_chain(1), s.add_chain(1));
     let (i1, i2) = (s.add_instance(c1, 1000).unwrap(), s.add_instance(c2, 1000).unwrap());
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
     s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
-    // Instance 1's items cost 20 us, instance 2's 200 ns; a 10 us quantum.
-    s.set_quantum(10_000.0);
+    // Instance 1's items cost 20 us, instance 2's 200 ns.
     s.set_cost(i1, 20_000.0);
     s.set_cost(i2, 200.0);
     let mut out = Vec::new();

@@ -9,29 +9,23 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 type Labels = Vec<(String, String)>;
 
-fn counter(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
-    let f = Family::<Labels, Counter>::default();
+/// A labelled metric family, registered.
+fn family<M: Default>(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, M>
+where
+    Family<Labels, M>: Metric + Clone,
+{
+    let f = Family::<Labels, M>::default();
     reg.register(name, help, f.clone());
     f
 }
 
-fn gauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge> {
-    let f = Family::<Labels, Gauge>::default();
-    reg.register(name, help, f.clone());
-    f
-}
-
-fn fgauge(reg: &mut Registry, name: &str, help: &str) -> Family<Labels, Gauge<f64, AtomicU64>> {
-    let f = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-    reg.register(name, help, f.clone());
-    f
-}
+type FGauge = Gauge<f64, AtomicU64>;
 
 fn l(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -42,26 +36,27 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
     let Ok(c) = ctl.lock() else { return StatusCode::INTERNAL_SERVER_ERROR.into_response() };
     let snap = c.dp.snapshot.lock().map(|s| s.clone()).unwrap_or_default();
     let mut reg = Registry::default();
-    let rx_p = counter(&mut reg, "snic_tenant_rx_packets", "Packets received per tenant");
-    let rx_b = counter(&mut reg, "snic_tenant_rx_bytes", "VXLAN bytes received per tenant");
-    let tx_p = counter(&mut reg, "snic_tenant_tx_packets", "Packets transmitted per tenant");
-    let tx_b = counter(&mut reg, "snic_tenant_tx_bytes", "VXLAN bytes transmitted per tenant");
-    let drops = counter(&mut reg, "snic_tenant_drops", "Drops per tenant and reason");
-    let store = gauge(&mut reg, "snic_tenant_store_buffers", "Packet-store buffers held per tenant");
-    let unattr = counter(&mut reg, "snic_unattributed_drops", "Drops before a tenant was known, per reason");
-    let queue = gauge(&mut reg, "snic_region_queue_depth", "Packets waiting per region");
-    let credits = gauge(&mut reg, "snic_region_credits", "Free credits per region");
-    let region_p = counter(&mut reg, "snic_region_packets", "Packets run per region");
-    let nt_p = counter(&mut reg, "snic_nt_packets", "Packets processed per NT (skipped packets not counted)");
-    let nt_d = counter(&mut reg, "snic_nt_drops", "Packets dropped per NT");
-    let lat = gauge(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
-    let cap = fgauge(&mut reg, "snic_resource_capacity", "Capacity of each resource fair sharing divides (docs/fairness.md for units)");
-    let dshare = fgauge(&mut reg, "snic_tenant_dominant_share", "Granted share of the tenant's dominant resource (label: which)");
-    let frac = fgauge(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
-    let limit = fgauge(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
-    let demand = fgauge(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
-    let tlat = gauge(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
-    let alloc = fgauge(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
+    let rx_p = family::<Counter>(&mut reg, "snic_tenant_rx_packets", "Packets received per tenant");
+    let rx_b = family::<Counter>(&mut reg, "snic_tenant_rx_bytes", "VXLAN bytes received per tenant");
+    let tx_p = family::<Counter>(&mut reg, "snic_tenant_tx_packets", "Packets transmitted per tenant");
+    let tx_b = family::<Counter>(&mut reg, "snic_tenant_tx_bytes", "VXLAN bytes transmitted per tenant");
+    let drops = family::<Counter>(&mut reg, "snic_tenant_drops", "Drops per tenant and reason");
+    let store = family::<Gauge>(&mut reg, "snic_tenant_store_buffers", "Packet-store buffers held per tenant");
+    let unattr = family::<Counter>(&mut reg, "snic_unattributed_drops", "Drops before a tenant was known, per reason");
+    let queue = family::<Gauge>(&mut reg, "snic_region_queue_depth", "Packets waiting per region");
+    let credits = family::<Gauge>(&mut reg, "snic_region_credits", "Free credits per region");
+    let region_p = family::<Counter>(&mut reg, "snic_region_packets", "Packets run per region");
+    let nt_p = family::<Counter>(&mut reg, "snic_nt_packets", "Packets processed per NT (skipped packets not counted)");
+    let nt_d = family::<Counter>(&mut reg, "snic_nt_drops", "Packets dropped per NT");
+    let lat = family::<Gauge>(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
+    let cap =
+        family::<FGauge>(&mut reg, "snic_resource_capacity", "Capacity of each resource fair sharing divides (docs/fairness.md for units)");
+    let dshare = family::<FGauge>(&mut reg, "snic_tenant_dominant_share", "Granted share of the tenant's dominant resource (label: which)");
+    let frac = family::<FGauge>(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
+    let limit = family::<FGauge>(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
+    let demand = family::<FGauge>(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
+    let tlat = family::<Gauge>(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
+    let alloc = family::<FGauge>(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
     for t in &c.plan.tenants {
         let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
         let tl = l(&[("tenant", &t.name)]);
