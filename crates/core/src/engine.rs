@@ -3,8 +3,8 @@
 //! 003 §4.4), made sans-IO.
 //!
 //! The engine sustains `capacity` cost units per second (bytes, for engines whose cost grows with
-//! the request). Each tenant that uses it is guaranteed its weighted share: a local bucket
-//! refilled at `capacity × share`. What active tenants are not guaranteed — the shares of
+//! the request). Each active tenant is guaranteed an equal share: a local bucket refilled at
+//! `capacity / active tenants`. (Regions do not know tenant weights, so the shares are equal.) What active tenants are not guaranteed — the shares of
 //! tenants that have gone quiet — fills a common pool. A tenant whose own bucket is empty may
 //! borrow from the pool, up to a personal allowance per window that grows additively while
 //! borrowing succeeds and halves when the pool runs dry (AIMD), so borrowers converge to an even
@@ -37,7 +37,6 @@ impl Default for EngineConfig {
 #[derive(Debug, Clone)]
 struct User {
     tenant: TenantId,
-    weight: f64,
     tokens: f64,
     /// Borrowing allowance per window, and what is left of it in this window.
     allowance: f64,
@@ -81,12 +80,6 @@ impl EngineShaper {
         self.capacity = capacity.max(0.0);
     }
 
-    /// Sets a tenant's weight (default 1).
-    pub fn set_weight(&mut self, t: TenantId, weight: f64) {
-        let i = self.user(t);
-        self.users[i].weight = weight.max(1e-9);
-    }
-
     /// Requests refused so far.
     pub fn throttled(&self) -> u64 {
         self.throttled
@@ -101,7 +94,6 @@ impl EngineShaper {
                 let share = self.capacity / (self.users.len() + 1) as f64;
                 self.users.push(User {
                     tenant: t,
-                    weight: 1.0,
                     tokens: share * w,
                     allowance: 0.0,
                     allowance_left: 0.0,
@@ -141,14 +133,14 @@ impl EngineShaper {
         if dt <= 0.0 {
             return;
         }
-        let total: f64 = self.users.iter().filter(|u| self.active(u)).map(|u| u.weight).sum();
+        let active = self.users.iter().filter(|u| self.active(u)).count() as f64;
         let mut spare = self.capacity * dt;
         for i in 0..self.users.len() {
-            if !self.active(&self.users[i]) || total <= 0.0 {
+            if !self.active(&self.users[i]) {
                 continue;
             }
             let u = &mut self.users[i];
-            let rate = self.capacity * u.weight / total;
+            let rate = self.capacity / active;
             u.tokens += rate * dt;
             spare -= rate * dt;
             // Tokens beyond a window's worth are not hoarded: they spill into the pool.

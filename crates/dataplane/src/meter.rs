@@ -451,9 +451,4 @@ impl Meter {
     pub fn dispatcher_ns(&self) -> (f64, f64) {
         (self.rx_ns, self.proc_ns)
     }
-
-    /// The measured cost of NT `i` of `chain`, in ns per packet (0 until measured).
-    pub fn nt_cost_ns(&self, chain: ChainId, i: usize) -> f64 {
-        self.chains.get(chain.index()).and_then(|c| c.get(i)).map_or(0.0, |n| n.cost_ns)
-    }
 }
