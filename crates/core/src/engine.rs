@@ -3,9 +3,10 @@
 //! 003 §4.4), made sans-IO.
 //!
 //! The engine sustains `capacity` cost units per second (bytes, for engines whose cost grows with
-//! the request). Each active tenant is guaranteed an equal share: a local bucket refilled at
-//! `capacity / active tenants`. (Regions do not know tenant weights, so the shares are equal.) What active tenants are not guaranteed — the shares of
-//! tenants that have gone quiet — fills a common pool. A tenant whose own bucket is empty may
+//! the request). Each active tenant is guaranteed an equal share (regions do not know tenant
+//! weights): a local bucket refilled at `capacity / active tenants`. Tokens a tenant leaves
+//! unused — its bucket already holds a window's worth — spill into a common pool; a tenant that
+//! goes quiet stops counting as active. A tenant whose own bucket is empty may
 //! borrow from the pool, up to a personal allowance per window that grows additively while
 //! borrowing succeeds and halves when the pool runs dry (AIMD), so borrowers converge to an even
 //! split of the spare capacity and back off when an owner returns. A request that finds neither
