@@ -45,6 +45,7 @@ const MIN_TIMED: u64 = 256;
 struct Seen {
     rx_packets: u64,
     rx_bytes: u64,
+    tx_bytes: u64,
     over_limit: u64,
     store_refused: u64,
     /// Mean size of its packets, for the bytes of packets refused before being counted.
@@ -57,6 +58,7 @@ struct Seen {
 /// One tenant's epoch, from the counters.
 #[derive(Debug, Clone, Copy, Default)]
 struct Epoch {
+    egress_bytes: u64,
     offered_packets: u64,
     offered_bytes: f64,
     admitted_packets: u64,
@@ -95,7 +97,6 @@ pub struct Meter {
     limited: usize,
     seen: Vec<Seen>,
     epoch: Vec<Epoch>,
-    last_tx: Vec<u64>,
     row_of: Vec<u16>,
     /// Per registered tenant × resource: variable and fixed use this epoch.
     rows: Vec<f64>,
@@ -105,8 +106,6 @@ pub struct Meter {
     link_bytes: f64,
     workers: usize,
     store_size: f64,
-    /// Packets received this epoch (all polls).
-    rx_packets: u64,
     /// This epoch's sampled polls: time receiving and packets received; time for the rest of
     /// the way (inline NT time excluded) and packets dispatched.
     s_rx_ns: u64,
@@ -136,7 +135,6 @@ impl Meter {
             limited: 0,
             seen: vec![Seen::default(); MAX_TENANTS],
             epoch: vec![Epoch::default(); MAX_TENANTS],
-            last_tx: vec![0; MAX_TENANTS],
             row_of: vec![NO_ROW; MAX_TENANTS],
             rows: Vec::new(),
             fixed: Vec::new(),
@@ -145,7 +143,6 @@ impl Meter {
             link_bytes: link_bps / 8.0,
             workers,
             store_size: store_size as f64,
-            rx_packets: 0,
             s_rx_ns: 0,
             s_rx: 0,
             s_rest_ns: 0,
@@ -340,7 +337,7 @@ impl Meter {
         self.last_lost = lost;
         // This epoch's offered and admitted load per tenant, from the node's counters: admitted
         // packets were charged or refused by the store; offered ones add those over the limit.
-        self.rx_packets = 0;
+        let mut offered_all = 0;
         for s in self.fair.shares() {
             let t = s.tenant.index();
             let (st, seen) = (&stats.tenants[t], &mut self.seen[t]);
@@ -355,6 +352,7 @@ impl Meter {
             let offered = admitted + over.saturating_sub(seen.over_limit);
             self.epoch[t] = if seen.primed {
                 Epoch {
+                    egress_bytes: st.tx_bytes.saturating_sub(seen.tx_bytes),
                     offered_packets: offered,
                     offered_bytes: bytes as f64 + (offered - rx) as f64 * seen.mean_bytes,
                     admitted_packets: admitted,
@@ -365,15 +363,15 @@ impl Meter {
             *seen = Seen {
                 rx_packets: st.rx_packets,
                 rx_bytes: st.rx_bytes,
+                tx_bytes: st.tx_bytes,
                 over_limit: over,
                 store_refused: refused,
                 mean_bytes: seen.mean_bytes,
                 primed: true,
             };
-            self.rx_packets += offered;
+            offered_all += offered;
         }
-        let inflate = if self.rx_packets > 0 { (self.rx_packets + lost_now) as f64 / self.rx_packets as f64 } else { 1.0 };
-        self.rx_packets = 0;
+        let inflate = if offered_all > 0 { (offered_all + lost_now) as f64 / offered_all as f64 } else { 1.0 };
         for s in self.fair.shares() {
             let t = s.tenant.index();
             let span = self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r;
@@ -388,9 +386,7 @@ impl Meter {
             // What was admitted; the policy scales it to the intended load, as for every
             // resource behind the limiter.
             row[DISPATCHER] += self.epoch[t].admitted_packets as f64 * self.proc_ns / 1e9;
-            let tx = stats.tenants[t].tx_bytes;
-            row[EGRESS] = tx.saturating_sub(self.last_tx[t]) as f64;
-            self.last_tx[t] = tx;
+            row[EGRESS] = self.epoch[t].egress_bytes as f64;
             row[STORE] = store.occupancy(s.tenant) as f64;
         }
         let (rows, fixed, row_of, epoch) = (&self.rows, &self.fixed, &self.row_of, &self.epoch);
