@@ -444,7 +444,7 @@ impl<B: Backend> Node<B> {
             let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
             self.ingress(idx, m, now, &mat);
         }
-        let rx_end = if sampled && n > 0 { self.clock.now() } else { now };
+        let rx_end = if sampled && n > 0 { self.clock.now() } else { rx_start };
         work += n;
         self.sample_nt_ns = 0;
         let dispatched = self.dispatch(now, sampled);
