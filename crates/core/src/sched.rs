@@ -10,6 +10,11 @@
 //! one instance and keeps its order. A DAG that spans several chains comes back here between
 //! chains (the caller re-enters the packet with the next position).
 //!
+//! Instances come and go while packets flow (launch, scale out and in, context switch; see
+//! [`lifecycle`]): when a chain's set of instances changes, flows whose instance changes are
+//! held until their old instance has finished every packet it had, then released to the new
+//! one, so nothing is lost or reordered within a flow.
+//!
 //! The scheduler is generic over the item it queues (the data plane queues descriptor indices;
 //! the simulator its own packet records) and performs no I/O.
 
@@ -27,11 +32,15 @@ pub struct SchedConfig {
     /// The time quantum of the round robin between instances, ns (0: plain round robin; see
     /// [`Scheduler::set_cost`]).
     pub quantum_ns: f64,
+    /// Most items one chain may hold back while its instances change (flows moving to another
+    /// instance wait for the old one to finish their earlier packets); past it, arrivals of
+    /// moving flows are rejected.
+    pub max_held: usize,
 }
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0 }
+        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0, max_held: 4096 }
     }
 }
 
@@ -82,29 +91,46 @@ const INLINE_STEPS: usize = 4;
 #[derive(Debug)]
 struct Instance<T> {
     chain: ChainId,
+    state: InstanceState,
     credits: u32,
     max_credits: u32,
     /// Measured cost of one item through the chain, ns (0: unknown, no time accounting).
     cost_ns: f64,
     /// Deficit round robin by time: ns this instance may still use in the current round.
     deficit: f64,
-    live: bool,
     /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
-    queues: Vec<(TenantId, VecDeque<T>)>,
+    queues: Vec<TenantQueue<T>>,
     /// Round-robin cursor into `queues`.
     rr: usize,
     /// Queue index of the last arrival.
     last_q: usize,
     queued: usize,
+    /// Items dispatched and completed, ever: completions come back in dispatch order, so
+    /// `completed >= n` means the first `n` dispatched items are done.
+    dispatched: u64,
+    completed: u64,
+    /// While its chain's instances change: the point after which every item queued before the
+    /// change is done.
+    barrier: Option<Barrier>,
+}
+
+/// One tenant's FIFO at an instance.
+#[derive(Debug)]
+struct TenantQueue<T> {
+    tenant: TenantId,
+    q: VecDeque<T>,
+    /// Items at the head that were queued before the chain's instances changed.
+    pre: usize,
 }
 
 /// The credit scheduler. See the module docs.
 #[derive(Debug)]
 pub struct Scheduler<T> {
     cfg: SchedConfig,
-    chains: Vec<Vec<InstanceId>>,
-    chain_len: Vec<usize>,
+    chains: Vec<Chain<T>>,
     instances: Vec<Instance<T>>,
+    /// Draining instances that have finished everything (see [`Scheduler::take_parked`]).
+    parked: Vec<InstanceId>,
     /// Routes indexed by DAG UID (UIDs are small integers the node assigns).
     dags: Vec<Option<DagEntry>>,
     /// Instances with credit and waiting items, in the order they became ready.
@@ -118,8 +144,8 @@ impl<T: Copy> Scheduler<T> {
         Scheduler {
             cfg,
             chains: Vec::new(),
-            chain_len: Vec::new(),
             instances: Vec::new(),
+            parked: Vec::new(),
             dags: Vec::new(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
@@ -128,35 +154,19 @@ impl<T: Copy> Scheduler<T> {
 
     /// Declares a chain of `nts` NTs.
     pub fn add_chain(&mut self, nts: usize) -> ChainId {
-        self.chains.push(Vec::new());
-        self.chain_len.push(nts);
+        self.chains.push(Chain { nts, list: Vec::new(), tr: None });
         ChainId((self.chains.len() - 1) as u16)
     }
 
     /// Number of NTs in a chain.
     pub fn chain_len(&self, c: ChainId) -> usize {
-        self.chain_len[c.index()]
+        self.chains[c.index()].nts
     }
 
-    /// Adds a running instance of `chain` with `credits` credits; `None` for an unknown chain.
-    pub fn add_instance(&mut self, chain: ChainId, credits: u32) -> Option<InstanceId> {
-        let list = self.chains.get_mut(chain.index())?;
-        let id = InstanceId(self.instances.len() as u16);
-        self.instances.push(Instance {
-            chain,
-            credits,
-            max_credits: credits,
-            cost_ns: 0.0,
-            deficit: 0.0,
-            live: true,
-            queues: Vec::new(),
-            rr: 0,
-            last_q: 0,
-            queued: 0,
-        });
-        self.in_ready.push(false);
-        list.push(id);
-        Some(id)
+    /// The chain that position `pos` of DAG `dag` runs, if both exist.
+    pub fn chain_at(&self, dag: DagUid, pos: u8) -> Option<ChainId> {
+        let e = self.dags.get(dag.0 as usize)?.as_ref()?;
+        e.route.steps().get(pos as usize).map(|s| s.chain)
     }
 
     /// Installs or replaces the route of a DAG.
@@ -242,37 +252,53 @@ impl<T: Copy> Scheduler<T> {
             None => e.more[pos as usize - INLINE_STEPS] += 1,
         }
         e.tenant = tenant;
-        let insts = &self.chains[step.chain.index()];
-        if insts.is_empty() {
+        let ch = &mut self.chains[step.chain.index()];
+        if ch.list.is_empty() {
             return Err(Reject::NoInstance);
         }
-        // Multiply-shift maps the hash onto the instances without a division.
-        let pick = ((flow_hash >> 32) * insts.len() as u64) >> 32;
-        let id = insts[pick as usize];
+        let id = pick(&ch.list, flow_hash);
+        if let Some(tr) = &mut ch.tr {
+            // The chain's instances are changing: a flow whose instance changes waits until its
+            // old instance has finished its earlier packets.
+            if !tr.prev.is_empty() && pick(&tr.prev, flow_hash) != id {
+                if tr.held.len() >= self.cfg.max_held {
+                    return Err(Reject::QueueFull);
+                }
+                tr.held.push_back(Held { tenant, flow_hash, item });
+                return Ok(Accepted { instance: id, mask: step.mask, last });
+            }
+        }
+        self.enqueue(id, tenant, item, self.cfg.max_queue_per_tenant)?;
+        Ok(Accepted { instance: id, mask: step.mask, last })
+    }
+
+    /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).
+    #[inline]
+    fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
         let inst = &mut self.instances[id.index()];
         // The last tenant served usually arrives again: check it before searching.
         let qi = match inst.queues.get(inst.last_q) {
-            Some((t, _)) if *t == tenant => inst.last_q,
-            _ => match inst.queues.iter().position(|(t, _)| *t == tenant) {
+            Some(q) if q.tenant == tenant => inst.last_q,
+            _ => match inst.queues.iter().position(|q| q.tenant == tenant) {
                 Some(q) => q,
                 None => {
-                    inst.queues.push((tenant, VecDeque::new()));
+                    inst.queues.push(TenantQueue { tenant, q: VecDeque::new(), pre: 0 });
                     inst.queues.len() - 1
                 }
             },
         };
         inst.last_q = qi;
-        let q = &mut inst.queues[qi].1;
-        if q.len() >= self.cfg.max_queue_per_tenant {
+        let q = &mut inst.queues[qi].q;
+        if q.len() >= bound {
             return Err(Reject::QueueFull);
         }
         q.push_back(item);
         inst.queued += 1;
-        if inst.credits > 0 && !self.in_ready[id.index()] {
+        if inst.credits > 0 && inst.state.dispatches() && !self.in_ready[id.index()] {
             self.in_ready[id.index()] = true;
             self.ready.push_back(id);
         }
-        Ok(Accepted { instance: id, mask: step.mask, last })
+        Ok(())
     }
 
     /// Moves up to `max` items that have credit for one instance into `out` (cleared first) and
@@ -302,22 +328,29 @@ impl<T: Copy> Scheduler<T> {
                 inst.deficit = 0.0;
             }
             let budget = (inst.credits as usize).min(max).min(inst.queued).min(cap);
-            if budget == 0 || !inst.live {
+            if budget == 0 || !inst.state.dispatches() {
                 continue;
             }
             // Round-robin over tenants, one item at a time, starting where we left off. (No `%`:
             // an integer division per item was measurable.) With one tenant, one bulk move.
             let n = inst.queues.len();
+            let mut pre_taken = 0;
             if n == 1 {
-                let q = &mut inst.queues[0].1;
-                out.extend(q.drain(..budget));
+                let tq = &mut inst.queues[0];
+                out.extend(tq.q.drain(..budget));
+                pre_taken = tq.pre.min(budget);
+                tq.pre -= pre_taken;
             } else {
                 let mut idle = 0;
                 while out.len() < budget && idle < n {
-                    let (_, q) = &mut inst.queues[inst.rr];
-                    match q.pop_front() {
+                    let tq = &mut inst.queues[inst.rr];
+                    match tq.q.pop_front() {
                         Some(it) => {
                             out.push(it);
+                            if tq.pre > 0 {
+                                tq.pre -= 1;
+                                pre_taken += 1;
+                            }
                             idle = 0;
                         }
                         None => idle += 1,
@@ -331,6 +364,10 @@ impl<T: Copy> Scheduler<T> {
             let k = out.len();
             inst.credits -= k as u32;
             inst.queued -= k;
+            inst.dispatched += k as u64;
+            if let Some(b) = &mut inst.barrier {
+                b.dispatched(pre_taken, inst.dispatched);
+            }
             if timed {
                 inst.deficit = if inst.queued == 0 { 0.0 } else { (inst.deficit - k as f64 * inst.cost_ns).max(0.0) };
             }
@@ -348,12 +385,26 @@ impl<T: Copy> Scheduler<T> {
     pub fn handle_completion(&mut self, instance: InstanceId, n: u32) {
         let inst = &mut self.instances[instance.index()];
         inst.credits = (inst.credits + n).min(inst.max_credits);
-        if inst.queued > 0 && !self.in_ready[instance.index()] {
+        inst.completed += n as u64;
+        if inst.queued > 0 && inst.state.dispatches() && !self.in_ready[instance.index()] {
             self.in_ready[instance.index()] = true;
             self.ready.push_back(instance);
         }
+        if inst.barrier.is_some() || inst.state == InstanceState::Draining {
+            self.settle(instance);
+        }
     }
 }
+
+/// Multiply-shift maps a flow hash onto a list of instances without a division.
+#[inline(always)]
+fn pick(list: &[InstanceId], flow_hash: u64) -> InstanceId {
+    list[(((flow_hash >> 32) * list.len() as u64) >> 32) as usize]
+}
+
+mod lifecycle;
+use lifecycle::{Barrier, Chain, Held};
+pub use lifecycle::{Change, InstanceState};
 
 #[cfg(test)]
 mod tests;

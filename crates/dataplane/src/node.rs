@@ -221,6 +221,7 @@ impl<B: Backend> Node<B> {
             sched: Scheduler::new(SchedConfig {
                 max_queue_per_tenant: cfg.max_queue_per_tenant,
                 quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
+                max_held: 4 * cfg.max_queue_per_tenant,
             }),
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
@@ -362,7 +363,7 @@ impl<B: Backend> Node<B> {
         let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
-        let inst = self.sched.add_instance(chain, self.cfg.credits).ok_or(LaunchError::UnknownChain(chain))?;
+        let inst = self.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         let region = Region::new(inst, nts, self.cfg.engine_buckets);
         if self.region_counters.len() <= inst.index() {
             self.region_counters.resize(inst.index() + 1, None);

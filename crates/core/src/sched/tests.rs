@@ -3,7 +3,7 @@
 use super::*;
 use crate::dag::Step;
 use proptest::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 fn one_chain(credits: &[u32]) -> (Scheduler<(u16, u64, u32)>, Vec<InstanceId>) {
     let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 8, ..SchedConfig::default() });
@@ -216,4 +216,180 @@ fn instances_share_by_time_while_others_wait() {
     }
     assert!((time[0] / time[1] - 1.0).abs() < 0.35, "time shares {time:?}");
     let _ = i2;
+}
+
+/// Operations of the instance-change property test.
+#[derive(Debug, Clone)]
+enum Life {
+    Arrive { tenant: u16, flow: u64 },
+    Dispatch { max: usize },
+    Complete { inst: usize, n: usize },
+    Add { launching: bool },
+    Run { inst: usize },
+    Stop { inst: usize },
+    Resume { inst: usize },
+    Remove { inst: usize },
+}
+
+fn life_strategy() -> impl Strategy<Value = Life> {
+    prop_oneof![
+        8 => (0u16..2, 0u64..6).prop_map(|(tenant, flow)| Life::Arrive { tenant, flow: (((tenant as u64) << 8) | flow).wrapping_mul(0x9e37_79b9_7f4a_7c15) }),
+        4 => (1usize..6).prop_map(|max| Life::Dispatch { max }),
+        4 => (0usize..6, 1usize..4).prop_map(|(inst, n)| Life::Complete { inst, n }),
+        1 => any::<bool>().prop_map(|launching| Life::Add { launching }),
+        1 => (0usize..6).prop_map(|inst| Life::Run { inst }),
+        1 => (0usize..6).prop_map(|inst| Life::Stop { inst }),
+        1 => (0usize..6).prop_map(|inst| Life::Resume { inst }),
+        1 => (0usize..6).prop_map(|inst| Life::Remove { inst }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    /// Instances launch, run, stop, resume and go away while packets flow. Regions are modelled
+    /// as FIFOs of dispatched items completing in order. Whatever the sequence: nothing is
+    /// dispatched to an instance that is not running or draining; within a flow, items complete
+    /// in arrival order; with bounds large enough, nothing is rejected; and once everything is
+    /// launched and drained, every accepted item has completed exactly once.
+    #[test]
+    fn instance_changes_lose_and_reorder_nothing(first_launching in any::<bool>(), ops in proptest::collection::vec(life_strategy(), 1..300)) {
+        let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig { max_queue_per_tenant: 1 << 20, max_held: 1 << 20, ..SchedConfig::default() });
+        let c = s.add_chain(1);
+        s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+        let credits = 3;
+        let first = if first_launching { s.add_launching(c, credits) } else { s.add_instance(c, credits) }.unwrap();
+        let mut ids = vec![first];
+        let mut inflight: HashMap<InstanceId, VecDeque<(u64, u32)>> = HashMap::new();
+        let mut next_seq: HashMap<u64, u32> = HashMap::new();
+        let mut done: HashMap<u64, u32> = HashMap::new();
+        let (mut accepted, mut completed) = (0usize, 0usize);
+        let mut out = Vec::new();
+        let mut complete = |s: &mut Scheduler<(u64, u32)>, inflight: &mut HashMap<InstanceId, VecDeque<(u64, u32)>>, id: InstanceId, n: usize| -> Result<(), TestCaseError> {
+            let q = inflight.entry(id).or_default();
+            let n = n.min(q.len());
+            for _ in 0..n {
+                let (f, seq) = q.pop_front().unwrap();
+                let expect = done.entry(f).or_insert(0);
+                prop_assert_eq!(seq, *expect, "flow {:x} completed out of order", f);
+                *expect += 1;
+                completed += 1;
+            }
+            s.handle_completion(id, n as u32);
+            Ok(())
+        };
+        let dispatch = |s: &mut Scheduler<(u64, u32)>, out: &mut Vec<(u64, u32)>, inflight: &mut HashMap<InstanceId, VecDeque<(u64, u32)>>, max: usize| -> Result<bool, TestCaseError> {
+            let Some(id) = s.poll_dispatch(out, max) else { return Ok(false) };
+            prop_assert!(matches!(s.state(id), InstanceState::Running | InstanceState::Draining), "dispatched to {:?}", s.state(id));
+            let q = inflight.entry(id).or_default();
+            q.extend(out.iter().copied());
+            prop_assert!(q.len() <= credits as usize, "credits exceeded");
+            Ok(true)
+        };
+        for op in ops {
+            match op {
+                Life::Arrive { tenant, flow } => {
+                    let seq = *next_seq.entry(flow).or_insert(0);
+                    match s.handle_packet(Instant::ZERO, TenantId(tenant), DagUid(1), 0, flow, (flow, seq)) {
+                        Ok(_) => { next_seq.insert(flow, seq + 1); accepted += 1; }
+                        Err(Reject::NoInstance) => prop_assert!(s.instances_of(c).is_empty()),
+                        Err(e) => prop_assert!(false, "rejected: {:?}", e),
+                    }
+                }
+                Life::Dispatch { max } => { dispatch(&mut s, &mut out, &mut inflight, max)?; }
+                Life::Complete { inst, n } => { let id = ids[inst % ids.len()]; complete(&mut s, &mut inflight, id, n)?; }
+                Life::Add { launching } => {
+                    let r = if launching { s.add_launching(c, credits) } else { s.add_instance(c, credits) };
+                    match r {
+                        Ok(id) => if !ids.contains(&id) { ids.push(id) },
+                        Err(e) => prop_assert_eq!(e, Change::Busy),
+                    }
+                }
+                Life::Run { inst } => { let _ = s.set_running(ids[inst % ids.len()]); }
+                Life::Stop { inst } => { let _ = s.stop_instance(ids[inst % ids.len()]); }
+                Life::Resume { inst } => { let _ = s.resume_instance(ids[inst % ids.len()]); }
+                Life::Remove { inst } => { let _ = s.remove_instance(ids[inst % ids.len()]); }
+            }
+            while s.take_parked().is_some() {}
+        }
+        // Launch whatever waits, and drain.
+        for &id in &ids { let _ = s.set_running(id); }
+        for _ in 0..10_000 {
+            for &id in &ids { complete(&mut s, &mut inflight, id, usize::MAX)?; }
+            if !dispatch(&mut s, &mut out, &mut inflight, 64)? && inflight.values().all(VecDeque::is_empty) {
+                break;
+            }
+        }
+        prop_assert_eq!(s.held(c), None, "a transition never ended");
+        prop_assert_eq!(accepted, completed, "accepted items lost");
+    }
+}
+
+#[test]
+fn a_moving_flow_waits_for_its_old_instance_and_others_do_not() {
+    let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig::default());
+    let c = s.add_chain(1);
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    let a = s.add_instance(c, 8).unwrap();
+    // Two flows: with two instances, one hashes to the first, the other to the second.
+    let (f0, f1) = (0u64, u64::MAX);
+    let mut out = Vec::new();
+    for seq in 0..3 {
+        s.handle_packet(Instant::ZERO, TenantId(0), DagUid(1), 0, f0, (f0, seq)).unwrap();
+        s.handle_packet(Instant::ZERO, TenantId(0), DagUid(1), 0, f1, (f1, seq)).unwrap();
+    }
+    assert_eq!(s.poll_dispatch(&mut out, 4), Some(a));
+    // Scale out while 4 items run in `a` and 2 wait there.
+    let b = s.add_instance(c, 8).unwrap();
+    assert_eq!(s.add_instance(c, 8), Err(Change::Busy), "one change at a time");
+    // f1 moves to b: it is held; f0 stays on a and is queued at once.
+    assert_eq!(s.handle_packet(Instant::ZERO, TenantId(0), DagUid(1), 0, f1, (f1, 3)).unwrap().instance, b);
+    assert_eq!(s.handle_packet(Instant::ZERO, TenantId(0), DagUid(1), 0, f0, (f0, 3)).unwrap().instance, a);
+    assert_eq!(s.held(c), Some(1));
+    assert_eq!(s.queued(b), 0);
+    // `a` finishes its first 4; its 2 older queued items still stand before the barrier.
+    s.handle_completion(a, 4);
+    assert_eq!(s.held(c), Some(1));
+    assert_eq!(s.poll_dispatch(&mut out, 2), Some(a));
+    assert_eq!(out, vec![(f0, 2), (f1, 2)]);
+    s.handle_completion(a, 2);
+    // Now f1's earlier packets are done: the held one goes to b, and the transition is over.
+    assert_eq!(s.held(c), None);
+    assert_eq!(s.queued(b), 1);
+    assert_eq!(s.poll_dispatch(&mut out, 8).map(|i| (i, out.clone())), Some((a, vec![(f0, 3)])));
+    assert_eq!(s.poll_dispatch(&mut out, 8).map(|i| (i, out.clone())), Some((b, vec![(f1, 3)])));
+}
+
+#[test]
+fn a_launching_instance_buffers_then_serves_its_packets_first_and_a_stopped_one_parks() {
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    let (c1, c2) = (s.add_chain(1), s.add_chain(1));
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
+    s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
+    let other = s.add_instance(c2, 8).unwrap();
+    let l = s.add_launching(c1, 8).unwrap();
+    s.handle_packet(Instant::ZERO, TenantId(0), DagUid(2), 0, 0, 100).unwrap();
+    for k in 0..3 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
+    }
+    let mut out = Vec::new();
+    assert_eq!(s.poll_dispatch(&mut out, 8), Some(other), "launching: not dispatched");
+    assert_eq!(s.poll_dispatch(&mut out, 8), None);
+    s.handle_packet(Instant::ZERO, TenantId(0), DagUid(2), 0, 0, 101).unwrap();
+    s.set_running(l).unwrap();
+    assert_eq!(s.poll_dispatch(&mut out, 8), Some(l), "served first once it runs");
+    assert_eq!(out, vec![0, 1, 2]);
+    // Stop it with its 3 items in flight: draining, then parked once they complete.
+    s.stop_instance(l).unwrap();
+    assert_eq!(s.state(l), InstanceState::Draining);
+    assert_eq!(s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, 9), Err(Reject::NoInstance));
+    assert_eq!(s.take_parked(), None);
+    s.handle_completion(l, 3);
+    assert_eq!((s.take_parked(), s.state(l)), (Some(l), InstanceState::Parked));
+    // Resumed without a launch; then removed and its slot reused.
+    s.resume_instance(l).unwrap();
+    assert_eq!(s.instances_of(c1), &[l]);
+    s.stop_instance(l).unwrap();
+    s.take_parked();
+    s.remove_instance(l).unwrap();
+    assert_eq!(s.add_instance(c2, 8), Ok(l), "slot reused");
 }
