@@ -3,7 +3,9 @@
 //! has fit one instance fewer for a whole MONITOR_PERIOD. Persistent changes only — a spike
 //! shorter than the period changes nothing — and at most one scale event per chain per period,
 //! so the instance count cannot oscillate faster than launches complete (MONITOR_PERIOD is never
-//! shorter than the launch time). Sans-IO: the driver reports loads with `now`.
+//! shorter than the launch time). A chain with no load at all for a whole period is
+//! descheduled (its last instance stops; the driver keeps it as a victim until its region is
+//! needed). Sans-IO: the driver reports loads with `now`.
 
 use crate::ids::ChainId;
 use crate::time::Instant;
@@ -18,12 +20,22 @@ pub struct AutoscaleConfig {
     pub high: f64,
     /// The time a launch takes (measured instantiation plus emulated reconfiguration).
     pub launch_time: Duration,
+    /// Deschedule a chain's last instance once it has had no load for a whole period.
+    pub deschedule_idle: bool,
+    /// Scale out and in (false: only idle chains are descheduled).
+    pub scale: bool,
 }
 
 impl Default for AutoscaleConfig {
-    /// 10 ms, as the paper's evaluation.
+    /// MONITOR_PERIOD 5 ms, the paper's default (its measured reconfiguration time).
     fn default() -> Self {
-        AutoscaleConfig { monitor_period: Duration::from_millis(10), high: 0.9, launch_time: Duration::ZERO }
+        AutoscaleConfig {
+            monitor_period: Duration::from_millis(5),
+            high: 0.9,
+            launch_time: Duration::ZERO,
+            deschedule_idle: true,
+            scale: true,
+        }
     }
 }
 
@@ -32,9 +44,13 @@ impl Default for AutoscaleConfig {
 pub enum Scale {
     /// Launch one more instance of the chain.
     Out(ChainId),
-    /// Stop one instance of the chain (its flows move to the others).
+    /// Stop one instance of the chain (its flows move to the others; the last instance of an
+    /// idle chain is descheduled).
     In(ChainId),
 }
+
+/// Load below which a chain counts as idle (instances' worth).
+const IDLE: f64 = 1e-3;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Watch {
@@ -72,8 +88,12 @@ impl Autoscaler {
         }
         let (period, high) = (self.cfg.monitor_period, self.cfg.high);
         let w = &mut self.chains[i];
-        let over = load > instances as f64 * high;
-        let under = instances > 1 && load <= (instances - 1) as f64 * high;
+        let over = self.cfg.scale && load > instances as f64 * high;
+        let under = if instances > 1 {
+            self.cfg.scale && load <= (instances - 1) as f64 * high
+        } else {
+            self.cfg.deschedule_idle && instances == 1 && load < IDLE
+        };
         w.over_since = if over { w.over_since.or(Some(now)) } else { None };
         w.under_since = if under { w.under_since.or(Some(now)) } else { None };
         if w.last_event.is_some_and(|t| now.saturating_since(t) < period) {
@@ -102,7 +122,13 @@ mod tests {
     const MS: u64 = 1_000_000;
 
     fn scaler() -> Autoscaler {
-        Autoscaler::new(AutoscaleConfig { monitor_period: Duration::from_millis(10), high: 0.9, launch_time: Duration::from_millis(5) })
+        Autoscaler::new(AutoscaleConfig {
+            monitor_period: Duration::from_millis(10),
+            high: 0.9,
+            launch_time: Duration::from_millis(5),
+            deschedule_idle: false,
+            scale: true,
+        })
     }
 
     #[test]
@@ -166,6 +192,16 @@ mod tests {
         // Constant load right at the threshold: no events at all.
         let mut s = scaler();
         assert!((0..1000).all(|t| s.observe(Instant(t * MS), C, 0.9, 1, true).is_none()));
+    }
+
+    #[test]
+    fn an_idle_chain_is_descheduled_after_a_whole_period() {
+        let mut s = Autoscaler::new(AutoscaleConfig { monitor_period: Duration::from_millis(10), ..Default::default() });
+        assert_eq!(s.observe(Instant(0), C, 0.0, 1, false), None);
+        assert_eq!(s.observe(Instant(5 * MS), C, 0.3, 1, false), None, "a packet resets the watch");
+        assert_eq!(s.observe(Instant(6 * MS), C, 0.0, 1, false), None);
+        assert_eq!(s.observe(Instant(15 * MS), C, 0.0, 1, false), None);
+        assert_eq!(s.observe(Instant(16 * MS), C, 0.0, 1, false), Some(Scale::In(C)));
     }
 
     #[test]

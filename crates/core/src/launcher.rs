@@ -84,6 +84,8 @@ pub enum Decision {
         /// The chain that stops.
         evicted: ChainId,
     },
+    /// Every region is launching: nothing can be decided until one runs.
+    Busy,
 }
 
 /// Launch parameters.
@@ -212,9 +214,69 @@ impl Launcher {
                 self.occupy(region, chain, now);
                 Decision::ContextSwitch { region, evicted }
             }
-            // Every region is launching: wait for the first to finish.
-            None => Decision::Wait { region: 0 },
+            None => Decision::Busy,
         }
+    }
+
+    /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).
+    pub fn prelaunch(&mut self, chain: ChainId, now: Instant) -> Option<usize> {
+        let region = self.regions.iter().position(|r| *r == RegionState::Free)?;
+        self.occupy(region, chain, now);
+        Some(region)
+    }
+
+    /// One more instance of a running chain (auto-scaling): a victim of the chain is resumed;
+    /// else a free region is launched; else another chain's victim is replaced (a victim is
+    /// only kept while no one needs its region). Never stops a running chain. `None`: no room.
+    pub fn scale_out(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
+        self.tick(now);
+        if let Some(region) = self.regions.iter().position(|r| matches!(*r, RegionState::Victim { chain: c, .. } if c == chain)) {
+            self.regions[region] = RegionState::Running { chain, load: 0.0 };
+            return Some(Decision::Resume { region });
+        }
+        if let Some(region) = self.regions.iter().position(|r| *r == RegionState::Free) {
+            self.occupy(region, chain, now);
+            return Some(Decision::Launch { region });
+        }
+        let (region, evicted) = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match *r {
+                RegionState::Victim { chain: c, since } => Some((i, c, since)),
+                _ => None,
+            })
+            .min_by_key(|&(_, _, since)| since)
+            .map(|(i, c, _)| (i, c))?;
+        self.occupy(region, chain, now);
+        Some(Decision::ContextSwitch { region, evicted })
+    }
+
+    /// True if [`Launcher::scale_out`] would find room (a free region or a victim).
+    pub fn has_room(&self) -> bool {
+        self.regions.iter().any(|r| matches!(*r, RegionState::Free | RegionState::Victim { .. }))
+    }
+
+    /// The driver finished launching `region` (earlier or later than the launch time said: the
+    /// real instantiation, and draining an evicted chain, take what they take).
+    pub fn set_running(&mut self, region: usize) {
+        if let Some(r) = self.regions.get_mut(region) {
+            if let RegionState::Launching { chain, .. } | RegionState::Victim { chain, .. } = *r {
+                *r = RegionState::Running { chain, load: 0.0 };
+            }
+        }
+    }
+
+    /// `region` is empty again (its chain was removed, not kept as a victim).
+    pub fn free(&mut self, region: usize) {
+        if let Some(r) = self.regions.get_mut(region) {
+            *r = RegionState::Free;
+        }
+    }
+
+    /// The time a launch is expected to take (for the auto-scaler's MONITOR_PERIOD floor).
+    pub fn set_launch_time(&mut self, t: Duration) {
+        self.cfg.launch_time = t;
     }
 
     fn occupy(&mut self, region: usize, chain: ChainId, now: Instant) {
@@ -279,6 +341,31 @@ mod tests {
         l.set_load(0, 0.9);
         l.set_load(1, 0.2);
         assert_eq!(l.place(A, Instant(15 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+    }
+
+    #[test]
+    fn prelaunch_and_scale_out_never_stop_a_running_chain() {
+        let mut l = launcher(3);
+        assert_eq!(l.prelaunch(A, Instant(0)), Some(0));
+        assert_eq!(l.prelaunch(B, Instant(0)), Some(1));
+        l.tick(Instant(5 * MS));
+        // Scale-out of A: the free region.
+        assert_eq!(l.scale_out(A, Instant(6 * MS)), Some(Decision::Launch { region: 2 }));
+        assert_eq!(l.prelaunch(C, Instant(6 * MS)), None, "no free region: C waits for on-demand");
+        l.set_running(2);
+        assert!(!l.has_room());
+        assert_eq!(l.scale_out(A, Instant(7 * MS)), None, "B keeps running");
+        // A's second instance is descheduled: a later scale-out resumes it, no launch.
+        l.deschedule(2, Instant(8 * MS));
+        assert!(l.has_room());
+        assert_eq!(l.scale_out(A, Instant(9 * MS)), Some(Decision::Resume { region: 2 }));
+        // B's instance is descheduled: A may take its region (the victim is replaced).
+        l.deschedule(1, Instant(10 * MS));
+        assert_eq!(l.scale_out(A, Instant(11 * MS)), Some(Decision::ContextSwitch { region: 1, evicted: B }));
+        // All launching: an on-demand request cannot be decided yet.
+        let mut l = launcher(1);
+        l.place(A, Instant(0), false, false);
+        assert_eq!(l.place(B, Instant(MS), false, false), Decision::Busy);
     }
 
     #[test]

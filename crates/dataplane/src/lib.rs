@@ -18,6 +18,7 @@
 //!   re-encapsulation toward the destination VTEP.
 //! - [`meter`]: per-epoch demand of every tenant on every resource, weighted DRF, and the
 //!   per-tenant ingress limiters that enforce it.
+//! - [`elastic`]: regions, on-demand launch, stop-and-launch, victims and auto-scaling.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
 //! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
 //! - [`testbed`]: canonical experiment setups (the paper's Fig. 7) for tests and benchmarks.
@@ -27,6 +28,7 @@
 
 pub mod backend;
 pub mod egress;
+pub mod elastic;
 pub mod fdb;
 pub mod meter;
 pub mod node;

@@ -82,7 +82,10 @@ struct NtState {
 
 #[derive(Debug)]
 struct Inst {
+    id: InstanceId,
     chain: ChainId,
+    /// Running (launched and not stopped): counts toward its NTs' capacity.
+    active: bool,
     counters: Arc<RegionCounters>,
     last_busy: Vec<u64>,
     last_timed: Vec<u64>,
@@ -118,6 +121,12 @@ pub struct Meter {
     proc_ns: f64,
     /// The backend's cumulative count of packets lost before reception, at the last epoch.
     last_lost: u64,
+    /// When the last epoch ended.
+    last_end: Instant,
+    /// Per chain, per NT: instance-seconds of work that arrived this epoch; and per chain the
+    /// last epoch's load in instances' worth (its busiest NT).
+    nt_work: Vec<Vec<f64>>,
+    chain_load: Vec<f64>,
 }
 
 /// The share of a core fair sharing hands out: the rest is headroom for the work no tenant
@@ -150,6 +159,9 @@ impl Meter {
             rx_ns: 0.0,
             proc_ns: 0.0,
             last_lost: 0,
+            last_end: now,
+            nt_work: Vec::new(),
+            chain_load: Vec::new(),
         };
         m.publish_resources();
         m
@@ -194,6 +206,8 @@ impl Meter {
     /// Declares a chain with its NTs' kinds.
     pub fn add_chain(&mut self, kinds: &[&str]) {
         let c = self.chains.len();
+        self.nt_work.push(vec![0.0; kinds.len()]);
+        self.chain_load.push(0.0);
         self.chains
             .push(kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect());
         self.publish_resources();
@@ -209,9 +223,9 @@ impl Meter {
         }
     }
 
-    /// A new running instance of `chain`, whose region reports into `counters`, on a worker
-    /// thread or on the dispatcher's.
-    pub fn add_instance(&mut self, chain: ChainId, _inst: InstanceId, counters: Arc<RegionCounters>, on_worker: bool) {
+    /// A new running instance of `chain` (or a new one in a reused instance slot), whose region
+    /// reports into `counters`, on a worker thread or on the dispatcher's.
+    pub fn add_instance(&mut self, chain: ChainId, inst: InstanceId, counters: Arc<RegionCounters>, on_worker: bool) {
         if let Some(nts) = self.chains.get_mut(chain.index()) {
             for (n, d) in nts.iter_mut().zip(&counters.nt_capacity_pps) {
                 n.declared_pps = *d;
@@ -219,8 +233,28 @@ impl Meter {
             }
         }
         let k = counters.nt_busy_ns.len();
-        self.instances.push(Inst { chain, counters, last_busy: vec![0; k], last_timed: vec![0; k] });
+        let fresh = Inst { id: inst, chain, active: true, counters, last_busy: vec![0; k], last_timed: vec![0; k] };
+        match self.instances.iter_mut().find(|i| i.id == inst) {
+            Some(old) => *old = fresh,
+            None => self.instances.push(fresh),
+        }
         self.publish_resources();
+    }
+
+    /// An instance stopped (`false`) or runs again (`true`): its NTs' capacity follows.
+    pub fn set_active(&mut self, inst: InstanceId, active: bool) {
+        if let Some(i) = self.instances.iter_mut().find(|i| i.id == inst) {
+            if i.active != active {
+                i.active = active;
+                self.publish_resources();
+            }
+        }
+    }
+
+    /// The load that arrived for `chain` over the last epoch, in instances' worth of work (its
+    /// busiest NT's arrivals ÷ one instance's throughput): what auto-scaling watches.
+    pub fn chain_load(&self, chain: ChainId) -> f64 {
+        self.chain_load.get(chain.index()).copied().unwrap_or(0.0)
     }
 
     fn publish_resources(&mut self) {
@@ -235,7 +269,8 @@ impl Meter {
             res.push(rate("workers", CORE_UTILIZATION * self.workers as f64));
         }
         for (c, nts) in self.chains.iter_mut().enumerate() {
-            let running = self.instances.iter().filter(|i| i.chain.index() == c).count() as f64;
+            // A chain with no running instance is launched when its packets arrive: count one.
+            let running = self.instances.iter().filter(|i| i.active && i.chain.index() == c).count().max(1) as f64;
             for n in nts.iter_mut() {
                 n.res = res.len();
                 res.push(rate(&n.label, running));
@@ -297,13 +332,9 @@ impl Meter {
         self.rows.resize(n * r, 0.0);
         self.fixed.clear();
         self.fixed.resize(n * r, 0.0);
-        let (rows, row_of, chains) = (&mut self.rows, &self.row_of, &self.chains);
+        let (rows, row_of, chains, work) = (&mut self.rows, &self.row_of, &self.chains, &mut self.nt_work);
         sched.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
-            if row == NO_ROW {
-                return;
-            }
-            let row = &mut rows[row as usize * r..(row as usize + 1) * r];
             for (step, &k) in route.steps().iter().zip(counts) {
                 let Some(nts) = chains.get(step.chain.index()) else { continue };
                 for (i, nt) in nts.iter().enumerate() {
@@ -313,12 +344,25 @@ impl Meter {
                     let k = k as f64;
                     let per_instance = nt.declared_pps.or((nt.cost_ns > 0.0).then(|| 1e9 / nt.cost_ns));
                     if let Some(pps) = per_instance {
+                        work[step.chain.index()][i] += k / pps;
+                    }
+                    if row == NO_ROW {
+                        continue;
+                    }
+                    let row = &mut rows[row as usize * r..(row as usize + 1) * r];
+                    if let Some(pps) = per_instance {
                         row[nt.res] += k / pps;
                     }
                     row[if nt.on_worker { WORKERS } else { DISPATCHER }] += k * nt.cost_ns / 1e9;
                 }
             }
         });
+        let secs = now.saturating_since(self.last_end).as_secs_f64();
+        self.last_end = now;
+        for (load, work) in self.chain_load.iter_mut().zip(&mut self.nt_work) {
+            *load = if secs > 0.0 { work.iter().fold(0.0, |m: f64, &w| m.max(w)) / secs } else { 0.0 };
+            work.iter_mut().for_each(|w| *w = 0.0);
+        }
         // The dispatcher's own costs per packet, from the sampled full polls: receiving (every
         // packet) and the rest of the way (admitted packets).
         let a = self.fair.config().smoothing.clamp(0.0, 1.0);
@@ -417,6 +461,7 @@ impl Meter {
             for (i, nt) in nts.iter_mut().enumerate() {
                 let (mut busy, mut timed) = (0u64, 0u64);
                 for inst in self.instances.iter_mut().filter(|x| x.chain.index() == c) {
+                    // (Stopped instances' counters no longer move: their deltas are 0.)
                     let b = inst.counters.nt_busy_ns[i].load(Ordering::Relaxed);
                     let t = inst.counters.nt_timed[i].load(Ordering::Relaxed);
                     busy += b - inst.last_busy[i];

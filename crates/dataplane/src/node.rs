@@ -8,6 +8,7 @@
 
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
 use crate::egress;
+use crate::elastic::{Elastic, ElasticConfig};
 use crate::fdb::{Fdb, PeerId, Route};
 use crate::meter::Meter;
 use crate::region::Region;
@@ -21,7 +22,7 @@ use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey};
-use snic_core::sched::{SchedConfig, Scheduler};
+use snic_core::sched::{Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
@@ -98,6 +99,8 @@ pub struct NodeConfig {
     pub dispatch_quantum: Duration,
     /// Per-tenant token buckets in front of engine NTs shared by several tenants (FairNIC).
     pub engine_buckets: bool,
+    /// Regions, launches, victims, auto-scaling (off by default: no region limit).
+    pub elastic: ElasticConfig,
 }
 
 impl Default for NodeConfig {
@@ -116,6 +119,7 @@ impl Default for NodeConfig {
             link_bps: 25e9,
             dispatch_quantum: Duration::from_micros(10),
             engine_buckets: true,
+            elastic: ElasticConfig::default(),
         }
     }
 }
@@ -135,6 +139,9 @@ pub enum LaunchError {
     /// No worker thread of that number.
     #[error("no worker thread {0}")]
     NoWorker(usize),
+    /// Every region is taken (the chain is launched when its first packet arrives).
+    #[error("no free region")]
+    NoFreeRegion,
 }
 
 /// Where a region runs.
@@ -189,7 +196,11 @@ pub struct Node<B: Backend> {
     /// Polls so far (for sampling), and the NT time of the sampled poll's inline regions.
     polls: u64,
     sample_nt_ns: u64,
+    elastic: Elastic,
 }
+
+mod elastic;
+use elastic::OnDemand;
 
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
@@ -240,6 +251,7 @@ impl<B: Backend> Node<B> {
             meter,
             polls: 0,
             sample_nt_ns: 0,
+            elastic: Elastic::new(cfg.elastic, cfg.workers),
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -312,6 +324,7 @@ impl<B: Backend> Node<B> {
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let id = self.sched.add_chain(specs.len());
         self.meter.add_chain(&specs.iter().map(NtSpec::kind).collect::<Vec<_>>());
+        self.elastic.add_chain();
         self.chains.push(specs);
         id
     }
@@ -341,8 +354,14 @@ impl<B: Backend> Node<B> {
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
     /// analogue of partial reconfiguration) and gives the scheduler its credits. The region runs
-    /// on the dispatcher's thread without worker threads, else on the workers in turn.
+    /// on the dispatcher's thread without worker threads, else on the workers in turn. With a
+    /// region limit ([`ElasticConfig::regions`]) this is the deploy-time pre-launch: it takes a
+    /// free region or fails with [`LaunchError::NoFreeRegion`], and the instance runs after the
+    /// emulated launch delay.
     pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
+        if self.elastic.on() {
+            return self.prelaunch(chain)?.ok_or(LaunchError::NoFreeRegion);
+        }
         let place = if self.exec.workers.is_empty() {
             Place::Inline
         } else {
@@ -354,6 +373,7 @@ impl<B: Backend> Node<B> {
 
     /// Launches an instance of `chain` at a chosen place: a chain that must not wait behind
     /// another can be given its own core (e.g. a costly chain on a worker, the rest inline).
+    /// Outside the region limit: with elasticity on, use [`Node::launch`].
     pub fn launch_on(&mut self, chain: ChainId, place: Place) -> Result<InstanceId, LaunchError> {
         if let Place::Worker(w) = place {
             if w >= self.exec.workers.len() {
@@ -364,26 +384,7 @@ impl<B: Backend> Node<B> {
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
-        let region = Region::new(inst, nts, self.cfg.engine_buckets);
-        if self.region_counters.len() <= inst.index() {
-            self.region_counters.resize(inst.index() + 1, None);
-        }
-        self.region_counters[inst.index()] = Some(region.counters());
-        self.meter.add_instance(chain, inst, region.counters(), place != Place::Inline);
-        let e = &mut self.exec;
-        match place {
-            Place::Inline => {
-                if e.inline.len() <= inst.index() {
-                    e.inline.resize_with(inst.index() + 1, || None);
-                }
-                e.inline[inst.index()] = Some(region);
-            }
-            Place::Worker(w) => e.workers[w].install(region)?,
-        }
-        if e.placement.len() <= inst.index() {
-            e.placement.resize(inst.index() + 1, Place::Inline);
-        }
-        e.placement[inst.index()] = place;
+        self.install(chain, inst, nts, place)?;
         Ok(inst)
     }
 
@@ -458,8 +459,12 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
+        if !self.elastic.pending.is_empty() || self.sched.has_parked() {
+            self.advance_elastic(now);
+        }
         if self.meter.due(now) {
             self.end_epoch(now);
+            self.elastic_epoch(now);
         }
         work
     }
@@ -585,8 +590,54 @@ impl<B: Backend> Node<B> {
                     d.mask = a.mask;
                     d.last = a.last;
                 }
+                Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
                 Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
             },
+        }
+    }
+
+    /// The packet's chain (at its DAG position) has no active instance: launch or resume one
+    /// and schedule the packet again, or send it on for the tenant's endpoint, or drop it.
+    #[cold]
+    #[inline(never)]
+    fn enter_on_demand(&mut self, idx: u32, now: Instant) {
+        // (The Arc clone keeps the descriptor's borrow apart from `self`.)
+        let slots = self.slots.clone();
+        loop {
+            // SAFETY: the dispatcher owns `idx`.
+            let (_, d) = unsafe { slots.get(idx) };
+            let (t, dag, pos, hash) = (d.meta.tenant, d.dag, d.pos, d.flow_hash);
+            let Some(chain) = self.sched.chain_at(dag, pos) else {
+                return self.drop_charged(idx, t, Drop::Sched(Reject::UnknownDag));
+            };
+            match self.on_demand(chain, now) {
+                OnDemand::Retry => {
+                    return match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
+                        Ok(a) => {
+                            d.mask = a.mask;
+                            d.last = a.last;
+                        }
+                        Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
+                    };
+                }
+                OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
+                OnDemand::Endpoint => {
+                    // Past this chain: the next one, or out.
+                    if self.sched.chain_at(dag, pos + 1).is_none() {
+                        return self.egress(idx);
+                    }
+                    d.pos = pos + 1;
+                    match self.sched.handle_packet(now, t, dag, pos + 1, hash, idx) {
+                        Ok(a) => {
+                            d.mask = a.mask;
+                            d.last = a.last;
+                            return;
+                        }
+                        Err(Reject::NoInstance) => continue,
+                        Err(e) => return self.drop_charged(idx, t, Drop::Sched(e)),
+                    }
+                }
+            }
         }
     }
 
@@ -667,6 +718,10 @@ impl<B: Backend> Node<B> {
                         d.pos = pos;
                         d.mask = a.mask;
                         d.last = a.last;
+                    }
+                    Err(Reject::NoInstance) => {
+                        d.pos = pos;
+                        self.enter_on_demand(idx, now);
                     }
                     Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
                 }

@@ -126,6 +126,11 @@ impl Region {
         self.counters.clone()
     }
 
+    /// The chain's NTs, with their state (the region is gone).
+    pub fn into_nts(self) -> Vec<Box<dyn Nt>> {
+        self.chain
+    }
+
     /// The NT kinds of the chain, in order.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.chain.iter().map(|n| n.kind()).collect()

@@ -235,6 +235,12 @@ impl<T: Copy> Scheduler<T> {
         self.parked.pop()
     }
 
+    /// True if [`Scheduler::take_parked`] has something.
+    #[inline]
+    pub fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
+    }
+
     /// An instance's state.
     pub fn state(&self, id: InstanceId) -> InstanceState {
         self.instances.get(id.index()).map_or(InstanceState::Free, |i| i.state)

@@ -1,0 +1,274 @@
+//! Elastic NTs on one node (paper 000 §4.3–§4.4): a fixed number of regions, chains pre-launched
+//! at deploy, launched on demand when their first packet arrives, context-switched with
+//! stop-and-launch, kept as victims, and auto-scaled with load.
+//!
+//! The policy is `snic-core`'s ([`Launcher`] for where a chain runs, [`Autoscaler`] for when an
+//! instance is added or removed, the scheduler's instance lifecycle for moving flows without
+//! loss or reordering); this module holds the node's side of it — which instance is in which
+//! region, launches under way, NT state saved by stopped chains — and what happened, for
+//! `snic status`. The node drives it (`node::elastic`).
+//!
+//! In software a region is an execution slot: one chain instance, its NTs built and loaded, on
+//! the dispatcher's thread or a worker's. A launch builds the NTs (the real instantiation
+//! cost, measured) and waits an optional emulated reconfiguration delay (0 by default; 5 ms
+//! reproduces the paper's partial reconfiguration). A stopped chain's NTs keep their state in
+//! memory: a victim keeps its whole region; an evicted chain's NTs are saved and restored at its
+//! next launch (the paper's "store their states in on-board memory").
+
+use crate::node::Place;
+use snic_core::autoscale::{AutoscaleConfig, Autoscaler};
+use snic_core::ids::{ChainId, InstanceId};
+use snic_core::launcher::{Launcher, LauncherConfig};
+use snic_core::time::Instant;
+use snic_nt::Nt;
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// Elasticity parameters (the node config's `elastic:` block).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ElasticConfig {
+    /// Regions on the node. 0: no region limit and no elasticity (every launch gets its own
+    /// region, nothing is launched on demand or scaled).
+    pub regions: usize,
+    /// Emulated reconfiguration delay added to every launch (0; 5 ms = the paper's PR).
+    pub launch_delay: Duration,
+    /// Scale chains out and in with their load. (Idle chains are descheduled either way: a
+    /// chain with no load for a whole MONITOR_PERIOD becomes a victim.)
+    pub autoscale: bool,
+    /// MONITOR_PERIOD: how long an overload or underload must last before a scale event (never
+    /// shorter than a launch).
+    pub monitor_period: Duration,
+    /// Load per instance (fraction of its throughput) above which it counts as overloaded.
+    pub high: f64,
+    /// A running instance below this load is shared with a new tenant rather than launching.
+    pub share_below: f64,
+    /// Keep descheduled chains loaded as victims (the victim cache); off: tear them down.
+    pub victims: bool,
+}
+
+impl Default for ElasticConfig {
+    fn default() -> Self {
+        ElasticConfig {
+            regions: 0,
+            launch_delay: Duration::ZERO,
+            autoscale: false,
+            monitor_period: Duration::from_millis(5),
+            high: 0.9,
+            share_below: 0.8,
+            victims: true,
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// Launched into a free region at deploy.
+    Prelaunch,
+    /// Launched into a free region when its first packet arrived.
+    Launch,
+    /// A victim ran again: no launch.
+    Resume,
+    /// Stop-and-launch: `evicted` stopped so this chain could run in its region.
+    ContextSwitch {
+        /// The chain that stopped.
+        evicted: ChainId,
+    },
+    /// One more instance (auto-scaling).
+    ScaleOut,
+    /// One instance fewer (auto-scaling); its flows moved to the others.
+    ScaleIn,
+    /// The chain's last instance stopped (idle for a whole MONITOR_PERIOD).
+    Deschedule,
+    /// A launched chain started running; `took_ns` is from request to running.
+    Running {
+        /// What the launch was for.
+        after: Launched,
+    },
+    /// No region could be found; packets were sent on for the tenant's endpoint to process.
+    EndpointFallback,
+}
+
+/// Why a chain was launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Launched {
+    /// At deploy.
+    Prelaunch,
+    /// For its first packets, into a free region.
+    OnDemand,
+    /// For its first packets, by stop-and-launch.
+    ContextSwitch,
+    /// Auto-scaling.
+    ScaleOut,
+}
+
+/// One event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Event {
+    /// When (node clock, ns).
+    pub at_ns: u64,
+    /// The chain.
+    pub chain: ChainId,
+    /// The region, if one is involved.
+    pub region: Option<usize>,
+    /// What.
+    pub kind: EventKind,
+    /// For `Running`: request to running, ns; for launches: the NTs' build time, ns.
+    pub took_ns: u64,
+}
+
+/// Counters and recent events.
+#[derive(Debug, Clone, Default)]
+pub struct ElasticStats {
+    /// Pre-launches at deploy.
+    pub prelaunches: u64,
+    /// On-demand launches into a free region.
+    pub launches: u64,
+    /// Victim-cache hits (resumed without a launch).
+    pub resumes: u64,
+    /// Stop-and-launch context switches.
+    pub context_switches: u64,
+    /// Scale-outs.
+    pub scale_outs: u64,
+    /// Scale-ins.
+    pub scale_ins: u64,
+    /// Idle chains descheduled.
+    pub deschedules: u64,
+    /// Packets sent on unprocessed for the endpoint.
+    pub endpoint_packets: u64,
+    /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
+    pub events: VecDeque<Event>,
+}
+
+impl ElasticStats {
+    /// Events kept.
+    pub const EVENTS: usize = 256;
+
+    pub(crate) fn record(&mut self, e: Event) {
+        match e.kind {
+            EventKind::Prelaunch => self.prelaunches += 1,
+            EventKind::Launch => self.launches += 1,
+            EventKind::Resume => self.resumes += 1,
+            EventKind::ContextSwitch { .. } => self.context_switches += 1,
+            EventKind::ScaleOut => self.scale_outs += 1,
+            EventKind::ScaleIn => self.scale_ins += 1,
+            EventKind::Deschedule => self.deschedules += 1,
+            EventKind::Running { .. } | EventKind::EndpointFallback => {}
+        }
+        if self.events.len() == Self::EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(e);
+    }
+}
+
+/// A launch under way.
+pub(crate) struct Pending {
+    pub chain: ChainId,
+    pub slot: usize,
+    /// The scheduler's instance (already added, launching) — or `None` for a scale-out, which
+    /// joins the chain's instances only once it runs, so no flow waits for it.
+    pub inst: Option<InstanceId>,
+    /// The NTs, built (or restored) when the launch was asked for.
+    pub nts: Vec<Box<dyn Nt>>,
+    pub why: Launched,
+    /// Runs from then (emulated reconfiguration), and once `evict` is gone.
+    pub ready_at: Instant,
+    /// The instance being stopped to make room.
+    pub evict: Option<InstanceId>,
+    pub requested: Instant,
+}
+
+/// The node's elastic state. See the module docs.
+pub struct Elastic {
+    pub(crate) cfg: ElasticConfig,
+    pub(crate) launcher: Launcher,
+    pub(crate) scaler: Autoscaler,
+    /// Per region: its instance and where it runs.
+    pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
+    pub(crate) pending: Vec<Pending>,
+    /// Per chain: NT state saved by evicted instances, most recent last (bounded).
+    pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
+    /// Per chain: the tenant's endpoint can run it.
+    pub(crate) endpoint: Vec<bool>,
+    /// Per chain: smoothed load (instances' worth).
+    pub(crate) load: Vec<f64>,
+    /// Smoothed build time of a chain's NTs, ns.
+    pub(crate) build_ns: f64,
+    pub(crate) stats: ElasticStats,
+}
+
+/// Saved NT states kept per chain.
+pub(crate) const SAVED_PER_CHAIN: usize = 4;
+
+impl Elastic {
+    /// Regions placed on the dispatcher's thread without workers, else on the workers in turn.
+    pub(crate) fn new(cfg: ElasticConfig, workers: usize) -> Self {
+        let place = |i: usize| if workers == 0 { Place::Inline } else { Place::Worker(i % workers) };
+        Elastic {
+            launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
+            scaler: Autoscaler::new(AutoscaleConfig {
+                monitor_period: cfg.monitor_period,
+                high: cfg.high,
+                launch_time: cfg.launch_delay,
+                deschedule_idle: true,
+                scale: cfg.autoscale,
+            }),
+            slots: (0..cfg.regions).map(|i| (None, place(i))).collect(),
+            pending: Vec::new(),
+            saved: Vec::new(),
+            endpoint: Vec::new(),
+            load: Vec::new(),
+            build_ns: 0.0,
+            stats: ElasticStats::default(),
+            cfg,
+        }
+    }
+
+    /// True when regions are limited and chains come and go.
+    #[inline]
+    pub(crate) fn on(&self) -> bool {
+        self.cfg.regions > 0
+    }
+
+    /// The region holding `inst`.
+    pub(crate) fn slot_of(&self, inst: InstanceId) -> Option<usize> {
+        self.slots.iter().position(|s| s.0 == Some(inst))
+    }
+
+    pub(crate) fn add_chain(&mut self) {
+        self.saved.push(Vec::new());
+        self.endpoint.push(false);
+        self.load.push(0.0);
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ElasticConfig {
+        &self.cfg
+    }
+
+    /// Counters and recent events.
+    pub fn stats(&self) -> &ElasticStats {
+        &self.stats
+    }
+
+    /// The regions, as the launch policy sees them.
+    pub fn regions(&self) -> &[snic_core::launcher::RegionState] {
+        self.launcher.regions()
+    }
+
+    /// The instance in each region.
+    pub fn region_instances(&self) -> Vec<Option<InstanceId>> {
+        self.slots.iter().map(|s| s.0).collect()
+    }
+
+    /// The smoothed build time of a chain's NTs (the real instantiation cost), ns.
+    pub fn build_ns(&self) -> f64 {
+        self.build_ns
+    }
+
+    /// The effective MONITOR_PERIOD.
+    pub fn monitor_period(&self) -> Duration {
+        self.scaler.config().monitor_period
+    }
+}

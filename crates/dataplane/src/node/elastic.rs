@@ -1,0 +1,329 @@
+//! The node's side of elasticity (see [`crate::elastic`]): pre-launch, on-demand launch,
+//! stop-and-launch, victims and auto-scaling, applied to the regions and the scheduler.
+
+use super::{Backend, LaunchError, Node, Place};
+use crate::elastic::{Elastic, Event, EventKind, Launched, Pending, SAVED_PER_CHAIN};
+use crate::region::Region;
+use snic_core::autoscale::Scale;
+use snic_core::ids::{ChainId, InstanceId};
+use snic_core::launcher::Decision;
+use snic_core::sched::InstanceState;
+use snic_core::time::Instant;
+use snic_nt::Nt;
+
+/// What to do with a packet whose chain had no active instance.
+pub(super) enum OnDemand {
+    /// The chain has an instance now (running or launching): schedule the packet again.
+    Retry,
+    /// Send the packet on unprocessed: the tenant's endpoint runs the chain.
+    Endpoint,
+    /// No room: drop it.
+    Nothing,
+}
+
+impl<B: Backend> Node<B> {
+    /// Elasticity: regions, launches, victims, counters and recent events.
+    pub fn elastic(&self) -> &Elastic {
+        &self.elastic
+    }
+
+    /// Declares that the tenant's endpoint can run `chain` itself: when no region can be found
+    /// for it (and before resorting to a context switch), its packets are sent on unprocessed.
+    pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
+        if let Some(e) = self.elastic.endpoint.get_mut(chain.index()) {
+            *e = yes;
+        }
+    }
+
+    fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
+        self.elastic.stats.record(Event { at_ns: now.as_nanos(), chain, region, kind, took_ns });
+    }
+
+    /// The chain's NTs for a new instance: the state an evicted instance saved, else freshly
+    /// built (the real instantiation cost, measured).
+    fn chain_nts(&mut self, chain: ChainId) -> Result<(Vec<Box<dyn Nt>>, u64), LaunchError> {
+        if let Some(nts) = self.elastic.saved.get_mut(chain.index()).and_then(Vec::pop) {
+            return Ok((nts, 0));
+        }
+        let t0 = std::time::Instant::now();
+        let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
+        let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
+        let ns = t0.elapsed().as_nanos() as u64;
+        let e = &mut self.elastic;
+        e.build_ns = if e.build_ns == 0.0 { ns as f64 } else { e.build_ns + 0.25 * (ns as f64 - e.build_ns) };
+        let expected = e.cfg.launch_delay + std::time::Duration::from_nanos(e.build_ns as u64);
+        e.launcher.set_launch_time(expected);
+        Ok((nts, ns))
+    }
+
+    /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
+    pub(super) fn install(&mut self, chain: ChainId, inst: InstanceId, nts: Vec<Box<dyn Nt>>, place: Place) -> Result<(), LaunchError> {
+        let region = Region::new(inst, nts, self.cfg.engine_buckets);
+        if self.region_counters.len() <= inst.index() {
+            self.region_counters.resize(inst.index() + 1, None);
+        }
+        self.region_counters[inst.index()] = Some(region.counters());
+        self.meter.add_instance(chain, inst, region.counters(), place != Place::Inline);
+        let e = &mut self.exec;
+        match place {
+            Place::Inline => {
+                if e.inline.len() <= inst.index() {
+                    e.inline.resize_with(inst.index() + 1, || None);
+                }
+                e.inline[inst.index()] = Some(region);
+            }
+            Place::Worker(w) => e.workers[w].install(region)?,
+        }
+        if e.placement.len() <= inst.index() {
+            e.placement.resize(inst.index() + 1, Place::Inline);
+        }
+        e.placement[inst.index()] = place;
+        Ok(())
+    }
+
+    /// Takes a parked instance's region away; its NTs' state is saved for the chain's next
+    /// launch, and its region is empty.
+    fn teardown(&mut self, inst: InstanceId) {
+        let chain = self.sched.chain_of(inst);
+        let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline) {
+            Place::Inline => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
+            Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
+        };
+        if let Some(r) = region {
+            let saved = &mut self.elastic.saved[chain.index()];
+            if saved.len() == SAVED_PER_CHAIN {
+                saved.remove(0);
+            }
+            saved.push(r.into_nts());
+        }
+        self.meter.set_active(inst, false);
+        let _ = self.sched.remove_instance(inst);
+        if let Some(s) = self.elastic.slot_of(inst) {
+            self.elastic.slots[s].0 = None;
+        }
+    }
+
+    /// Pre-launch at deploy: `chain` gets a free region; `None` when there is none (it will be
+    /// launched when its first packet arrives).
+    pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
+        let now = self.clock.now();
+        let (nts, build) = self.chain_nts(chain)?;
+        let Some(slot) = self.elastic.launcher.prelaunch(chain, now) else {
+            self.elastic.saved[chain.index()].push(nts);
+            return Ok(None);
+        };
+        let inst = self.sched.add_launching(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let ready_at = now + self.elastic.cfg.launch_delay;
+        self.start(Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at, evict: None, requested: now });
+        self.record(now, chain, Some(slot), EventKind::Prelaunch, build);
+        self.advance_elastic(now);
+        Ok(Some(inst))
+    }
+
+    fn start(&mut self, p: Pending) {
+        self.elastic.pending.push(p);
+    }
+
+    /// A packet needs `chain`, which has no active instance: the paper's on-demand order —
+    /// share or resume what is loaded, a free region, the pool (later), the tenant's endpoint,
+    /// and last a context switch.
+    #[cold]
+    pub(super) fn on_demand(&mut self, chain: ChainId, now: Instant) -> OnDemand {
+        if !self.elastic.on() {
+            return OnDemand::Nothing;
+        }
+        let endpoint = self.elastic.endpoint.get(chain.index()).copied().unwrap_or(false);
+        // The pool hook: no peers yet, so never remote.
+        let decision = self.elastic.launcher.place(chain, now, false, endpoint);
+        match decision {
+            Decision::Share { region } | Decision::Resume { region } => {
+                let Some(inst) = self.elastic.slots[region].0 else { return OnDemand::Nothing };
+                if self.sched.resume_instance(inst).is_err() {
+                    return OnDemand::Nothing;
+                }
+                self.meter.set_active(inst, true);
+                self.record(now, chain, Some(region), EventKind::Resume, 0);
+                OnDemand::Retry
+            }
+            Decision::Launch { region } => self.launch_into(chain, region, None, now, EventKind::Launch),
+            Decision::ContextSwitch { region, evicted } => {
+                let old = self.elastic.slots[region].0;
+                self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
+            }
+            Decision::Endpoint => {
+                self.elastic.stats.endpoint_packets += 1;
+                if self.elastic.stats.endpoint_packets == 1 {
+                    self.record(now, chain, None, EventKind::EndpointFallback, 0);
+                }
+                OnDemand::Endpoint
+            }
+            Decision::Wait { .. } | Decision::Remote | Decision::Busy => OnDemand::Nothing,
+        }
+    }
+
+    /// Launches `chain` into `region` for packets waiting now (they buffer in the launching
+    /// instance), stopping `evict` first if the region holds it.
+    fn launch_into(&mut self, chain: ChainId, region: usize, evict: Option<InstanceId>, now: Instant, kind: EventKind) -> OnDemand {
+        let Ok((nts, build)) = self.chain_nts(chain) else {
+            self.elastic.launcher.free(region);
+            return OnDemand::Nothing;
+        };
+        let Ok(inst) = self.sched.add_launching(chain, self.cfg.credits) else {
+            self.elastic.saved[chain.index()].push(nts);
+            return OnDemand::Nothing;
+        };
+        if let Some(old) = evict {
+            self.stop_for_eviction(old);
+        }
+        let ready_at = now + self.elastic.cfg.launch_delay;
+        let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
+        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, ready_at, evict, requested: now });
+        self.record(now, chain, Some(region), kind, build);
+        self.advance_elastic(now);
+        OnDemand::Retry
+    }
+
+    /// Stop-and-launch, stop part: the running chain takes no new packets and finishes what it
+    /// has (a victim has nothing and goes at once).
+    fn stop_for_eviction(&mut self, old: InstanceId) {
+        match self.sched.state(old) {
+            // Refused only while its chain's instances are changing: retried as launches advance.
+            InstanceState::Running if self.sched.stop_instance(old).is_ok() => self.meter.set_active(old, false),
+            InstanceState::Parked => self.teardown(old),
+            _ => {}
+        }
+    }
+
+    /// Launches and stops under way: stopped instances that finished become victims (or are
+    /// torn down to make room), and launches whose time has come and whose region is empty
+    /// start running. Called every poll while any is pending.
+    pub(super) fn advance_elastic(&mut self, now: Instant) {
+        while let Some(p) = self.sched.take_parked() {
+            let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
+            match self.elastic.slot_of(p) {
+                Some(slot) if !evicting && self.elastic.cfg.victims => self.elastic.launcher.deschedule(slot, now),
+                Some(slot) if !evicting => {
+                    self.teardown(p);
+                    self.elastic.launcher.free(slot);
+                }
+                _ => self.teardown(p),
+            }
+        }
+        let mut i = 0;
+        while i < self.elastic.pending.len() {
+            let p = &self.elastic.pending[i];
+            let (chain, slot, ready_at, evict, planned) = (p.chain, p.slot, p.ready_at, p.evict, p.inst);
+            if ready_at > now {
+                i += 1;
+                continue;
+            }
+            if let Some(old) = evict {
+                if self.elastic.slot_of(old) == Some(slot) {
+                    // Still there: stopping (retry a refused stop) or draining.
+                    self.stop_for_eviction(old);
+                    if self.elastic.slot_of(old) == Some(slot) {
+                        i += 1;
+                        continue;
+                    }
+                }
+            }
+            let inst = match planned {
+                Some(inst) => inst,
+                // A scale-out joins the chain's instances now that it can run.
+                None => match self.sched.add_instance(chain, self.cfg.credits) {
+                    Ok(inst) => inst,
+                    Err(_) => {
+                        i += 1;
+                        continue;
+                    }
+                },
+            };
+            let p = self.elastic.pending.swap_remove(i);
+            let place = self.elastic.slots[slot].1;
+            if self.install(chain, inst, p.nts, place).is_err() {
+                // A worker that does not answer: the instance cannot run anywhere.
+                self.elastic.launcher.free(slot);
+                continue;
+            }
+            self.elastic.slots[slot].0 = Some(inst);
+            if p.inst.is_some() {
+                let _ = self.sched.set_running(inst);
+            }
+            self.elastic.launcher.set_running(slot);
+            let took = now.saturating_since(p.requested).as_nanos() as u64;
+            self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
+        }
+    }
+
+    /// Per epoch: each chain's load goes to the launch policy (who has spare bandwidth) and to
+    /// the auto-scaler, whose decisions are carried out here.
+    pub(super) fn elastic_epoch(&mut self, now: Instant) {
+        if !self.elastic.on() {
+            return;
+        }
+        let a = 0.25;
+        for c in 0..self.chains.len() {
+            let chain = ChainId(c as u16);
+            let l = &mut self.elastic.load[c];
+            *l += a * (self.meter.chain_load(chain) - *l);
+            let load = *l;
+            let insts = self.sched.instances_of(chain).len();
+            for &inst in self.sched.instances_of(chain) {
+                if let Some(s) = self.elastic.slot_of(inst) {
+                    self.elastic.launcher.set_load(s, load / insts.max(1) as f64);
+                }
+            }
+            if insts == 0 || self.elastic.pending.iter().any(|p| p.chain == chain) {
+                continue;
+            }
+            let room = self.elastic.launcher.has_room();
+            match self.elastic.scaler.observe(now, chain, load, insts, room) {
+                Some(Scale::Out(_)) => self.scale_out(chain, now),
+                Some(Scale::In(_)) => self.scale_in(chain, now),
+                None => {}
+            }
+        }
+    }
+
+    fn scale_out(&mut self, chain: ChainId, now: Instant) {
+        match self.elastic.launcher.scale_out(chain, now) {
+            Some(Decision::Resume { region }) => {
+                let Some(inst) = self.elastic.slots[region].0 else { return };
+                if self.sched.resume_instance(inst).is_ok() {
+                    self.meter.set_active(inst, true);
+                    self.record(now, chain, Some(region), EventKind::Resume, 0);
+                    self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
+                }
+            }
+            Some(Decision::Launch { region }) | Some(Decision::ContextSwitch { region, .. }) => {
+                let Ok((nts, build)) = self.chain_nts(chain) else {
+                    self.elastic.launcher.free(region);
+                    return;
+                };
+                let evict = self.elastic.slots[region].0;
+                if let Some(old) = evict {
+                    self.stop_for_eviction(old);
+                }
+                let ready_at = now + self.elastic.cfg.launch_delay;
+                let why = Launched::ScaleOut;
+                self.start(Pending { chain, slot: region, inst: None, nts, why, ready_at, evict, requested: now });
+                self.record(now, chain, Some(region), EventKind::ScaleOut, build);
+                self.advance_elastic(now);
+            }
+            _ => {}
+        }
+    }
+
+    fn scale_in(&mut self, chain: ChainId, now: Instant) {
+        // The most recently added instance goes (the others keep most of their flows).
+        let Some(&inst) = self.sched.instances_of(chain).last() else { return };
+        let last = self.sched.instances_of(chain).len() == 1;
+        if self.sched.stop_instance(inst).is_err() {
+            return;
+        }
+        self.meter.set_active(inst, false);
+        let region = self.elastic.slot_of(inst);
+        self.record(now, chain, region, if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
+        self.advance_elastic(now);
+    }
+}
