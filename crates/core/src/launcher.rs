@@ -189,16 +189,7 @@ impl Launcher {
         }
         // 6. Stop-and-launch: the least recently descheduled victim, else the least-loaded
         // running chain.
-        let victim = self
-            .regions
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| match *r {
-                RegionState::Victim { chain: c, since } => Some((i, c, since)),
-                _ => None,
-            })
-            .min_by_key(|&(_, _, since)| since);
-        let target = victim.map(|(i, c, _)| (i, c)).or_else(|| {
+        let target = self.oldest_victim().or_else(|| {
             self.regions
                 .iter()
                 .enumerate()
@@ -238,8 +229,14 @@ impl Launcher {
             self.occupy(region, chain, now);
             return Some(Decision::Launch { region });
         }
-        let (region, evicted) = self
-            .regions
+        let (region, evicted) = self.oldest_victim()?;
+        self.occupy(region, chain, now);
+        Some(Decision::ContextSwitch { region, evicted })
+    }
+
+    /// The least recently descheduled victim: its region and chain.
+    fn oldest_victim(&self) -> Option<(usize, ChainId)> {
+        self.regions
             .iter()
             .enumerate()
             .filter_map(|(i, r)| match *r {
@@ -247,9 +244,7 @@ impl Launcher {
                 _ => None,
             })
             .min_by_key(|&(_, _, since)| since)
-            .map(|(i, c, _)| (i, c))?;
-        self.occupy(region, chain, now);
-        Some(Decision::ContextSwitch { region, evicted })
+            .map(|(i, c, _)| (i, c))
     }
 
     /// True if [`Launcher::scale_out`] would find room (a free region or a victim).

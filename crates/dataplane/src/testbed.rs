@@ -60,6 +60,18 @@ pub fn datagram(vni: u32, sport: u16, payload: usize) -> Vec<u8> {
     b
 }
 
+/// A NAT NT translating sources in 10.0.0.0/24 to 203.0.113.1, ports 1024 and up.
+pub fn snat() -> NtSpec {
+    NtSpec::Nat(snic_nt::nat::NatConfig {
+        snat: Some(snic_nt::nat::Snat {
+            inside: "10.0.0.0/24".parse().expect("a valid prefix"),
+            public: [203, 0, 113, 1].into(),
+            ports: PortRange { lo: 1024, hi: 65535 },
+        }),
+        ..Default::default()
+    })
+}
+
 /// The MAT rule "every packet of `vni` runs `dag`, for `tenant`".
 pub fn dag_rule(vni: u32, tenant: TenantId, dag: DagUid) -> Rule {
     Rule { vni, proto: None, dst: None, dst_ports: PortRange::ANY, priority: 0, action: Action::Dag { tenant, dag } }

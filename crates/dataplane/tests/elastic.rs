@@ -5,7 +5,7 @@
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::launcher::RegionState;
-use snic_core::mat::{Mat, PortRange};
+use snic_core::mat::Mat;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
@@ -13,10 +13,8 @@ use snic_dataplane::node::LaunchError;
 use snic_dataplane::store::Peer;
 use snic_dataplane::testbed::{dag_rule, ManualClock};
 use snic_dataplane::{Node, NodeConfig};
-use snic_nt::nat::{NatConfig, Snat};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
-use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
 use std::collections::HashMap;
@@ -43,14 +41,7 @@ fn engine(pps: u64) -> NtSpec {
 }
 
 fn nat() -> NtSpec {
-    NtSpec::Nat(NatConfig {
-        snat: Some(Snat {
-            inside: "10.0.0.0/24".parse().unwrap(),
-            public: [203, 0, 113, 1].into(),
-            ports: PortRange { lo: 1024, hi: 65535 },
-        }),
-        ..Default::default()
-    })
+    snic_dataplane::testbed::snat()
 }
 
 impl Bed {
@@ -90,20 +81,8 @@ impl Bed {
     fn push(&mut self, i: usize, sport: u16) {
         let vni = 100 + i as u32;
         let seq = self.seq.entry((vni, sport)).or_insert(0);
-        let spec = FrameSpec {
-            outer: None,
-            vni,
-            inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
-            inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
-            src: [10, 0, 0, 1].into(),
-            dst: [10, 0, 1, 2].into(),
-            l4: L4Spec::Udp { src_port: sport, dst_port: 80 },
-            payload_len: 4,
-            payload_byte: 0,
-        };
-        let mut b = vec![0u8; 128];
-        let n = build(&spec, &mut b).unwrap();
-        b.truncate(n);
+        let mut b = snic_dataplane::testbed::datagram(vni, sport, 4);
+        let n = b.len();
         b[n - 4..].copy_from_slice(&seq.to_be_bytes());
         *seq += 1;
         *self.sent.entry(vni).or_insert(0) += 1;

@@ -10,7 +10,6 @@ use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Drop, Node, NodeConfig};
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
-use snic_nt::nat::{NatConfig, Snat};
 use snic_nt::NtSpec;
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
@@ -68,14 +67,7 @@ fn fw_nat() -> Vec<NtSpec> {
             }],
             ..Default::default()
         }),
-        NtSpec::Nat(NatConfig {
-            snat: Some(Snat {
-                inside: "10.0.0.0/24".parse().unwrap(),
-                public: [203, 0, 113, 1].into(),
-                ports: PortRange { lo: 1024, hi: 65535 },
-            }),
-            ..Default::default()
-        }),
+        snic_dataplane::testbed::snat(),
     ]
 }
 
