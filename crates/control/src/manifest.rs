@@ -158,6 +158,11 @@ pub struct DagSpec {
     /// `[from, to]` pairs: `from` runs before `to`. Omitted: the `nodes` order.
     #[serde(default)]
     pub edges: Option<Vec<[String; 2]>>,
+    /// The tenant's endpoint can run these NTs itself: when the node has no region for one of
+    /// the DAG's chains (and before stopping another chain for it), its packets are sent on
+    /// unprocessed. Applies to a chain only if every DAG that uses it says so.
+    #[serde(default)]
+    pub endpoint_fallback: bool,
 }
 
 /// What a rule does.

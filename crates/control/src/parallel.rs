@@ -60,6 +60,7 @@ mod tests {
             tenant: "t".into(),
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             edges: edges.map(|e| e.iter().map(|[a, b]| [a.to_string(), b.to_string()]).collect()),
+            endpoint_fallback: false,
         }
     }
 

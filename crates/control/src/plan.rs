@@ -6,9 +6,10 @@
 //! chain with a mask that skips the chain's other NTs. Consecutive NTs of a DAG that sit in one
 //! chain in increasing order form one step (one visit).
 //!
-//! **Placement**: each chain gets one instance, pre-launched into a free region at deploy. More
-//! chains than regions is a capacity error today; on-demand launch and context switching
-//! (a later issue) will lift it.
+//! **Placement**: each chain gets one instance, pre-launched into a free region at deploy. With a
+//! fixed region per chain, more chains than regions is a capacity error; a node with elastic NTs
+//! (on-demand launch, context switching) plans with no such limit (`regions = usize::MAX`) and
+//! launches what does not fit when its packets arrive.
 
 use crate::manifest::{DagSpec, Error, ErrorCode, Kind, RuleAction, Spec};
 use crate::state::State;
@@ -42,6 +43,8 @@ pub struct ChainPlan {
     pub nts: Vec<String>,
     /// Their configurations.
     pub specs: Vec<NtSpec>,
+    /// Every DAG that visits the chain declared that its endpoint can run it.
+    pub endpoint_fallback: bool,
 }
 
 /// A DAG's route through the chains.
@@ -172,7 +175,7 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
             for (i, n) in run.iter().enumerate() {
                 placed.insert(n.to_string(), (c, i));
             }
-            p.chains.push(ChainPlan { nts: run.iter().map(|s| s.to_string()).collect(), specs });
+            p.chains.push(ChainPlan { nts: run.iter().map(|s| s.to_string()).collect(), specs, endpoint_fallback: true });
             run.clear();
         };
         for n in &order {
@@ -193,6 +196,9 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
                 }
                 _ => steps.push((c, NtMask(1 << pos), pos)),
             }
+        }
+        for &(c, _, _) in &steps {
+            p.chains[c].endpoint_fallback &= d.endpoint_fallback;
         }
         p.dags.push(DagPlan {
             name: o.name.clone(),
@@ -249,7 +255,7 @@ mod tests {
 
     #[test]
     fn chain_candidates_are_every_contiguous_run() {
-        let d = DagSpec { tenant: "t".into(), nodes: vec!["a".into(), "b".into(), "c".into()], edges: None };
+        let d = DagSpec { tenant: "t".into(), nodes: vec!["a".into(), "b".into(), "c".into()], edges: None, endpoint_fallback: false };
         let c = chain_candidates(&d).unwrap();
         let s: Vec<String> = c.iter().map(|x| x.join(">")).collect();
         assert_eq!(s, ["a>b>c", "a>b", "b>c", "a", "b", "c"]);

@@ -110,7 +110,8 @@ impl Fig7 {
         let clock = ManualClock::default();
         let cfg = NodeConfig { vtep_port: None, ..cfg };
         let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
-        let engine = |units: f64| NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some((units * unit_pps) as u64) });
+        let engine =
+            |units: f64| NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some((units * unit_pps) as u64), enforce: false });
         let c1 = node.add_chain(vec![engine(10.0), engine(10.0)]);
         let c2 = node.add_chain(vec![engine(7.0), engine(10.0)]);
         node.label_chain(c1, &["nt1".into(), "nt2".into()]);

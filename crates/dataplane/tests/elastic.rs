@@ -37,7 +37,7 @@ struct Bed {
 }
 
 fn engine(pps: u64) -> NtSpec {
-    NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some(pps) })
+    NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some(pps), enforce: false })
 }
 
 fn nat() -> NtSpec {

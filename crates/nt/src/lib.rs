@@ -86,11 +86,12 @@ pub enum DropReason {
     CryptoBadInner,
     OpaquePayload,
     EngineThrottled,
+    Overloaded,
 }
 
 impl DropReason {
     /// Every variant, for counter tables.
-    pub const ALL: [DropReason; 14] = [
+    pub const ALL: [DropReason; 15] = [
         DropReason::FirewallDeny,
         DropReason::NatTableFull,
         DropReason::NatPortsExhausted,
@@ -105,6 +106,7 @@ impl DropReason {
         DropReason::CryptoBadInner,
         DropReason::OpaquePayload,
         DropReason::EngineThrottled,
+        DropReason::Overloaded,
     ];
 
     /// Stable snake_case name.
@@ -124,6 +126,7 @@ impl DropReason {
             DropReason::CryptoBadInner => "crypto_bad_inner",
             DropReason::OpaquePayload => "opaque_payload",
             DropReason::EngineThrottled => "engine_throttled",
+            DropReason::Overloaded => "nt_overloaded",
         }
     }
 

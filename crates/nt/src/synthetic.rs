@@ -4,7 +4,8 @@
 //! an engine whose speed is not the CPU's (an FPGA NT, an accelerator): fair sharing then uses
 //! the declared capacity instead of the measured cost.
 
-use crate::{Ctx, Nt, Pkt, Verdict};
+use crate::{Ctx, DropReason, Nt, Pkt, Verdict};
+use snic_core::fair::TokenBucket;
 use std::time::{Duration, Instant};
 
 /// Configuration of a synthetic NT.
@@ -17,6 +18,11 @@ pub struct SyntheticConfig {
     /// Declared throughput of one instance, in packets per second.
     #[serde(default)]
     pub capacity_pps: Option<u64>,
+    /// Hold the instance to its declared throughput on the node's clock (100 µs of burst) and
+    /// drop the rest as `nt_overloaded`: an engine that cannot go faster and has no queue of
+    /// its own. For experiments on a virtual clock (scaling), where time costs nothing.
+    #[serde(default)]
+    pub enforce: bool,
 }
 
 /// See the module docs.
@@ -24,12 +30,19 @@ pub struct SyntheticConfig {
 pub struct Synthetic {
     cost: Duration,
     capacity: Option<f64>,
+    limit: Option<TokenBucket>,
 }
 
 impl Synthetic {
     /// A synthetic NT.
     pub fn new(c: &SyntheticConfig) -> Self {
-        Synthetic { cost: Duration::from_nanos(c.cost_ns), capacity: c.capacity_pps.map(|p| p as f64) }
+        let capacity = c.capacity_pps.map(|p| p as f64);
+        let limit = capacity.filter(|_| c.enforce).map(|pps| {
+            let mut b = TokenBucket::unlimited();
+            b.set(snic_core::time::Instant::ZERO, Some(pps), (pps * 100e-6).max(1.0));
+            b
+        });
+        Synthetic { cost: Duration::from_nanos(c.cost_ns), capacity, limit }
     }
 }
 
@@ -37,7 +50,12 @@ impl Nt for Synthetic {
     fn kind(&self) -> &'static str {
         "synthetic"
     }
-    fn process(&mut self, _cx: &Ctx, _pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, cx: &Ctx, _pkt: &mut Pkt<'_>) -> Verdict {
+        if let Some(b) = &mut self.limit {
+            if !b.take(cx.now) {
+                return Verdict::Drop(DropReason::Overloaded);
+            }
+        }
         if !self.cost.is_zero() {
             let t0 = Instant::now();
             while t0.elapsed() < self.cost {
@@ -58,7 +76,7 @@ mod tests {
 
     #[test]
     fn costs_what_it_says_and_declares_its_capacity() {
-        let mut nt = Synthetic::new(&SyntheticConfig { cost_ns: 200_000, capacity_pps: Some(5000) });
+        let mut nt = Synthetic::new(&SyntheticConfig { cost_ns: 200_000, capacity_pps: Some(5000), enforce: false });
         let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 10);
         let before = p.buf.clone();
         let t0 = Instant::now();
@@ -66,5 +84,23 @@ mod tests {
         assert!(t0.elapsed() >= Duration::from_micros(200));
         assert_eq!(p.buf, before, "a synthetic NT does not touch the packet");
         assert_eq!(nt.capacity_pps(), Some(5000.0));
+    }
+
+    #[test]
+    fn an_enforced_capacity_drops_what_exceeds_it() {
+        // 10 kpps with 100 µs of burst (1 packet): over 10 ms of clock, 1000 packets at most.
+        let mut nt = Synthetic::new(&SyntheticConfig { cost_ns: 0, capacity_pps: Some(10_000), enforce: true });
+        let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 10);
+        let mut ok = 0;
+        for i in 0..5000u64 {
+            // 500 kpps offered over 10 ms.
+            let cx = Ctx { now: snic_core::time::Instant(i * 2_000) };
+            ok += (nt.process(&cx, &mut p.pkt()) == Verdict::Continue) as u64;
+        }
+        assert!((99..=102).contains(&ok), "{ok}");
+        // A burst of 1: two packets at one instant, the second is over.
+        let cx = Ctx { now: snic_core::time::Instant(20_000_000) };
+        assert_eq!(nt.process(&cx, &mut p.pkt()), Verdict::Continue);
+        assert_eq!(nt.process(&cx, &mut p.pkt()), Verdict::Drop(DropReason::Overloaded));
     }
 }

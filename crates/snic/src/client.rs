@@ -148,10 +148,45 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("regions: {} of {} used", v["regions"]["used"], v["regions"]["total"]);
+    let el = &v["elastic"];
+    if el["enabled"].as_bool() == Some(true) {
+        println!(
+            "regions: {} (elastic: launch delay {} ms, MONITOR_PERIOD {} ms, build {:.1} µs); {} chains planned",
+            v["regions"]["total"],
+            el["launch_delay_ms"],
+            el["monitor_period_ms"],
+            el["build_us"].as_f64().unwrap_or(0.0),
+            v["regions"]["used"]
+        );
+    } else {
+        println!("regions: {} of {} used", v["regions"]["used"], v["regions"]["total"]);
+    }
     for r in v["regions"]["instances"].as_array().into_iter().flatten() {
         let chain: Vec<&str> = r["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
-        println!("  region {:<3} [{}]  queued {}  free credits {}", r["region"], chain.join(" → "), r["queued"], r["credits"]);
+        println!(
+            "  instance {:<3} {:<9} [{}]  queued {}  free credits {}",
+            r["region"],
+            r["state"].as_str().unwrap_or(""),
+            chain.join(" → "),
+            r["queued"],
+            r["credits"]
+        );
+    }
+    if el["enabled"].as_bool() == Some(true) {
+        let counts: Vec<String> =
+            el["counters"].as_array().into_iter().flatten().map(|c| format!("{} {}", c[0].as_str().unwrap_or(""), c[1])).collect();
+        println!("  {}", counts.join(", "));
+        let events = el["events"].as_array().cloned().unwrap_or_default();
+        for e in events.iter().skip(events.len().saturating_sub(8)) {
+            println!(
+                "  {:>10.3} ms  {:<40} [{}] region {}  {:.1} µs",
+                e["at_ms"].as_f64().unwrap_or(0.0),
+                e["event"].as_str().unwrap_or(""),
+                e["chain"].as_str().unwrap_or(""),
+                e["region"],
+                e["took_us"].as_f64().unwrap_or(0.0)
+            );
+        }
     }
     println!("tenants:");
     println!(

@@ -8,13 +8,15 @@ use snic_core::ids::InstanceId;
 
 use snic_core::mat::Mat;
 use snic_dataplane::backend::Backend;
+use snic_dataplane::node::LaunchError;
 use snic_dataplane::store::Peer;
 use snic_dataplane::Node;
 use std::sync::Arc;
 
-/// Deploys `plan` on a node that runs nothing yet; returns the instance (region) launched for
-/// each planned chain.
-pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<InstanceId>> {
+/// Deploys `plan` on a node that runs nothing yet; returns the instance (region) pre-launched
+/// for each planned chain — `None` for a chain that found no free region on a node with elastic
+/// NTs (it is launched when its packets arrive).
+pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<Option<InstanceId>>> {
     for t in &plan.tenants {
         node.set_tenant(t.id, t.weight as f64);
         if let Some(q) = t.store_buffers {
@@ -25,7 +27,12 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
     for (i, c) in plan.chains.iter().enumerate() {
         let id = node.add_chain(c.specs.clone());
         node.label_chain(id, &c.nts);
-        let inst = node.launch(id).with_context(|| format!("launching chain {i} ({})", c.nts.join(" → ")))?;
+        node.set_endpoint_fallback(id, c.endpoint_fallback);
+        let inst = match node.launch(id) {
+            Ok(inst) => Some(inst),
+            Err(LaunchError::NoFreeRegion) => None,
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("launching chain {i} ({})", c.nts.join(" → ")))),
+        };
         chains.push((id, inst));
     }
     for d in &plan.dags {

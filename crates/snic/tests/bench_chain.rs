@@ -32,11 +32,23 @@ fn launch_cost_is_reported_per_chain() {
     let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "3", "--json"]).output().expect("snic runs");
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let chains: Vec<&str> = runs.iter().map(|r| r["chain"].as_str().unwrap()).collect();
-    assert_eq!(chains, ["dummy", "vpc"]);
+    let cases = ["build", "warm", "on_demand", "context_switch", "victim_resume"];
+    let got: Vec<(&str, &str)> = runs.iter().map(|r| (r["chain"].as_str().unwrap(), r["case"].as_str().unwrap())).collect();
+    let want: Vec<(&str, &str)> = ["dummy", "vpc"].iter().flat_map(|c| cases.iter().map(move |k| (*c, *k))).collect();
+    assert_eq!(got, want);
     for r in &runs {
         assert!(r["p50_ns"].as_u64().unwrap() > 0 && r["p50_ns"].as_u64() <= r["max_ns"].as_u64(), "{r}");
     }
+    let p50 = |chain: &str, case: &str| runs.iter().find(|r| r["chain"] == chain && r["case"] == case).unwrap()["p50_ns"].as_u64().unwrap();
     // The vpc chain allocates its NAT table and expands its key: it costs more than a dummy.
-    assert!(runs[1]["p50_ns"].as_u64() > runs[0]["p50_ns"].as_u64(), "{runs:?}");
+    assert!(p50("vpc", "build") > p50("dummy", "build"), "{runs:?}");
+    // An emulated 3 ms reconfiguration: a packet that needs a launch waits for it; one whose
+    // chain is a victim does not.
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "1", "--json", "--delay-ms", "3"]).output().unwrap();
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let p50 = |case: &str| runs.iter().find(|r| r["chain"] == "dummy" && r["case"] == case).unwrap()["p50_ns"].as_u64().unwrap();
+    assert!(p50("on_demand") >= 3_000_000 && p50("context_switch") >= 3_000_000, "{runs:?}");
+    assert!(p50("victim_resume") < 3_000_000, "{runs:?}");
 }

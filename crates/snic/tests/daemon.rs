@@ -29,9 +29,17 @@ impl Drop for Daemon {
 }
 
 fn start(dir: &std::path::Path) -> Daemon {
+    start_with(dir, "")
+}
+
+/// A daemon whose node configuration ends with `extra` (YAML).
+fn start_with(dir: &std::path::Path, extra: &str) -> Daemon {
     let cfg = dir.join("node.yaml");
-    std::fs::write(&cfg, format!("data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {}\nvtep_port: null\n", dir.join("state").display()))
-        .unwrap();
+    std::fs::write(
+        &cfg,
+        format!("data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {}\nvtep_port: null\n{extra}", dir.join("state").display()),
+    )
+    .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_snic"))
         .args(["run", "--config", cfg.to_str().unwrap()])
         .stdout(Stdio::piped())
@@ -82,6 +90,17 @@ fn oversized(api: &str) -> u16 {
     let mut resp = String::new();
     let _ = c.read_to_string(&mut resp);
     resp.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// The demo manifest with routes to the blue and green receivers.
+fn demo_with_routes(b: &UdpSocket, g: &UdpSocket) -> String {
+    let demo = include_str!("../../../examples/demo.yaml");
+    let routes = format!(
+        "apiVersion: snic/v1\nkind: Route\nmetadata: {{name: blue-b}}\nspec: {{vni: 100, mac: '{MAC_B}', vtep: '{}'}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: green-g}}\nspec: {{vni: 300, mac: '{MAC_B}', vtep: '{}'}}\n",
+        b.local_addr().unwrap(),
+        g.local_addr().unwrap()
+    );
+    format!("{demo}\n---\n{routes}")
 }
 
 fn frame(vni: u32, l4: L4Spec) -> Vec<u8> {
@@ -144,13 +163,7 @@ fn daemon_lifecycle() {
     let g = UdpSocket::bind("127.0.0.1:0").unwrap();
 
     let d = start(&dir);
-    let demo = include_str!("../../../examples/demo.yaml");
-    let routes = format!(
-        "apiVersion: snic/v1\nkind: Route\nmetadata: {{name: blue-b}}\nspec: {{vni: 100, mac: '{MAC_B}', vtep: '{}'}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: green-g}}\nspec: {{vni: 300, mac: '{MAC_B}', vtep: '{}'}}\n",
-        b.local_addr().unwrap(),
-        g.local_addr().unwrap()
-    );
-    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &format!("{demo}\n---\n{routes}"));
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["chains"], 2);
 
@@ -214,4 +227,86 @@ fn daemon_lifecycle() {
     let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
     assert_eq!(v["spec"]["vnis"][0], 100);
     assert_eq!(stop(d), 0);
+}
+
+/// A temporary directory removed when the test ends, pass or fail.
+struct TempDir(std::path::PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("snic-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Sends `n` packets of `vni` (paced) and returns how many `rx` got.
+fn burst(data: SocketAddr, vni: u32, rx: &UdpSocket, n: usize) -> usize {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for i in 0..n {
+        a.send_to(&frame(vni, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+        if i % 20 == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    rx.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut got = 0;
+    while rx.recv_from(&mut buf).is_ok() {
+        got += 1;
+    }
+    got
+}
+
+fn counter(v: &serde_json::Value, name: &str) -> u64 {
+    v["elastic"]["counters"].as_array().unwrap().iter().find(|c| c[0] == name).and_then(|c| c[1].as_u64()).unwrap()
+}
+
+#[test]
+fn elastic_node_context_switches_between_tenants_on_one_region() {
+    // One region, two tenants' chains, a 2 ms emulated launch: the second chain is launched on
+    // demand by stop-and-launch, and each tenant's traffic brings its chain back.
+    let dir = TempDir::new("elastic");
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = start_with(&dir.0, "regions: 1\nelastic: {enabled: true, launch_delay_ms: 2}\n");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "two chains on one region are accepted with elastic NTs: {v}");
+    for round in 0..2 {
+        let got = burst(d.data, 100, &b, 100);
+        assert!(got >= 95, "round {round}: blue delivered {got}");
+        let got = burst(d.data, 200, &g, 100);
+        assert!(got >= 95, "round {round}: green delivered {got}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (s, v) = http("GET", &format!("{}/v1/status", d.api), "");
+    assert_eq!(s, 200);
+    assert_eq!(v["elastic"]["enabled"], true);
+    assert_eq!(counter(&v, "prelaunches"), 1, "{v}");
+    // Green takes the region from blue, then each takes it back in turn (or resumes a victim).
+    assert!(counter(&v, "context_switches") >= 3, "{}", v["elastic"]);
+    let events: Vec<&str> = v["elastic"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert!(events.iter().any(|e| e.starts_with("context switch")), "{events:?}");
+    assert!(events.contains(&"running (contextswitch)"), "{events:?}");
+    let (_, m) = http("GET", &format!("{}/metrics", d.api), "");
+    assert!(m.as_str().unwrap().contains("snic_elastic_events_total{event=\"context_switches\"}"), "{m}");
+    assert_eq!(stop(d), 0);
+}
+
+#[test]
+fn elastic_config_errors_are_clear() {
+    let dir = TempDir::new("elastic-cfg");
+    let cfg = dir.0.join("node.yaml");
+    std::fs::write(&cfg, "elastic: {autoscale: true}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["run", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("elastic.autoscale needs elastic.enabled"), "{err}");
 }

@@ -217,7 +217,7 @@ struct Setup {
 }
 
 fn synthetic(ns: u64) -> NtSpec {
-    NtSpec::Synthetic(SyntheticConfig { cost_ns: ns, capacity_pps: None })
+    NtSpec::Synthetic(SyntheticConfig { cost_ns: ns, capacity_pps: None, enforce: false })
 }
 
 fn setup(s: &str) -> Setup {

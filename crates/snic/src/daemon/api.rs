@@ -40,6 +40,8 @@ pub struct Control {
     pub db: Db,
     /// Regions of this node.
     pub regions: usize,
+    /// The most chains a plan may have (no limit when chains come and go).
+    pub plan_regions: usize,
     /// The data plane.
     pub dp: DataPlane,
 }
@@ -101,7 +103,7 @@ fn lock(ctl: &Shared) -> Result<std::sync::MutexGuard<'_, Control>, Response> {
 
 /// Stores and deploys a new state; on a deployment failure the stored state is rolled back.
 fn commit(c: &mut Control, next: State) -> Result<(), Response> {
-    let p = plan::plan(&next, c.regions).map_err(manifest_err)?;
+    let p = plan::plan(&next, c.plan_regions).map_err(manifest_err)?;
     c.db.save(&next).map_err(internal)?;
     if let Err(e) = c.dp.deploy(p.clone()) {
         let _ = c.db.save(&c.state);
@@ -203,6 +205,7 @@ async fn status(AxState(ctl): AxState<Shared>) -> Response {
         "latency_ns": {"p50": snap.latency_p50_ns, "p99": snap.latency_p99_ns},
         "rebuilds": snap.rebuilds,
         "fairness": {"epochs": snap.epochs, "resources": snap.resources},
+        "elastic": snap.elastic,
     }))
     .into_response()
 }

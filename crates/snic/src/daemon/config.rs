@@ -26,6 +26,75 @@ pub struct NodeFile {
     pub vtep_port: Option<u16>,
     /// Fair sharing (weighted DRF on measured demand, enforced at ingress).
     pub fairness: FairFile,
+    /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
+    pub elastic: ElasticFile,
+}
+
+/// The `elastic:` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElasticFile {
+    /// On: `regions` is a pool chains come and go from — chains that do not fit are launched
+    /// when their packets arrive (stop-and-launch as the last resort), idle chains are kept as
+    /// victims. Off: one region per chain, fixed at deploy, and a plan needing more is refused.
+    pub enabled: bool,
+    /// Emulated reconfiguration delay added to every launch, in milliseconds (5 reproduces the
+    /// paper's partial reconfiguration).
+    pub launch_delay_ms: f64,
+    /// Scale chains out and in with their load.
+    pub autoscale: bool,
+    /// MONITOR_PERIOD in milliseconds: an overload or underload must last this long before a
+    /// scale event (raised to the launch time if shorter).
+    pub monitor_period_ms: f64,
+    /// Load per instance (fraction of its throughput) above which it is overloaded.
+    pub high: f64,
+    /// Keep descheduled chains loaded as victims.
+    pub victims: bool,
+}
+
+impl Default for ElasticFile {
+    fn default() -> Self {
+        let e = snic_dataplane::elastic::ElasticConfig::default();
+        ElasticFile {
+            enabled: false,
+            launch_delay_ms: e.launch_delay.as_secs_f64() * 1e3,
+            autoscale: e.autoscale,
+            monitor_period_ms: e.monitor_period.as_secs_f64() * 1e3,
+            high: e.high,
+            victims: e.victims,
+        }
+    }
+}
+
+impl ElasticFile {
+    /// The data plane's form for a node of `regions` regions, after checking the ranges.
+    pub fn to_config(&self, regions: usize) -> anyhow::Result<snic_dataplane::elastic::ElasticConfig> {
+        let ms = |name: &str, v: f64| {
+            anyhow::ensure!(v.is_finite() && (0.0..=60_000.0).contains(&v), "elastic.{name} must be between 0 and 60000 ms");
+            Ok(std::time::Duration::from_secs_f64(v / 1e3))
+        };
+        anyhow::ensure!(self.high > 0.0 && self.high <= 1.0, "elastic.high must be in (0, 1]");
+        anyhow::ensure!(!self.autoscale || self.enabled, "elastic.autoscale needs elastic.enabled");
+        anyhow::ensure!(!self.enabled || regions > 0, "elastic.enabled needs at least one region");
+        Ok(snic_dataplane::elastic::ElasticConfig {
+            regions: if self.enabled { regions } else { 0 },
+            launch_delay: ms("launch_delay_ms", self.launch_delay_ms)?,
+            autoscale: self.autoscale,
+            monitor_period: ms("monitor_period_ms", self.monitor_period_ms)?,
+            high: self.high,
+            victims: self.victims,
+            ..Default::default()
+        })
+    }
+
+    /// The region limit the planner applies: none when chains come and go.
+    pub fn plan_regions(&self, regions: usize) -> usize {
+        if self.enabled {
+            usize::MAX
+        } else {
+            regions
+        }
+    }
 }
 
 /// The `fairness:` section.
@@ -86,6 +155,7 @@ impl Default for NodeFile {
             store_buffers: dp.store_buffers,
             vtep_port: dp.vtep_port,
             fairness: FairFile::default(),
+            elastic: ElasticFile::default(),
         }
     }
 }
@@ -95,7 +165,9 @@ impl NodeFile {
     pub fn load(p: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         let f: Self = yaml_serde::from_str(&text).with_context(|| format!("{}: invalid node configuration", p.display()))?;
-        f.fairness.to_config().with_context(|| format!("{}: invalid node configuration", p.display()))?;
+        let invalid = || format!("{}: invalid node configuration", p.display());
+        f.fairness.to_config().with_context(invalid)?;
+        f.elastic.to_config(f.regions).with_context(invalid)?;
         Ok(f)
     }
 }

@@ -49,10 +49,17 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     let db = persist::Db::open(&cfg.state_dir)?;
     let state = db.load()?;
-    let plan = plan::plan(&state, cfg.regions).context("the stored state no longer fits this node")?;
+    let plan = plan::plan(&state, cfg.elastic.plan_regions(cfg.regions)).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let ctl = Arc::new(Mutex::new(api::Control { state, plan, db, regions: cfg.regions, dp }));
+    let ctl = Arc::new(Mutex::new(api::Control {
+        state,
+        plan,
+        db,
+        regions: cfg.regions,
+        plan_regions: cfg.elastic.plan_regions(cfg.regions),
+        dp,
+    }));
     let served = ctl.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.api).await.with_context(|| format!("binding the API on {}", cfg.api))?;

@@ -10,7 +10,9 @@ use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
 use snic_control::plan::Plan;
+use snic_core::ids::ChainId;
 use snic_core::mat::Mat;
+use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::MonotonicClock;
@@ -82,6 +84,8 @@ pub struct ResourceSnap {
 pub struct RegionSnap {
     /// Region (instance) id.
     pub region: u16,
+    /// `launching`, `running`, `draining` or `victim` (loaded, not running).
+    pub state: &'static str,
     /// NTs of its chain.
     pub chain: Vec<String>,
     /// Packets waiting for it.
@@ -113,6 +117,41 @@ pub struct Snapshot {
     pub resources: Vec<ResourceSnap>,
     /// Fair-sharing epochs run.
     pub epochs: u64,
+    /// Elastic NTs: counters and recent events.
+    pub elastic: ElasticSnap,
+}
+
+/// Elastic NTs, as last published.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ElasticSnap {
+    /// Chains come and go from a pool of regions.
+    pub enabled: bool,
+    /// Emulated launch delay, ms.
+    pub launch_delay_ms: f64,
+    /// Effective MONITOR_PERIOD, ms.
+    pub monitor_period_ms: f64,
+    /// Smoothed time to build a chain's NTs (the real instantiation cost), µs.
+    pub build_us: f64,
+    /// Counters: prelaunches, launches, resumes, context_switches, scale_outs, scale_ins,
+    /// deschedules, endpoint_packets.
+    pub counters: Vec<(&'static str, u64)>,
+    /// The most recent events, oldest first.
+    pub events: Vec<EventSnap>,
+}
+
+/// One elastic event.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EventSnap {
+    /// When, ms on the node's clock.
+    pub at_ms: f64,
+    /// The chain's NTs.
+    pub chain: String,
+    /// The region.
+    pub region: Option<usize>,
+    /// What happened.
+    pub event: String,
+    /// For `running`: from request to running; for launches: the NTs' build time (µs).
+    pub took_us: f64,
 }
 
 enum Cmd {
@@ -135,6 +174,7 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
         vtep_port: cfg.vtep_port,
         fair: cfg.fairness.to_config()?,
         link_bps: cfg.fairness.link_gbps * 1e9,
+        elastic: cfg.elastic.to_config(cfg.regions)?,
         ..Default::default()
     })
 }
@@ -142,9 +182,9 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build(cfg: &NodeFile, backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<Vec<u16>>)> {
+fn build(cfg: &NodeFile, backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<()>)> {
     let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
-    let r = deploy(&mut node, plan).map(|inst| inst.into_iter().map(|i| i.0).collect());
+    let r = deploy(&mut node, plan).map(|_| ());
     Ok((node, r))
 }
 
@@ -157,13 +197,13 @@ impl DataPlane {
     pub fn start(cfg: &NodeFile, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
         let backend = UdpBackend::bind(cfg.data).with_context(|| format!("binding the data socket on {}", cfg.data))?;
         let addr = backend.local_addr()?;
-        let (node, regions) = build(cfg, backend, &plan)?;
-        let regions = regions?;
+        let (node, deployed) = build(cfg, backend, &plan)?;
+        deployed?;
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
-        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || run(cfg, node, regions, plan, rx, st, snap))?;
+        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || run(cfg, node, plan, rx, st, snap))?;
         Ok((DataPlane { tx, stop, join: Some(join), snapshot }, addr))
     }
 
@@ -183,15 +223,7 @@ impl DataPlane {
     }
 }
 
-fn run(
-    cfg: NodeFile,
-    node: Node<UdpBackend>,
-    mut regions: Vec<u16>,
-    mut plan: Plan,
-    rx: mpsc::Receiver<Cmd>,
-    stop: Arc<AtomicBool>,
-    snap: Arc<Mutex<Snapshot>>,
-) {
+fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver<Cmd>, stop: Arc<AtomicBool>, snap: Arc<Mutex<Snapshot>>) {
     let mut node = Some(node);
     let mut last_pub = Instant::now();
     let mut prev: Vec<(u64, u64)> = Vec::new();
@@ -209,7 +241,7 @@ fn run(
         }
         if work == 0 || polls % 1024 == 0 {
             while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
-                let r = apply(&cfg, &mut node, &mut regions, &plan, &p, &mut rebuilds);
+                let r = apply(&cfg, &mut node, &plan, &p, &mut rebuilds);
                 if r.is_ok() {
                     plan = p;
                     prev.clear();
@@ -221,7 +253,7 @@ fn run(
             if last_pub.elapsed() >= Duration::from_millis(250) {
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
-                let s = snapshot(n, &plan, &regions, &mut prev, dt, rebuilds);
+                let s = snapshot(n, &plan, &mut prev, dt, rebuilds);
                 if let Ok(mut g) = snap.lock() {
                     *g = s;
                 }
@@ -230,14 +262,7 @@ fn run(
     }
 }
 
-fn apply(
-    cfg: &NodeFile,
-    slot: &mut Option<Node<UdpBackend>>,
-    regions: &mut Vec<u16>,
-    old: &Plan,
-    new: &Plan,
-    rebuilds: &mut u64,
-) -> anyhow::Result<()> {
+fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &Plan, rebuilds: &mut u64) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
     if same_shape(old, new) {
         for d in &old.dags {
@@ -245,12 +270,10 @@ fn apply(
                 node.remove_dag(d.uid);
             }
         }
-        let chains: Vec<_> = regions.iter().map(|&r| node.sched().chain_of(snic_core::ids::InstanceId(r))).collect();
+        // The node's chains were added in the plan's order: plan chain c is ChainId(c).
         for d in &new.dags {
-            node.set_dag(
-                d.uid,
-                snic_core::dag::DagRoute::new(d.steps.iter().map(|&(c, mask)| snic_core::dag::Step { chain: chains[c], mask }).collect()),
-            );
+            let steps = d.steps.iter().map(|&(c, mask)| snic_core::dag::Step { chain: ChainId(c as u16), mask }).collect();
+            node.set_dag(d.uid, snic_core::dag::DagRoute::new(steps));
         }
         let mut mat = Mat::new();
         for r in &new.rules {
@@ -265,22 +288,21 @@ fn apply(
     old_node.drain(Duration::from_millis(200));
     let (n, r) = build(cfg, old_node.into_backend(), new)?;
     match r {
-        Ok(inst) => {
+        Ok(()) => {
             *slot = Some(n);
-            *regions = inst;
             *rebuilds += 1;
             Ok(())
         }
         Err(e) => {
             let (n, r) = build(cfg, n.into_backend(), old)?;
-            *regions = r.context("restoring the previous deployment")?;
+            r.context("restoring the previous deployment")?;
             *slot = Some(n);
             Err(e.context("deploying the new plan; the previous deployment was restored"))
         }
     }
 }
 
-fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
+fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
     let s = node.stats();
     let mut out =
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
@@ -304,8 +326,13 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
         });
         prev[i] = (ts.rx_packets, ts.tx_packets);
     }
-    for (c, &r) in regions.iter().enumerate() {
-        let id = snic_core::ids::InstanceId(r);
+    for r in 0..node.sched().instance_count() {
+        let id = snic_core::ids::InstanceId(r as u16);
+        let state = node.sched().state(id);
+        if state == InstanceState::Free {
+            continue;
+        }
+        let c = node.sched().chain_of(id).index();
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (packets, nts) = match node.region_counters(id) {
             Some(rc) => (
@@ -315,7 +342,8 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
             None => (0, Vec::new()),
         };
         out.regions.push(RegionSnap {
-            region: r,
+            region: r as u16,
+            state: state_name(state),
             chain: plan.chains[c].nts.clone(),
             queued: node.sched().queued(id),
             credits: node.sched().credits(id),
@@ -327,7 +355,59 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, regions: &[u16], prev: &mut Ve
     out.epochs = fair.epochs();
     out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
     out.unattributed_drops = snic_dataplane::stats::named_drops(&s.unattributed);
+    out.elastic = elastic_snap(node, plan);
     out
+}
+
+/// Events shown by `snic status`.
+const EVENTS_SHOWN: usize = 32;
+
+fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
+    use snic_dataplane::elastic::EventKind;
+    let e = node.elastic();
+    let st = e.stats();
+    let name = |c: ChainId| plan.chains.get(c.index()).map_or_else(|| format!("chain {}", c.index()), |c| c.nts.join(" → "));
+    let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
+    ElasticSnap {
+        enabled: e.config().regions > 0,
+        launch_delay_ms: e.config().launch_delay.as_secs_f64() * 1e3,
+        monitor_period_ms: e.monitor_period().as_secs_f64() * 1e3,
+        build_us: e.build_ns() / 1e3,
+        counters: vec![
+            ("prelaunches", st.prelaunches),
+            ("launches", st.launches),
+            ("resumes", st.resumes),
+            ("context_switches", st.context_switches),
+            ("scale_outs", st.scale_outs),
+            ("scale_ins", st.scale_ins),
+            ("deschedules", st.deschedules),
+            ("endpoint_packets", st.endpoint_packets),
+        ],
+        events: events
+            .map(|ev| EventSnap {
+                at_ms: ev.at_ns as f64 / 1e6,
+                chain: name(ev.chain),
+                region: ev.region,
+                event: match ev.kind {
+                    EventKind::ContextSwitch { evicted } => format!("context switch (evicted {})", name(evicted)),
+                    EventKind::Running { after } => format!("running ({after:?})").to_lowercase(),
+                    k => format!("{k:?}").to_lowercase(),
+                },
+                took_us: ev.took_ns as f64 / 1e3,
+            })
+            .collect(),
+    }
+}
+
+fn state_name(s: InstanceState) -> &'static str {
+    match s {
+        InstanceState::Launching => "launching",
+        InstanceState::Running => "running",
+        InstanceState::Draining => "draining",
+        // A parked instance keeps its region loaded until the region is needed: a victim.
+        InstanceState::Parked => "victim",
+        InstanceState::Free => "free",
+    }
 }
 
 fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
