@@ -18,7 +18,7 @@ pub struct SyntheticConfig {
     /// Declared throughput of one instance, in packets per second.
     #[serde(default)]
     pub capacity_pps: Option<u64>,
-    /// Hold the instance to its declared throughput on the node's clock (100 µs of burst) and
+    /// Hold the instance to its declared throughput on the node's clock (1 ms of burst) and
     /// drop the rest as `nt_overloaded`: an engine that cannot go faster and has no queue of
     /// its own. For experiments on a virtual clock (scaling), where time costs nothing.
     #[serde(default)]
@@ -39,7 +39,7 @@ impl Synthetic {
         let capacity = c.capacity_pps.map(|p| p as f64);
         let limit = capacity.filter(|_| c.enforce).map(|pps| {
             let mut b = TokenBucket::unlimited();
-            b.set(snic_core::time::Instant::ZERO, Some(pps), (pps * 100e-6).max(1.0));
+            b.set(snic_core::time::Instant::ZERO, Some(pps), (pps * 1e-3).max(1.0));
             b
         });
         Synthetic { cost: Duration::from_nanos(c.cost_ns), capacity, limit }
@@ -88,7 +88,7 @@ mod tests {
 
     #[test]
     fn an_enforced_capacity_drops_what_exceeds_it() {
-        // 10 kpps with 100 µs of burst (1 packet): over 10 ms of clock, 1000 packets at most.
+        // 10 kpps with 1 ms of burst (10 packets): over 10 ms of clock, 100 + 10 at most.
         let mut nt = Synthetic::new(&SyntheticConfig { cost_ns: 0, capacity_pps: Some(10_000), enforce: true });
         let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 10);
         let mut ok = 0;
@@ -97,10 +97,12 @@ mod tests {
             let cx = Ctx { now: snic_core::time::Instant(i * 2_000) };
             ok += (nt.process(&cx, &mut p.pkt()) == Verdict::Continue) as u64;
         }
-        assert!((99..=102).contains(&ok), "{ok}");
-        // A burst of 1: two packets at one instant, the second is over.
-        let cx = Ctx { now: snic_core::time::Instant(20_000_000) };
-        assert_eq!(nt.process(&cx, &mut p.pkt()), Verdict::Continue);
+        assert!((105..=111).contains(&ok), "{ok}");
+        // A burst of 10: at one instant, the eleventh packet is over.
+        let cx = Ctx { now: snic_core::time::Instant(30_000_000) };
+        for _ in 0..10 {
+            assert_eq!(nt.process(&cx, &mut p.pkt()), Verdict::Continue);
+        }
         assert_eq!(nt.process(&cx, &mut p.pkt()), Verdict::Drop(DropReason::Overloaded));
     }
 }

@@ -52,3 +52,22 @@ fn launch_cost_is_reported_per_chain() {
     assert!(p50("on_demand") >= 3_000_000 && p50("context_switch") >= 3_000_000, "{runs:?}");
     assert!(p50("victim_resume") < 3_000_000, "{runs:?}");
 }
+
+#[test]
+fn scale_bench_puts_autoscaling_between_static_max_and_static_avg() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "scale", "--json"]).output().expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let get = |scheme: &str| runs.iter().find(|r| r["scheme"] == scheme).unwrap_or_else(|| panic!("{scheme}: {runs:?}")).clone();
+    let (max, avg, auto) = (get("static-max"), get("static-avg"), get("autoscale"));
+    let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
+    // Provisioned for the peak: everything delivered, the most region-time.
+    assert!(f(&max, "delivered_frac") > 0.99, "{max}");
+    // The auto-scaler delivers more than the average allocation, for less region-time than the
+    // peak allocation, and never scales twice within a MONITOR_PERIOD.
+    assert!(f(&auto, "delivered_frac") > f(&avg, "delivered_frac"), "{auto} vs {avg}");
+    assert!(f(&auto, "region_ms") < 0.8 * f(&max, "region_ms"), "{auto} vs {max}");
+    assert!(auto["scale_outs"].as_u64().unwrap() >= 2 && auto["scale_ins"].as_u64().unwrap() >= 2, "{auto}");
+    assert!(f(&auto, "min_gap_ms") >= f(&auto, "monitor_period_ms"), "{auto}");
+    assert_eq!(max["scale_outs"], 0);
+}

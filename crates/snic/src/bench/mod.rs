@@ -3,6 +3,7 @@
 mod chain;
 mod fair;
 mod launch;
+mod scale;
 
 use crate::alloc_count;
 use anyhow::{bail, Context};
@@ -41,8 +42,12 @@ pub enum BenchCmd {
     /// Latency of 2..7 NTs as one chain, as two half chains, and PANIC-style (every NT its own
     /// chain, back to the scheduler after each).
     Chain(chain::ChainArgs),
-    /// What launching a chain instance (its NTs instantiated into a region) costs.
+    /// What launching a chain instance (its NTs instantiated into a region) costs, and what a
+    /// packet waits for an on-demand launch, a context switch or a victim resume.
     Launch(launch::LaunchArgs),
+    /// Auto-scaling under a square-wave load against static-max and static-avg allocations
+    /// (virtual clock): delivered throughput, region-time, scale events.
+    Scale(scale::ScaleArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -145,6 +150,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Fair(a) => fair::run(a),
         BenchCmd::Chain(a) => chain::run(a),
         BenchCmd::Launch(a) => launch::run(a),
+        BenchCmd::Scale(a) => scale::run(a),
     }
 }
 
