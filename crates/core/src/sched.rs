@@ -273,7 +273,7 @@ impl<T: Copy> Scheduler<T> {
     }
 
     /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).
-    #[inline]
+    #[inline(always)]
     fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
         let inst = &mut self.instances[id.index()];
         // The last tenant served usually arrives again: check it before searching.
@@ -294,7 +294,8 @@ impl<T: Copy> Scheduler<T> {
         }
         q.push_back(item);
         inst.queued += 1;
-        if inst.credits > 0 && inst.state.dispatches() && !self.in_ready[id.index()] {
+        // Usually already in the ready list: test that first.
+        if !self.in_ready[id.index()] && inst.credits > 0 && inst.state.dispatches() {
             self.in_ready[id.index()] = true;
             self.ready.push_back(id);
         }
