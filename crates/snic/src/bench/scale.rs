@@ -56,6 +56,10 @@ pub struct ScaleArgs {
     /// Regions on the node.
     #[arg(long, default_value_t = 4)]
     regions: usize,
+    /// Tear descheduled instances down instead of keeping them as victims (every scale-out
+    /// then pays a launch).
+    #[arg(long)]
+    no_victims: bool,
     /// Also print, per scheme, the delivered rate and running instances every millisecond.
     #[arg(long)]
     series: bool,
@@ -76,6 +80,8 @@ struct ScaleResult {
     region_frac: f64,
     scale_outs: u64,
     scale_ins: u64,
+    /// Scale-outs served by resuming a victim (no launch).
+    resumes: u64,
     /// Shortest time between two scale events, ms (null with fewer than two).
     min_gap_ms: Option<f64>,
     monitor_period_ms: f64,
@@ -100,13 +106,14 @@ pub fn run(a: ScaleArgs) -> anyhow::Result<()> {
         r.region_frac = if max_region > 0.0 { r.region_ms / max_region } else { 0.0 };
         emit(a.json, &r, |r| {
             format!(
-                "scale {:<10} start {} inst: delivered {:>6.1}%  region-time {:>7.1} inst·ms ({:>5.1}% of static-max)  scale out {} in {}  min gap {}",
+                "scale {:<10} start {} inst: delivered {:>6.1}%  region-time {:>7.1} inst·ms ({:>5.1}% of static-max)  scale out {} (victim resumes {}) in {}  min gap {}",
                 r.scheme,
                 r.instances,
                 100.0 * r.delivered_frac,
                 r.region_ms,
                 100.0 * r.region_frac,
                 r.scale_outs,
+                r.resumes,
                 r.scale_ins,
                 r.min_gap_ms.map_or("-".into(), |g| format!("{g:.1} ms"))
             )
@@ -122,6 +129,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         launch_delay: Duration::from_secs_f64(a.launch_delay_ms / 1e3),
         monitor_period: Duration::from_secs_f64(a.monitor_period_ms / 1e3),
         autoscale,
+        victims: !a.no_victims,
         ..Default::default()
     };
     let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
@@ -185,6 +193,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         region_frac: 0.0,
         scale_outs: st.scale_outs,
         scale_ins: st.scale_ins,
+        resumes: st.resumes,
         min_gap_ms,
         monitor_period_ms: node.elastic().monitor_period().as_secs_f64() * 1e3,
         series,
