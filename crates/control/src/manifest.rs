@@ -163,6 +163,10 @@ pub struct DagSpec {
     /// unprocessed. Applies to a chain only if every DAG that uses it says so.
     #[serde(default)]
     pub endpoint_fallback: bool,
+    /// Run NTs that no edge orders and whose reads and writes do not conflict at the same time
+    /// on each packet (fork/join; NT-level parallelism). Each such NT gets a chain of its own.
+    #[serde(default)]
+    pub parallel: bool,
 }
 
 /// What a rule does.

@@ -1,12 +1,19 @@
 //! NT-level parallelism (paper 000 §4.2): which NTs of a DAG may run on one packet at the same
 //! time. Two NTs may if no path of the DAG orders them and neither writes what the other reads
-//! or writes ([`snic_nt::Access`]). [`stages`] groups a DAG's NTs into stages, in order: the NTs
+//! or writes ([`snic_nt::Access`]), and at most one of a stage writes the packet's bytes. [`stages`] groups a DAG's NTs into stages, in order: the NTs
 //! of a stage run in parallel on copies of the descriptor and join before the next stage (the
 //! paper's synchronization buffer). Executing stages is the data plane's; this is the inference.
 
 use crate::manifest::DagSpec;
 use crate::plan::topo_order;
 use snic_nt::Access;
+
+/// Two NTs cannot share a stage if they conflict, or if both write the packet's bytes (headers
+/// or payload): a join keeps one branch's bytes.
+fn clash(a: Access, b: Access) -> bool {
+    let bytes = Access::HEADERS | Access::PAYLOAD;
+    a.conflicts(b) || (a.writes & bytes != 0 && b.writes & bytes != 0)
+}
 
 /// The DAG's NTs in stages (each a list of NT names, parallel within a stage), or `None` if
 /// the DAG has a cycle or names an NT `access` does not know.
@@ -40,7 +47,7 @@ pub fn stages(d: &DagSpec, access: impl Fn(&str) -> Option<Access>) -> Option<Ve
     let mut out: Vec<Vec<usize>> = Vec::new();
     for j in 0..n {
         let after = (0..j).filter(|&i| reach[i][j]).map(|i| stage_of[i] + 1).max().unwrap_or(0);
-        let s = (after..out.len()).find(|&s| out[s].iter().all(|&i| !acc[i].conflicts(acc[j]))).unwrap_or(out.len());
+        let s = (after..out.len()).find(|&s| out[s].iter().all(|&i| !clash(acc[i], acc[j]))).unwrap_or(out.len());
         if s == out.len() {
             out.push(Vec::new());
         }
@@ -61,6 +68,7 @@ mod tests {
             nodes: nodes.iter().map(|s| s.to_string()).collect(),
             edges: edges.map(|e| e.iter().map(|[a, b]| [a.to_string(), b.to_string()]).collect()),
             endpoint_fallback: false,
+            parallel: false,
         }
     }
 
@@ -106,6 +114,18 @@ mod tests {
         // NAT and the encryptor write: after both.
         assert_eq!(stage("vni1"), stage("nat1"), "{s:?}");
         assert!(stage("count1") > stage("aes1"), "{s:?}");
+    }
+
+    #[test]
+    fn two_writers_of_the_packet_bytes_never_share_a_stage() {
+        // A header writer and a payload-only writer touch different bytes, but a join keeps one
+        // branch's bytes: they run one after the other.
+        let payload_writer = |n: &str| match n {
+            "pw" => Some(Access { reads: Access::PAYLOAD, writes: Access::PAYLOAD }),
+            n => kinds(n),
+        };
+        let d = dag(&["nat1", "pw"], Some(&[]));
+        assert_eq!(stages(&d, payload_writer).unwrap(), vec![vec!["nat1"], vec!["pw"]]);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 
 use crate::manifest::{DagSpec, Error, ErrorCode, Kind, RuleAction, Spec};
 use crate::state::State;
-use snic_core::dag::NtMask;
+use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
+use snic_core::ids::ChainId;
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::{Action, PortRange, Rule};
 use snic_nt::NtSpec;
@@ -58,6 +59,17 @@ pub struct DagPlan {
     pub uid: DagUid,
     /// Visits: chain index into [`Plan::chains`] and the NTs run there.
     pub steps: Vec<(usize, NtMask)>,
+    /// Step ranges (`start..end`) that run in parallel (fork/join), for a DAG with
+    /// `parallel: true`.
+    pub groups: Vec<(usize, usize)>,
+}
+
+impl DagPlan {
+    /// The route the data plane runs, with plan chain `c` deployed as `chain(c)`.
+    pub fn route(&self, chain: impl Fn(usize) -> ChainId) -> DagRoute {
+        let steps = self.steps.iter().map(|&(c, mask)| Step { chain: chain(c), mask }).collect();
+        DagRoute::with_groups(steps, &self.groups).expect("the planner forms groups of 2..=MAX_BRANCHES steps, in order")
+    }
 }
 
 /// A forwarding entry.
@@ -159,6 +171,20 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
     for o in state.list(Kind::Dag) {
         let Spec::Dag(d) = &o.spec else { continue };
         let order = topo_order(d).expect("validated acyclic");
+        // Stages: one NT each in topological order, or — for a DAG that asks for NT-level
+        // parallelism — the inferred stages, whose NTs run side by side.
+        let stages: Vec<Vec<&str>> = if d.parallel {
+            let access = |n: &str| match &state.get(Kind::Nt, n)?.spec {
+                Spec::Nt(nt) => Some(nt.config.access()),
+                _ => None,
+            };
+            let st = crate::parallel::stages(d, access).expect("validated acyclic, NTs exist");
+            let name = |n: &String| *order.iter().find(|o| **o == n).expect("an NT of the DAG");
+            // A stage wider than a join can take runs as several groups in turn.
+            st.iter().flat_map(|s| s.chunks(MAX_BRANCHES)).map(|s| s.iter().map(name).collect()).collect()
+        } else {
+            order.iter().map(|n| vec![*n]).collect()
+        };
         let mut run: Vec<&str> = Vec::new();
         let flush = |run: &mut Vec<&str>, p: &mut Plan, placed: &mut BTreeMap<String, (usize, usize)>| {
             if run.is_empty() {
@@ -178,8 +204,20 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
             p.chains.push(ChainPlan { nts: run.iter().map(|s| s.to_string()).collect(), specs, endpoint_fallback: true });
             run.clear();
         };
-        for n in &order {
-            if placed.contains_key(*n) {
+        for stage in &stages {
+            if stage.len() > 1 {
+                // Each branch of a parallel stage is a chain of its own.
+                flush(&mut run, &mut p, &mut placed);
+                for n in stage {
+                    if !placed.contains_key(*n) {
+                        run.push(n);
+                        flush(&mut run, &mut p, &mut placed);
+                    }
+                }
+                continue;
+            }
+            let n = stage[0];
+            if placed.contains_key(n) {
                 flush(&mut run, &mut p, &mut placed);
             } else {
                 run.push(n);
@@ -187,10 +225,21 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
         }
         flush(&mut run, &mut p, &mut placed);
         let mut steps: Vec<(usize, NtMask, usize)> = Vec::new();
-        for n in &order {
-            let (c, pos) = placed[*n];
+        let mut groups = Vec::new();
+        for stage in &stages {
+            if stage.len() > 1 {
+                let start = steps.len();
+                for n in stage {
+                    let (c, pos) = placed[*n];
+                    steps.push((c, NtMask(1 << pos), pos));
+                }
+                groups.push((start, steps.len()));
+                continue;
+            }
+            let (c, pos) = placed[stage[0]];
+            let mergeable = groups.last().is_none_or(|&(_, end)| end < steps.len());
             match steps.last_mut() {
-                Some((lc, mask, last_pos)) if *lc == c && pos > *last_pos => {
+                Some((lc, mask, last_pos)) if mergeable && *lc == c && pos > *last_pos => {
                     mask.0 |= 1 << pos;
                     *last_pos = pos;
                 }
@@ -205,6 +254,7 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
             tenant: tid(&d.tenant),
             uid: DagUid(ids.dags[&o.name]),
             steps: steps.into_iter().map(|(c, m, _)| (c, m)).collect(),
+            groups,
         });
     }
     if p.chains.len() > regions {
@@ -255,7 +305,13 @@ mod tests {
 
     #[test]
     fn chain_candidates_are_every_contiguous_run() {
-        let d = DagSpec { tenant: "t".into(), nodes: vec!["a".into(), "b".into(), "c".into()], edges: None, endpoint_fallback: false };
+        let d = DagSpec {
+            tenant: "t".into(),
+            nodes: vec!["a".into(), "b".into(), "c".into()],
+            edges: None,
+            endpoint_fallback: false,
+            parallel: false,
+        };
         let c = chain_candidates(&d).unwrap();
         let s: Vec<String> = c.iter().map(|x| x.join(">")).collect();
         assert_eq!(s, ["a>b>c", "a>b", "b>c", "a", "b", "c"]);
@@ -298,6 +354,28 @@ metadata: {name: nt4}
 spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
 "#;
         State::default().apply(parse(&format!("{base}{extra}")).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_parallel_dag_gets_a_chain_per_branch_and_a_group() {
+        // nt1 and nt2 unordered, both before nt3: with `parallel`, [nt1 | nt2] → nt3.
+        let dag = |parallel: bool| {
+            format!(
+                "---\napiVersion: snic/v1\nkind: DAG\nmetadata: {{name: d}}\nspec: {{tenant: a, nodes: [nt1, nt2, nt3x], edges: [[nt1, nt3x], [nt2, nt3x]], parallel: {parallel}}}\n---\napiVersion: snic/v1\nkind: NT\nmetadata: {{name: nt3x}}\nspec: {{tenant: a, config: {{kind: counter}}}}\n"
+            )
+        };
+        let p = plan(&state(&dag(true)), 8).unwrap();
+        let names: Vec<Vec<String>> = p.chains.iter().map(|c| c.nts.clone()).collect();
+        assert_eq!(names, [vec!["nt1"], vec!["nt2"], vec!["nt3x"]]);
+        assert_eq!(p.dags[0].groups, [(0, 2)]);
+        assert_eq!(p.dags[0].steps.len(), 3);
+        let route = p.dags[0].route(|c| ChainId(c as u16));
+        assert_eq!(route.fork_at(0), (2, 2));
+        assert_eq!(route.fork_at(1), (0, 2));
+        // Without it: one chain, no group.
+        let p = plan(&state(&dag(false)), 8).unwrap();
+        assert_eq!(p.chains.len(), 1);
+        assert!(p.dags[0].groups.is_empty());
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! A chain holds up to 64 NTs; a packet of a DAG that uses only some of them skips the rest
 //! (paper §4.2: "skipping of arbitrary NT(s) in a chain"), so each step carries the mask of NTs
 //! the packet runs. A DAG whose NTs span several chains returns to the scheduler between chains.
+//!
+//! Steps may form *parallel groups* (NT-level parallelism, paper §4.2): the steps of a group run
+//! on copies of the packet at the same time (forked when the packet reaches the group's first
+//! step) and join before the step after the group.
 
 use crate::ids::ChainId;
 
@@ -43,15 +47,61 @@ pub struct Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DagRoute {
     steps: Vec<Step>,
+    /// Per step: (branches, join_at) — the group's size if the step starts a parallel group
+    /// (else 0), and the position after its group if the step is in one (else 0).
+    fork: Vec<(u8, u8)>,
+}
+
+/// Most steps in one parallel group.
+pub const MAX_BRANCHES: usize = 8;
+
+/// Why a parallel group was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// Groups must have 2..=MAX_BRANCHES steps, lie within the route, in order, not overlap.
+    #[error("parallel group {0}..{1} is empty, too large, out of range or overlaps another")]
+    Bad(usize, usize),
 }
 
 impl DagRoute {
-    /// A route through `steps` (at least one).
+    /// A route through `steps` (at least one), one after another.
     pub fn new(steps: Vec<Step>) -> Self {
-        DagRoute { steps }
+        let fork = vec![(0, 0); steps.len()];
+        DagRoute { steps, fork }
     }
+
+    /// A route whose step ranges `groups` (`start..end`) each run in parallel.
+    pub fn with_groups(steps: Vec<Step>, groups: &[(usize, usize)]) -> Result<Self, GroupError> {
+        let mut r = Self::new(steps);
+        let mut prev_end = 0;
+        for &(start, end) in groups {
+            let n = end.saturating_sub(start);
+            if start < prev_end || !(2..=MAX_BRANCHES).contains(&n) || end > r.steps.len() || end > u8::MAX as usize {
+                return Err(GroupError::Bad(start, end));
+            }
+            r.fork[start].0 = n as u8;
+            for f in &mut r.fork[start..end] {
+                f.1 = end as u8;
+            }
+            prev_end = end;
+        }
+        Ok(r)
+    }
+
     /// The steps.
     pub fn steps(&self) -> &[Step] {
         &self.steps
+    }
+
+    /// The parallel groups, as step ranges.
+    pub fn groups(&self) -> Vec<(usize, usize)> {
+        (0..self.steps.len()).filter(|&i| self.fork[i].0 > 0).map(|i| (i, self.fork[i].1 as usize)).collect()
+    }
+
+    /// At step `pos`: the size of the group it starts (0: none), and the position after the
+    /// group it is in (0: none).
+    #[inline]
+    pub fn fork_at(&self, pos: usize) -> (u8, u8) {
+        self.fork.get(pos).copied().unwrap_or((0, 0))
     }
 }

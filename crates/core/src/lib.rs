@@ -16,6 +16,7 @@
 //!   its flow on one instance (paper §4.2).
 //! - [`drf`] and [`fair`]: weighted DRF and the per-epoch fairness controller (measured demand
 //!   in, ingress limits out); [`dwrr`] and [`engine`]: FairNIC's egress and engine isolation.
+//! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
 //!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
 //!   in on load held for a whole MONITOR_PERIOD. Neither drives the node yet.
@@ -42,6 +43,7 @@ pub mod dwrr;
 pub mod engine;
 pub mod fair;
 pub mod ids;
+pub mod join;
 pub mod launcher;
 pub mod mat;
 pub mod sched;

@@ -70,6 +70,12 @@ pub struct Accepted {
     pub mask: NtMask,
     /// True if this is the DAG's last chain (after it, the packet goes to egress).
     pub last: bool,
+    /// If this step starts a parallel group: its size (the caller forks copies of the packet
+    /// for the group's other steps); else 0.
+    pub branches: u8,
+    /// If this step is in a parallel group: the position after the group, where the copies
+    /// join; else 0.
+    pub join_at: u8,
 }
 
 /// A deployed DAG and its demand counters.
@@ -247,6 +253,7 @@ impl<T: Copy> Scheduler<T> {
         let steps = e.route.steps();
         let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
         let last = pos as usize + 1 == steps.len();
+        let (branches, join_at) = e.route.fork_at(pos as usize);
         match e.arrivals.get_mut(pos as usize) {
             Some(n) => *n += 1,
             None => e.more[pos as usize - INLINE_STEPS] += 1,
@@ -265,11 +272,11 @@ impl<T: Copy> Scheduler<T> {
                     return Err(Reject::QueueFull);
                 }
                 tr.held.push_back(Held { tenant, flow_hash, item });
-                return Ok(Accepted { instance: id, mask: step.mask, last });
+                return Ok(Accepted { instance: id, mask: step.mask, last, branches, join_at });
             }
         }
         self.enqueue(id, tenant, item, self.cfg.max_queue_per_tenant)?;
-        Ok(Accepted { instance: id, mask: step.mask, last })
+        Ok(Accepted { instance: id, mask: step.mask, last, branches, join_at })
     }
 
     /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).

@@ -17,12 +17,13 @@ use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
-use snic_core::dag::DagRoute;
+use snic_core::dag::{DagRoute, NtMask};
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
+use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
-use snic_core::sched::{Reject, SchedConfig, Scheduler};
+use snic_core::sched::{Accepted, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
@@ -197,7 +198,11 @@ pub struct Node<B: Backend> {
     polls: u64,
     sample_nt_ns: u64,
     elastic: Elastic,
+    /// Packets forked to parallel NTs, waiting for their branches.
+    joins: JoinTable<u32>,
 }
+
+mod fork;
 
 mod elastic;
 use elastic::OnDemand;
@@ -252,6 +257,7 @@ impl<B: Backend> Node<B> {
             polls: 0,
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.elastic, cfg.workers),
+            joins: JoinTable::new(cfg.store_buffers / 2),
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -583,16 +589,28 @@ impl<B: Backend> Node<B> {
         d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
         d.verdict = None;
         d.charged = true;
+        d.join_at = 0;
         match dag {
             None => self.egress(idx),
             Some(uid) => match self.sched.handle_packet(now, tenant, uid, 0, flow_hash, idx) {
-                Ok(a) => {
-                    d.mask = a.mask;
-                    d.last = a.last;
-                }
+                Ok(a) => self.accepted(idx, a, now),
                 Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
                 Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
             },
+        }
+    }
+
+    /// The scheduler accepted `idx` at its step: record what it runs there, and fork copies if
+    /// a parallel group starts there.
+    #[inline(always)]
+    fn accepted(&mut self, idx: u32, a: Accepted, now: Instant) {
+        // SAFETY: the dispatcher owns `idx` (queued, not dispatched yet).
+        let (_, d) = unsafe { self.slots.get(idx) };
+        d.mask = a.mask;
+        d.last = a.last;
+        d.join_at = a.join_at;
+        if a.branches > 0 {
+            self.fork(idx, a.branches, now);
         }
     }
 
@@ -613,14 +631,16 @@ impl<B: Backend> Node<B> {
             match self.on_demand(chain, now) {
                 OnDemand::Retry => {
                     return match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
-                        Ok(a) => {
-                            d.mask = a.mask;
-                            d.last = a.last;
-                        }
+                        Ok(a) => self.accepted(idx, a, now),
                         Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
                     };
                 }
                 OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
+                OnDemand::Endpoint if d.join_at != 0 => {
+                    // A branch of a parallel group: it ran nothing; it joins the others.
+                    d.mask = NtMask(0);
+                    return self.join_arrive(idx, now);
+                }
                 OnDemand::Endpoint => {
                     // Past this chain: the next one, or out.
                     if self.sched.chain_at(dag, pos + 1).is_none() {
@@ -629,9 +649,7 @@ impl<B: Backend> Node<B> {
                     d.pos = pos + 1;
                     match self.sched.handle_packet(now, t, dag, pos + 1, hash, idx) {
                         Ok(a) => {
-                            d.mask = a.mask;
-                            d.last = a.last;
-                            return;
+                            return self.accepted(idx, a, now);
                         }
                         Err(Reject::NoInstance) => continue,
                         Err(e) => return self.drop_charged(idx, t, Drop::Sched(e)),
@@ -707,7 +725,9 @@ impl<B: Backend> Node<B> {
             // SAFETY: the batch came back to the dispatcher, which owns it again.
             let (_, d) = unsafe { self.slots.get(idx) };
             let t = d.meta.tenant;
-            if let Some(r) = d.verdict {
+            if d.join_at != 0 {
+                self.join_arrive(idx, now);
+            } else if let Some(r) = d.verdict {
                 self.drop_charged(idx, t, Drop::Nt(r));
             } else if d.last {
                 self.egress(idx);
@@ -716,8 +736,7 @@ impl<B: Backend> Node<B> {
                 match self.sched.handle_packet(now, t, d.dag, pos, d.flow_hash, idx) {
                     Ok(a) => {
                         d.pos = pos;
-                        d.mask = a.mask;
-                        d.last = a.last;
+                        self.accepted(idx, a, now);
                     }
                     Err(Reject::NoInstance) => {
                         d.pos = pos;

@@ -70,6 +70,13 @@ pub struct Desc {
     pub instance: InstanceId,
     /// True if the current chain is the DAG's last.
     pub last: bool,
+    /// In a parallel group: the position after it, where the packet's copies join (0: not in
+    /// one).
+    pub join_at: u8,
+    /// In a parallel group: this copy's branch number.
+    pub branch: u8,
+    /// In a parallel group: the join slot.
+    pub join: u32,
     /// Sending VTEP.
     pub src: Peer,
     /// Flow hash (inner 5-tuple at ingress).
@@ -91,6 +98,9 @@ impl Default for Desc {
             mask: NtMask(0),
             instance: InstanceId(0),
             last: true,
+            join_at: 0,
+            branch: 0,
+            join: 0,
             src: Peer::default(),
             flow_hash: 0,
             rx_ns: 0,

@@ -3,7 +3,6 @@
 
 use anyhow::Context;
 use snic_control::plan::{Plan, RouteEntry};
-use snic_core::dag::{DagRoute, Step};
 use snic_core::ids::InstanceId;
 
 use snic_core::mat::Mat;
@@ -36,7 +35,7 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
         chains.push((id, inst));
     }
     for d in &plan.dags {
-        node.set_dag(d.uid, DagRoute::new(d.steps.iter().map(|&(c, mask)| Step { chain: chains[c].0, mask }).collect()));
+        node.set_dag(d.uid, d.route(|c| chains[c].0));
     }
     let mut mat = Mat::new();
     for r in &plan.rules {

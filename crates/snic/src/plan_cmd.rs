@@ -78,10 +78,13 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
                 println!("  {:<16}          chain candidates: {} (every contiguous run of its NTs)", "", c.len());
             }
         }
-        if let Some(s) = parallel_stages(&state, &d.name) {
+        if !d.groups.is_empty() {
+            let g: Vec<String> = d.groups.iter().map(|(a, b)| format!("steps {a}..{b}")).collect();
+            println!("  {:<16}          fork/join: {} run in parallel on each packet", "", g.join(", "));
+        } else if let Some(s) = parallel_stages(&state, &d.name) {
             if s.iter().any(|st| st.len() > 1) {
                 let st: Vec<String> = s.iter().map(|st| format!("[{}]", st.join(" | "))).collect();
-                println!("  {:<16}          may run in parallel (NT-level): {}", "", st.join(" → "));
+                println!("  {:<16}          may run in parallel (NT-level; `parallel: true` on the DAG): {}", "", st.join(" → "));
             }
         }
     }

@@ -272,8 +272,7 @@ fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &
         }
         // The node's chains were added in the plan's order: plan chain c is ChainId(c).
         for d in &new.dags {
-            let steps = d.steps.iter().map(|&(c, mask)| snic_core::dag::Step { chain: ChainId(c as u16), mask }).collect();
-            node.set_dag(d.uid, snic_core::dag::DagRoute::new(steps));
+            node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
         }
         let mut mat = Mat::new();
         for r in &new.rules {

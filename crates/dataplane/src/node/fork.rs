@@ -1,0 +1,160 @@
+//! NT-level parallelism in the node (paper 000 §4.2): a packet reaching a parallel group of its
+//! DAG is copied once per extra branch (the copies charged to its tenant), each copy runs its
+//! branch's chain, and the copies meet in the synchronization buffer ([`JoinTable`]) before the
+//! step after the group. A packet any branch dropped is dropped (counted once); otherwise the
+//! packet goes on with the bytes of the branch that writes the packet (headers or payload: at
+//! most one branch of a group may, since the group's NTs do not conflict) and the VNI of the
+//! branch that writes the VNI.
+//!
+//! [`JoinTable`]: snic_core::join::JoinTable
+
+use super::{Backend, Node};
+use crate::Drop;
+use snic_core::join::JoinId;
+use snic_core::sched::Reject;
+use snic_core::time::Instant;
+use snic_nt::Access;
+use snic_wire::vxlan;
+
+/// A branch that never ran (no buffer, or refused by the scheduler): its drop is already
+/// counted.
+const FAILED: u32 = u32::MAX;
+/// The join slot of a packet that could not be forked (no slot free).
+const NO_SLOT: u32 = u32::MAX;
+
+impl<B: Backend> Node<B> {
+    /// `idx` was just queued for the first step of a parallel group of `branches` steps: copy
+    /// it for the others and queue each copy at its step.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fork(&mut self, idx: u32, branches: u8, now: Instant) {
+        let slots = self.slots.clone();
+        // SAFETY: the dispatcher owns `idx` (queued, not dispatched yet: only its descriptor's
+        // join fields are written, which no region reads).
+        let (buf, d) = unsafe { slots.get(idx) };
+        d.branch = 0;
+        let Some(j) = self.joins.open(branches) else {
+            // No room to join: the packet runs its first branch and is dropped at the join.
+            d.join = NO_SLOT;
+            return;
+        };
+        d.join = j.0;
+        let (t, pos, off, len) = (d.meta.tenant, d.pos, d.meta.off as usize, d.meta.len as usize);
+        for b in 1..branches {
+            let c = match self.store.alloc_charged(t, off..off + len) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.stats.tenants[t.index()].drops[e.index()] += 1;
+                    self.branch_back(j, b, FAILED, true, now);
+                    continue;
+                }
+            };
+            // SAFETY: `c` was just allocated to the dispatcher and differs from `idx`.
+            let (cb, cd) = unsafe { slots.get(c) };
+            cb[off..off + len].copy_from_slice(&buf[off..off + len]);
+            *cd = *d;
+            cd.branch = b;
+            cd.pos = pos + b;
+            match self.sched.handle_packet(now, t, cd.dag, cd.pos, cd.flow_hash, c) {
+                // (A group's other steps start no group: `accepted` forks nothing here.)
+                Ok(a) => self.accepted(c, a, now),
+                Err(Reject::NoInstance) => self.enter_on_demand(c, now),
+                Err(e) => {
+                    self.drop_charged(c, t, Drop::Sched(e));
+                    self.branch_back(j, b, FAILED, true, now);
+                }
+            }
+        }
+    }
+
+    /// A copy finished its branch (or its branch was skipped for the endpoint).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn join_arrive(&mut self, idx: u32, now: Instant) {
+        // SAFETY: the batch came back to the dispatcher, which owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        if d.join == NO_SLOT {
+            return self.drop_charged(idx, d.meta.tenant, Drop::StoreFull);
+        }
+        let dropped = d.verdict.is_some();
+        self.branch_back(JoinId(d.join), d.branch, idx, dropped, now);
+    }
+
+    fn branch_back(&mut self, j: JoinId, branch: u8, idx: u32, dropped: bool, now: Instant) {
+        let Some(done) = self.joins.arrive(j, branch as usize, idx, dropped) else { return };
+        let copies = done.items.iter().flatten().copied();
+        let live = || copies.clone().filter(|&c| c != FAILED);
+        let Some(first) = live().next() else { return };
+        // SAFETY: every live copy is back with the dispatcher.
+        let t = unsafe { self.slots.get(first) }.1.meta.tenant;
+        if done.dropped {
+            // Counted once: a failed branch was counted when it failed; else the first NT
+            // verdict is the packet's reason.
+            let failed = copies.clone().any(|c| c == FAILED);
+            let mut counted = failed;
+            for c in live() {
+                // SAFETY: as above.
+                let verdict = unsafe { self.slots.get(c) }.1.verdict;
+                match verdict {
+                    Some(r) if !counted => {
+                        counted = true;
+                        self.drop_charged(c, t, Drop::Nt(r));
+                    }
+                    _ => {
+                        self.store.free_charged(c, t);
+                    }
+                }
+            }
+            return;
+        }
+        // The packet goes on in the buffer of the branch that wrote it, with the VNI of the
+        // branch that wrote the VNI.
+        let mut keep = first;
+        let mut vni = None;
+        for c in live() {
+            let w = self.step_writes(c);
+            // SAFETY: as above.
+            let d = unsafe { self.slots.get(c) }.1;
+            if w & (Access::HEADERS | Access::PAYLOAD) != 0 {
+                keep = c;
+            }
+            if w & Access::VNI != 0 {
+                vni = Some(d.meta.vni);
+            }
+        }
+        for c in live().filter(|&c| c != keep) {
+            self.store.free_charged(c, t);
+        }
+        let slots = self.slots.clone();
+        // SAFETY: `keep` is back with the dispatcher.
+        let (buf, d) = unsafe { slots.get(keep) };
+        if let Some(v) = vni {
+            // The VNI lives in the descriptor and in the packet's VXLAN header.
+            let off = d.meta.off as usize;
+            vxlan::set_vni(&mut buf[off..off + vxlan::HEADER_LEN], v);
+            d.meta.vni = v;
+        }
+        let next = d.join_at;
+        d.join_at = 0;
+        d.branch = 0;
+        if self.sched.chain_at(d.dag, next).is_none() {
+            return self.egress(keep);
+        }
+        d.pos = next;
+        match self.sched.handle_packet(now, t, d.dag, next, d.flow_hash, keep) {
+            Ok(a) => self.accepted(keep, a, now),
+            Err(Reject::NoInstance) => self.enter_on_demand(keep, now),
+            Err(e) => self.drop_charged(keep, t, Drop::Sched(e)),
+        }
+    }
+
+    /// What the NTs a copy just ran (its chain, its mask) write.
+    fn step_writes(&self, idx: u32) -> u8 {
+        // SAFETY: the dispatcher owns `idx`.
+        let d = unsafe { self.slots.get(idx) }.1;
+        let chain = self.sched.chain_of(d.instance);
+        self.chains
+            .get(chain.index())
+            .map_or(0, |specs| specs.iter().enumerate().filter(|(i, _)| d.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes))
+    }
+}
