@@ -50,6 +50,8 @@ pub struct DagRoute {
     /// Per step: (branches, join_at) — the group's size if the step starts a parallel group
     /// (else 0), and the position after its group if the step is in one (else 0).
     fork: Vec<(u8, u8)>,
+    /// The route has a parallel group (most do not: their packets skip the lookup).
+    parallel: bool,
 }
 
 /// Most steps in one parallel group.
@@ -67,7 +69,7 @@ impl DagRoute {
     /// A route through `steps` (at least one), one after another.
     pub fn new(steps: Vec<Step>) -> Self {
         let fork = vec![(0, 0); steps.len()];
-        DagRoute { steps, fork }
+        DagRoute { steps, fork, parallel: false }
     }
 
     /// A route whose step ranges `groups` (`start..end`) each run in parallel.
@@ -84,6 +86,7 @@ impl DagRoute {
                 f.1 = end as u8;
             }
             prev_end = end;
+            r.parallel = true;
         }
         Ok(r)
     }
@@ -100,8 +103,11 @@ impl DagRoute {
 
     /// At step `pos`: the size of the group it starts (0: none), and the position after the
     /// group it is in (0: none).
-    #[inline]
+    #[inline(always)]
     pub fn fork_at(&self, pos: usize) -> (u8, u8) {
+        if !self.parallel {
+            return (0, 0);
+        }
         self.fork.get(pos).copied().unwrap_or((0, 0))
     }
 }

@@ -169,6 +169,12 @@ impl<T: Copy> Scheduler<T> {
         self.chains[c.index()].nts
     }
 
+    /// At position `pos` of DAG `dag`: the size of the parallel group it starts (0: none), and
+    /// the position after the group it is in (0: none).
+    pub fn fork_at(&self, dag: DagUid, pos: u8) -> (u8, u8) {
+        self.dags.get(dag.0 as usize).and_then(Option::as_ref).map_or((0, 0), |e| e.route.fork_at(pos as usize))
+    }
+
     /// The chain that position `pos` of DAG `dag` runs, if both exist.
     pub fn chain_at(&self, dag: DagUid, pos: u8) -> Option<ChainId> {
         let e = self.dags.get(dag.0 as usize)?.as_ref()?;

@@ -533,9 +533,21 @@ impl<B: Backend> Node<B> {
         if let Some(p) = self.cfg.vtep_port {
             src.addr.set_port(p);
         }
-        let inner = layout::parse_inner(&buf[off + vxlan::HEADER_LEN..off + len]);
-        let key = match &inner {
-            Ok(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(rebuild(&l.key.dst)), dst_port: l.key.dst_port },
+        // Parsed straight into the descriptor (a layout built on the stack and copied in cost
+        // ~30 instructions a packet).
+        let parse_err = match layout::parse_inner(&buf[off + vxlan::HEADER_LEN..off + len]) {
+            Ok(l) => {
+                d.meta.inner = Some(l);
+                None
+            }
+            Err(e) => {
+                d.meta.inner = None;
+                Some(e)
+            }
+        };
+        let inner = &d.meta.inner;
+        let key = match inner {
+            Some(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(rebuild(&l.key.dst)), dst_port: l.key.dst_port },
             _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
         };
         let action = match &self.mat_memo {
@@ -550,7 +562,7 @@ impl<B: Backend> Node<B> {
             Some(Action::Dag { tenant, dag }) => (tenant, Some(dag)),
             Some(Action::PassThrough { tenant }) => (tenant, None),
             Some(Action::Drop) => return self.drop_unattributed(idx, Drop::MatDrop),
-            None => return self.drop_unattributed(idx, inner.err().map_or(Drop::NoRule, Drop::Parse)),
+            None => return self.drop_unattributed(idx, parse_err.map_or(Drop::NoRule, Drop::Parse)),
         };
         if tenant.index() >= MAX_TENANTS {
             return self.drop_unattributed(idx, Drop::TenantQuota);
@@ -564,11 +576,11 @@ impl<B: Backend> Node<B> {
         let ts = &mut self.stats.tenants[tenant.index()];
         ts.rx_packets += 1;
         ts.rx_bytes += len as u64;
-        let inner = inner.ok();
-        if let Some(l) = &inner {
+        let inner = &d.meta.inner;
+        if let Some(l) = inner {
             self.fdb.learn(vni, l.src_mac, src);
         }
-        let flow_hash = match &inner {
+        let flow_hash = match inner {
             Some(l) => l.key.hash64(),
             // Opaque (encrypted) traffic: spread by the first 8 bytes after the VXLAN header
             // (the sender's SPI and id), which keeps each sender's packets in order.
@@ -581,7 +593,10 @@ impl<B: Backend> Node<B> {
             }
         };
         // Field by field, in place: building a whole `Desc` and copying it cost more.
-        d.meta = snic_nt::PktMeta { off: off as u16, len: len as u16, vni, tenant, inner };
+        d.meta.off = off as u16;
+        d.meta.len = len as u16;
+        d.meta.vni = vni;
+        d.meta.tenant = tenant;
         d.dag = dag.unwrap_or_default();
         d.pos = 0;
         d.src = src;
@@ -589,7 +604,6 @@ impl<B: Backend> Node<B> {
         d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
         d.verdict = None;
         d.charged = true;
-        d.join_at = 0;
         match dag {
             None => self.egress(idx),
             Some(uid) => match self.sched.handle_packet(now, tenant, uid, 0, flow_hash, idx) {
@@ -636,7 +650,9 @@ impl<B: Backend> Node<B> {
                     };
                 }
                 OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
-                OnDemand::Endpoint if d.join_at != 0 => {
+                // (`join_at` is only meaningful once the scheduler accepted the packet: ask the
+                // route.)
+                OnDemand::Endpoint if self.sched.fork_at(dag, pos).1 != 0 => {
                     // A branch of a parallel group: it ran nothing; it joins the others.
                     d.mask = NtMask(0);
                     return self.join_arrive(idx, now);
