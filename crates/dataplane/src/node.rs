@@ -200,6 +200,8 @@ pub struct Node<B: Backend> {
     elastic: Elastic,
     /// Packets forked to parallel NTs, waiting for their branches.
     joins: JoinTable<u32>,
+    /// Batches for regions on the dispatcher's thread, run after the workers got theirs.
+    deferred: Vec<Work>,
 }
 
 mod fork;
@@ -258,6 +260,7 @@ impl<B: Backend> Node<B> {
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.elastic, cfg.workers),
             joins: JoinTable::new(cfg.store_buffers / 2),
+            deferred: Vec::with_capacity(64),
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -679,6 +682,10 @@ impl<B: Backend> Node<B> {
         let mut n = 0;
         let max = self.cfg.batch;
         let mut batch = std::mem::take(&mut self.batch_buf);
+        // With worker threads, batches for regions on the dispatcher's thread wait until every
+        // worker has its batches of this round: the workers run while the dispatcher runs its
+        // own (the branches of a parallel group, spread over cores, then really overlap).
+        let defer = !self.exec.workers.is_empty();
         // One turn per instance per poll (and one more for packets moving on to their next
         // chain): a backlogged or slow chain gets its batch and then waits for the next round,
         // so it cannot hold the dispatcher away from receiving other tenants' packets.
@@ -694,20 +701,16 @@ impl<B: Backend> Node<B> {
                 d.instance = inst;
             }
             let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline);
+            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
             let Place::Worker(w) = place else {
-                if let Some(Some(r)) = self.exec.inline.get_mut(inst.index()) {
-                    let t0 = sampled.then(std::time::Instant::now);
-                    // SAFETY: the dispatcher owns every index in the batch, each once (the
-                    // scheduler queues an index at most once).
-                    unsafe { r.run(&self.slots, &batch, now) };
-                    if let Some(t0) = t0 {
-                        self.sample_nt_ns += t0.elapsed().as_nanos() as u64;
-                    }
+                if defer {
+                    work.idx[..batch.len()].copy_from_slice(&batch);
+                    self.deferred.push(work);
+                } else {
+                    self.run_inline(inst, &batch, now, sampled);
                 }
-                self.complete(inst, &batch, now);
                 continue;
             };
-            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
             work.idx[..batch.len()].copy_from_slice(&batch);
             loop {
                 match self.exec.workers[w].submit(work) {
@@ -721,7 +724,27 @@ impl<B: Backend> Node<B> {
             }
         }
         self.batch_buf = batch;
+        let mut deferred = std::mem::take(&mut self.deferred);
+        for w in deferred.drain(..) {
+            self.run_inline(w.instance, w.indices(), now, sampled);
+        }
+        self.deferred = deferred;
         n
+    }
+
+    /// Runs a batch in a region on the dispatcher's thread, and completes it.
+    #[inline]
+    fn run_inline(&mut self, inst: InstanceId, batch: &[u32], now: Instant, sampled: bool) {
+        if let Some(Some(r)) = self.exec.inline.get_mut(inst.index()) {
+            let t0 = sampled.then(std::time::Instant::now);
+            // SAFETY: the dispatcher owns every index in the batch, each once (the scheduler
+            // queues an index at most once).
+            unsafe { r.run(&self.slots, batch, now) };
+            if let Some(t0) = t0 {
+                self.sample_nt_ns += t0.elapsed().as_nanos() as u64;
+            }
+        }
+        self.complete(inst, batch, now);
     }
 
     fn drain_completions(&mut self, now: Instant) -> usize {

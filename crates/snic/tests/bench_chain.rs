@@ -71,3 +71,22 @@ fn scale_bench_puts_autoscaling_between_static_max_and_static_avg() {
     assert!(f(&auto, "min_gap_ms") >= f(&auto, "monitor_period_ms"), "{auto}");
     assert_eq!(max["scale_outs"], 0);
 }
+
+#[test]
+fn parallel_bench_reports_every_mode_with_its_stages() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["bench", "parallel", "--json", "--nts", "1,4", "--seconds", "0.2", "--workers", "1"])
+        .output()
+        .expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let got: Vec<(u64, &str, u64)> =
+        runs.iter().map(|r| (r["nts"].as_u64().unwrap(), r["mode"].as_str().unwrap(), r["stages"].as_u64().unwrap())).collect();
+    assert_eq!(got, [(1, "parallel", 1), (1, "half", 1), (1, "sequential", 1), (4, "parallel", 1), (4, "half", 2), (4, "sequential", 4)]);
+    for r in &runs {
+        assert!(r["delivered"].as_u64().unwrap() > 1000, "{r}");
+        assert!(r["p50_ns"].as_u64().unwrap() >= 5000, "each NT costs 5 µs: {r}");
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "parallel", "--nts", "9"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("1 to 8"));
+}

@@ -3,6 +3,7 @@
 mod chain;
 mod fair;
 mod launch;
+mod parallel;
 mod scale;
 
 use crate::alloc_count;
@@ -45,6 +46,9 @@ pub enum BenchCmd {
     /// What launching a chain instance (its NTs instantiated into a region) costs, and what a
     /// packet waits for an on-demand launch, a context switch or a victim resume.
     Launch(launch::LaunchArgs),
+    /// NT-level parallelism: 1..6 independent NTs all in parallel (fork/join), half in parallel
+    /// and in sequence.
+    Parallel(parallel::ParallelArgs),
     /// Auto-scaling under a square-wave load against static-max and static-avg allocations
     /// (virtual clock): delivered throughput, region-time, scale events.
     Scale(scale::ScaleArgs),
@@ -151,6 +155,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Chain(a) => chain::run(a),
         BenchCmd::Launch(a) => launch::run(a),
         BenchCmd::Scale(a) => scale::run(a),
+        BenchCmd::Parallel(a) => parallel::run(a),
     }
 }
 
