@@ -169,6 +169,22 @@ impl<T: Copy> Scheduler<T> {
         self.chains[c.index()].nts
     }
 
+    /// Queues `item` of `tenant` again at instance `id`, which it just left (PANIC-style
+    /// scheduling: a packet comes back after every NT). Not an arrival: demand is not counted
+    /// twice.
+    pub fn requeue(&mut self, id: InstanceId, tenant: TenantId, item: T) -> Result<(), Reject> {
+        if id.index() >= self.instances.len() {
+            return Err(Reject::NoInstance);
+        }
+        self.enqueue(id, tenant, item, self.cfg.max_queue_per_tenant)
+    }
+
+    /// The NTs step `pos` of DAG `dag` runs.
+    pub fn step_mask(&self, dag: DagUid, pos: u8) -> Option<NtMask> {
+        let e = self.dags.get(dag.0 as usize)?.as_ref()?;
+        e.route.steps().get(pos as usize).map(|s| s.mask)
+    }
+
     /// At position `pos` of DAG `dag`: the size of the parallel group it starts (0: none), and
     /// the position after the group it is in (0: none).
     pub fn fork_at(&self, dag: DagUid, pos: u8) -> (u8, u8) {

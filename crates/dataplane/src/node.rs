@@ -102,6 +102,10 @@ pub struct NodeConfig {
     pub engine_buckets: bool,
     /// Regions, launches, victims, auto-scaling (off by default: no region limit).
     pub elastic: ElasticConfig,
+    /// PANIC-style scheduling, for comparison (paper Fig. 14): a packet returns to the central
+    /// scheduler after every NT, and waits for a credit again, instead of crossing its chain in
+    /// one region visit.
+    pub panic_mode: bool,
 }
 
 impl Default for NodeConfig {
@@ -121,6 +125,7 @@ impl Default for NodeConfig {
             dispatch_quantum: Duration::from_micros(10),
             engine_buckets: true,
             elastic: ElasticConfig::default(),
+            panic_mode: false,
         }
     }
 }
@@ -626,9 +631,37 @@ impl<B: Backend> Node<B> {
         d.mask = a.mask;
         d.last = a.last;
         d.join_at = a.join_at;
+        if self.cfg.panic_mode {
+            // One NT per visit: the first of the step's.
+            d.mask = NtMask(a.mask.0 & a.mask.0.wrapping_neg());
+        }
         if a.branches > 0 {
             self.fork(idx, a.branches, now);
         }
+    }
+
+    /// PANIC-style: `idx` ran one NT of its step; if the step has more, back to the scheduler
+    /// for the next one (true), else on as usual (false).
+    #[cold]
+    #[inline(never)]
+    fn panic_next(&mut self, inst: InstanceId, idx: u32) -> bool {
+        // SAFETY: the dispatcher owns `idx` (its batch came back).
+        let (_, d) = unsafe { self.slots.get(idx) };
+        if d.verdict.is_some() {
+            return false;
+        }
+        let Some(step) = self.sched.step_mask(d.dag, d.pos) else { return false };
+        // The step's NTs after the one just run.
+        let rest = step.0 & !(d.mask.0 | (d.mask.0.wrapping_sub(1)));
+        if rest == 0 {
+            return false;
+        }
+        d.mask = NtMask(rest & rest.wrapping_neg());
+        let t = d.meta.tenant;
+        if let Err(e) = self.sched.requeue(inst, t, idx) {
+            self.drop_charged(idx, t, Drop::Sched(e));
+        }
+        true
     }
 
     /// The packet's chain (at its DAG position) has no active instance: launch or resume one
@@ -761,6 +794,9 @@ impl<B: Backend> Node<B> {
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
         self.sched.handle_completion(inst, batch.len() as u32);
         for &idx in batch {
+            if self.cfg.panic_mode && self.panic_next(inst, idx) {
+                continue;
+            }
             // SAFETY: the batch came back to the dispatcher, which owns it again.
             let (_, d) = unsafe { self.slots.get(idx) };
             let t = d.meta.tenant;

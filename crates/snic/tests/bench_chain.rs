@@ -10,16 +10,17 @@ fn chain_modes_cut_the_sequence_as_stated() {
         .expect("snic runs");
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(runs.len(), 6);
+    assert_eq!(runs.len(), 8);
     for r in &runs {
-        let (n, chains) = (r["nts"].as_u64().unwrap(), r["chains"].as_u64().unwrap());
+        let (n, chains, visits) = (r["nts"].as_u64().unwrap(), r["chains"].as_u64().unwrap(), r["visits"].as_u64().unwrap());
         let want = match r["mode"].as_str().unwrap() {
-            "single" => 1,
-            "half" => 2,
-            "panic" => n,
+            "single" => (1, 1),
+            "half" => (2, 2),
+            "panic" => (1, n),
+            "split" => (n, n),
             m => panic!("unknown mode {m}"),
         };
-        assert_eq!(chains, want, "{r}");
+        assert_eq!((chains, visits), want, "{r}");
         assert!(r["delivered"].as_u64().unwrap() > 1000, "{r}");
         assert!(r["p50_ns"].as_u64().unwrap() <= r["p99_ns"].as_u64().unwrap(), "{r}");
     }

@@ -1,7 +1,8 @@
 //! `snic bench chain`: the latency of a sequence of NTs run as one chain, as two half chains,
-//! and PANIC-style — every NT its own chain, so each packet returns to the central scheduler
-//! after every NT (paper 000 Fig. 14). Light load (no queueing), one core, real clock; latency
-//! from arrival in the receive ring to transmission.
+//! and PANIC-style — the node's scheduler mode in which each packet returns to the central
+//! scheduler after every NT (paper 000 Fig. 14); `split` is the same trips made by a DAG of
+//! one-NT chains. Light load (no queueing), one core, real clock; latency from arrival in the
+//! receive ring to transmission.
 
 use super::{emit, spin};
 use anyhow::bail;
@@ -43,6 +44,8 @@ struct ChainResult {
     nts: usize,
     mode: &'static str,
     chains: usize,
+    /// Trips through the central scheduler per packet.
+    visits: usize,
     p50_ns: u64,
     p99_ns: u64,
     delivered: u64,
@@ -54,7 +57,7 @@ pub fn run(a: ChainArgs) -> anyhow::Result<()> {
         if n < 2 {
             bail!("--nts: a sequence needs at least 2 NTs (got {n})");
         }
-        for mode in ["single", "half", "panic"] {
+        for mode in ["single", "half", "panic", "split"] {
             let r = case(&a, n, mode)?;
             emit(a.json, &r, |r| {
                 format!("chain {} NTs {:<6} ({} chains): p50 {:>6} ns  p99 {:>6} ns", r.nts, r.mode, r.chains, r.p50_ns, r.p99_ns)
@@ -67,14 +70,14 @@ pub fn run(a: ChainArgs) -> anyhow::Result<()> {
 fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResult> {
     // How the n NTs are cut into chains.
     let sizes: Vec<usize> = match mode {
-        "single" => vec![n],
+        "single" | "panic" => vec![n],
         "half" => vec![n / 2, n - n / 2],
         _ => vec![1; n],
     };
     let clock = MonotonicClock::default();
     let src = "192.0.2.1:4789".parse()?;
     let streams = vec![StreamSpec { datagram: datagram(100, 1000, 64), pps: a.pps, src }];
-    let cfg = NodeConfig { vtep_port: None, ..Default::default() };
+    let cfg = NodeConfig { vtep_port: None, panic_mode: mode == "panic", ..Default::default() };
     let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
     let mut steps = Vec::new();
     for &k in &sizes {
@@ -97,6 +100,7 @@ fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResu
         nts: n,
         mode,
         chains: sizes.len(),
+        visits: if mode == "panic" { n } else { sizes.len() },
         p50_ns: st.latency.quantile(0.5),
         p99_ns: st.latency.quantile(0.99),
         delivered: st.delivered,
