@@ -73,6 +73,12 @@ impl Autoscaler {
         Autoscaler { cfg, chains: Vec::new() }
     }
 
+    /// The time a launch takes, as measured: MONITOR_PERIOD is raised to it if shorter.
+    pub fn set_launch_time(&mut self, t: Duration) {
+        self.cfg.launch_time = t;
+        self.cfg.monitor_period = self.cfg.monitor_period.max(t);
+    }
+
     /// The effective parameters.
     pub fn config(&self) -> &AutoscaleConfig {
         &self.cfg
@@ -212,5 +218,9 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(s.config().monitor_period, Duration::from_millis(5));
+        // A launch measured slower than configured raises it too.
+        let mut s = s;
+        s.set_launch_time(Duration::from_millis(8));
+        assert_eq!(s.config().monitor_period, Duration::from_millis(8));
     }
 }

@@ -53,6 +53,8 @@ impl<B: Backend> Node<B> {
         e.build_ns = if e.build_ns == 0.0 { ns as f64 } else { e.build_ns + 0.25 * (ns as f64 - e.build_ns) };
         let expected = e.cfg.launch_delay + std::time::Duration::from_nanos(e.build_ns as u64);
         e.launcher.set_launch_time(expected);
+        // MONITOR_PERIOD is never shorter than a launch, as measured.
+        e.scaler.set_launch_time(expected);
         Ok((nts, ns))
     }
 
