@@ -16,6 +16,7 @@
 //!   its flow on one instance (paper §4.2).
 //! - [`drf`] and [`fair`]: weighted DRF and the per-epoch fairness controller (measured demand
 //!   in, ingress limits out); [`dwrr`] and [`engine`]: FairNIC's egress and engine isolation.
+//! - [`cost`]: the paper's CapEx model (Appendix A.2) and a lifetime TCO with energy.
 //! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
 //!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
@@ -37,6 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod autoscale;
+pub mod cost;
 pub mod dag;
 pub mod drf;
 pub mod dwrr;

@@ -1,11 +1,13 @@
 //! `snic`: the one user-facing binary of the snic software SuperNIC.
 //!
-//! Subcommands grow with the project; today: `demo` (a node with two tenants on loopback) and
-//! `bench` (data-plane and crypto benchmarks, JSON lines with `--json`).
+//! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status` (its API), `plan` (offline
+//! placement), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
+//! `--json`) and `cost` (the paper's cost model).
 
 mod alloc_count;
 mod bench;
 mod client;
+mod cost_cmd;
 mod daemon;
 mod demo;
 mod deploy;
@@ -43,6 +45,9 @@ enum Cmd {
     Delete(client::DeleteArgs),
     /// Show a running node's regions, tenants, rates and drops.
     Status(client::StatusArgs),
+    /// The paper's per-endpoint network cost model (CapEx, optionally TCO with energy) for
+    /// traditional NICs, sNIC pools and multi-host NIC pools.
+    Cost(cost_cmd::CostArgs),
 }
 
 fn main() {
@@ -63,6 +68,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Demo(d) => demo::run(d),
         Cmd::Plan(p) => plan_cmd::run(p),
+        Cmd::Cost(c) => cost_cmd::run(c),
         Cmd::Run(r) => daemon::run(r),
         Cmd::Apply(a) => client::apply(a),
         Cmd::Get(a) => client::get(a),
