@@ -2,7 +2,7 @@
 //!
 //! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status` (its API), `plan` (offline
 //! placement), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
-//! `--json`) and `cost` (the paper's cost model).
+//! `--json`), `cost` (the paper's cost model) and `sim` (the simulator).
 
 mod alloc_count;
 mod bench;
@@ -12,6 +12,7 @@ mod daemon;
 mod demo;
 mod deploy;
 mod plan_cmd;
+mod sim_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -48,6 +49,8 @@ enum Cmd {
     /// The paper's per-endpoint network cost model (CapEx, optionally TCO with energy) for
     /// traditional NICs, sNIC pools and multi-host NIC pools.
     Cost(cost_cmd::CostArgs),
+    /// Run a scenario on the simulator (the policy core at rack and data-center scale).
+    Sim(sim_cmd::SimArgs),
 }
 
 fn main() {
@@ -69,6 +72,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Demo(d) => demo::run(d),
         Cmd::Plan(p) => plan_cmd::run(p),
         Cmd::Cost(c) => cost_cmd::run(c),
+        Cmd::Sim(s) => sim_cmd::run(s),
         Cmd::Run(r) => daemon::run(r),
         Cmd::Apply(a) => client::apply(a),
         Cmd::Get(a) => client::get(a),

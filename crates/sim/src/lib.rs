@@ -1,0 +1,257 @@
+//! # snic-sim: snic's simulator
+//!
+//! Runs the paper's experiments on a virtual clock from a scenario file (TOML, documented in
+//! `docs/sim.md`): a topology of racks and endpoints, a workload per endpoint ([`workload`]),
+//! and an experiment. The simulator reuses the policy code of `snic-core` — the same code the
+//! daemon runs — never its own copy of a policy.
+//!
+//! Runnable today: `consolidation` (paper Fig. 2): what the endpoints' traffic needs when each
+//! endpoint provisions for its own peak, when a rack's pool provisions for the rack's peak, and
+//! when the data center's does; its rack-level ratio is the cost model's `capExConsolidRatio`.
+//! The experiments that drive the scheduler, DRF, launcher and auto-scaler at scale (Fig. 12,
+//! 13, 20, 22) are named but refused with the reason until they are built.
+
+pub mod workload;
+
+use serde::{Deserialize, Serialize};
+use snic_core::cost::peak_ratio;
+use workload::{Workload, WorkloadError};
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Its name (reported).
+    pub name: String,
+    /// The experiment: `consolidation` (others are named in [`PENDING`]).
+    pub experiment: String,
+    /// Seed of every random stream (overridden by `--seed`).
+    #[serde(default)]
+    pub seed: u64,
+    /// Simulated time, seconds.
+    pub duration_s: f64,
+    /// Time bin of the load series, ms.
+    #[serde(default = "default_bin")]
+    pub bin_ms: f64,
+    /// Racks and endpoints.
+    pub topology: Topology,
+    /// What each endpoint sends.
+    pub workload: Workload,
+}
+
+fn default_bin() -> f64 {
+    1.0
+}
+
+/// Racks of endpoints.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Racks.
+    pub racks: usize,
+    /// Endpoints in each rack.
+    pub endpoints_per_rack: usize,
+}
+
+/// Experiments of the paper not runnable yet, and what they wait for.
+pub const PENDING: &[(&str, &str)] = &[
+    ("autoscale", "Fig. 12 (slowdown vs OpEx per scheme) needs the simulator to drive the auto-scaler and launcher at flow granularity"),
+    ("victim_cache", "Fig. 13 needs the launcher driven at flow granularity"),
+    ("fairness", "Fig. 20 needs the DRF controller driven by simulated demand"),
+    ("consolidation_usage", "Fig. 22 needs NT speeds and regions in the simulated nodes"),
+];
+
+/// Most load cells (endpoints × bins) a request-granularity run holds.
+pub const MAX_CELLS: usize = 200_000_000;
+
+/// Why a scenario cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The file is not a valid scenario.
+    #[error("invalid scenario: {0}")]
+    Parse(#[from] toml::de::Error),
+    /// A value is out of range.
+    #[error("{0}")]
+    Range(String),
+    /// The workload is invalid.
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// The experiment exists in the paper but is not built yet.
+    #[error("experiment `{0}` is not runnable yet: {1}")]
+    Pending(String, &'static str),
+    /// No such experiment.
+    #[error("unknown experiment `{0}` (runnable: consolidation; pending: autoscale, victim_cache, fairness, consolidation_usage)")]
+    Unknown(String),
+}
+
+/// One scheme's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SchemeResult {
+    /// `no-consolidation`, `rack` or `datacenter`.
+    pub scheme: &'static str,
+    /// Capacity provisioned (the peak it must carry), Gbit/s.
+    pub provisioned_gbps: f64,
+    /// Relative to no consolidation.
+    pub vs_no_consolidation: f64,
+}
+
+/// A run's report (the JSON on stdout).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// The scenario's name.
+    pub scenario: String,
+    /// The seed used.
+    pub seed: u64,
+    /// Endpoints simulated.
+    pub endpoints: usize,
+    /// Simulated seconds.
+    pub duration_s: f64,
+    /// Per scheme.
+    pub results: Vec<SchemeResult>,
+    /// Rack-level peak-of-sum ÷ sum-of-peaks (mean over racks, weighted by their peaks): the
+    /// cost model's `capExConsolidRatio` for this workload.
+    pub capex_consolid_ratio: f64,
+}
+
+impl Scenario {
+    /// Parses a scenario.
+    pub fn parse(text: &str) -> Result<Self, SimError> {
+        Ok(toml::from_str(text)?)
+    }
+
+    fn validate(&self) -> Result<(), SimError> {
+        let t = self.topology;
+        if t.racks == 0 || t.endpoints_per_rack == 0 {
+            return Err(SimError::Range("topology: racks and endpoints_per_rack must be at least 1".into()));
+        }
+        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.bin_ms.is_finite() && self.bin_ms > 0.0) {
+            return Err(SimError::Range("duration_s and bin_ms must be positive".into()));
+        }
+        let cells = t.racks as f64 * t.endpoints_per_rack as f64 * (self.duration_s * 1e3 / self.bin_ms);
+        if cells > MAX_CELLS as f64 {
+            return Err(SimError::Range(format!(
+                "{cells:.0} load cells (endpoints × bins) is more than {MAX_CELLS}: use fewer endpoints, a shorter run or a larger bin_ms"
+            )));
+        }
+        self.workload.validate()?;
+        Ok(())
+    }
+
+    /// Runs the scenario with `seed`; `progress(done, total)` is called per endpoint.
+    pub fn run(&self, seed: u64, progress: impl FnMut(usize, usize)) -> Result<Report, SimError> {
+        match self.experiment.as_str() {
+            "consolidation" => {}
+            e => {
+                return Err(match PENDING.iter().find(|(n, _)| *n == e) {
+                    Some((_, why)) => SimError::Pending(e.into(), why),
+                    None => SimError::Unknown(e.into()),
+                })
+            }
+        }
+        self.validate()?;
+        Ok(self.consolidation(seed, progress))
+    }
+
+    /// Paper Fig. 2: sum of peaks (each endpoint for itself), sum of rack peaks, and the data
+    /// center's peak.
+    fn consolidation(&self, seed: u64, mut progress: impl FnMut(usize, usize)) -> Report {
+        let t = self.topology;
+        let n = t.racks * t.endpoints_per_rack;
+        let bin_s = self.bin_ms / 1e3;
+        let bins = (self.duration_s / bin_s).ceil() as usize;
+        let load = self.workload.series(seed, n, bins, bin_s, |e| progress(e, n));
+        progress(n, n);
+        let gbps = |bytes_per_bin: f64| bytes_per_bin * 8.0 / bin_s / 1e9;
+        let (_, sum_of_peaks, _) = peak_ratio(&load);
+        let racks: Vec<(f64, f64)> = load.chunks(t.endpoints_per_rack).map(|r| (peak_ratio(r).0, peak_ratio(r).1)).collect();
+        let rack_sum: f64 = racks.iter().map(|r| r.0).sum();
+        let rack_sop: f64 = racks.iter().map(|r| r.1).sum();
+        let total: Vec<f64> = (0..bins).map(|b| load.iter().map(|s| s[b]).sum()).collect();
+        let dc = total.iter().copied().fold(0.0, f64::max);
+        let rel = |x: f64| if sum_of_peaks > 0.0 { x / sum_of_peaks } else { 1.0 };
+        Report {
+            scenario: self.name.clone(),
+            seed,
+            endpoints: n,
+            duration_s: self.duration_s,
+            results: vec![
+                SchemeResult { scheme: "no-consolidation", provisioned_gbps: gbps(sum_of_peaks), vs_no_consolidation: 1.0 },
+                SchemeResult { scheme: "rack", provisioned_gbps: gbps(rack_sum), vs_no_consolidation: rel(rack_sum) },
+                SchemeResult { scheme: "datacenter", provisioned_gbps: gbps(dc), vs_no_consolidation: rel(dc) },
+            ],
+            capex_consolid_ratio: if rack_sop > 0.0 { rack_sum / rack_sop } else { 1.0 },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: &str = r#"
+name = "small"
+experiment = "consolidation"
+seed = 5
+duration_s = 2.0
+bin_ms = 1.0
+[topology]
+racks = 2
+endpoints_per_rack = 4
+[workload]
+kind = "etc"
+rate_scale = 0.1
+spikes = { factor = 6.0, on_ms = 20.0, off_ms = 300.0, correlation = 0.2 }
+"#;
+
+    #[test]
+    fn consolidation_needs_less_at_each_level_and_runs_are_reproducible() {
+        let s = Scenario::parse(SMALL).unwrap();
+        let r = s.run(5, |_, _| {}).unwrap();
+        let p: Vec<f64> = r.results.iter().map(|x| x.provisioned_gbps).collect();
+        assert!(p[0] > p[1] && p[1] > p[2] && p[2] > 0.0, "{p:?}");
+        assert!(r.capex_consolid_ratio > 0.0 && r.capex_consolid_ratio < 1.0);
+        assert_eq!(r, s.run(5, |_, _| {}).unwrap(), "same seed, same report");
+        assert_ne!(r, s.run(6, |_, _| {}).unwrap());
+    }
+
+    #[test]
+    fn square_waves_in_opposite_phase_halve_the_rack_peak() {
+        let s = Scenario::parse(
+            r#"
+name = "sq"
+experiment = "consolidation"
+duration_s = 0.1
+[topology]
+racks = 1
+endpoints_per_rack = 2
+[workload]
+kind = "square"
+high_bps = 1.25e9
+low_bps = 0.0
+half_period_ms = 10.0
+phase_ms = 10.0
+"#,
+        )
+        .unwrap();
+        let r = s.run(0, |_, _| {}).unwrap();
+        // Two endpoints at 10 Gbit/s, never at once: 20 for themselves, 10 for the rack.
+        assert!((r.results[0].provisioned_gbps - 20.0).abs() < 1e-9);
+        assert!((r.results[1].provisioned_gbps - 10.0).abs() < 1e-9);
+        assert!((r.capex_consolid_ratio - 0.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn pending_unknown_and_invalid_scenarios_say_why() {
+        let with = |exp: &str| SMALL.replace("experiment = \"consolidation\"", &format!("experiment = \"{exp}\""));
+        let e = Scenario::parse(&with("autoscale")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("not runnable yet") && e.contains("Fig. 12"), "{e}");
+        let e = Scenario::parse(&with("teleport")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("unknown experiment"), "{e}");
+        let e = Scenario::parse(&SMALL.replace("racks = 2", "racks = 0")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("racks"), "{e}");
+        assert!(Scenario::parse(&SMALL.replace("seed = 5", "seed = 5\ncolour = 1")).is_err(), "unknown fields refused");
+        let big = SMALL.replace("racks = 2", "racks = 2500").replace("duration_s = 2.0", "duration_s = 3600.0");
+        let e = Scenario::parse(&big).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("load cells"), "{e}");
+    }
+}
