@@ -8,9 +8,11 @@
 //! Runnable today: `consolidation` (paper Fig. 2): what the endpoints' traffic needs when each
 //! endpoint provisions for its own peak, when a rack's pool provisions for the rack's peak, and
 //! when the data center's does; its rack-level ratio is the cost model's `capExConsolidRatio`.
-//! The experiments that drive the scheduler, DRF, launcher and auto-scaler at scale (Fig. 12,
-//! 13, 20, 22) are named but refused with the reason until they are built.
+//! `fairness` (paper Fig. 20): the node's fairness controller (`snic_core::fair`) closing the
+//! loop on tenants whose load steps. The experiments that drive the launcher and auto-scaler at
+//! scale (Fig. 12, 13, 22) are named but refused with the reason until they are built.
 
+pub mod fairness;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -33,10 +35,15 @@ pub struct Scenario {
     /// Time bin of the load series, ms.
     #[serde(default = "default_bin")]
     pub bin_ms: f64,
-    /// Racks and endpoints.
-    pub topology: Topology,
-    /// What each endpoint sends.
-    pub workload: Workload,
+    /// Racks and endpoints (`consolidation`).
+    #[serde(default)]
+    pub topology: Option<Topology>,
+    /// What each endpoint sends (`consolidation`).
+    #[serde(default)]
+    pub workload: Option<Workload>,
+    /// Tenants, NTs and loads (`fairness`).
+    #[serde(default)]
+    pub fairness: Option<fairness::FairnessSpec>,
 }
 
 fn default_bin() -> f64 {
@@ -57,7 +64,6 @@ pub struct Topology {
 pub const PENDING: &[(&str, &str)] = &[
     ("autoscale", "Fig. 12 (slowdown vs OpEx per scheme) needs the simulator to drive the auto-scaler and launcher at flow granularity"),
     ("victim_cache", "Fig. 13 needs the launcher driven at flow granularity"),
-    ("fairness", "Fig. 20 needs the DRF controller driven by simulated demand"),
     ("consolidation_usage", "Fig. 22 needs NT speeds and regions in the simulated nodes"),
 ];
 
@@ -68,7 +74,7 @@ pub const MAX_CELLS: usize = 200_000_000;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// The file is not a valid scenario.
-    #[error("invalid scenario: {0}")]
+    #[error("invalid scenario")]
     Parse(#[from] toml::de::Error),
     /// A value is out of range.
     #[error("{0}")]
@@ -80,11 +86,11 @@ pub enum SimError {
     #[error("experiment `{0}` is not runnable yet: {1}")]
     Pending(String, &'static str),
     /// No such experiment.
-    #[error("unknown experiment `{0}` (runnable: consolidation; pending: autoscale, victim_cache, fairness, consolidation_usage)")]
+    #[error("unknown experiment `{0}` (runnable: consolidation, fairness; pending: autoscale, victim_cache, consolidation_usage)")]
     Unknown(String),
 }
 
-/// One scheme's figures.
+/// One scheme's figures in the `consolidation` experiment.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SchemeResult {
     /// `no-consolidation`, `rack` or `datacenter`.
@@ -102,15 +108,19 @@ pub struct Report {
     pub scenario: String,
     /// The seed used.
     pub seed: u64,
-    /// Endpoints simulated.
-    pub endpoints: usize,
+    /// The experiment.
+    pub experiment: String,
     /// Simulated seconds.
     pub duration_s: f64,
-    /// Per scheme.
-    pub results: Vec<SchemeResult>,
-    /// Rack-level peak-of-sum ÷ sum-of-peaks (mean over racks, weighted by their peaks): the
-    /// cost model's `capExConsolidRatio` for this workload.
-    pub capex_consolid_ratio: f64,
+    /// Endpoints simulated (`consolidation`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoints: Option<usize>,
+    /// Per scheme (the fields depend on the experiment).
+    pub results: Vec<serde_json::Value>,
+    /// Rack-level peak-of-sum ÷ sum-of-peaks (`consolidation`): the cost model's
+    /// `capExConsolidRatio` for this workload.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capex_consolid_ratio: Option<f64>,
 }
 
 impl Scenario {
@@ -119,8 +129,7 @@ impl Scenario {
         Ok(toml::from_str(text)?)
     }
 
-    fn validate(&self) -> Result<(), SimError> {
-        let t = self.topology;
+    fn validate(&self, t: Topology, w: &Workload) -> Result<(), SimError> {
         if t.racks == 0 || t.endpoints_per_rack == 0 {
             return Err(SimError::Range("topology: racks and endpoints_per_rack must be at least 1".into()));
         }
@@ -133,33 +142,53 @@ impl Scenario {
                 "{cells:.0} load cells (endpoints × bins) is more than {MAX_CELLS}: use fewer endpoints, a shorter run or a larger bin_ms"
             )));
         }
-        self.workload.validate()?;
+        w.validate()?;
         Ok(())
     }
 
     /// Runs the scenario with `seed`; `progress(done, total)` is called per endpoint.
     pub fn run(&self, seed: u64, progress: impl FnMut(usize, usize)) -> Result<Report, SimError> {
+        if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
+            return Err(SimError::Range("duration_s must be positive".into()));
+        }
         match self.experiment.as_str() {
-            "consolidation" => {}
-            e => {
-                return Err(match PENDING.iter().find(|(n, _)| *n == e) {
-                    Some((_, why)) => SimError::Pending(e.into(), why),
-                    None => SimError::Unknown(e.into()),
+            "consolidation" => {
+                let (Some(t), Some(w)) = (self.topology, &self.workload) else {
+                    return Err(SimError::Range("consolidation needs [topology] and [workload]".into()));
+                };
+                self.validate(t, w)?;
+                Ok(self.consolidation(seed, t, w, progress))
+            }
+            "fairness" => {
+                let Some(spec) = &self.fairness else {
+                    return Err(SimError::Range("fairness needs a [fairness] section".into()));
+                };
+                spec.validate().map_err(SimError::Range)?;
+                let r = spec.run(self.duration_s);
+                Ok(Report {
+                    scenario: self.name.clone(),
+                    seed,
+                    experiment: self.experiment.clone(),
+                    duration_s: self.duration_s,
+                    endpoints: None,
+                    results: vec![serde_json::to_value(r).expect("plain data")],
+                    capex_consolid_ratio: None,
                 })
             }
+            e => Err(match PENDING.iter().find(|(n, _)| *n == e) {
+                Some((_, why)) => SimError::Pending(e.into(), why),
+                None => SimError::Unknown(e.into()),
+            }),
         }
-        self.validate()?;
-        Ok(self.consolidation(seed, progress))
     }
 
     /// Paper Fig. 2: sum of peaks (each endpoint for itself), sum of rack peaks, and the data
     /// center's peak.
-    fn consolidation(&self, seed: u64, mut progress: impl FnMut(usize, usize)) -> Report {
-        let t = self.topology;
+    fn consolidation(&self, seed: u64, t: Topology, w: &Workload, mut progress: impl FnMut(usize, usize)) -> Report {
         let n = t.racks * t.endpoints_per_rack;
         let bin_s = self.bin_ms / 1e3;
         let bins = (self.duration_s / bin_s).ceil() as usize;
-        let load = self.workload.series(seed, n, bins, bin_s, |e| progress(e, n));
+        let load = w.series(seed, n, bins, bin_s, |e| progress(e, n));
         progress(n, n);
         let gbps = |bytes_per_bin: f64| bytes_per_bin * 8.0 / bin_s / 1e9;
         let (_, sum_of_peaks, _) = peak_ratio(&load);
@@ -169,17 +198,19 @@ impl Scenario {
         let total: Vec<f64> = (0..bins).map(|b| load.iter().map(|s| s[b]).sum()).collect();
         let dc = total.iter().copied().fold(0.0, f64::max);
         let rel = |x: f64| if sum_of_peaks > 0.0 { x / sum_of_peaks } else { 1.0 };
+        let results = [
+            SchemeResult { scheme: "no-consolidation", provisioned_gbps: gbps(sum_of_peaks), vs_no_consolidation: 1.0 },
+            SchemeResult { scheme: "rack", provisioned_gbps: gbps(rack_sum), vs_no_consolidation: rel(rack_sum) },
+            SchemeResult { scheme: "datacenter", provisioned_gbps: gbps(dc), vs_no_consolidation: rel(dc) },
+        ];
         Report {
             scenario: self.name.clone(),
             seed,
-            endpoints: n,
+            experiment: self.experiment.clone(),
             duration_s: self.duration_s,
-            results: vec![
-                SchemeResult { scheme: "no-consolidation", provisioned_gbps: gbps(sum_of_peaks), vs_no_consolidation: 1.0 },
-                SchemeResult { scheme: "rack", provisioned_gbps: gbps(rack_sum), vs_no_consolidation: rel(rack_sum) },
-                SchemeResult { scheme: "datacenter", provisioned_gbps: gbps(dc), vs_no_consolidation: rel(dc) },
-            ],
-            capex_consolid_ratio: if rack_sop > 0.0 { rack_sum / rack_sop } else { 1.0 },
+            endpoints: Some(n),
+            results: results.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
+            capex_consolid_ratio: Some(if rack_sop > 0.0 { rack_sum / rack_sop } else { 1.0 }),
         }
     }
 }
@@ -207,9 +238,10 @@ spikes = { factor = 6.0, on_ms = 20.0, off_ms = 300.0, correlation = 0.2 }
     fn consolidation_needs_less_at_each_level_and_runs_are_reproducible() {
         let s = Scenario::parse(SMALL).unwrap();
         let r = s.run(5, |_, _| {}).unwrap();
-        let p: Vec<f64> = r.results.iter().map(|x| x.provisioned_gbps).collect();
+        let p: Vec<f64> = r.results.iter().map(|x| x["provisioned_gbps"].as_f64().unwrap()).collect();
         assert!(p[0] > p[1] && p[1] > p[2] && p[2] > 0.0, "{p:?}");
-        assert!(r.capex_consolid_ratio > 0.0 && r.capex_consolid_ratio < 1.0);
+        let c = r.capex_consolid_ratio.unwrap();
+        assert!(c > 0.0 && c < 1.0);
         assert_eq!(r, s.run(5, |_, _| {}).unwrap(), "same seed, same report");
         assert_ne!(r, s.run(6, |_, _| {}).unwrap());
     }
@@ -235,9 +267,10 @@ phase_ms = 10.0
         .unwrap();
         let r = s.run(0, |_, _| {}).unwrap();
         // Two endpoints at 10 Gbit/s, never at once: 20 for themselves, 10 for the rack.
-        assert!((r.results[0].provisioned_gbps - 20.0).abs() < 1e-9);
-        assert!((r.results[1].provisioned_gbps - 10.0).abs() < 1e-9);
-        assert!((r.capex_consolid_ratio - 0.5).abs() < 1e-12);
+        let p = |i: usize| r.results[i]["provisioned_gbps"].as_f64().unwrap();
+        assert!((p(0) - 20.0).abs() < 1e-9);
+        assert!((p(1) - 10.0).abs() < 1e-9);
+        assert!((r.capex_consolid_ratio.unwrap() - 0.5).abs() < 1e-12);
     }
 
     #[test]

@@ -53,19 +53,43 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "scenario {} (seed {}): {} endpoints, {} s simulated in {:.2} s",
+        "scenario {} ({}, seed {}): {} s simulated in {:.2} s",
         report.scenario,
+        report.experiment,
         report.seed,
-        report.endpoints,
         report.duration_s,
         t0.elapsed().as_secs_f64()
     );
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or(f64::NAN);
     for r in &report.results {
-        println!("  {:<18} {:>10.3} Gbit/s  ({:>5.1}% of no consolidation)", r.scheme, r.provisioned_gbps, 100.0 * r.vs_no_consolidation);
+        if r.get("provisioned_gbps").is_some() {
+            let scheme = r["scheme"].as_str().unwrap_or("");
+            println!(
+                "  {scheme:<18} {:>10.3} Gbit/s  ({:>5.1}% of no consolidation)",
+                f(&r["provisioned_gbps"]),
+                100.0 * f(&r["vs_no_consolidation"])
+            );
+        }
+        for t in r["tenants"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<10} before {:>7.3} units  after {:>7.3} units  dominant {} ({:.3})",
+                t["tenant"].as_str().unwrap_or(""),
+                f(&t["before_units"]),
+                f(&t["after_units"]),
+                t["dominant"].as_str().unwrap_or("-"),
+                f(&t["dominant_share"])
+            );
+        }
+        if r.get("convergence_us").is_some() {
+            println!(
+                "  settles within 5% {:.0} µs after the last step; Jain's index of dominant shares {:.3}",
+                f(&r["convergence_us"]),
+                f(&r["jain_dominant"])
+            );
+        }
     }
-    println!(
-        "  rack-level capExConsolidRatio {:.4}  (snic cost --capex-consolid-ratio {:.4})",
-        report.capex_consolid_ratio, report.capex_consolid_ratio
-    );
+    if let (Some(n), Some(c)) = (report.endpoints, report.capex_consolid_ratio) {
+        println!("  {n} endpoints; rack-level capExConsolidRatio {c:.4}  (snic cost --capex-consolid-ratio {c:.4})");
+    }
     Ok(())
 }

@@ -1,0 +1,206 @@
+//! The `fairness` experiment (paper Fig. 20, the Fig. 7 scenario): tenants whose DAGs visit
+//! NTs of given throughputs, loads that step over time, and the node's fairness controller —
+//! `snic_core::fair::Fairness`, the code the data plane runs — closing the loop every epoch:
+//! each tenant offers its load, its ingress limit admits part of it, the NTs on its path see
+//! what was admitted, DRF reallocates. A fluid model: NT throughput is shared in proportion to
+//! the load admitted to it.
+
+use serde::{Deserialize, Serialize};
+use snic_core::fair::{jain, FairConfig, Fairness, Kind, Resource};
+use snic_core::ids::TenantId;
+use snic_core::time::Instant;
+use std::time::Duration;
+
+/// The scenario's `[fairness]` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FairnessSpec {
+    /// EPOCH_LEN, µs.
+    #[serde(default = "default_epoch")]
+    pub epoch_us: u64,
+    /// Weight of the newest epoch in the demand average.
+    #[serde(default = "default_smoothing")]
+    pub smoothing: f64,
+    /// Packets per second per load unit.
+    #[serde(default = "default_unit")]
+    pub unit_pps: f64,
+    /// The NTs and their throughput (units).
+    pub nts: Vec<NtSpec>,
+    /// The tenants.
+    pub tenants: Vec<TenantSpec>,
+}
+
+fn default_epoch() -> u64 {
+    100
+}
+fn default_smoothing() -> f64 {
+    FairConfig::default().smoothing
+}
+fn default_unit() -> f64 {
+    100_000.0
+}
+
+/// An NT.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NtSpec {
+    /// Name.
+    pub name: String,
+    /// Throughput of its one instance, units.
+    pub capacity: f64,
+}
+
+/// A tenant.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Name.
+    pub name: String,
+    /// DRF weight.
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// The NTs its packets visit.
+    pub path: Vec<String>,
+    /// `[time_s, units]` steps: from each time on, the tenant offers that load.
+    pub load: Vec<[f64; 2]>,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// One tenant's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TenantResult {
+    /// Name.
+    pub tenant: String,
+    /// Delivered over the last 20% of the time before the last load step, units.
+    pub before_units: f64,
+    /// Delivered over the last 20% of the run, units.
+    pub after_units: f64,
+    /// Its dominant NT at the end.
+    pub dominant: Option<String>,
+    /// Its share of it.
+    pub dominant_share: f64,
+}
+
+/// The experiment's report entry.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FairnessResult {
+    /// `snic` (weighted DRF on measured demand, enforced at ingress).
+    pub scheme: &'static str,
+    /// Per tenant.
+    pub tenants: Vec<TenantResult>,
+    /// Time after the last load step until every tenant's delivered rate stays within 5% of its
+    /// final value, µs.
+    pub convergence_us: f64,
+    /// Jain's index of the dominant shares at the end.
+    pub jain_dominant: f64,
+}
+
+impl FairnessSpec {
+    /// Checks names and ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        let unit_ok = self.unit_pps.is_finite() && self.unit_pps > 0.0;
+        if self.epoch_us == 0 || !(self.smoothing > 0.0 && self.smoothing <= 1.0) || !unit_ok {
+            return Err("fairness: epoch_us and unit_pps must be positive, smoothing in (0, 1]".into());
+        }
+        if self.nts.iter().any(|n| !(n.capacity.is_finite() && n.capacity > 0.0)) {
+            return Err("fairness.nts: every capacity must be positive".into());
+        }
+        for t in &self.tenants {
+            if let Some(n) = t.path.iter().find(|n| !self.nts.iter().any(|x| &x.name == *n)) {
+                return Err(format!("fairness.tenants `{}`: unknown NT `{n}` in path", t.name));
+            }
+            if t.load.is_empty() || t.load.iter().any(|[ts, u]| !(ts.is_finite() && *ts >= 0.0 && u.is_finite() && *u >= 0.0)) {
+                return Err(format!("fairness.tenants `{}`: load needs [time_s, units] steps, both zero or more", t.name));
+            }
+            if !(t.weight.is_finite() && t.weight > 0.0) {
+                return Err(format!("fairness.tenants `{}`: weight must be positive", t.name));
+            }
+        }
+        Ok(())
+    }
+
+    fn load_at(t: &TenantSpec, s: f64) -> f64 {
+        // The latest step at or before `s` (steps may be listed in any order).
+        t.load.iter().filter(|[ts, _]| *ts <= s).max_by(|a, b| a[0].total_cmp(&b[0])).map_or(0.0, |l| l[1])
+    }
+
+    /// Runs `duration_s` of epochs.
+    pub fn run(&self, duration_s: f64) -> FairnessResult {
+        let epoch = Duration::from_micros(self.epoch_us);
+        let cfg = FairConfig { epoch, smoothing: self.smoothing, ..FairConfig::default() };
+        let mut f = Fairness::new(cfg, Instant::ZERO);
+        let res =
+            self.nts.iter().map(|n| Resource { name: n.name.clone(), kind: Kind::Rate, capacity: n.capacity * self.unit_pps }).collect();
+        f.set_resources(res);
+        for (i, t) in self.tenants.iter().enumerate() {
+            f.set_tenant(TenantId(i as u16 + 1), t.weight);
+        }
+        let paths: Vec<Vec<usize>> = self
+            .tenants
+            .iter()
+            .map(|t| t.path.iter().map(|n| self.nts.iter().position(|x| &x.name == n).expect("validated")).collect())
+            .collect();
+        let last_step = self.tenants.iter().flat_map(|t| t.load.iter().map(|l| l[0])).fold(0.0, f64::max);
+        let epochs = (duration_s / epoch.as_secs_f64()).round() as u64;
+        let dt = epoch.as_secs_f64();
+        let mut delivered: Vec<Vec<f64>> = vec![Vec::new(); self.tenants.len()];
+        let mut now = Instant::ZERO;
+        for k in 0..epochs {
+            let s = k as f64 * dt;
+            let limits: Vec<Option<f64>> = f.shares().iter().map(|x| x.limit_pps).collect();
+            let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
+            let admitted: Vec<f64> = offered.iter().zip(&limits).map(|(o, l)| l.map_or(*o, |l| o.min(l * dt))).collect();
+            // Each NT serves what was admitted to it, up to its throughput, in proportion.
+            let mut on_nt = vec![0.0; self.nts.len()];
+            for (p, a) in paths.iter().zip(&admitted) {
+                for &n in p {
+                    on_nt[n] += a;
+                }
+            }
+            let served = |n: usize| (self.nts[n].capacity * self.unit_pps * dt / on_nt[n]).min(1.0);
+            for (i, (p, a)) in paths.iter().zip(&admitted).enumerate() {
+                let frac = p.iter().map(|&n| served(n)).fold(1.0, f64::min);
+                delivered[i].push(a * frac / dt / self.unit_pps);
+            }
+            now = now + epoch;
+            f.end_epoch(now, |t, o| {
+                let i = t.0 as usize - 1;
+                o.offered_packets = offered[i].round() as u64;
+                o.admitted_packets = admitted[i].round() as u64;
+                for &n in &paths[i] {
+                    o.amounts[n] = admitted[i];
+                }
+            });
+        }
+        let avg = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
+        let step_epoch = ((last_step / dt).round() as usize).min(epochs as usize);
+        let tail = |from: usize, to: usize| (to.saturating_sub((to - from) / 5).max(from), to);
+        let tenants = self
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let (b0, b1) = tail(0, step_epoch);
+                let (a0, a1) = tail(step_epoch, delivered[i].len());
+                let sh = &f.shares()[i];
+                TenantResult {
+                    tenant: t.name.clone(),
+                    before_units: avg(&delivered[i][b0..b1]),
+                    after_units: avg(&delivered[i][a0..a1]),
+                    dominant: sh.dominant.map(|d| self.nts[d].name.clone()),
+                    dominant_share: sh.dominant_share,
+                }
+            })
+            .collect::<Vec<_>>();
+        // Settled: the first epoch after which every tenant stays within 5% of its final rate.
+        let last_out = (step_epoch..epochs as usize)
+            .filter(|&k| tenants.iter().enumerate().any(|(i, r)| (delivered[i][k] - r.after_units).abs() > 0.05 * r.after_units.max(1e-12)))
+            .max();
+        let convergence_us = last_out.map_or(0.0, |k| (k + 1 - step_epoch) as f64 * dt * 1e6);
+        let shares: Vec<f64> = f.shares().iter().map(|s| s.dominant_share).collect();
+        FairnessResult { scheme: "snic", tenants, convergence_us, jain_dominant: jain(&shares) }
+    }
+}
