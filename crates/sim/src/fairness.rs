@@ -96,6 +96,9 @@ pub struct FairnessResult {
     pub convergence_us: f64,
     /// Jain's index of the dominant shares at the end.
     pub jain_dominant: f64,
+    /// Per tenant: delivered units per epoch (for plots; not in the JSON report).
+    #[serde(skip)]
+    pub timeline: Vec<(String, Vec<(f64, f64)>)>,
 }
 
 impl FairnessSpec {
@@ -201,6 +204,12 @@ impl FairnessSpec {
             .max();
         let convergence_us = last_out.map_or(0.0, |k| (k + 1 - step_epoch) as f64 * dt * 1e6);
         let shares: Vec<f64> = f.shares().iter().map(|s| s.dominant_share).collect();
-        FairnessResult { scheme: "snic", tenants, convergence_us, jain_dominant: jain(&shares) }
+        let timeline = self
+            .tenants
+            .iter()
+            .zip(&delivered)
+            .map(|(t, d)| (t.name.clone(), d.iter().enumerate().map(|(k, &u)| (k as f64 * dt * 1e3, u)).collect()))
+            .collect();
+        FairnessResult { scheme: "snic", tenants, convergence_us, jain_dominant: jain(&shares), timeline }
     }
 }

@@ -13,6 +13,7 @@
 //! scale (Fig. 12, 13, 22) are named but refused with the reason until they are built.
 
 pub mod fairness;
+pub mod plot;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -121,6 +122,9 @@ pub struct Report {
     /// `capExConsolidRatio` for this workload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capex_consolid_ratio: Option<f64>,
+    /// What the figure shows (not in the JSON report).
+    #[serde(skip)]
+    pub figure: plot::Figure,
 }
 
 impl Scenario {
@@ -165,7 +169,14 @@ impl Scenario {
                 };
                 spec.validate().map_err(SimError::Range)?;
                 let r = spec.run(self.duration_s);
+                let figure = plot::Figure::Lines {
+                    title: format!("{}: delivered load per tenant", self.name),
+                    x: "time (ms)".into(),
+                    y: "delivered (units)".into(),
+                    lines: r.timeline.clone(),
+                };
                 Ok(Report {
+                    figure,
                     scenario: self.name.clone(),
                     seed,
                     experiment: self.experiment.clone(),
@@ -203,7 +214,13 @@ impl Scenario {
             SchemeResult { scheme: "rack", provisioned_gbps: gbps(rack_sum), vs_no_consolidation: rel(rack_sum) },
             SchemeResult { scheme: "datacenter", provisioned_gbps: gbps(dc), vs_no_consolidation: rel(dc) },
         ];
+        let figure = plot::Figure::Bars {
+            title: format!("{}: capacity provisioned for {n} endpoints", self.name),
+            y: "Gbit/s".into(),
+            bars: results.iter().map(|r| (r.scheme.to_string(), r.provisioned_gbps)).collect(),
+        };
         Report {
+            figure,
             scenario: self.name.clone(),
             seed,
             experiment: self.experiment.clone(),

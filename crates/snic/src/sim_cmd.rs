@@ -16,7 +16,7 @@ pub struct SimArgs {
     /// Print the report as JSON: {"scenario":…,"seed":…,"results":[{"scheme":…,…}],…}.
     #[arg(long)]
     json: bool,
-    /// Also write the JSON report to DIR/<scenario>.json.
+    /// Also write the JSON report to DIR/<scenario>.json and its figure to DIR/<scenario>.svg.
     #[arg(long)]
     out: Option<PathBuf>,
 }
@@ -47,6 +47,10 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let f = dir.join(format!("{}.json", report.scenario));
         std::fs::write(&f, format!("{json}\n")).with_context(|| format!("writing {}", f.display()))?;
+        if let Some(svg) = report.figure.svg()? {
+            let f = dir.join(format!("{}.svg", report.scenario));
+            std::fs::write(&f, svg).with_context(|| format!("writing {}", f.display()))?;
+        }
     }
     if a.json {
         println!("{json}");

@@ -20,6 +20,13 @@ fn a_small_scenario_matches_its_golden_report() {
     assert_ne!(other, golden);
     let v: serde_json::Value = serde_json::from_str(&other).unwrap();
     assert_eq!(v["seed"], 43, "the seed is always reported");
+    // --out writes the report and its figure.
+    let dir = std::env::temp_dir().join(format!("snic-sim-out-{}", std::process::id()));
+    let (ok, _, err) = sim(&[SMALL, "--out", dir.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("sim-small.json")).unwrap(), golden);
+    assert!(std::fs::read_to_string(dir.join("sim-small.svg")).unwrap().starts_with("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -1,0 +1,126 @@
+//! A report's figure as SVG (plotters): bars for the consolidation experiment, lines over time
+//! for the fairness experiment.
+
+use plotters::prelude::*;
+
+/// What to draw.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Figure {
+    /// Nothing.
+    #[default]
+    None,
+    /// One bar per label.
+    Bars {
+        /// Title.
+        title: String,
+        /// Y axis label.
+        y: String,
+        /// (label, value).
+        bars: Vec<(String, f64)>,
+    },
+    /// One line per label.
+    Lines {
+        /// Title.
+        title: String,
+        /// X axis label.
+        x: String,
+        /// Y axis label.
+        y: String,
+        /// (label, points).
+        lines: Vec<(String, Vec<(f64, f64)>)>,
+    },
+}
+
+/// Why a figure could not be drawn.
+#[derive(Debug, thiserror::Error)]
+#[error("drawing the figure: {0}")]
+pub struct PlotError(String);
+
+fn err<E: std::fmt::Display>(e: E) -> PlotError {
+    PlotError(e.to_string())
+}
+
+impl Figure {
+    /// The figure as an SVG document (`None` when there is nothing to draw).
+    pub fn svg(&self) -> Result<Option<String>, PlotError> {
+        let mut out = String::new();
+        match self {
+            Figure::None => return Ok(None),
+            Figure::Bars { title, y, bars } => {
+                let root = SVGBackend::with_string(&mut out, (640, 400)).into_drawing_area();
+                root.fill(&WHITE).map_err(err)?;
+                let top = bars.iter().map(|b| b.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE) * 1.1;
+                let mut chart = ChartBuilder::on(&root)
+                    .caption(title, ("sans-serif", 18))
+                    .margin(12)
+                    .x_label_area_size(30)
+                    .y_label_area_size(60)
+                    .build_cartesian_2d((0..bars.len().max(1) - 1).into_segmented(), 0.0..top)
+                    .map_err(err)?;
+                let names: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+                chart
+                    .configure_mesh()
+                    .y_desc(y.as_str())
+                    .x_label_formatter(&|v| match v {
+                        SegmentValue::CenterOf(i) => names.get(*i).cloned().unwrap_or_default(),
+                        _ => String::new(),
+                    })
+                    .disable_x_mesh()
+                    .draw()
+                    .map_err(err)?;
+                chart
+                    .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+                        let mut r =
+                            Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)], BLUE.mix(0.6).filled());
+                        r.set_margin(0, 0, 20, 20);
+                        r
+                    }))
+                    .map_err(err)?;
+                root.present().map_err(err)?;
+            }
+            Figure::Lines { title, x, y, lines } => {
+                let root = SVGBackend::with_string(&mut out, (640, 400)).into_drawing_area();
+                root.fill(&WHITE).map_err(err)?;
+                let pts = lines.iter().flat_map(|l| l.1.iter());
+                let (x1, y1) = pts.fold((0.0f64, 0.0f64), |(a, b), p| (a.max(p.0), b.max(p.1)));
+                let mut chart = ChartBuilder::on(&root)
+                    .caption(title, ("sans-serif", 18))
+                    .margin(12)
+                    .x_label_area_size(40)
+                    .y_label_area_size(50)
+                    .build_cartesian_2d(0.0..x1.max(f64::MIN_POSITIVE), 0.0..(y1 * 1.1).max(f64::MIN_POSITIVE))
+                    .map_err(err)?;
+                chart.configure_mesh().x_desc(x.as_str()).y_desc(y.as_str()).draw().map_err(err)?;
+                for (i, (label, points)) in lines.iter().enumerate() {
+                    let color = Palette99::pick(i).to_rgba();
+                    chart
+                        .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+                        .map_err(err)?
+                        .label(label.as_str())
+                        .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 16, b)], color.stroke_width(2)));
+                }
+                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+                root.present().map_err(err)?;
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_bars_and_lines_as_svg() {
+        let b = Figure::Bars { title: "t".into(), y: "Gbit/s".into(), bars: vec![("a".into(), 2.0), ("b".into(), 1.0)] };
+        let svg = b.svg().unwrap().unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("Gbit/s"));
+        assert!(svg.matches("<rect").count() >= 3, "background and two bars");
+        let l =
+            Figure::Lines { title: "t".into(), x: "ms".into(), y: "u".into(), lines: vec![("user1".into(), vec![(0.0, 1.0), (1.0, 2.0)])] };
+        let svg = l.svg().unwrap().unwrap();
+        assert!(svg.contains("user1") && svg.contains("<polyline"));
+        assert_eq!(Figure::None.svg().unwrap(), None);
+    }
+}
