@@ -18,6 +18,17 @@ pub enum Figure {
         /// (label, value).
         bars: Vec<(String, f64)>,
     },
+    /// Labelled points.
+    Scatter {
+        /// Title.
+        title: String,
+        /// X axis label.
+        x: String,
+        /// Y axis label.
+        y: String,
+        /// (label, x, y).
+        points: Vec<(String, f64, f64)>,
+    },
     /// One line per label.
     Lines {
         /// Title.
@@ -76,6 +87,31 @@ impl Figure {
                         r
                     }))
                     .map_err(err)?;
+                root.present().map_err(err)?;
+            }
+            Figure::Scatter { title, x, y, points } => {
+                let root = SVGBackend::with_string(&mut out, (720, 480)).into_drawing_area();
+                root.fill(&WHITE).map_err(err)?;
+                let fin = |v: f64| if v.is_finite() { v } else { 0.0 };
+                let (x1, y1) = points.iter().fold((0.0f64, 0.0f64), |(a, b), p| (a.max(fin(p.1)), b.max(fin(p.2))));
+                let mut chart = ChartBuilder::on(&root)
+                    .caption(title, ("sans-serif", 18))
+                    .margin(16)
+                    .x_label_area_size(40)
+                    .y_label_area_size(50)
+                    .build_cartesian_2d(0.0..(x1 * 1.15).max(f64::MIN_POSITIVE), 0.0..(y1 * 1.15).max(f64::MIN_POSITIVE))
+                    .map_err(err)?;
+                chart.configure_mesh().x_desc(x.as_str()).y_desc(y.as_str()).draw().map_err(err)?;
+                for (i, (label, px, py)) in points.iter().enumerate() {
+                    let color = Palette99::pick(i).to_rgba();
+                    let at = (fin(*px), fin(*py));
+                    chart
+                        .draw_series([Circle::new(at, 4, color.filled())])
+                        .map_err(err)?
+                        .label(label.as_str())
+                        .legend(move |(a, b)| Circle::new((a + 8, b), 4, color.filled()));
+                }
+                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
                 root.present().map_err(err)?;
             }
             Figure::Lines { title, x, y, lines } => {
