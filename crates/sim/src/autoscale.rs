@@ -91,40 +91,55 @@ pub struct SchemeFigures {
 }
 
 /// A FIFO fluid queue.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Server {
     backlog: f64,
 }
 
-/// Delay samples weighted by bytes, for the mean and percentiles.
-#[derive(Debug, Default)]
+/// Delays weighted by bytes (a histogram, so an hour of bins takes no more memory than a
+/// second), and the bytes dropped.
 struct Delays {
-    samples: Vec<(f64, f64)>,
+    hist: hdrhistogram::Histogram<u64>,
+    sum: f64,
+    bytes: f64,
     dropped: f64,
     offered: f64,
 }
 
+/// Largest delay the histogram tells apart, ns (longer ones are counted as this).
+const MAX_DELAY_NS: u64 = 3_600_000_000_000;
+
+impl Default for Delays {
+    fn default() -> Self {
+        Delays {
+            hist: hdrhistogram::Histogram::new_with_bounds(1, MAX_DELAY_NS, 2).expect("valid bounds"),
+            sum: 0.0,
+            bytes: 0.0,
+            dropped: 0.0,
+            offered: 0.0,
+        }
+    }
+}
+
 impl Delays {
+    fn record(&mut self, delay_ms: f64, bytes: f64) {
+        let ns = if delay_ms.is_finite() { (delay_ms * 1e6).clamp(1.0, MAX_DELAY_NS as f64) as u64 } else { MAX_DELAY_NS };
+        // Weighted by bytes (rounded up, so a sliver of a byte still counts once).
+        let _ = self.hist.record_n(ns, bytes.ceil() as u64);
+        self.sum += ns as f64 / 1e6 * bytes;
+        self.bytes += bytes;
+    }
+
     fn mean(&self) -> f64 {
-        let (w, s) = self.samples.iter().fold((0.0, 0.0), |(w, s), &(d, b)| (w + b, s + d * b));
-        if w > 0.0 {
-            s / w
+        if self.bytes > 0.0 {
+            self.sum / self.bytes
         } else {
             0.0
         }
     }
 
-    fn quantile(&mut self, q: f64) -> f64 {
-        self.samples.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let total: f64 = self.samples.iter().map(|s| s.1).sum();
-        let mut acc = 0.0;
-        for &(d, b) in &self.samples {
-            acc += b;
-            if acc >= q * total {
-                return d;
-            }
-        }
-        self.samples.last().map_or(0.0, |s| s.0)
+    fn quantile(&self, q: f64) -> f64 {
+        self.hist.value_at_quantile(q) as f64 / 1e6
     }
 }
 
@@ -141,7 +156,7 @@ impl Server {
             d.dropped += arrivals - kept;
             self.backlog += kept;
             if kept > 0.0 {
-                d.samples.push((f64::INFINITY, kept));
+                d.record(f64::INFINITY, kept);
             }
             return;
         }
@@ -150,9 +165,50 @@ impl Server {
         let over = (left - bound).max(0.0);
         d.dropped += over;
         if arrivals > over {
-            d.samples.push((delay, arrivals - over));
+            d.record(delay, arrivals - over);
         }
         self.backlog = left - over;
+    }
+}
+
+/// Where bins come from: a stored series (request granularity) or generators (flow
+/// granularity), replayed identically on every pass.
+pub enum Bins<'a> {
+    /// `load[endpoint][bin]`.
+    Series(&'a [Vec<f64>]),
+    /// Flow generators of a workload, rebuilt from the seed for each pass.
+    Flow {
+        /// The workload.
+        workload: &'a Workload,
+        /// Its seed.
+        seed: u64,
+    },
+}
+
+impl Bins<'_> {
+    /// Calls `f(bin, arrivals per endpoint)` for every bin.
+    fn each(&self, endpoints: usize, bins: usize, bin_s: f64, mut f: impl FnMut(usize, &[f64])) {
+        let mut row = vec![0.0; endpoints];
+        match self {
+            Bins::Series(load) => {
+                for b in 0..bins {
+                    for (x, s) in row.iter_mut().zip(load.iter()) {
+                        *x = s.get(b).copied().unwrap_or(0.0);
+                    }
+                    f(b, &row);
+                }
+            }
+            Bins::Flow { workload, seed } => {
+                let (mut gens, mut shared) = workload.flows(*seed, endpoints, bin_s);
+                for b in 0..bins {
+                    crate::workload::advance(&mut shared, b, bin_s);
+                    for (x, g) in row.iter_mut().zip(gens.iter_mut()) {
+                        *x = g.next(shared.as_ref());
+                    }
+                    f(b, &row);
+                }
+            }
+        }
     }
 }
 
@@ -177,7 +233,9 @@ impl AutoscaleSpec {
     }
 
     /// Runs every scheme on each correlation variant of `workload` (`endpoints` endpoints of one
-    /// rack, `bins` bins of `bin_ms`).
+    /// rack, `bins` bins of `bin_ms`), at request granularity (`flow` false: every request drawn)
+    /// or flow granularity.
+    #[allow(clippy::too_many_arguments)] // the run's dimensions, each one number
     pub fn run(
         &self,
         workload: &Workload,
@@ -185,6 +243,7 @@ impl AutoscaleSpec {
         endpoints: usize,
         bins: usize,
         bin_ms: f64,
+        flow: bool,
         mut progress: impl FnMut(usize, usize),
     ) -> Vec<SchemeFigures> {
         let variants: Vec<Workload> = if self.correlations.is_empty() {
@@ -207,59 +266,40 @@ impl AutoscaleSpec {
                 Workload::Etc { spikes, .. } => spikes.correlation,
                 _ => 0.0,
             };
-            let load = w.series(seed, endpoints, bins, bin_ms / 1e3, |e| progress(k * endpoints + e, n * endpoints));
-            out.extend(self.schemes(&load, corr, bins, bin_ms));
+            progress(k, n);
+            if flow {
+                out.extend(self.schemes(&Bins::Flow { workload: w, seed }, endpoints, corr, bins, bin_ms));
+            } else {
+                let load = w.series(seed, endpoints, bins, bin_ms / 1e3, |_| {});
+                out.extend(self.schemes(&Bins::Series(&load), endpoints, corr, bins, bin_ms));
+            }
         }
-        progress(n * endpoints, n * endpoints);
+        progress(n, n);
         out
     }
 
-    fn schemes(&self, load: &[Vec<f64>], corr: f64, bins: usize, bin_ms: f64) -> Vec<SchemeFigures> {
+    fn schemes(&self, src: &Bins<'_>, endpoints: usize, corr: f64, bins: usize, bin_ms: f64) -> Vec<SchemeFigures> {
         let per_inst = self.instance_gbps * 1e9 / 8.0 * bin_ms / 1e3; // bytes per bin
         let bound = |cap: f64| cap * self.buffer_ms / bin_ms;
-        let total: Vec<f64> = (0..bins).map(|b| load.iter().map(|s| s[b]).sum()).collect();
         let need = |bytes: f64| (bytes / per_inst).ceil().max(1.0) as usize;
-        let peak = total.iter().copied().fold(0.0, f64::max);
-        let avg = total.iter().sum::<f64>() / bins.max(1) as f64;
         let bin_s = bin_ms / 1e3;
-        let mut rows: Vec<(&'static str, Delays, usize, f64, u64)> = Vec::new();
-        // Per-endpoint provisioning: each endpoint its own server (no disaggregation; a
-        // multi-host NIC's fixed sub-links give the same service).
-        let own: Vec<usize> = load.iter().map(|s| need(s.iter().copied().fold(0.0, f64::max))).collect();
-        let mut d = Delays::default();
-        let mut opex = 0.0;
-        for (s, &k) in load.iter().zip(&own) {
-            let mut srv = Server::default();
-            for &a in s {
-                srv.bin(a, k as f64 * per_inst, bound(k as f64 * per_inst), bin_ms, &mut d);
-                if a > 0.0 {
-                    opex += k as f64 * bin_s;
-                }
+        // Pass 1: what static provisioning sizes for — each endpoint's peak, the rack's peak
+        // and average.
+        let (mut own_peak, mut peak, mut sum) = (vec![0.0f64; endpoints], 0.0f64, 0.0);
+        src.each(endpoints, bins, bin_s, |_, row| {
+            let mut total = 0.0;
+            for (p, &a) in own_peak.iter_mut().zip(row) {
+                *p = p.max(a);
+                total += a;
             }
-        }
-        let capex: usize = own.iter().sum();
-        rows.push(("no-disaggregation", d, capex, opex, 0));
-        let mut d2 = Delays::default();
-        for (s, &k) in load.iter().zip(&own) {
-            let mut srv = Server::default();
-            for &a in s {
-                srv.bin(a, k as f64 * per_inst, bound(k as f64 * per_inst), bin_ms, &mut d2);
-            }
-        }
-        rows.push(("multi-host-nic", d2, capex, opex, 0));
-        // The rack's pool, statically provisioned.
-        for (name, k) in [("static-max", need(peak)), ("static-avg", need(avg))] {
-            let (mut srv, mut d, mut opex) = (Server::default(), Delays::default(), 0.0);
-            for &a in &total {
-                srv.bin(a, k as f64 * per_inst, bound(k as f64 * per_inst), bin_ms, &mut d);
-                if a > 0.0 || srv.backlog > 0.0 {
-                    opex += k as f64 * bin_s;
-                }
-            }
-            rows.push((name, d, k, opex, 0));
-        }
-        // The snic pool: the daemon's auto-scaler and launcher.
-        let regions = self.regions.unwrap_or(need(peak));
+            peak = peak.max(total);
+            sum += total;
+        });
+        let avg = sum / bins.max(1) as f64;
+        let own: Vec<usize> = own_peak.iter().map(|&p| need(p)).collect();
+        let (k_max, k_avg) = (need(peak), need(avg));
+        // Pass 2: every scheme on the same bins.
+        let regions = self.regions.unwrap_or(k_max);
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
         let mut launcher = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
         let mut scaler = Autoscaler::new(AutoscaleConfig {
@@ -272,19 +312,34 @@ impl AutoscaleSpec {
         let chain = ChainId(0);
         launcher.prelaunch(chain, Instant::ZERO);
         launcher.tick(Instant::ZERO + launch);
-        let (mut srv, mut d, mut opex, mut events) = (Server::default(), Delays::default(), 0.0, 0u64);
         let running = |l: &Launcher| l.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
-        let mut smoothed = 0.0;
-        for (b, &a) in total.iter().enumerate() {
+        let mut own_srv = vec![Server::default(); endpoints];
+        let (mut d_own, mut opex_own) = (Delays::default(), 0.0);
+        let mut pools: [(Server, Delays, f64); 4] = Default::default(); // static-max, static-avg, snic, as-instant
+        let (mut events, mut smoothed, mut most) = (0u64, 0.0f64, 0usize);
+        src.each(endpoints, bins, bin_s, |b, row| {
+            for ((srv, &a), &k) in own_srv.iter_mut().zip(row).zip(&own) {
+                let cap = k as f64 * per_inst;
+                srv.bin(a, cap, bound(cap), bin_ms, &mut d_own);
+                if a > 0.0 {
+                    opex_own += k as f64 * bin_s;
+                }
+            }
+            let total: f64 = row.iter().sum();
             let now = Instant::ZERO + launch + Duration::from_secs_f64(b as f64 * bin_s);
             launcher.tick(now);
-            let k = running(&launcher);
-            srv.bin(a, k as f64 * per_inst, bound(k as f64 * per_inst), bin_ms, &mut d);
-            if a > 0.0 || srv.backlog > 0.0 {
-                opex += k as f64 * bin_s;
+            let k_snic = running(&launcher);
+            let k_inst = ((total / per_inst / self.high).ceil() as usize).max(1);
+            most = most.max(k_inst);
+            for ((srv, d, opex), k) in pools.iter_mut().zip([k_max, k_avg, k_snic, k_inst]) {
+                let cap = k as f64 * per_inst;
+                srv.bin(total, cap, bound(cap), bin_ms, d);
+                if total > 0.0 || srv.backlog > 0.0 {
+                    *opex += k as f64 * bin_s;
+                }
             }
             // The load the chain carries, in instances' worth (smoothed as the node does).
-            smoothed += 0.25 * (a / per_inst - smoothed);
+            smoothed += 0.25 * (total / per_inst - smoothed);
             let active =
                 launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
             match scaler.observe(now, chain, smoothed, active, launcher.has_room()) {
@@ -298,38 +353,30 @@ impl AutoscaleSpec {
                 }
                 _ => {}
             }
-        }
-        rows.push(("snic", d, regions, opex, events));
-        // As-instant: what the load needs, every bin, for free.
-        let (mut srv, mut d, mut opex) = (Server::default(), Delays::default(), 0.0);
-        let mut most = 0;
-        for &a in &total {
-            let k = ((a / per_inst / self.high).ceil() as usize).max(1);
-            most = most.max(k);
-            srv.bin(a, k as f64 * per_inst, bound(k as f64 * per_inst), bin_ms, &mut d);
-            if a > 0.0 || srv.backlog > 0.0 {
-                opex += k as f64 * bin_s;
-            }
-        }
-        rows.push(("as-instant", d, most, opex, 0));
-        let base = rows[0].1.mean();
-        let max_opex = rows.iter().find(|r| r.0 == "static-max").map_or(1.0, |r| r.3);
-        rows.into_iter()
-            .map(|(scheme, mut d, capex, opex, events)| {
-                let mean = d.mean();
-                SchemeFigures {
-                    scheme,
-                    correlation: corr,
-                    slowdown: if base > 0.0 { mean / base } else { 1.0 },
-                    mean_delay_ms: mean,
-                    p99_delay_ms: d.quantile(0.99),
-                    dropped: if d.offered > 0.0 { d.dropped / d.offered } else { 0.0 },
-                    capex_instances: capex,
-                    opex_instance_s: opex,
-                    opex_vs_static_max: if max_opex > 0.0 { opex / max_opex } else { 0.0 },
-                    scale_events: events,
-                }
-            })
-            .collect()
+        });
+        let capex: usize = own.iter().sum();
+        let [(_, d_max, o_max), (_, d_avg, o_avg), (_, d_snic, o_snic), (_, d_inst, o_inst)] = pools;
+        let base = d_own.mean();
+        let figures = |scheme: &'static str, d: &Delays, capex: usize, opex: f64, events: u64| SchemeFigures {
+            scheme,
+            correlation: corr,
+            slowdown: if base > 0.0 { d.mean() / base } else { 1.0 },
+            mean_delay_ms: d.mean(),
+            p99_delay_ms: d.quantile(0.99),
+            dropped: if d.offered > 0.0 { d.dropped / d.offered } else { 0.0 },
+            capex_instances: capex,
+            opex_instance_s: opex,
+            opex_vs_static_max: if o_max > 0.0 { opex / o_max } else { 0.0 },
+            scale_events: events,
+        };
+        vec![
+            figures("no-disaggregation", &d_own, capex, opex_own, 0),
+            // Fixed sub-links: each endpoint keeps its own peak's capacity, in one device.
+            figures("multi-host-nic", &d_own, capex, opex_own, 0),
+            figures("static-max", &d_max, k_max, o_max, 0),
+            figures("static-avg", &d_avg, k_avg, o_avg, 0),
+            figures("snic", &d_snic, regions, o_snic, events),
+            figures("as-instant", &d_inst, most, o_inst, 0),
+        ]
     }
 }

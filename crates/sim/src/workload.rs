@@ -295,3 +295,195 @@ mod tests {
         assert!(bad.validate().is_err());
     }
 }
+
+/// The mean and variance of one ETC request's bytes (key + value), estimated once from a
+/// million samples of the request-level sampler (fixed seed), so both granularities agree.
+fn etc_moments() -> (f64, f64) {
+    static M: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
+    *M.get_or_init(|| {
+        let mut r = rng(0x5eed, 0);
+        let n = 1_000_000;
+        let (mut s, mut s2) = (0.0, 0.0);
+        for _ in 0..n {
+            let b = etc_request(&mut r);
+            s += b;
+            s2 += b * b;
+        }
+        let mean = s / n as f64;
+        (mean, s2 / n as f64 - mean * mean)
+    })
+}
+
+fn etc_request(r: &mut Pcg64) -> f64 {
+    ETC_KEY.at(unit(r).min(1.0 - f64::EPSILON)).max(1.0) + ETC_VALUE.at(unit(r))
+}
+
+/// Requests per bin up to which a flow-granularity bin sums each request's bytes; beyond, the
+/// normal approximation.
+const EXACT_UP_TO: u64 = 8;
+
+/// One endpoint's load bin by bin at *flow granularity*: a bin's request count is Poisson at
+/// the endpoint's rate (ETC's mean gap, spikes included), and their bytes are summed exactly up
+/// to [`EXACT_UP_TO`] requests and by the normal approximation beyond — no request is drawn one by one, and
+/// nothing is held but a few numbers per endpoint, so data-center runs fit in memory.
+#[derive(Debug, Clone)]
+pub struct FlowGen {
+    r: Pcg64,
+    kind: FlowKind,
+    bin_s: f64,
+    t: f64,
+    index: u64,
+}
+
+#[derive(Debug, Clone)]
+enum FlowKind {
+    Etc { rate: f64, spikes: Spikes, own_on: bool, own_next: f64, member_of: u64, member: bool },
+    Square { high: f64, low: f64, half_ms: f64, shift_ms: f64 },
+}
+
+/// The spike process every endpoint may join (shared, advanced once per bin for all).
+#[derive(Debug, Clone)]
+pub struct SharedSpikes {
+    r: Pcg64,
+    spikes: Spikes,
+    on: bool,
+    next: f64,
+    /// Count of spikes started so far (the current one's id while on).
+    pub id: u64,
+}
+
+impl SharedSpikes {
+    fn new(seed: u64, spikes: Spikes) -> Self {
+        let mut r = rng(seed, u64::MAX);
+        let next = if spikes.factor > 1.0 { -unit(&mut r).ln() * spikes.off_ms / 1e3 } else { f64::INFINITY };
+        SharedSpikes { r, spikes, on: false, next, id: 0 }
+    }
+
+    /// Advances to time `t`; true while a shared spike is on.
+    fn at(&mut self, t: f64) -> bool {
+        while self.next <= t {
+            self.on = !self.on;
+            let mean = if self.on { self.spikes.on_ms } else { self.spikes.off_ms };
+            if self.on {
+                self.id += 1;
+            }
+            self.next += -unit(&mut self.r).ln() * mean / 1e3;
+        }
+        self.on
+    }
+}
+
+impl Workload {
+    /// Flow-granularity generators for `endpoints` endpoints and the shared spike process.
+    pub fn flows(&self, seed: u64, endpoints: usize, bin_s: f64) -> (Vec<FlowGen>, Option<SharedSpikes>) {
+        let shared = match self {
+            Workload::Etc { spikes, .. } => Some(SharedSpikes::new(seed, *spikes)),
+            _ => None,
+        };
+        let gens = (0..endpoints)
+            .map(|e| {
+                let mut r = rng(seed, e as u64);
+                let kind = match self {
+                    Workload::Etc { rate_scale, spikes } => {
+                        let own = (1.0 - spikes.correlation).max(0.0);
+                        let own_next =
+                            if spikes.factor > 1.0 && own > 0.0 { -unit(&mut r).ln() * spikes.off_ms / 1e3 / own } else { f64::INFINITY };
+                        FlowKind::Etc {
+                            rate: rate_scale * 1e6 / ETC_GAP_US.mean(),
+                            spikes: *spikes,
+                            own_on: false,
+                            own_next,
+                            member_of: 0,
+                            member: false,
+                        }
+                    }
+                    Workload::Square { high_bps, low_bps, half_period_ms, phase_ms } => {
+                        FlowKind::Square { high: *high_bps, low: *low_bps, half_ms: *half_period_ms, shift_ms: e as f64 * phase_ms }
+                    }
+                };
+                FlowGen { r, kind, bin_s, t: 0.0, index: 0 }
+            })
+            .collect();
+        (gens, shared)
+    }
+}
+
+impl FlowGen {
+    /// The next bin's bytes; `shared` is the shared spike process, advanced to this bin.
+    pub fn next(&mut self, shared: Option<&SharedSpikes>) -> f64 {
+        let (t, bin_s) = (self.t, self.bin_s);
+        self.index += 1;
+        self.t = self.index as f64 * bin_s;
+        match &mut self.kind {
+            FlowKind::Square { high, low, half_ms, shift_ms } => {
+                let level = if (((t * 1e3 + *shift_ms) / *half_ms) as u64) % 2 == 0 { *high } else { *low };
+                level * bin_s
+            }
+            FlowKind::Etc { rate, spikes, own_on, own_next, member_of, member } => {
+                let r = &mut self.r;
+                while *own_next <= t {
+                    *own_on = !*own_on;
+                    let mean = if *own_on { spikes.on_ms } else { spikes.off_ms / (1.0 - spikes.correlation).max(1e-9) };
+                    *own_next += -unit(r).ln() * mean / 1e3;
+                }
+                let shared_on = match shared {
+                    Some(s) if s.on => {
+                        if *member_of != s.id {
+                            *member_of = s.id;
+                            *member = r.random::<f64>() < spikes.correlation;
+                        }
+                        *member
+                    }
+                    _ => false,
+                };
+                let lambda = *rate * bin_s * if *own_on || shared_on { spikes.factor } else { 1.0 };
+                let n = rand_distr::Poisson::new(lambda.max(1e-12)).map_or(0.0, |p| r.sample(p));
+                let n = n as u64;
+                if n <= EXACT_UP_TO {
+                    (0..n).map(|_| etc_request(r)).sum()
+                } else {
+                    let (mean, var) = etc_moments();
+                    let d = rand_distr::Normal::new(n as f64 * mean, (n as f64 * var).sqrt()).expect("finite moments");
+                    r.sample(d).max(0.0)
+                }
+            }
+        }
+    }
+}
+
+/// Advances the shared spike process to bin `b` (call once per bin, before the endpoints).
+pub fn advance(shared: &mut Option<SharedSpikes>, b: usize, bin_s: f64) {
+    if let Some(s) = shared {
+        s.at(b as f64 * bin_s);
+    }
+}
+
+#[cfg(test)]
+mod flow_tests {
+    use super::*;
+
+    #[test]
+    fn flow_granularity_matches_request_granularity_on_average() {
+        let w = Workload::Etc { rate_scale: 0.5, spikes: Spikes::default() };
+        let bins = 2000;
+        let req = w.series(9, 2, bins, 1e-3, |_| {});
+        let (mut gens, mut shared) = w.flows(9, 2, 1e-3);
+        let mut flow = [0.0; 2];
+        for b in 0..bins {
+            advance(&mut shared, b, 1e-3);
+            for (e, g) in gens.iter_mut().enumerate() {
+                flow[e] += g.next(shared.as_ref());
+            }
+        }
+        for e in 0..2 {
+            let r: f64 = req[e].iter().sum();
+            assert!((flow[e] / r - 1.0).abs() < 0.05, "endpoint {e}: flow {} vs request {}", flow[e], r);
+        }
+        // Deterministic too.
+        let (mut g2, mut s2) = w.flows(9, 2, 1e-3);
+        advance(&mut s2, 0, 1e-3);
+        let (mut g3, mut s3) = w.flows(9, 2, 1e-3);
+        advance(&mut s3, 0, 1e-3);
+        assert_eq!(g2[0].next(s2.as_ref()), g3[0].next(s3.as_ref()));
+    }
+}

@@ -35,7 +35,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
             let pct = done * 100 / total.max(1);
             if tty && (pct >= last + 5 || done == total) {
                 last = pct;
-                eprint!("\rsim {}: {pct:>3}% of {total} endpoints", s.name);
+                eprint!("\rsim {}: {pct:>3}%", s.name);
                 if done == total {
                     eprintln!();
                 }
@@ -72,6 +72,20 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 "  {scheme:<18} {:>10.3} Gbit/s  ({:>5.1}% of no consolidation)",
                 f(&r["provisioned_gbps"]),
                 100.0 * f(&r["vs_no_consolidation"])
+            );
+        }
+        if r.get("slowdown").is_some() {
+            println!(
+                "  {:<18} c={:<4} slowdown {:>8.3}  delay mean {:>8.3} ms p99 {:>8.3} ms  dropped {:>6.2}%  CapEx {:>3} inst  OpEx {:>6.2}× static-max  scale events {}",
+                r["scheme"].as_str().unwrap_or(""),
+                f(&r["correlation"]),
+                f(&r["slowdown"]),
+                f(&r["mean_delay_ms"]),
+                f(&r["p99_delay_ms"]),
+                100.0 * f(&r["dropped"]),
+                r["capex_instances"],
+                f(&r["opex_vs_static_max"]),
+                r["scale_events"]
             );
         }
         for t in r["tenants"].as_array().into_iter().flatten() {
