@@ -16,6 +16,7 @@
 pub mod autoscale;
 pub mod fairness;
 pub mod plot;
+pub mod trace;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -102,6 +103,9 @@ pub enum SimError {
     /// The workload is invalid.
     #[error(transparent)]
     Workload(#[from] WorkloadError),
+    /// The workload's trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] trace::TraceError),
     /// The experiment exists in the paper but is not built yet.
     #[error("experiment `{0}` is not runnable yet: {1}")]
     Pending(String, &'static str),
@@ -180,7 +184,8 @@ impl Scenario {
                     return Err(SimError::Range("consolidation needs [topology] and [workload]".into()));
                 };
                 self.validate(t, w)?;
-                Ok(self.consolidation(seed, t, w, progress))
+                let w = w.resolve(self.bin_ms)?;
+                Ok(self.consolidation(seed, t, &w, progress))
             }
             "fairness" => {
                 let Some(spec) = &self.fairness else {
@@ -211,6 +216,7 @@ impl Scenario {
                 };
                 self.validate(t, w)?;
                 spec.validate().map_err(SimError::Range)?;
+                let w = &w.resolve(self.bin_ms)?;
                 // One rack: its endpoints and its pool.
                 let n = t.endpoints_per_rack;
                 let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
@@ -430,5 +436,36 @@ mod flow {
         // And flow runs are not held to the request-granularity cell limit.
         let big = text("flow").replace("racks = 2", "racks = 3000").replace("duration_s = 4.0", "duration_s = 0.02");
         assert!(Scenario::parse(&big).unwrap().run(0, |_, _| {}).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod replay {
+    use super::*;
+
+    #[test]
+    fn a_csv_trace_replays_at_either_granularity() {
+        let dir = std::env::temp_dir().join(format!("snic-sim-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("t.csv");
+        // Endpoints a and b (rack 0), c (rack 1): a and b peak in different milliseconds.
+        std::fs::write(&f, "time_s,endpoint,bytes\n0.0001,a,1000\n0.0011,b,1000\n0.0012,a,100\n0.0021,c,500\n").unwrap();
+        let text = |g: &str| {
+            format!(
+                "name = \"t\"\nexperiment = \"consolidation\"\nduration_s = 0.003\nbin_ms = 1.0\ngranularity = \"{g}\"\n[topology]\nracks = 2\nendpoints_per_rack = 2\n[workload]\nkind = \"trace\"\nfile = \"{}\"\n",
+                f.display()
+            )
+        };
+        for g in ["request", "flow"] {
+            let r = Scenario::parse(&text(g)).unwrap().run(0, |_, _| {}).unwrap();
+            let bytes = |i: usize| r.results[i]["provisioned_gbps"].as_f64().unwrap() * 1e9 / 8.0 * 1e-3;
+            // Sum of peaks 1000 + 1000 + 500; rack 0 peaks at 1100, rack 1 (c, idle) at 500.
+            assert!((bytes(0) - 2500.0).abs() < 1e-6, "{g}: {}", bytes(0));
+            assert!((bytes(1) - 1600.0).abs() < 1e-6, "{g}: {}", bytes(1));
+        }
+        let missing = text("request").replace("t.csv", "missing.csv");
+        let e = Scenario::parse(&missing).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("missing.csv"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

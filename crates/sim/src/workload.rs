@@ -78,6 +78,16 @@ pub enum Workload {
         #[serde(default)]
         spikes: Spikes,
     },
+    /// Replay of a CSV trace (`time_s, endpoint, bytes[, tenant]`; path relative to the
+    /// working directory): endpoints in name order take the topology's places in order; places
+    /// beyond the trace's endpoints are idle.
+    Trace {
+        /// The CSV file.
+        file: String,
+    },
+    /// A trace once read (what `Trace` becomes before a run; not written in scenario files).
+    #[serde(skip)]
+    Loaded(std::sync::Arc<Vec<Vec<f64>>>),
     /// A square wave of bytes per second, alternating every `half_period_ms`; endpoint k is
     /// shifted by `k × phase_ms`.
     Square {
@@ -158,6 +168,7 @@ impl Workload {
                     return Err(WorkloadError::Range("spikes.correlation", "must be between 0 and 1"));
                 }
             }
+            Workload::Trace { .. } | Workload::Loaded(_) => {}
             Workload::Square { high_bps, low_bps, half_period_ms, phase_ms } => {
                 if !(high_bps.is_finite() && low_bps.is_finite() && *low_bps >= 0.0 && high_bps >= low_bps) {
                     return Err(WorkloadError::Range("high_bps/low_bps", "need 0 ≤ low ≤ high"));
@@ -170,9 +181,26 @@ impl Workload {
         Ok(())
     }
 
-    /// Bytes per bin of `bin_s` seconds, for `bins` bins, of each of `endpoints` endpoints.
+    /// Reads a `Trace` into `Loaded` (bins of `bin_ms`); other workloads are returned as they
+    /// are.
+    pub fn resolve(&self, bin_ms: f64) -> Result<Workload, crate::trace::TraceError> {
+        match self {
+            Workload::Trace { file } => Ok(Workload::Loaded(std::sync::Arc::new(crate::trace::read(std::path::Path::new(file), bin_ms)?))),
+            w => Ok(w.clone()),
+        }
+    }
+
+    /// Bytes per bin of `bin_s` seconds, for `bins` bins, of each of `endpoints` endpoints (a
+    /// `Trace` must be [`Workload::resolve`]d first; unresolved, it is idle).
     pub fn series(&self, seed: u64, endpoints: usize, bins: usize, bin_s: f64, mut progress: impl FnMut(usize)) -> Vec<Vec<f64>> {
         match self {
+            Workload::Trace { .. } => vec![vec![0.0; bins]; endpoints],
+            Workload::Loaded(l) => (0..endpoints)
+                .map(|e| {
+                    progress(e);
+                    (0..bins).map(|b| l.get(e).and_then(|s| s.get(b)).copied().unwrap_or(0.0)).collect()
+                })
+                .collect(),
             Workload::Etc { rate_scale, spikes } => {
                 let shared = spike_process(&mut rng(seed, u64::MAX), spikes, bins as f64 * bin_s, 1.0);
                 (0..endpoints)
@@ -339,6 +367,7 @@ pub struct FlowGen {
 enum FlowKind {
     Etc { rate: f64, spikes: Spikes, own_on: bool, own_next: f64, member_of: u64, member: bool },
     Square { high: f64, low: f64, half_ms: f64, shift_ms: f64 },
+    Replay { series: std::sync::Arc<Vec<Vec<f64>>>, endpoint: usize },
 }
 
 /// The spike process every endpoint may join (shared, advanced once per bin for all).
@@ -400,6 +429,8 @@ impl Workload {
                     Workload::Square { high_bps, low_bps, half_period_ms, phase_ms } => {
                         FlowKind::Square { high: *high_bps, low: *low_bps, half_ms: *half_period_ms, shift_ms: e as f64 * phase_ms }
                     }
+                    Workload::Loaded(l) => FlowKind::Replay { series: l.clone(), endpoint: e },
+                    Workload::Trace { .. } => FlowKind::Replay { series: Default::default(), endpoint: e },
                 };
                 FlowGen { r, kind, bin_s, t: 0.0, index: 0 }
             })
@@ -415,6 +446,9 @@ impl FlowGen {
         self.index += 1;
         self.t = self.index as f64 * bin_s;
         match &mut self.kind {
+            FlowKind::Replay { series, endpoint } => {
+                series.get(*endpoint).and_then(|s| s.get(self.index as usize - 1)).copied().unwrap_or(0.0)
+            }
             FlowKind::Square { high, low, half_ms, shift_ms } => {
                 let level = if (((t * 1e3 + *shift_ms) / *half_ms) as u64) % 2 == 0 { *high } else { *low };
                 level * bin_s

@@ -3,11 +3,10 @@
 //! `capExConsolidRatio` optionally computed from a workload trace (peak-of-sum ÷ sum-of-peaks),
 //! and optionally paper 001's lifetime TCO with energy.
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::cost::{peak_ratio, CostParams, Energy};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Options of `snic cost`. Defaults are the paper's table (A.2).
@@ -102,45 +101,6 @@ struct Out {
     trace: Option<TraceOut>,
 }
 
-/// Per-endpoint bytes per bin of a trace.
-fn read_trace(path: &PathBuf, bin_ms: f64) -> anyhow::Result<Vec<Vec<f64>>> {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_path(path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for (i, rec) in rdr.records().enumerate() {
-        let rec = rec.with_context(|| format!("{}: line {}", path.display(), i + 1))?;
-        let field = |k: usize| rec.get(k).unwrap_or("");
-        let Ok(t) = field(0).parse::<f64>() else {
-            if i == 0 {
-                continue; // a header
-            }
-            bail!("{}: line {}: time `{}` is not a number of seconds", path.display(), i + 1, field(0));
-        };
-        let bytes: f64 =
-            field(2).parse().with_context(|| format!("{}: line {}: bytes `{}` is not a number", path.display(), i + 1, field(2)))?;
-        if !(t.is_finite() && t >= 0.0 && bytes.is_finite() && bytes >= 0.0) {
-            bail!("{}: line {}: time and bytes must be zero or more", path.display(), i + 1);
-        }
-        let bin = (t * 1e3 / bin_ms) as usize;
-        if bin > 100_000_000 {
-            bail!("{}: line {}: time {t} s is more than 10^8 bins of {bin_ms} ms", path.display(), i + 1);
-        }
-        let s = series.entry(field(1).to_string()).or_default();
-        if s.len() <= bin {
-            s.resize(bin + 1, 0.0);
-        }
-        s[bin] += bytes;
-    }
-    if series.is_empty() {
-        bail!("{}: no records", path.display());
-    }
-    Ok(series.into_values().collect())
-}
-
 /// Prints the models.
 pub fn run(a: CostArgs) -> anyhow::Result<()> {
     if !(a.bin_ms.is_finite() && a.bin_ms > 0.0) {
@@ -159,7 +119,7 @@ pub fn run(a: CostArgs) -> anyhow::Result<()> {
     };
     let trace = match &a.trace {
         Some(path) => {
-            let load = read_trace(path, a.bin_ms)?;
+            let load = snic_sim::trace::read(path, a.bin_ms)?;
             let (pos, sop, ratio) = peak_ratio(&load);
             p.capex_consolid_ratio = ratio;
             Some(TraceOut {

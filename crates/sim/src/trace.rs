@@ -1,0 +1,71 @@
+//! Workload traces: a CSV of `time_s, endpoint, bytes[, tenant]` (a header line is skipped),
+//! summed into each endpoint's bytes per time bin. Read by `snic sim` (a `trace` workload) and
+//! by `snic cost --trace`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The file could not be read or is not CSV.
+    #[error("{path}: {source}")]
+    Csv {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: csv::Error,
+    },
+    /// A record is not `time_s, endpoint, bytes`.
+    #[error("{path}: line {line}: {reason}")]
+    Record {
+        /// The file.
+        path: String,
+        /// 1-based.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Nothing in it.
+    #[error("{0}: no records")]
+    Empty(String),
+}
+
+/// Most bins a trace may span.
+pub const MAX_BINS: usize = 100_000_000;
+
+/// Each endpoint's bytes per bin of `bin_ms`, endpoints in name order.
+pub fn read(path: &Path, bin_ms: f64) -> Result<Vec<Vec<f64>>, TraceError> {
+    let p = path.display().to_string();
+    let csv_err = |source| TraceError::Csv { path: p.clone(), source };
+    let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_path(path).map_err(csv_err)?;
+    let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (i, rec) in rdr.records().enumerate() {
+        let rec = rec.map_err(csv_err)?;
+        let bad = |reason: String| TraceError::Record { path: p.clone(), line: i + 1, reason };
+        let field = |k: usize| rec.get(k).unwrap_or("");
+        let Ok(t) = field(0).parse::<f64>() else {
+            if i == 0 {
+                continue; // a header
+            }
+            return Err(bad(format!("time `{}` is not a number of seconds", field(0))));
+        };
+        let bytes: f64 = field(2).parse().map_err(|_| bad(format!("bytes `{}` is not a number", field(2))))?;
+        if !(t.is_finite() && t >= 0.0 && bytes.is_finite() && bytes >= 0.0) {
+            return Err(bad("time and bytes must be zero or more".into()));
+        }
+        let bin = (t * 1e3 / bin_ms) as usize;
+        if bin >= MAX_BINS {
+            return Err(bad(format!("time {t} s is more than {MAX_BINS} bins of {bin_ms} ms")));
+        }
+        let s = series.entry(field(1).to_string()).or_default();
+        if s.len() <= bin {
+            s.resize(bin + 1, 0.0);
+        }
+        s[bin] += bytes;
+    }
+    if series.is_empty() {
+        return Err(TraceError::Empty(p));
+    }
+    Ok(series.into_values().collect())
+}
