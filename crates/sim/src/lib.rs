@@ -11,12 +11,15 @@
 //! `fairness` (paper Fig. 20): the node's fairness controller (`snic_core::fair`) closing the
 //! loop on tenants whose load steps. `autoscale` (paper Fig. 12): slowdown against OpEx for the
 //! ways of provisioning a rack's NT capacity, the snic scheme driven by the daemon's auto-scaler
-//! and launcher. Fig. 13 and 22 are named but refused with the reason until they are built.
+//! and launcher. `victim_cache` (paper Fig. 13): how often descheduled chains stay loaded,
+//! against performance and OpEx, placing chains with the daemon's launcher. Fig. 22 is named but
+//! refused with the reason until it is built.
 
 pub mod autoscale;
 pub mod fairness;
 pub mod plot;
 pub mod trace;
+pub mod victim;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -55,6 +58,9 @@ pub struct Scenario {
     /// Instance speed, launch time, MONITOR_PERIOD (`autoscale`).
     #[serde(default)]
     pub autoscale: Option<autoscale::AutoscaleSpec>,
+    /// Regions, activity, keep ratios (`victim_cache`).
+    #[serde(default)]
+    pub victim_cache: Option<victim::VictimSpec>,
 }
 
 fn default_bin() -> f64 {
@@ -83,10 +89,7 @@ pub struct Topology {
 }
 
 /// Experiments of the paper not runnable yet, and what they wait for.
-pub const PENDING: &[(&str, &str)] = &[
-    ("victim_cache", "Fig. 13 needs the launcher driven at flow granularity"),
-    ("consolidation_usage", "Fig. 22 needs NT speeds and regions in the simulated nodes"),
-];
+pub const PENDING: &[(&str, &str)] = &[("consolidation_usage", "Fig. 22 needs NT speeds and regions in the simulated nodes")];
 
 /// Most load cells (endpoints × bins) a request-granularity run holds.
 pub const MAX_CELLS: usize = 200_000_000;
@@ -110,7 +113,7 @@ pub enum SimError {
     #[error("experiment `{0}` is not runnable yet: {1}")]
     Pending(String, &'static str),
     /// No such experiment.
-    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale; pending: victim_cache, consolidation_usage)")]
+    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache; pending: consolidation_usage)")]
     Unknown(String),
 }
 
@@ -234,6 +237,38 @@ impl Scenario {
                     experiment: self.experiment.clone(),
                     duration_s: self.duration_s,
                     endpoints: Some(n),
+                    results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
+                    capex_consolid_ratio: None,
+                })
+            }
+            "victim_cache" => {
+                let (Some(t), Some(w), Some(spec)) = (self.topology, &self.workload, &self.victim_cache) else {
+                    return Err(SimError::Range("victim_cache needs [topology], [workload] and [victim_cache]".into()));
+                };
+                self.validate(t, w)?;
+                spec.validate().map_err(SimError::Range)?;
+                if t.endpoints_per_rack > u16::MAX as usize {
+                    return Err(SimError::Range("victim_cache: at most 65535 tenants".into()));
+                }
+                let w = w.resolve(self.bin_ms)?;
+                let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
+                let rows = spec.run(&w, seed, t.endpoints_per_rack, bins, self.bin_ms);
+                let figure = plot::Figure::Scatter {
+                    title: format!("{}: victim cache — slowdown vs OpEx", self.name),
+                    x: "OpEx (vs no victim cache)".into(),
+                    y: "slowdown (vs no victim cache)".into(),
+                    points: rows
+                        .iter()
+                        .map(|r| (format!("keep {:.0}%", 100.0 * r.keep_ratio), r.opex_vs_no_victims, r.slowdown_vs_no_victims))
+                        .collect(),
+                };
+                Ok(Report {
+                    figure,
+                    scenario: self.name.clone(),
+                    seed,
+                    experiment: self.experiment.clone(),
+                    duration_s: self.duration_s,
+                    endpoints: Some(t.endpoints_per_rack),
                     results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
                     capex_consolid_ratio: None,
                 })
@@ -371,8 +406,8 @@ phase_ms = 10.0
     #[test]
     fn pending_unknown_and_invalid_scenarios_say_why() {
         let with = |exp: &str| SMALL.replace("experiment = \"consolidation\"", &format!("experiment = \"{exp}\""));
-        let e = Scenario::parse(&with("victim_cache")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
-        assert!(e.contains("not runnable yet") && e.contains("Fig. 13"), "{e}");
+        let e = Scenario::parse(&with("consolidation_usage")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("not runnable yet") && e.contains("Fig. 22"), "{e}");
         let e = Scenario::parse(&with("autoscale")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("needs [topology], [workload] and [autoscale]"), "{e}");
         let e = Scenario::parse(&with("teleport")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
@@ -467,5 +502,25 @@ mod replay {
         let e = Scenario::parse(&missing).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("missing.csv"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[cfg(test)]
+mod fig13 {
+    use super::*;
+
+    /// More victims kept: fewer launches, victim hits instead, less waiting.
+    #[test]
+    fn keeping_victims_saves_launches_and_delay() {
+        let text = include_str!("../../../scenarios/fig13.toml").replace("duration_s = 20.0", "duration_s = 8.0");
+        let r = Scenario::parse(&text).unwrap().run(1, |_, _| {}).unwrap();
+        let get = |k: f64| r.results.iter().find(|x| x["keep_ratio"].as_f64() == Some(k)).unwrap().clone();
+        let (none, all) = (get(0.0), get(1.0));
+        assert_eq!(none["resumes"], 0, "no victims, no victim hits");
+        assert!(all["resumes"].as_u64().unwrap() > 0);
+        assert!(all["launches"].as_u64() < none["launches"].as_u64(), "{all} vs {none}");
+        assert!(all["mean_delay_ms"].as_f64() < none["mean_delay_ms"].as_f64(), "{all} vs {none}");
+        let launches: Vec<u64> = r.results.iter().map(|x| x["launches"].as_u64().unwrap()).collect();
+        assert!(launches.windows(2).all(|w| w[1] <= w[0]), "launches fall as more victims are kept: {launches:?}");
     }
 }

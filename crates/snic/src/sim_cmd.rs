@@ -88,6 +88,18 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 r["scale_events"]
             );
         }
+        if r.get("keep_ratio").is_some() {
+            println!(
+                "  keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims)  OpEx {:.3}× no victims  dropped {:.2}%",
+                100.0 * f(&r["keep_ratio"]),
+                r["launches"],
+                r["resumes"],
+                f(&r["mean_delay_ms"]),
+                f(&r["slowdown_vs_no_victims"]),
+                f(&r["opex_vs_no_victims"]),
+                100.0 * f(&r["dropped"])
+            );
+        }
         for t in r["tenants"].as_array().into_iter().flatten() {
             println!(
                 "  {:<10} before {:>7.3} units  after {:>7.3} units  dominant {} ({:.3})",

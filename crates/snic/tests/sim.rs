@@ -33,8 +33,8 @@ fn a_small_scenario_matches_its_golden_report() {
 fn scenarios_that_cannot_run_say_why() {
     let dir = std::env::temp_dir().join(format!("snic-sim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let f = dir.join("fig13.toml");
-    let text = std::fs::read_to_string(SMALL).unwrap().replace("experiment = \"consolidation\"", "experiment = \"victim_cache\"");
+    let f = dir.join("fig22.toml");
+    let text = std::fs::read_to_string(SMALL).unwrap().replace("experiment = \"consolidation\"", "experiment = \"consolidation_usage\"");
     std::fs::write(&f, text).unwrap();
     let (ok, _, err) = sim(&[f.to_str().unwrap()]);
     assert!(!ok && err.contains("not runnable yet"), "{err}");

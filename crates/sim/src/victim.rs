@@ -1,0 +1,215 @@
+//! The `victim_cache` experiment (paper Fig. 13): how often a descheduled chain is kept loaded
+//! as a victim (instead of being deleted) against performance and OpEx.
+//!
+//! **Model.** Each endpoint of the rack is a tenant with a chain of its own; it alternates
+//! between active periods (sending its workload's bytes) and silent ones (exponential lengths,
+//! `on_ms` / `off_ms`). The rack's pool has `regions` regions, fewer than chains (area
+//! over-commitment). A chain with bytes and no region is placed by `snic-core`'s launcher — the
+//! daemon's code — in the paper's order (resume a victim, launch into a free region, else stop
+//! the least loaded chain); a launch takes `launch_ms`, during which its bytes wait. A chain
+//! silent for `idle_ms` is descheduled: kept as a victim with probability `keep_ratio`, deleted
+//! otherwise. Each chain has a FIFO fluid queue (as in the `autoscale` experiment). OpEx counts
+//! regions serving or being launched (reconfiguration costs power too).
+
+use crate::workload::Workload;
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use snic_core::ids::ChainId;
+use snic_core::launcher::{Decision, Launcher, LauncherConfig, RegionState};
+use snic_core::time::Instant;
+use std::time::Duration;
+
+/// The scenario's `[victim_cache]` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VictimSpec {
+    /// Throughput of one region, Gbit/s.
+    pub instance_gbps: f64,
+    /// Regions of the rack's pool.
+    pub regions: usize,
+    /// Launch time, ms.
+    #[serde(default = "five")]
+    pub launch_ms: f64,
+    /// Silence after which a chain is descheduled, ms.
+    #[serde(default = "five")]
+    pub idle_ms: f64,
+    /// Mean active period of a tenant, ms.
+    pub on_ms: f64,
+    /// Mean silent period of a tenant, ms.
+    pub off_ms: f64,
+    /// Fractions of descheduled chains kept as victims, each a run.
+    pub keep_ratios: Vec<f64>,
+    /// Queue bound per chain, ms of a region's capacity.
+    #[serde(default = "fifty")]
+    pub buffer_ms: f64,
+}
+
+fn five() -> f64 {
+    5.0
+}
+fn fifty() -> f64 {
+    50.0
+}
+
+/// One keep ratio's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct VictimFigures {
+    /// `snic`.
+    pub scheme: &'static str,
+    /// Fraction of descheduled chains kept as victims.
+    pub keep_ratio: f64,
+    /// Mean delay over bytes ÷ that with no victim cache (keep ratio 0).
+    pub slowdown_vs_no_victims: f64,
+    /// Mean delay over bytes, ms.
+    pub mean_delay_ms: f64,
+    /// Bytes dropped at a full queue, fraction.
+    pub dropped: f64,
+    /// Launches (into a free region or by stop-and-launch).
+    pub launches: u64,
+    /// Victim hits.
+    pub resumes: u64,
+    /// Region-seconds serving or launching.
+    pub opex_region_s: f64,
+    /// `opex_region_s` ÷ that with no victim cache.
+    pub opex_vs_no_victims: f64,
+}
+
+impl VictimSpec {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        let pos = |v: f64| v.is_finite() && v > 0.0;
+        let non_neg = |v: f64| v.is_finite() && v >= 0.0;
+        if !pos(self.instance_gbps) || !pos(self.on_ms) || !pos(self.off_ms) || !pos(self.buffer_ms) {
+            return Err("victim_cache: instance_gbps, on_ms, off_ms and buffer_ms must be positive".into());
+        }
+        if !non_neg(self.launch_ms) || !non_neg(self.idle_ms) || self.regions == 0 {
+            return Err("victim_cache: launch_ms and idle_ms must be zero or more, regions at least 1".into());
+        }
+        if self.keep_ratios.is_empty() || self.keep_ratios.iter().any(|k| !(0.0..=1.0).contains(k)) {
+            return Err("victim_cache.keep_ratios: at least one, each in [0, 1]".into());
+        }
+        Ok(())
+    }
+
+    /// Runs each keep ratio on the same workload (`tenants` chains, `bins` bins of `bin_ms`).
+    pub fn run(&self, workload: &Workload, seed: u64, tenants: usize, bins: usize, bin_ms: f64) -> Vec<VictimFigures> {
+        let bin_s = bin_ms / 1e3;
+        let load = workload.series(seed, tenants, bins, bin_s, |_| {});
+        // Activity: the same on/off periods for every keep ratio.
+        let mut active = vec![vec![false; bins]; tenants];
+        for (c, row) in active.iter_mut().enumerate() {
+            let mut r = Pcg64::seed_from_u64(seed ^ 0xac71_0000 ^ c as u64);
+            let mut exp = |mean: f64| -(1.0 - r.random::<f64>()).ln() * mean / 1e3;
+            let (mut t, mut on) = (exp(self.off_ms), false);
+            let mut b = 0;
+            while b < bins {
+                let until = ((t / bin_s) as usize).min(bins);
+                for x in &mut row[b..until] {
+                    *x = on;
+                }
+                b = until.max(b + 1);
+                on = !on;
+                t += exp(if on { self.on_ms } else { self.off_ms });
+            }
+        }
+        let mut rows: Vec<VictimFigures> = self.keep_ratios.iter().map(|&k| self.one(k, seed, &load, &active, bins, bin_ms)).collect();
+        let base = rows.iter().find(|r| r.keep_ratio == 0.0).map(|r| (r.mean_delay_ms, r.opex_region_s));
+        for r in &mut rows {
+            let (d, o) = base.unwrap_or((r.mean_delay_ms, r.opex_region_s));
+            r.slowdown_vs_no_victims = if d > 0.0 { r.mean_delay_ms / d } else { 1.0 };
+            r.opex_vs_no_victims = if o > 0.0 { r.opex_region_s / o } else { 1.0 };
+        }
+        rows
+    }
+
+    fn one(&self, keep: f64, seed: u64, load: &[Vec<f64>], active: &[Vec<bool>], bins: usize, bin_ms: f64) -> VictimFigures {
+        let bin_s = bin_ms / 1e3;
+        let per_region = self.instance_gbps * 1e9 / 8.0 * bin_s;
+        let bound = per_region * self.buffer_ms / bin_ms;
+        let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
+        let mut l = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, self.regions);
+        let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
+        let n = load.len();
+        let (mut backlog, mut silent_since) = (vec![0.0f64; n], vec![0usize; n]);
+        let (mut sum, mut bytes, mut dropped, mut offered) = (0.0, 0.0, 0.0, 0.0);
+        let (mut launches, mut resumes, mut opex) = (0u64, 0u64, 0.0);
+        let idle_bins = (self.idle_ms / bin_ms).ceil() as usize;
+        for b in 0..bins {
+            let now = Instant::ZERO + Duration::from_secs_f64(b as f64 * bin_s);
+            l.tick(now);
+            for c in 0..n {
+                let a = if active[c][b] { load[c][b] } else { 0.0 };
+                offered += a;
+                let chain = ChainId(c as u16);
+                let held = |l: &Launcher| {
+                    l.regions().iter().position(
+                        |r| matches!(*r, RegionState::Running { chain: x, .. } | RegionState::Launching { chain: x, .. } if x == chain),
+                    )
+                };
+                if (a > 0.0 || backlog[c] > 0.0) && held(&l).is_none() {
+                    match l.place(chain, now, false, false) {
+                        Decision::Resume { .. } => resumes += 1,
+                        Decision::Launch { .. } | Decision::ContextSwitch { .. } => launches += 1,
+                        _ => {}
+                    }
+                }
+                let at = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain));
+                let cap = if at.is_some() { per_region } else { 0.0 };
+                if let Some(r) = at {
+                    // The measured load the launcher weighs when it must stop a chain.
+                    l.set_load(r, (a + backlog[c]) / per_region);
+                }
+                // The FIFO fluid queue (see the `autoscale` experiment).
+                if a > 0.0 || backlog[c] > 0.0 {
+                    if cap > 0.0 {
+                        let delay = (backlog[c] + a / 2.0) / cap * bin_ms;
+                        let left = (backlog[c] + a - cap).max(0.0);
+                        let over = (left - bound).max(0.0);
+                        dropped += over;
+                        sum += delay * (a - over).max(0.0);
+                        bytes += (a - over).max(0.0);
+                        backlog[c] = left - over;
+                    } else {
+                        // Waiting for a launch: a bin's wait each, up to the bound.
+                        let kept = a.min((bound - backlog[c]).max(0.0));
+                        dropped += a - kept;
+                        sum += (backlog[c] / per_region + 1.0) * bin_ms * kept;
+                        bytes += kept;
+                        backlog[c] += kept;
+                    }
+                    silent_since[c] = b;
+                } else if let Some(r) = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain)) {
+                    if b - silent_since[c] >= idle_bins {
+                        if coin.random::<f64>() < keep {
+                            l.deschedule(r, now);
+                        } else {
+                            l.free(r);
+                        }
+                    }
+                }
+            }
+            let busy = l
+                .regions()
+                .iter()
+                .filter(|r| match **r {
+                    RegionState::Launching { .. } => true,
+                    RegionState::Running { chain, .. } => backlog[chain.index()] > 0.0 || silent_since[chain.index()] == b,
+                    _ => false,
+                })
+                .count();
+            opex += busy as f64 * bin_s;
+        }
+        VictimFigures {
+            scheme: "snic",
+            keep_ratio: keep,
+            slowdown_vs_no_victims: 1.0,
+            mean_delay_ms: if bytes > 0.0 { sum / bytes } else { 0.0 },
+            dropped: if offered > 0.0 { dropped / offered } else { 0.0 },
+            launches,
+            resumes,
+            opex_region_s: opex,
+            opex_vs_no_victims: 1.0,
+        }
+    }
+}
