@@ -12,13 +12,15 @@
 //! loop on tenants whose load steps. `autoscale` (paper Fig. 12): slowdown against OpEx for the
 //! ways of provisioning a rack's NT capacity, the snic scheme driven by the daemon's auto-scaler
 //! and launcher. `victim_cache` (paper Fig. 13): how often descheduled chains stay loaded,
-//! against performance and OpEx, placing chains with the daemon's launcher. Fig. 22 is named but
-//! refused with the reason until it is built.
+//! against performance and OpEx, placing chains with the daemon's launcher.
+//! `consolidation_usage` (paper Fig. 22): the NT instance-time a node consolidating 2 or 4
+//! endpoints uses against each running its own, for several NT speeds.
 
 pub mod autoscale;
 pub mod fairness;
 pub mod plot;
 pub mod trace;
+pub mod usage;
 pub mod victim;
 pub mod workload;
 
@@ -32,7 +34,8 @@ use workload::{Workload, WorkloadError};
 pub struct Scenario {
     /// Its name (reported).
     pub name: String,
-    /// The experiment: `consolidation` (others are named in [`PENDING`]).
+    /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache` or
+    /// `consolidation_usage`.
     pub experiment: String,
     /// Seed of every random stream (overridden by `--seed`).
     #[serde(default)]
@@ -61,6 +64,9 @@ pub struct Scenario {
     /// Regions, activity, keep ratios (`victim_cache`).
     #[serde(default)]
     pub victim_cache: Option<victim::VictimSpec>,
+    /// Endpoints per node and NT speeds (`consolidation_usage`).
+    #[serde(default)]
+    pub consolidation_usage: Option<usage::UsageSpec>,
 }
 
 fn default_bin() -> f64 {
@@ -88,9 +94,6 @@ pub struct Topology {
     pub endpoints_per_rack: usize,
 }
 
-/// Experiments of the paper not runnable yet, and what they wait for.
-pub const PENDING: &[(&str, &str)] = &[("consolidation_usage", "Fig. 22 needs NT speeds and regions in the simulated nodes")];
-
 /// Most load cells (endpoints × bins) a request-granularity run holds.
 pub const MAX_CELLS: usize = 200_000_000;
 
@@ -109,11 +112,8 @@ pub enum SimError {
     /// The workload's trace could not be read.
     #[error(transparent)]
     Trace(#[from] trace::TraceError),
-    /// The experiment exists in the paper but is not built yet.
-    #[error("experiment `{0}` is not runnable yet: {1}")]
-    Pending(String, &'static str),
     /// No such experiment.
-    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache; pending: consolidation_usage)")]
+    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage)")]
     Unknown(String),
 }
 
@@ -273,10 +273,32 @@ impl Scenario {
                     capex_consolid_ratio: None,
                 })
             }
-            e => Err(match PENDING.iter().find(|(n, _)| *n == e) {
-                Some((_, why)) => SimError::Pending(e.into(), why),
-                None => SimError::Unknown(e.into()),
-            }),
+            "consolidation_usage" => {
+                let (Some(t), Some(w), Some(spec)) = (self.topology, &self.workload, &self.consolidation_usage) else {
+                    return Err(SimError::Range("consolidation_usage needs [topology], [workload] and [consolidation_usage]".into()));
+                };
+                self.validate(t, w)?;
+                spec.validate().map_err(SimError::Range)?;
+                let w = w.resolve(self.bin_ms)?;
+                let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
+                let rows = spec.run(&w, seed, bins, self.bin_ms, self.granularity == Granularity::Flow);
+                let figure = plot::Figure::Bars {
+                    title: format!("{}: NT usage consolidated ÷ separate", self.name),
+                    y: "instance-time ratio".into(),
+                    bars: rows.iter().map(|r| (format!("{} ep, {} Gb/s", r.endpoints_per_node, r.nt_gbps), r.usage_ratio)).collect(),
+                };
+                Ok(Report {
+                    figure,
+                    scenario: self.name.clone(),
+                    seed,
+                    experiment: self.experiment.clone(),
+                    duration_s: self.duration_s,
+                    endpoints: None,
+                    results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
+                    capex_consolid_ratio: None,
+                })
+            }
+            e => Err(SimError::Unknown(e.into())),
         }
     }
 
@@ -407,7 +429,7 @@ phase_ms = 10.0
     fn pending_unknown_and_invalid_scenarios_say_why() {
         let with = |exp: &str| SMALL.replace("experiment = \"consolidation\"", &format!("experiment = \"{exp}\""));
         let e = Scenario::parse(&with("consolidation_usage")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
-        assert!(e.contains("not runnable yet") && e.contains("Fig. 22"), "{e}");
+        assert!(e.contains("needs [topology], [workload] and [consolidation_usage]"), "{e}");
         let e = Scenario::parse(&with("autoscale")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("needs [topology], [workload] and [autoscale]"), "{e}");
         let e = Scenario::parse(&with("teleport")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
@@ -522,5 +544,28 @@ mod fig13 {
         assert!(all["mean_delay_ms"].as_f64() < none["mean_delay_ms"].as_f64(), "{all} vs {none}");
         let launches: Vec<u64> = r.results.iter().map(|x| x["launches"].as_u64().unwrap()).collect();
         assert!(launches.windows(2).all(|w| w[1] <= w[0]), "launches fall as more victims are kept: {launches:?}");
+    }
+}
+
+#[cfg(test)]
+mod fig22 {
+    use super::*;
+
+    #[test]
+    fn a_consolidating_node_uses_less_than_separate_nts() {
+        let r = Scenario::parse(include_str!("../../../scenarios/fig22.toml")).unwrap().run(1, |_, _| {}).unwrap();
+        assert_eq!(r.results.len(), 4, "2 node sizes × 2 NT speeds");
+        for x in &r.results {
+            let ratio = x["usage_ratio"].as_f64().unwrap();
+            assert!(ratio > 0.0 && ratio < 1.0, "{x}");
+            assert!(x["consolidated_instances"].as_u64() <= x["separate_instances"].as_u64(), "{x}");
+        }
+        // Faster NTs: fewer instances either way.
+        let inst = |k: u64, g: f64| {
+            r.results.iter().find(|x| x["endpoints_per_node"] == k && x["nt_gbps"].as_f64() == Some(g)).unwrap()["separate_instances"]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(inst(4, 4.0) < inst(4, 1.0) && inst(2, 1.0) < inst(4, 1.0));
     }
 }

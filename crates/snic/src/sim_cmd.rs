@@ -88,6 +88,19 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 r["scale_events"]
             );
         }
+        if r.get("usage_ratio").is_some() {
+            println!(
+                "  {} endpoints per node, NTs of {} Gbit/s: separate {} instances, {:.1} inst·s; consolidated ≤ {} instances, {:.1} inst·s ({:.1}%); slowdown {:.2}",
+                r["endpoints_per_node"],
+                f(&r["nt_gbps"]),
+                r["separate_instances"],
+                f(&r["separate_instance_s"]),
+                r["consolidated_instances"],
+                f(&r["consolidated_instance_s"]),
+                100.0 * f(&r["usage_ratio"]),
+                f(&r["consolidated_slowdown"])
+            );
+        }
         if r.get("keep_ratio").is_some() {
             println!(
                 "  keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims)  OpEx {:.3}× no victims  dropped {:.2}%",

@@ -37,7 +37,7 @@ fn scenarios_that_cannot_run_say_why() {
     let text = std::fs::read_to_string(SMALL).unwrap().replace("experiment = \"consolidation\"", "experiment = \"consolidation_usage\"");
     std::fs::write(&f, text).unwrap();
     let (ok, _, err) = sim(&[f.to_str().unwrap()]);
-    assert!(!ok && err.contains("not runnable yet"), "{err}");
+    assert!(!ok && err.contains("needs [topology], [workload] and [consolidation_usage]"), "{err}");
     std::fs::write(&f, "name = 1").unwrap();
     let (ok, _, err) = sim(&[f.to_str().unwrap()]);
     assert!(!ok && err.contains("invalid scenario"), "{err}");
