@@ -536,14 +536,22 @@ mod fig13 {
     fn keeping_victims_saves_launches_and_delay() {
         let text = include_str!("../../../scenarios/fig13.toml").replace("duration_s = 20.0", "duration_s = 8.0");
         let r = Scenario::parse(&text).unwrap().run(1, |_, _| {}).unwrap();
-        let get = |k: f64| r.results.iter().find(|x| x["keep_ratio"].as_f64() == Some(k)).unwrap().clone();
+        let first = r.results[0]["regions"].clone();
+        let get = |k: f64| r.results.iter().find(|x| x["regions"] == first && x["keep_ratio"].as_f64() == Some(k)).unwrap().clone();
         let (none, all) = (get(0.0), get(1.0));
         assert_eq!(none["resumes"], 0, "no victims, no victim hits");
         assert!(all["resumes"].as_u64().unwrap() > 0);
         assert!(all["launches"].as_u64() < none["launches"].as_u64(), "{all} vs {none}");
         assert!(all["mean_delay_ms"].as_f64() < none["mean_delay_ms"].as_f64(), "{all} vs {none}");
-        let launches: Vec<u64> = r.results.iter().map(|x| x["launches"].as_u64().unwrap()).collect();
+        let launches: Vec<u64> = r.results.iter().filter(|x| x["regions"] == first).map(|x| x["launches"].as_u64().unwrap()).collect();
         assert!(launches.windows(2).all(|w| w[1] <= w[0]), "launches fall as more victims are kept: {launches:?}");
+        // Fewer regions for the same chains (more over-commitment): more launches.
+        let at = |regions: u64| {
+            r.results.iter().find(|x| x["regions"] == regions && x["keep_ratio"].as_f64() == Some(1.0)).unwrap()["launches"]
+                .as_u64()
+                .unwrap()
+        };
+        assert!(at(4) > at(8), "{} vs {}", at(4), at(8));
     }
 }
 

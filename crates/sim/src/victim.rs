@@ -28,6 +28,9 @@ pub struct VictimSpec {
     pub instance_gbps: f64,
     /// Regions of the rack's pool.
     pub regions: usize,
+    /// Also run with these region counts (area over-commitment: chains ÷ regions).
+    #[serde(default)]
+    pub regions_sweep: Vec<usize>,
     /// Launch time, ms.
     #[serde(default = "five")]
     pub launch_ms: f64,
@@ -57,9 +60,13 @@ fn fifty() -> f64 {
 pub struct VictimFigures {
     /// `snic`.
     pub scheme: &'static str,
+    /// Regions of the pool.
+    pub regions: usize,
+    /// Chains per region (area over-commitment).
+    pub overcommit: f64,
     /// Fraction of descheduled chains kept as victims.
     pub keep_ratio: f64,
-    /// Mean delay over bytes ÷ that with no victim cache (keep ratio 0).
+    /// Mean delay over bytes ÷ that with no victim cache (keep ratio 0, same regions).
     pub slowdown_vs_no_victims: f64,
     /// Mean delay over bytes, ms.
     pub mean_delay_ms: f64,
@@ -83,7 +90,7 @@ impl VictimSpec {
         if !pos(self.instance_gbps) || !pos(self.on_ms) || !pos(self.off_ms) || !pos(self.buffer_ms) {
             return Err("victim_cache: instance_gbps, on_ms, off_ms and buffer_ms must be positive".into());
         }
-        if !non_neg(self.launch_ms) || !non_neg(self.idle_ms) || self.regions == 0 {
+        if !non_neg(self.launch_ms) || !non_neg(self.idle_ms) || self.regions == 0 || self.regions_sweep.contains(&0) {
             return Err("victim_cache: launch_ms and idle_ms must be zero or more, regions at least 1".into());
         }
         if self.keep_ratios.is_empty() || self.keep_ratios.iter().any(|k| !(0.0..=1.0).contains(k)) {
@@ -113,22 +120,39 @@ impl VictimSpec {
                 t += exp(if on { self.on_ms } else { self.off_ms });
             }
         }
-        let mut rows: Vec<VictimFigures> = self.keep_ratios.iter().map(|&k| self.one(k, seed, &load, &active, bins, bin_ms)).collect();
-        let base = rows.iter().find(|r| r.keep_ratio == 0.0).map(|r| (r.mean_delay_ms, r.opex_region_s));
-        for r in &mut rows {
-            let (d, o) = base.unwrap_or((r.mean_delay_ms, r.opex_region_s));
-            r.slowdown_vs_no_victims = if d > 0.0 { r.mean_delay_ms / d } else { 1.0 };
-            r.opex_vs_no_victims = if o > 0.0 { r.opex_region_s / o } else { 1.0 };
+        let mut counts = vec![self.regions];
+        counts.extend(self.regions_sweep.iter().copied().filter(|&r| r != self.regions));
+        let mut out = Vec::new();
+        for regions in counts {
+            let mut rows: Vec<VictimFigures> =
+                self.keep_ratios.iter().map(|&k| self.one(k, regions, seed, &load, &active, bins, bin_ms)).collect();
+            let base = rows.iter().find(|r| r.keep_ratio == 0.0).map(|r| (r.mean_delay_ms, r.opex_region_s));
+            for r in &mut rows {
+                let (d, o) = base.unwrap_or((r.mean_delay_ms, r.opex_region_s));
+                r.slowdown_vs_no_victims = if d > 0.0 { r.mean_delay_ms / d } else { 1.0 };
+                r.opex_vs_no_victims = if o > 0.0 { r.opex_region_s / o } else { 1.0 };
+            }
+            out.extend(rows);
         }
-        rows
+        out
     }
 
-    fn one(&self, keep: f64, seed: u64, load: &[Vec<f64>], active: &[Vec<bool>], bins: usize, bin_ms: f64) -> VictimFigures {
+    #[allow(clippy::too_many_arguments)] // one run's dimensions
+    fn one(
+        &self,
+        keep: f64,
+        regions: usize,
+        seed: u64,
+        load: &[Vec<f64>],
+        active: &[Vec<bool>],
+        bins: usize,
+        bin_ms: f64,
+    ) -> VictimFigures {
         let bin_s = bin_ms / 1e3;
         let per_region = self.instance_gbps * 1e9 / 8.0 * bin_s;
         let bound = per_region * self.buffer_ms / bin_ms;
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
-        let mut l = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, self.regions);
+        let mut l = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
         let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
         let n = load.len();
         let (mut backlog, mut silent_since) = (vec![0.0f64; n], vec![0usize; n]);
@@ -202,6 +226,8 @@ impl VictimSpec {
         }
         VictimFigures {
             scheme: "snic",
+            regions,
+            overcommit: n as f64 / regions as f64,
             keep_ratio: keep,
             slowdown_vs_no_victims: 1.0,
             mean_delay_ms: if bytes > 0.0 { sum / bytes } else { 0.0 },

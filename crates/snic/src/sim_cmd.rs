@@ -103,7 +103,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         if r.get("keep_ratio").is_some() {
             println!(
-                "  keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims)  OpEx {:.3}× no victims  dropped {:.2}%",
+                "  {} regions ({:.2} chains/region), keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims)  OpEx {:.3}× no victims  dropped {:.2}%",
+                r["regions"],
+                f(&r["overcommit"]),
                 100.0 * f(&r["keep_ratio"]),
                 r["launches"],
                 r["resumes"],
