@@ -734,9 +734,9 @@ impl<B: Backend> Node<B> {
                 d.instance = inst;
             }
             let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline);
-            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
             let Place::Worker(w) = place else {
                 if defer {
+                    let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
                     work.idx[..batch.len()].copy_from_slice(&batch);
                     self.deferred.push(work);
                 } else {
@@ -744,6 +744,7 @@ impl<B: Backend> Node<B> {
                 }
                 continue;
             };
+            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
             work.idx[..batch.len()].copy_from_slice(&batch);
             loop {
                 match self.exec.workers[w].submit(work) {
