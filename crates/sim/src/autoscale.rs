@@ -76,6 +76,8 @@ pub struct SchemeFigures {
     pub slowdown: f64,
     /// Mean delay over bytes, ms.
     pub mean_delay_ms: f64,
+    /// Median delay over bytes, ms.
+    pub p50_delay_ms: f64,
     /// 99th percentile of delay over bytes, ms.
     pub p99_delay_ms: f64,
     /// Bytes dropped at a full queue, fraction of bytes offered.
@@ -362,6 +364,7 @@ impl AutoscaleSpec {
             correlation: corr,
             slowdown: if base > 0.0 { d.mean() / base } else { 1.0 },
             mean_delay_ms: d.mean(),
+            p50_delay_ms: d.quantile(0.5),
             p99_delay_ms: d.quantile(0.99),
             dropped: if d.offered > 0.0 { d.dropped / d.offered } else { 0.0 },
             capex_instances: capex,

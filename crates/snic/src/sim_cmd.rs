@@ -76,11 +76,12 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         if r.get("slowdown").is_some() {
             println!(
-                "  {:<18} c={:<4} slowdown {:>8.3}  delay mean {:>8.3} ms p99 {:>8.3} ms  dropped {:>6.2}%  CapEx {:>3} inst  OpEx {:>6.2}× static-max  scale events {}",
+                "  {:<18} c={:<4} slowdown {:>8.3}  delay mean {:>8.3} ms p50 {:>8.3} ms p99 {:>8.3} ms  dropped {:>6.2}%  CapEx {:>3} inst  OpEx {:>6.2}× static-max  scale events {}",
                 r["scheme"].as_str().unwrap_or(""),
                 f(&r["correlation"]),
                 f(&r["slowdown"]),
                 f(&r["mean_delay_ms"]),
+                f(&r["p50_delay_ms"]),
                 f(&r["p99_delay_ms"]),
                 100.0 * f(&r["dropped"]),
                 r["capex_instances"],
