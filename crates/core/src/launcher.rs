@@ -170,15 +170,9 @@ impl Launcher {
         if let Some(region) = find(&|r| matches!(*r, RegionState::Launching { chain: c, .. } if c == chain)) {
             return Decision::Wait { region };
         }
-        // 2. A victim-cache hit: resume without launching.
-        if let Some(region) = find(&|r| matches!(*r, RegionState::Victim { chain: c, .. } if c == chain)) {
-            self.regions[region] = RegionState::Running { chain, load: 0.0 };
-            return Decision::Resume { region };
-        }
-        // 3. A free region.
-        if let Some(region) = find(&|r| *r == RegionState::Free) {
-            self.occupy(region, chain, now);
-            return Decision::Launch { region };
+        // 2. A victim-cache hit: resume without launching; 3. a free region.
+        if let Some(d) = self.resume_or_launch(chain, now) {
+            return d;
         }
         // 4, 5. Elsewhere.
         if remote {
@@ -221,17 +215,24 @@ impl Launcher {
     /// only kept while no one needs its region). Never stops a running chain. `None`: no room.
     pub fn scale_out(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
         self.tick(now);
-        if let Some(region) = self.regions.iter().position(|r| matches!(*r, RegionState::Victim { chain: c, .. } if c == chain)) {
-            self.regions[region] = RegionState::Running { chain, load: 0.0 };
-            return Some(Decision::Resume { region });
-        }
-        if let Some(region) = self.regions.iter().position(|r| *r == RegionState::Free) {
-            self.occupy(region, chain, now);
-            return Some(Decision::Launch { region });
+        if let Some(d) = self.resume_or_launch(chain, now) {
+            return Some(d);
         }
         let (region, evicted) = self.oldest_victim()?;
         self.occupy(region, chain, now);
         Some(Decision::ContextSwitch { region, evicted })
+    }
+
+    /// A victim of `chain` runs again (no launch), else `chain` is launched into a free region;
+    /// `None` when neither exists.
+    fn resume_or_launch(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
+        if let Some(region) = self.regions.iter().position(|r| matches!(*r, RegionState::Victim { chain: c, .. } if c == chain)) {
+            self.regions[region] = RegionState::Running { chain, load: 0.0 };
+            return Some(Decision::Resume { region });
+        }
+        let region = self.regions.iter().position(|r| *r == RegionState::Free)?;
+        self.occupy(region, chain, now);
+        Some(Decision::Launch { region })
     }
 
     /// The least recently descheduled victim: its region and chain.

@@ -36,10 +36,10 @@ pub struct AutoscaleSpec {
     /// Throughput of one NT instance, Gbit/s.
     pub instance_gbps: f64,
     /// Launch time (the paper's PR: 5 ms).
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub launch_ms: f64,
     /// MONITOR_PERIOD.
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub monitor_period_ms: f64,
     /// Load per instance above which it is overloaded.
     #[serde(default = "high")]
@@ -55,13 +55,13 @@ pub struct AutoscaleSpec {
     pub correlations: Vec<f64>,
 }
 
-fn five() -> f64 {
-    5.0
-}
-fn high() -> f64 {
+/// Default overload threshold per instance (the node's).
+pub(crate) fn high() -> f64 {
     0.9
 }
-fn buffer() -> f64 {
+
+/// Default queue bound, ms of a server's capacity.
+pub(crate) fn buffer() -> f64 {
     10.0
 }
 

@@ -73,6 +73,11 @@ fn default_bin() -> f64 {
     1.0
 }
 
+/// 5 ms: the paper's reconfiguration time, the default launch time and MONITOR_PERIOD.
+pub(crate) fn five_ms() -> f64 {
+    5.0
+}
+
 /// How finely the workload is simulated.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -176,6 +181,38 @@ impl Scenario {
         Ok(())
     }
 
+    /// What a rack experiment runs on: the topology and workload (checked; `check` checks the
+    /// experiment's own section between the two; a trace read) and the number of bins. Each
+    /// experiment `needs` its sections, which `present` says are there.
+    fn inputs(
+        &self,
+        needs: &str,
+        present: bool,
+        check: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(Topology, Workload, usize), SimError> {
+        let (Some(t), Some(w), true) = (self.topology, &self.workload, present) else {
+            return Err(SimError::Range(format!("{} needs {needs}", self.experiment)));
+        };
+        self.validate(t, w)?;
+        check().map_err(SimError::Range)?;
+        let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
+        Ok((t, w.resolve(self.bin_ms)?, bins))
+    }
+
+    /// The report of an experiment whose results are `rows`.
+    fn report<R: Serialize>(&self, seed: u64, endpoints: Option<usize>, rows: &[R], figure: plot::Figure) -> Report {
+        Report {
+            figure,
+            scenario: self.name.clone(),
+            seed,
+            experiment: self.experiment.clone(),
+            duration_s: self.duration_s,
+            endpoints,
+            results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
+            capex_consolid_ratio: None,
+        }
+    }
+
     /// Runs the scenario with `seed`; `progress(done, total)` is called per endpoint.
     pub fn run(&self, seed: u64, progress: impl FnMut(usize, usize)) -> Result<Report, SimError> {
         if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
@@ -183,11 +220,7 @@ impl Scenario {
         }
         match self.experiment.as_str() {
             "consolidation" => {
-                let (Some(t), Some(w)) = (self.topology, &self.workload) else {
-                    return Err(SimError::Range("consolidation needs [topology] and [workload]".into()));
-                };
-                self.validate(t, w)?;
-                let w = w.resolve(self.bin_ms)?;
+                let (t, w, _) = self.inputs("[topology] and [workload]", true, || Ok(()))?;
                 Ok(self.consolidation(seed, t, &w, progress))
             }
             "fairness" => {
@@ -202,56 +235,34 @@ impl Scenario {
                     y: "delivered (units)".into(),
                     lines: r.timeline.clone(),
                 };
-                Ok(Report {
-                    figure,
-                    scenario: self.name.clone(),
-                    seed,
-                    experiment: self.experiment.clone(),
-                    duration_s: self.duration_s,
-                    endpoints: None,
-                    results: vec![serde_json::to_value(r).expect("plain data")],
-                    capex_consolid_ratio: None,
-                })
+                Ok(self.report(seed, None, std::slice::from_ref(&r), figure))
             }
             "autoscale" => {
-                let (Some(t), Some(w), Some(spec)) = (self.topology, &self.workload, &self.autoscale) else {
-                    return Err(SimError::Range("autoscale needs [topology], [workload] and [autoscale]".into()));
-                };
-                self.validate(t, w)?;
-                spec.validate().map_err(SimError::Range)?;
-                let w = &w.resolve(self.bin_ms)?;
+                let spec = self.autoscale.as_ref();
+                let (t, w, bins) =
+                    self.inputs("[topology], [workload] and [autoscale]", spec.is_some(), || spec.map_or(Ok(()), |s| s.validate()))?;
+                let spec = spec.expect("checked by inputs");
                 // One rack: its endpoints and its pool.
                 let n = t.endpoints_per_rack;
-                let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
-                let rows = spec.run(w, seed, n, bins, self.bin_ms, self.granularity == Granularity::Flow, progress);
+                let rows = spec.run(&w, seed, n, bins, self.bin_ms, self.granularity == Granularity::Flow, progress);
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: slowdown vs OpEx", self.name),
                     x: "OpEx (instance-time, vs static-max)".into(),
                     y: "slowdown vs no disaggregation".into(),
                     points: rows.iter().map(|r| (format!("{} c={}", r.scheme, r.correlation), r.opex_vs_static_max, r.slowdown)).collect(),
                 };
-                Ok(Report {
-                    figure,
-                    scenario: self.name.clone(),
-                    seed,
-                    experiment: self.experiment.clone(),
-                    duration_s: self.duration_s,
-                    endpoints: Some(n),
-                    results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
-                    capex_consolid_ratio: None,
-                })
+                Ok(self.report(seed, Some(n), &rows, figure))
             }
             "victim_cache" => {
-                let (Some(t), Some(w), Some(spec)) = (self.topology, &self.workload, &self.victim_cache) else {
-                    return Err(SimError::Range("victim_cache needs [topology], [workload] and [victim_cache]".into()));
-                };
-                self.validate(t, w)?;
-                spec.validate().map_err(SimError::Range)?;
-                if t.endpoints_per_rack > u16::MAX as usize {
-                    return Err(SimError::Range("victim_cache: at most 65535 tenants".into()));
-                }
-                let w = w.resolve(self.bin_ms)?;
-                let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
+                let spec = self.victim_cache.as_ref();
+                let (t, w, bins) = self.inputs("[topology], [workload] and [victim_cache]", spec.is_some(), || {
+                    spec.map_or(Ok(()), |s| s.validate())?;
+                    match self.topology {
+                        Some(t) if t.endpoints_per_rack > u16::MAX as usize => Err("victim_cache: at most 65535 tenants".into()),
+                        _ => Ok(()),
+                    }
+                })?;
+                let spec = spec.expect("checked by inputs");
                 let rows = spec.run(&w, seed, t.endpoints_per_rack, bins, self.bin_ms);
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: victim cache — slowdown vs OpEx", self.name),
@@ -259,44 +270,29 @@ impl Scenario {
                     y: "slowdown (vs no victim cache)".into(),
                     points: rows
                         .iter()
-                        .map(|r| (format!("keep {:.0}%", 100.0 * r.keep_ratio), r.opex_vs_no_victims, r.slowdown_vs_no_victims))
+                        .map(|r| {
+                            (
+                                format!("{} regions, keep {:.0}%", r.regions, 100.0 * r.keep_ratio),
+                                r.opex_vs_no_victims,
+                                r.slowdown_vs_no_victims,
+                            )
+                        })
                         .collect(),
                 };
-                Ok(Report {
-                    figure,
-                    scenario: self.name.clone(),
-                    seed,
-                    experiment: self.experiment.clone(),
-                    duration_s: self.duration_s,
-                    endpoints: Some(t.endpoints_per_rack),
-                    results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
-                    capex_consolid_ratio: None,
-                })
+                Ok(self.report(seed, Some(t.endpoints_per_rack), &rows, figure))
             }
             "consolidation_usage" => {
-                let (Some(t), Some(w), Some(spec)) = (self.topology, &self.workload, &self.consolidation_usage) else {
-                    return Err(SimError::Range("consolidation_usage needs [topology], [workload] and [consolidation_usage]".into()));
-                };
-                self.validate(t, w)?;
-                spec.validate().map_err(SimError::Range)?;
-                let w = w.resolve(self.bin_ms)?;
-                let bins = (self.duration_s * 1e3 / self.bin_ms).ceil() as usize;
+                let spec = self.consolidation_usage.as_ref();
+                let (_, w, bins) = self
+                    .inputs("[topology], [workload] and [consolidation_usage]", spec.is_some(), || spec.map_or(Ok(()), |s| s.validate()))?;
+                let spec = spec.expect("checked by inputs");
                 let rows = spec.run(&w, seed, bins, self.bin_ms, self.granularity == Granularity::Flow);
                 let figure = plot::Figure::Bars {
                     title: format!("{}: NT usage consolidated ÷ separate", self.name),
                     y: "instance-time ratio".into(),
                     bars: rows.iter().map(|r| (format!("{} ep, {} Gb/s", r.endpoints_per_node, r.nt_gbps), r.usage_ratio)).collect(),
                 };
-                Ok(Report {
-                    figure,
-                    scenario: self.name.clone(),
-                    seed,
-                    experiment: self.experiment.clone(),
-                    duration_s: self.duration_s,
-                    endpoints: None,
-                    results: rows.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
-                    capex_consolid_ratio: None,
-                })
+                Ok(self.report(seed, None, &rows, figure))
             }
             e => Err(SimError::Unknown(e.into())),
         }
@@ -354,16 +350,8 @@ impl Scenario {
             y: "Gbit/s".into(),
             bars: results.iter().map(|r| (r.scheme.to_string(), r.provisioned_gbps)).collect(),
         };
-        Report {
-            figure,
-            scenario: self.name.clone(),
-            seed,
-            experiment: self.experiment.clone(),
-            duration_s: self.duration_s,
-            endpoints: Some(n),
-            results: results.iter().map(|r| serde_json::to_value(r).expect("plain data")).collect(),
-            capex_consolid_ratio: Some(if rack_sop > 0.0 { rack_sum / rack_sop } else { 1.0 }),
-        }
+        let ratio = if rack_sop > 0.0 { rack_sum / rack_sop } else { 1.0 };
+        Report { capex_consolid_ratio: Some(ratio), ..self.report(seed, Some(n), &results, figure) }
     }
 }
 

@@ -16,15 +16,11 @@ pub struct UsageSpec {
     /// NT instance speeds, Gbit/s, one case each.
     pub nt_gbps: Vec<f64>,
     /// Launch time, ms.
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub launch_ms: f64,
     /// MONITOR_PERIOD, ms.
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub monitor_period_ms: f64,
-}
-
-fn five() -> f64 {
-    5.0
 }
 
 /// One case.
@@ -71,9 +67,9 @@ impl UsageSpec {
                     instance_gbps: g,
                     launch_ms: self.launch_ms,
                     monitor_period_ms: self.monitor_period_ms,
-                    high: 0.9,
+                    high: crate::autoscale::high(),
                     regions: None,
-                    buffer_ms: 10.0,
+                    buffer_ms: crate::autoscale::buffer(),
                     correlations: Vec::new(),
                 };
                 let rows = spec.run(workload, seed, k, bins, bin_ms, flow, |_, _| {});

@@ -32,10 +32,10 @@ pub struct VictimSpec {
     #[serde(default)]
     pub regions_sweep: Vec<usize>,
     /// Launch time, ms.
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub launch_ms: f64,
     /// Silence after which a chain is descheduled, ms.
-    #[serde(default = "five")]
+    #[serde(default = "crate::five_ms")]
     pub idle_ms: f64,
     /// Mean active period of a tenant, ms.
     pub on_ms: f64,
@@ -48,9 +48,6 @@ pub struct VictimSpec {
     pub buffer_ms: f64,
 }
 
-fn five() -> f64 {
-    5.0
-}
 fn fifty() -> f64 {
     50.0
 }

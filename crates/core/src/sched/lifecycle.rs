@@ -168,11 +168,22 @@ impl<T: Copy> Scheduler<T> {
             return Err(Change::WrongState(inst.state));
         }
         inst.state = InstanceState::Running;
+        self.make_ready(id, true);
+        Ok(())
+    }
+
+    /// An instance that now runs joins the ready list if it has work and credit (`front`: a
+    /// launch's buffered packets go first).
+    fn make_ready(&mut self, id: InstanceId, front: bool) {
+        let inst = &self.instances[id.index()];
         if inst.queued > 0 && inst.credits > 0 && !self.in_ready[id.index()] {
             self.in_ready[id.index()] = true;
-            self.ready.push_front(id);
+            if front {
+                self.ready.push_front(id);
+            } else {
+                self.ready.push_back(id);
+            }
         }
-        Ok(())
     }
 
     /// Stops a running instance: it takes no new packets, its flows move to the chain's other
@@ -210,11 +221,7 @@ impl<T: Copy> Scheduler<T> {
         self.instances[id.index()].state = InstanceState::Running;
         self.parked.retain(|&p| p != id);
         self.join(chain, id);
-        let inst = &self.instances[id.index()];
-        if inst.queued > 0 && inst.credits > 0 && !self.in_ready[id.index()] {
-            self.in_ready[id.index()] = true;
-            self.ready.push_back(id);
-        }
+        self.make_ready(id, false);
         Ok(())
     }
 
