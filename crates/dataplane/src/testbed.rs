@@ -77,6 +77,17 @@ pub fn dag_rule(vni: u32, tenant: TenantId, dag: DagUid) -> Rule {
     Rule { vni, proto: None, dst: None, dst_ports: PortRange::ANY, priority: 0, action: Action::Dag { tenant, dag } }
 }
 
+/// Deploys the one-tenant setup benchmarks use: tenant 1 (weight 1) on VNI 100 runs DAG 1 along
+/// `route`, and everything on VNI 100 leaves for the VTEP `out`.
+pub fn one_tenant<B: crate::backend::Backend>(node: &mut Node<B>, route: DagRoute, out: Peer) {
+    node.set_tenant(TenantId(1), 1.0);
+    node.set_dag(DagUid(1), route);
+    let mut mat = Mat::new();
+    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
+    node.mat_handle().store(Arc::new(mat));
+    node.fdb_mut().set_default(100, Some(out));
+}
+
 /// Why a testbed could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {

@@ -4,22 +4,18 @@
 //! one-NT chains. Light load (no queueing), one core, real clock; latency from arrival in the
 //! receive ring to transmission.
 
-use super::{emit, spin};
+use super::{emit, paced_latency};
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::Mat;
 use snic_dataplane::backend::paced::{Paced, StreamSpec};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, datagram};
+use snic_dataplane::testbed::{datagram, one_tenant};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::NtSpec;
 use snic_wire::ethernet::MacAddr;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Options of `snic bench chain`.
 #[derive(Args)]
@@ -85,24 +81,16 @@ fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResu
         node.launch(c)?;
         steps.push(Step { chain: c, mask: NtMask::all(k) });
     }
-    node.set_dag(DagUid(1), DagRoute::new(steps));
-    let mut mat = Mat::new();
-    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
-    node.mat_handle().store(Arc::new(mat));
-    node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.9:4789".parse()?, mac: MacAddr::default() }));
-    node.set_tenant(TenantId(1), 1.0);
-    spin(&mut node, Duration::from_millis(500));
-    node.backend_mut().reset_stats();
-    spin(&mut node, Duration::from_secs_f64(a.seconds));
-    let st = &node.backend().stats()[0];
+    one_tenant(&mut node, DagRoute::new(steps), Peer { addr: "192.0.2.9:4789".parse()?, mac: MacAddr::default() });
+    let (p50_ns, p99_ns, delivered) = paced_latency(&mut node, a.seconds);
     Ok(ChainResult {
         bench: "chain",
         nts: n,
         mode,
         chains: sizes.len(),
         visits: if mode == "panic" { n } else { sizes.len() },
-        p50_ns: st.latency.quantile(0.5),
-        p99_ns: st.latency.quantile(0.99),
-        delivered: st.delivered,
+        p50_ns,
+        p99_ns,
+        delivered,
     })
 }

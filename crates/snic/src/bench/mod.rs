@@ -11,13 +11,13 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Mat, PortRange};
+use snic_core::ids::TenantId;
+use snic_core::mat::PortRange;
 use snic_dataplane::backend::mem::Generator;
 use snic_dataplane::backend::{Backend, Framing};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::dag_rule;
+use snic_dataplane::testbed::one_tenant;
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
@@ -25,7 +25,6 @@ use snic_nt::nat::{NatConfig, Snat};
 use snic_nt::NtSpec;
 use snic_wire::build::{build, FrameSpec, L4Spec, OuterSpec};
 use snic_wire::ethernet::MacAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Benchmarks.
@@ -133,6 +132,16 @@ pub(crate) fn spin<B: Backend>(node: &mut Node<B>, d: Duration) -> Duration {
             return t0.elapsed();
         }
     }
+}
+
+/// Warms a node fed by a paced source up for half a second, then measures for `seconds`: the
+/// first stream's latency p50 and p99 (ns) and packets delivered.
+pub(crate) fn paced_latency(node: &mut Node<snic_dataplane::backend::paced::Paced>, seconds: f64) -> (u64, u64, u64) {
+    spin(node, Duration::from_millis(500));
+    node.backend_mut().reset_stats();
+    spin(node, Duration::from_secs_f64(seconds));
+    let st = &node.backend().stats()[0];
+    (st.latency.quantile(0.5), st.latency.quantile(0.99), st.delivered)
 }
 
 /// Prints one result: a JSON line, or the human line `text` makes.
@@ -378,14 +387,10 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     let n = specs.len();
     let c = node.add_chain(specs);
     node.launch(c)?;
-    // Registered for fair sharing, as a deployed tenant is: its per-epoch cost is measured too.
-    node.set_tenant(TenantId(1), 1.0);
-    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
-    let mut mat = Mat::new();
-    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
-    node.mat_handle().store(Arc::new(mat));
-    // Everything on VNI 100 goes to the peer VTEP (the far sNIC of the VPC).
-    node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.2:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 2]) }));
+    // Registered for fair sharing, as a deployed tenant is (its per-epoch cost is measured too);
+    // everything on VNI 100 goes to the peer VTEP (the far sNIC of the VPC).
+    let far = Peer { addr: "192.0.2.2:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 2]) };
+    one_tenant(&mut node, DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]), far);
 
     let count = |node: &mut Node<Generator>, n: u64| {
         let t0 = Instant::now();

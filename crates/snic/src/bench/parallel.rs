@@ -6,22 +6,18 @@
 //! runs on the dispatcher's core and the figure is fork/join's overhead). Light load, real
 //! clock; latency from arrival in the receive ring to transmission.
 
-use super::{emit, spin};
+use super::{emit, paced_latency};
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
-use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::Mat;
 use snic_dataplane::backend::paced::{Paced, StreamSpec};
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, datagram};
+use snic_dataplane::testbed::{datagram, one_tenant};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// Options of `snic bench parallel`.
 #[derive(Args)]
@@ -123,16 +119,8 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
             }
         }
     }
-    node.set_dag(DagUid(1), DagRoute::with_groups(steps, &groups)?);
-    let mut mat = Mat::new();
-    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
-    node.mat_handle().store(Arc::new(mat));
-    node.fdb_mut().set_default(100, Some(Peer { addr: "192.0.2.9:4789".parse()?, ..Default::default() }));
-    node.set_tenant(TenantId(1), 1.0);
-    spin(&mut node, Duration::from_millis(500));
-    node.backend_mut().reset_stats();
-    spin(&mut node, Duration::from_secs_f64(a.seconds));
-    let st = &node.backend().stats()[0];
+    one_tenant(&mut node, DagRoute::with_groups(steps, &groups)?, Peer { addr: "192.0.2.9:4789".parse()?, ..Default::default() });
+    let (p50_ns, p99_ns, delivered) = paced_latency(&mut node, a.seconds);
     Ok(ParallelResult {
         bench: "parallel",
         nts: n,
@@ -140,8 +128,8 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
         workers: a.workers,
         cost_ns: a.cost_ns,
         stages: if mode == "sequential" { n } else { stages.len() },
-        p50_ns: st.latency.quantile(0.5),
-        p99_ns: st.latency.quantile(0.99),
-        delivered: st.delivered,
+        p50_ns,
+        p99_ns,
+        delivered,
     })
 }

@@ -11,19 +11,17 @@ use super::emit;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_core::ids::{ChainId, DagUid, TenantId};
-use snic_core::mat::Mat;
+use snic_core::ids::ChainId;
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind};
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, datagram, ManualClock};
+use snic_dataplane::testbed::{datagram, one_tenant, ManualClock};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Options of `snic bench scale`.
@@ -136,12 +134,8 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
     let nt = NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some(a.capacity_pps), enforce: true });
     let chain = node.add_chain(vec![nt]);
-    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]));
-    let mut mat = Mat::new();
-    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
-    node.mat_handle().store(Arc::new(mat));
-    node.fdb_mut().set_default(100, Some(Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), ..Default::default() }));
-    node.set_tenant(TenantId(1), 1.0);
+    let route = DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]);
+    one_tenant(&mut node, route, Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), ..Default::default() });
     for _ in 0..instances {
         node.launch(chain)?;
     }
