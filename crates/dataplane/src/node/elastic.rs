@@ -115,15 +115,23 @@ impl<B: Backend> Node<B> {
             return Ok(None);
         };
         let inst = self.sched.add_launching(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
-        let ready_at = now + self.elastic.cfg.launch_delay;
-        self.start(Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at, evict: None, requested: now });
-        self.record(now, chain, Some(slot), EventKind::Prelaunch, build);
-        self.advance_elastic(now);
+        let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at: now, evict: None, requested: now };
+        self.start(p, EventKind::Prelaunch, build);
         Ok(Some(inst))
     }
 
-    fn start(&mut self, p: Pending) {
+    /// A launch begins: the chain in its region (if any) is stopped, the launch runs from
+    /// `launch_delay` after its request, the event is recorded, and whatever can advance does
+    /// (a launch with no delay into an empty region runs at once).
+    fn start(&mut self, mut p: Pending, kind: EventKind, build: u64) {
+        if let Some(old) = p.evict {
+            self.stop_for_eviction(old);
+        }
+        let now = p.requested;
+        p.ready_at = now + self.elastic.cfg.launch_delay;
+        self.record(now, p.chain, Some(p.slot), kind, build);
         self.elastic.pending.push(p);
+        self.advance_elastic(now);
     }
 
     /// A packet needs `chain`, which has no active instance: the paper's on-demand order —
@@ -174,14 +182,8 @@ impl<B: Backend> Node<B> {
             self.elastic.saved[chain.index()].push(nts);
             return OnDemand::Nothing;
         };
-        if let Some(old) = evict {
-            self.stop_for_eviction(old);
-        }
-        let ready_at = now + self.elastic.cfg.launch_delay;
         let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
-        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, ready_at, evict, requested: now });
-        self.record(now, chain, Some(region), kind, build);
-        self.advance_elastic(now);
+        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, ready_at: now, evict, requested: now }, kind, build);
         OnDemand::Retry
     }
 
@@ -303,14 +305,8 @@ impl<B: Backend> Node<B> {
                     return;
                 };
                 let evict = self.elastic.slots[region].0;
-                if let Some(old) = evict {
-                    self.stop_for_eviction(old);
-                }
-                let ready_at = now + self.elastic.cfg.launch_delay;
-                let why = Launched::ScaleOut;
-                self.start(Pending { chain, slot: region, inst: None, nts, why, ready_at, evict, requested: now });
-                self.record(now, chain, Some(region), EventKind::ScaleOut, build);
-                self.advance_elastic(now);
+                let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, ready_at: now, evict, requested: now };
+                self.start(p, EventKind::ScaleOut, build);
             }
             _ => {}
         }
