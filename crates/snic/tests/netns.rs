@@ -263,7 +263,12 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     // green floods small UDP packets as fast as its endpoint can. Green is limited at the
     // node's ingress and blue keeps its stream.
     let blue_udp = |t: &Topo| -> f64 {
-        let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5201", "-u", "-b", "20M", "-l", "1000", "-t", "3", "-J"]);
+        // Bounded: under the flood an iperf3 client has been seen to spin for minutes waiting
+        // for its end-of-test exchange; then the test fails instead of hanging CI.
+        let out = t.exec(
+            "a",
+            &["timeout", "-s", "KILL", "30", "iperf3", "-c", "10.1.0.2", "-p", "5201", "-u", "-b", "20M", "-l", "1000", "-t", "3", "-J"],
+        );
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v["end"]["sum"]["lost_percent"].as_f64().unwrap_or_else(|| panic!("iperf3 reported no loss figure: {}", v["error"]))
     };
@@ -279,7 +284,10 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     t.spawn("d", &["iperf3", "-s", "-p", "5301"]);
     std::thread::sleep(Duration::from_millis(300));
     let alone = blue_udp(&t);
-    t.spawn("c", &["iperf3", "-c", "10.1.0.2", "-p", "5301", "-u", "-b", "2G", "-l", "64", "-t", "6", "-P", "2"]);
+    t.spawn(
+        "c",
+        &["timeout", "-s", "KILL", "30", "iperf3", "-c", "10.1.0.2", "-p", "5301", "-u", "-b", "2G", "-l", "64", "-t", "6", "-P", "2"],
+    );
     std::thread::sleep(Duration::from_millis(1000));
     let before = rate_limited(&t);
     let flooded = blue_udp(&t);
