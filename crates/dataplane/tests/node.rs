@@ -427,7 +427,7 @@ fn socket_receive_drops_are_counted() {
         got += n;
     };
     drain(&mut be);
-    // The kernel tells of drops with the next datagram that gets in.
+    // Ten more that get in after the drops.
     for _ in 0..10 {
         tx.send_to(&d, to).unwrap();
     }

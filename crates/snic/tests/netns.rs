@@ -27,6 +27,12 @@ impl Drop for Topo {
         for n in &self.namespaces {
             let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
+        let log = self.state.with_extension("log");
+        if std::thread::panicking() {
+            // What the node said (a dead data plane says so there).
+            eprintln!("node's stderr:\n{}", std::fs::read_to_string(&log).unwrap_or_default());
+        }
+        let _ = std::fs::remove_file(&log);
         let _ = std::fs::remove_dir_all(&self.state);
     }
 }
@@ -55,8 +61,9 @@ impl Topo {
     }
 
     fn spawn(&mut self, n: &str, args: &[&str]) {
-        let c =
-            Command::new("ip").args(["netns", "exec", &self.ns(n)]).args(args).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        // The node's stderr is kept for a failure's report.
+        let err = if n == "node" { Stdio::from(std::fs::File::create(self.state.with_extension("log")).unwrap()) } else { Stdio::null() };
+        let c = Command::new("ip").args(["netns", "exec", &self.ns(n)]).args(args).stdout(Stdio::null()).stderr(err).spawn().unwrap();
         self.children.push(c);
     }
 

@@ -7,6 +7,13 @@
 //! copy) and the kernel walks its UDP/IP/device path once per run instead of once per datagram —
 //! the per-datagram kernel path dominated a two-node VPC (80% of a node's time in `sendmmsg`).
 //! If the kernel refuses segmentation, the backend falls back to one datagram per message.
+//!
+//! Datagrams the socket drops before snic reads them are counted with `SO_MEMINFO` (the
+//! socket's drop counter, read once per fair-sharing epoch), not with `SO_RXQ_OVFL` on every
+//! datagram: on the 6.18 kernel of our test machines, copying the `SO_RXQ_OVFL` control message
+//! out trips the kernel's hardened-usercopy check once the socket has dropped datagrams (an oops
+//! in `put_cmsg`, "Kernel memory exposure attempt detected"), which kills the receiving thread —
+//! the daemon's data plane died under a flood that way.
 
 use super::{Backend, Framing, RxMeta, TxReq, TxResult};
 use crate::store::{Slots, BUF_SIZE};
@@ -17,6 +24,10 @@ use std::mem::{size_of, zeroed};
 use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::Duration;
+
+/// `SO_MEMINFO` (asm-generic/socket.h) and the number of counters it returns (`SK_MEMINFO_VARS`).
+const SO_MEMINFO: i32 = 55;
+const SK_MEMINFO_VARS: usize = 9;
 
 /// `SOL_UDP` / `UDP_SEGMENT` (linux/udp.h).
 const SOL_UDP: i32 = 17;
@@ -41,10 +52,10 @@ pub struct UdpBackend {
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
-    /// Datagrams the socket dropped for want of buffer space (`SO_RXQ_OVFL`), cumulative, and
-    /// the kernel's last 32-bit reading of it.
-    rx_dropped: u64,
-    last_ovfl: Option<u32>,
+    /// Datagrams the socket dropped (`SO_MEMINFO`), cumulative, and the kernel's last 32-bit
+    /// reading of it.
+    rx_dropped: std::cell::Cell<u64>,
+    last_drops: std::cell::Cell<u32>,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into this struct's own vectors
@@ -76,9 +87,6 @@ impl UdpBackend {
         // Larger buffers absorb bursts; failures (limits) are not fatal.
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
         let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
-        // The kernel then reports its receive-queue drop count with each datagram: load lost
-        // before snic saw it, which fair sharing counts as intended load.
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         // SAFETY: all-zero is a valid value for these plain C structs.
         let (hdrs, iovs, addrs) = unsafe { (vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH]) };
         Ok(UdpBackend {
@@ -89,8 +97,8 @@ impl UdpBackend {
             cmsgs: vec![Cmsg([0; 32]); MAX_BATCH],
             group: vec![0; MAX_BATCH],
             gso: true,
-            rx_dropped: 0,
-            last_ovfl: None,
+            rx_dropped: std::cell::Cell::new(0),
+            last_drops: std::cell::Cell::new(0),
         })
     }
 
@@ -148,20 +156,14 @@ fn from_sockaddr(s: &libc::sockaddr_storage) -> SocketAddr {
     }
 }
 
-/// The `SO_RXQ_OVFL` drop count in a received message's control data, if there.
-fn ovfl(h: &libc::msghdr) -> Option<u32> {
-    // SAFETY: the kernel filled `msg_control` up to `msg_controllen`; the CMSG macros walk
-    // within it and the data of an SO_RXQ_OVFL message is one u32.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_RXQ_OVFL {
-                return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    None
+/// The socket's drop counter (`SK_MEMINFO_DROPS` of `SO_MEMINFO`), if the kernel tells.
+fn socket_drops(fd: i32) -> Option<u32> {
+    let mut m = [0u32; SK_MEMINFO_VARS];
+    let mut len = size_of::<[u32; SK_MEMINFO_VARS]>() as libc::socklen_t;
+    // SAFETY: passes a live buffer and its size; the kernel writes at most `len` bytes.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_MEMINFO, m.as_mut_ptr() as *mut libc::c_void, &mut len) };
+    let drops = libc::SK_MEMINFO_DROPS as usize;
+    (r == 0 && len as usize > drops * size_of::<u32>()).then_some(m[drops])
 }
 
 impl Backend for UdpBackend {
@@ -169,8 +171,15 @@ impl Backend for UdpBackend {
         Framing::Datagram
     }
 
+    /// Load lost before snic saw it, which fair sharing counts as intended load: a syscall, so
+    /// the node asks once per epoch.
     fn rx_dropped(&self) -> u64 {
-        self.rx_dropped
+        if let Some(v) = socket_drops(self.sock.as_raw_fd()) {
+            // The kernel's counter is 32 bits: accumulate its differences.
+            self.rx_dropped.set(self.rx_dropped.get() + v.wrapping_sub(self.last_drops.get()) as u64);
+            self.last_drops.set(v);
+        }
+        self.rx_dropped.get()
     }
 
     fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
@@ -184,8 +193,8 @@ impl Backend for UdpBackend {
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = self.cmsgs[i].0.as_mut_ptr() as *mut libc::c_void;
-            h.msg_controllen = size_of::<Cmsg>();
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
@@ -197,15 +206,6 @@ impl Backend for UdpBackend {
             return 0;
         }
         let r = r as usize;
-        // The drop counter is cumulative: the last datagram's reading is enough.
-        if let Some(v) = ovfl(&self.hdrs[r - 1].msg_hdr) {
-            if let Some(prev) = self.last_ovfl {
-                self.rx_dropped += v.wrapping_sub(prev) as u64;
-            } else {
-                self.rx_dropped += v as u64;
-            }
-            self.last_ovfl = Some(v);
-        }
         for ((m, h), a) in meta[..r].iter_mut().zip(&self.hdrs).zip(&self.addrs) {
             *m = RxMeta {
                 len: h.msg_len as u16,

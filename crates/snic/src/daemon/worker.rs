@@ -203,7 +203,19 @@ impl DataPlane {
         let stop = Arc::new(AtomicBool::new(false));
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
-        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || run(cfg, node, plan, rx, st, snap))?;
+        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || {
+            let stopping = st.clone();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, rx, st, snap)));
+            if stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            // The data plane is gone while the daemon was not stopping: a node that keeps
+            // answering its API but forwards nothing would blackhole every tenant's traffic.
+            // Exit, so that the supervisor restarts the node.
+            // (A panic's message and place were printed by the panic hook.)
+            eprintln!("snic: the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
+            std::process::exit(70);
+        })?;
         Ok((DataPlane { tx, stop, join: Some(join), snapshot }, addr))
     }
 
