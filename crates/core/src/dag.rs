@@ -32,6 +32,16 @@ impl NtMask {
     pub fn count(self) -> u32 {
         self.0.count_ones()
     }
+    /// Its first NT alone (PANIC-style scheduling runs one NT per scheduler visit).
+    #[inline]
+    pub fn first(self) -> NtMask {
+        NtMask(self.0 & self.0.wrapping_neg())
+    }
+    /// Its NTs after the last NT of `ran` (none if `ran` is empty).
+    #[inline]
+    pub fn after(self, ran: NtMask) -> NtMask {
+        NtMask(self.0 & !(ran.0 | ran.0.wrapping_sub(1)))
+    }
 }
 
 /// One chain visit.

@@ -179,6 +179,13 @@ impl<T: Copy> Scheduler<T> {
         self.enqueue(id, tenant, item, self.cfg.max_queue_per_tenant)
     }
 
+    /// PANIC-style scheduling: a packet at step `pos` of `dag` just ran the NTs `ran` of the
+    /// step's chain; the next one it runs there (alone), or `None` when the step is done.
+    pub fn panic_next(&self, dag: DagUid, pos: u8, ran: NtMask) -> Option<NtMask> {
+        let rest = self.step_mask(dag, pos)?.after(ran);
+        (rest.0 != 0).then(|| rest.first())
+    }
+
     /// The NTs step `pos` of DAG `dag` runs.
     pub fn step_mask(&self, dag: DagUid, pos: u8) -> Option<NtMask> {
         let e = self.dags.get(dag.0 as usize)?.as_ref()?;

@@ -633,7 +633,7 @@ impl<B: Backend> Node<B> {
         d.join_at = a.join_at;
         if self.cfg.panic_mode {
             // One NT per visit: the first of the step's.
-            d.mask = NtMask(a.mask.0 & a.mask.0.wrapping_neg());
+            d.mask = a.mask.first();
         }
         if a.branches > 0 {
             self.fork(idx, a.branches, now);
@@ -650,13 +650,8 @@ impl<B: Backend> Node<B> {
         if d.verdict.is_some() {
             return false;
         }
-        let Some(step) = self.sched.step_mask(d.dag, d.pos) else { return false };
-        // The step's NTs after the one just run.
-        let rest = step.0 & !(d.mask.0 | (d.mask.0.wrapping_sub(1)));
-        if rest == 0 {
-            return false;
-        }
-        d.mask = NtMask(rest & rest.wrapping_neg());
+        let Some(next) = self.sched.panic_next(d.dag, d.pos, d.mask) else { return false };
+        d.mask = next;
         let t = d.meta.tenant;
         if let Err(e) = self.sched.requeue(inst, t, idx) {
             self.drop_charged(idx, t, Drop::Sched(e));

@@ -14,9 +14,12 @@
 //! and launcher. `victim_cache` (paper Fig. 13): how often descheduled chains stay loaded,
 //! against performance and OpEx, placing chains with the daemon's launcher.
 //! `consolidation_usage` (paper Fig. 22): the NT instance-time a node consolidating 2 or 4
-//! endpoints uses against each running its own, for several NT speeds.
+//! endpoints uses against each running its own, for several NT speeds. `chaining` (paper
+//! Fig. 14 and 15 under load): a sequence of NTs as one chain, two half chains, PANIC-style
+//! scheduling or parallel chains, packet by packet through the daemon's credit scheduler.
 
 pub mod autoscale;
+pub mod chaining;
 pub mod fairness;
 pub mod plot;
 pub mod trace;
@@ -34,8 +37,8 @@ use workload::{Workload, WorkloadError};
 pub struct Scenario {
     /// Its name (reported).
     pub name: String,
-    /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache` or
-    /// `consolidation_usage`.
+    /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache`,
+    /// `consolidation_usage` or `chaining`.
     pub experiment: String,
     /// Seed of every random stream (overridden by `--seed`).
     #[serde(default)]
@@ -67,6 +70,9 @@ pub struct Scenario {
     /// Endpoints per node and NT speeds (`consolidation_usage`).
     #[serde(default)]
     pub consolidation_usage: Option<usage::UsageSpec>,
+    /// NT sequences, deployments and loads (`chaining`).
+    #[serde(default)]
+    pub chaining: Option<chaining::ChainingSpec>,
 }
 
 fn default_bin() -> f64 {
@@ -118,7 +124,7 @@ pub enum SimError {
     #[error(transparent)]
     Trace(#[from] trace::TraceError),
     /// No such experiment.
-    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage)")]
+    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining)")]
     Unknown(String),
 }
 
@@ -234,6 +240,7 @@ impl Scenario {
                     x: "time (ms)".into(),
                     y: "delivered (units)".into(),
                     lines: r.timeline.clone(),
+                    log_y: false,
                 };
                 Ok(self.report(seed, None, std::slice::from_ref(&r), figure))
             }
@@ -291,6 +298,30 @@ impl Scenario {
                     title: format!("{}: NT usage consolidated ÷ separate", self.name),
                     y: "instance-time ratio".into(),
                     bars: rows.iter().map(|r| (format!("{} ep, {} Gb/s", r.endpoints_per_node, r.nt_gbps), r.usage_ratio)).collect(),
+                };
+                Ok(self.report(seed, None, &rows, figure))
+            }
+            "chaining" => {
+                let Some(spec) = &self.chaining else {
+                    return Err(SimError::Range("chaining needs a [chaining] section".into()));
+                };
+                spec.validate().map_err(SimError::Range)?;
+                let rows = spec.run(seed, self.duration_s, progress);
+                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+                for r in &rows {
+                    let label = format!("{}, load {}", serde_json::to_value(r.mode).expect("plain data").as_str().unwrap_or("?"), r.load);
+                    let point = (r.nts as f64, r.p99_ns as f64 / 1e3);
+                    match lines.iter_mut().find(|l| l.0 == label) {
+                        Some(l) => l.1.push(point),
+                        None => lines.push((label, vec![point])),
+                    }
+                }
+                let figure = plot::Figure::Lines {
+                    title: format!("{}: p99 latency of an NT sequence", self.name),
+                    x: "NTs in the sequence".into(),
+                    y: "p99 latency (µs, log scale)".into(),
+                    lines,
+                    log_y: true,
                 };
                 Ok(self.report(seed, None, &rows, figure))
             }
@@ -420,6 +451,8 @@ phase_ms = 10.0
         assert!(e.contains("needs [topology], [workload] and [consolidation_usage]"), "{e}");
         let e = Scenario::parse(&with("autoscale")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("needs [topology], [workload] and [autoscale]"), "{e}");
+        let e = Scenario::parse(&with("chaining")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("needs a [chaining] section"), "{e}");
         let e = Scenario::parse(&with("teleport")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("unknown experiment"), "{e}");
         let e = Scenario::parse(&SMALL.replace("racks = 2", "racks = 0")).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
@@ -540,6 +573,24 @@ mod fig13 {
                 .unwrap()
         };
         assert!(at(4) > at(8), "{} vs {}", at(4), at(8));
+    }
+}
+
+#[cfg(test)]
+mod fig14 {
+    use super::*;
+
+    /// The shipped scenario, shortened: every length × mode × load, one line per mode and load
+    /// in the figure.
+    #[test]
+    fn the_chaining_scenario_reports_every_case() {
+        let text = include_str!("../../../scenarios/fig14.toml").replace("duration_s = 0.01", "duration_s = 0.0005");
+        let r = Scenario::parse(&text).unwrap().run(1, |_, _| {}).unwrap();
+        assert_eq!(r.results.len(), 6 * 5 * 3);
+        let plot::Figure::Lines { lines, .. } = &r.figure else { panic!("a line figure") };
+        assert_eq!(lines.len(), 5 * 3);
+        assert!(lines.iter().all(|l| l.1.len() == 6), "a point per length");
+        assert!(lines.iter().any(|l| l.0 == "panic, load 0.8"));
     }
 }
 

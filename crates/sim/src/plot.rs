@@ -39,6 +39,8 @@ pub enum Figure {
         y: String,
         /// (label, points).
         lines: Vec<(String, Vec<(f64, f64)>)>,
+        /// A logarithmic Y axis (values must be positive).
+        log_y: bool,
     },
 }
 
@@ -114,33 +116,55 @@ impl Figure {
                 chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
                 root.present().map_err(err)?;
             }
-            Figure::Lines { title, x, y, lines } => {
+            Figure::Lines { title, x, y, lines, log_y } => {
                 let root = SVGBackend::with_string(&mut out, (640, 400)).into_drawing_area();
                 root.fill(&WHITE).map_err(err)?;
                 let pts = lines.iter().flat_map(|l| l.1.iter());
-                let (x1, y1) = pts.fold((0.0f64, 0.0f64), |(a, b), p| (a.max(p.0), b.max(p.1)));
-                let mut chart = ChartBuilder::on(&root)
-                    .caption(title, ("sans-serif", 18))
-                    .margin(12)
-                    .x_label_area_size(40)
-                    .y_label_area_size(50)
-                    .build_cartesian_2d(0.0..x1.max(f64::MIN_POSITIVE), 0.0..(y1 * 1.1).max(f64::MIN_POSITIVE))
-                    .map_err(err)?;
-                chart.configure_mesh().x_desc(x.as_str()).y_desc(y.as_str()).draw().map_err(err)?;
-                for (i, (label, points)) in lines.iter().enumerate() {
-                    let color = Palette99::pick(i).to_rgba();
-                    chart
-                        .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
-                        .map_err(err)?
-                        .label(label.as_str())
-                        .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 16, b)], color.stroke_width(2)));
+                let (x0, x1, y0, y1) = pts.fold((f64::INFINITY, 0.0f64, f64::INFINITY, 0.0f64), |(a, b, lo, hi), p| {
+                    (a.min(p.0), b.max(p.0), lo.min(p.1), hi.max(p.1))
+                });
+                let x0 = if x0.is_finite() { x0 } else { 0.0 };
+                let mut builder = ChartBuilder::on(&root);
+                builder.caption(title, ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(50);
+                // Many lines: the legend gets room of its own at the right.
+                let x1 = if lines.len() > 6 { x1 + (x1 - x0) * 0.6 } else { x1 };
+                let xr = x0..x1.max(x0 + f64::MIN_POSITIVE);
+                if *log_y {
+                    let lo = if y0.is_finite() && y0 > 0.0 { y0 / 1.5 } else { 1e-3 };
+                    let chart = builder.build_cartesian_2d(xr, (lo..(y1 * 1.5).max(lo * 10.0)).log_scale()).map_err(err)?;
+                    draw_lines(chart, x, y, lines)?;
+                } else {
+                    let chart = builder.build_cartesian_2d(xr, 0.0..(y1 * 1.1).max(f64::MIN_POSITIVE)).map_err(err)?;
+                    draw_lines(chart, x, y, lines)?;
                 }
-                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
                 root.present().map_err(err)?;
             }
         }
         Ok(Some(out))
     }
+}
+
+/// One line per label on `chart`, with a legend.
+fn draw_lines<'a, Y>(
+    mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    x: &str,
+    y: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    chart.configure_mesh().x_desc(x).y_desc(y).draw().map_err(err)?;
+    for (i, (label, points)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(points.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label.as_str())
+            .legend(move |(a, b)| PathElement::new(vec![(a, b), (a + 16, b)], color.stroke_width(2)));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -153,8 +177,13 @@ mod tests {
         let svg = b.svg().unwrap().unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("Gbit/s"));
         assert!(svg.matches("<rect").count() >= 3, "background and two bars");
-        let l =
-            Figure::Lines { title: "t".into(), x: "ms".into(), y: "u".into(), lines: vec![("user1".into(), vec![(0.0, 1.0), (1.0, 2.0)])] };
+        let l = Figure::Lines {
+            title: "t".into(),
+            x: "ms".into(),
+            y: "u".into(),
+            lines: vec![("user1".into(), vec![(0.0, 1.0), (1.0, 2.0)])],
+            log_y: false,
+        };
         let svg = l.svg().unwrap().unwrap();
         assert!(svg.contains("user1") && svg.contains("<polyline"));
         assert_eq!(Figure::None.svg().unwrap(), None);

@@ -227,12 +227,12 @@ impl Workload {
 }
 
 /// The generator of stream `stream` under `seed`.
-fn rng(seed: u64, stream: u64) -> Pcg64 {
+pub(crate) fn rng(seed: u64, stream: u64) -> Pcg64 {
     Pcg64::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ stream.wrapping_mul(0xbf58_476d_1ce4_e5b9))
 }
 
 /// Uniform in (0, 1].
-fn unit(r: &mut Pcg64) -> f64 {
+pub(crate) fn unit(r: &mut Pcg64) -> f64 {
     1.0 - r.random::<f64>()
 }
 

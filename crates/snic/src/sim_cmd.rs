@@ -116,6 +116,21 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 100.0 * f(&r["dropped"])
             );
         }
+        if r.get("visits_per_packet").is_some() {
+            println!(
+                "  {} NTs {:<13} load {:<4} latency p50 {:>9} ns p99 {:>9} ns  {:>4.1} visits/pkt  scheduler busy {:>5.1}%  delivered {:>6.3} Mpps  dropped {:>5.2}%  reordered {}",
+                r["nts"],
+                r["mode"].as_str().unwrap_or(""),
+                f(&r["load"]),
+                r["p50_ns"],
+                r["p99_ns"],
+                f(&r["visits_per_packet"]),
+                100.0 * f(&r["sched_busy"]),
+                f(&r["delivered_pps"]) / 1e6,
+                100.0 * f(&r["dropped"]),
+                r["reordered"]
+            );
+        }
         for t in r["tenants"].as_array().into_iter().flatten() {
             println!(
                 "  {:<10} before {:>7.3} units  after {:>7.3} units  dominant {} ({:.3})",

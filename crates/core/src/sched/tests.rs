@@ -31,6 +31,19 @@ fn waits_for_credit_then_dispatches() {
 }
 
 #[test]
+fn panic_mode_visits_the_steps_nts_one_at_a_time_in_order() {
+    // The step runs NTs 0 and 2 of a 3-NT chain.
+    let (s, _) = one_chain(&[1]);
+    let first = s.step_mask(DagUid(1), 0).unwrap().first();
+    assert_eq!(first, NtMask(0b001));
+    let second = s.panic_next(DagUid(1), 0, first).unwrap();
+    assert_eq!(second, NtMask(0b100), "NT 1 is skipped: the DAG does not use it");
+    assert_eq!(s.panic_next(DagUid(1), 0, second), None, "the step is done");
+    assert_eq!(s.panic_next(DagUid(9), 0, first), None, "unknown DAG");
+    assert_eq!(NtMask(0b1011).after(NtMask(0)), NtMask(0), "nothing ran: nothing is after it");
+}
+
+#[test]
 fn errors_leave_state_unchanged() {
     let (mut s, ids) = one_chain(&[4]);
     assert_eq!(s.handle_packet(Instant::ZERO, TenantId(0), DagUid(9), 0, 0, (0, 0, 0)), Err(Reject::UnknownDag));

@@ -1,0 +1,634 @@
+//! The `chaining` experiment (paper Fig. 14 and 15, under load): a sequence of NTs deployed as
+//! one chain, as two half chains, in PANIC-style scheduling (back to the central scheduler after
+//! every NT), or — for NTs that do not depend on each other — as parallel chains that fork and
+//! join. A packet-level discrete-event simulation that drives `snic-core`'s credit scheduler
+//! ([`Scheduler`]: `handle_packet`, `poll_dispatch`, `handle_completion`, `requeue`,
+//! `panic_next`) and synchronization buffer ([`JoinTable`]) — the calls the daemon's dispatcher
+//! makes — on a virtual clock.
+//!
+//! **Model.** Packets arrive as a Poisson stream of `flows` flows. The central scheduler is one
+//! server: each decision (a packet's arrival, its return between chains, a PANIC return after
+//! one NT, each forked copy) takes `sched_ns` of its time, in the order packets reach it.
+//! Dispatch follows the scheduler's credits: an instance holds at most `credits` packets; a
+//! packet reaches its region `hop_ns` after dispatch, waits for the region (FIFO), runs the NTs of
+//! its step (`nt_ns` each) and returns `hop_ns` later (a packet whose DAG ends there leaves
+//! for egress at once). Every mode gets the same area: `nts` regions, divided among its chains
+//! in proportion to their NTs, so each NT's capacity is one packet per `nt_ns` in every mode
+//! and `load` is a fraction of it. Latency runs from arrival to egress.
+
+use crate::workload::{rng, unit};
+use hdrhistogram::Histogram;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
+use snic_core::ids::{DagUid, InstanceId, TenantId};
+use snic_core::join::{JoinId, JoinTable};
+use snic_core::sched::{SchedConfig, Scheduler};
+use snic_core::time::Instant;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+/// How a sequence of NTs is deployed.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// One chain of every NT: one scheduler visit per packet.
+    Single,
+    /// Two chains, one after the other: two visits.
+    Half,
+    /// One chain, but back to the scheduler after every NT (PANIC): one visit per NT.
+    Panic,
+    /// Two chains run at once on copies of the packet, joined (the NTs must be independent).
+    HalfParallel,
+    /// One chain per NT, all at once, joined.
+    Parallel,
+}
+
+/// The scenario's `[chaining]` section.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChainingSpec {
+    /// Lengths of the NT sequence to run (2..=8).
+    pub nts: Vec<usize>,
+    /// Deployments to compare.
+    #[serde(default = "all_modes")]
+    pub modes: Vec<Mode>,
+    /// Offered loads, fractions of an NT's capacity.
+    pub loads: Vec<f64>,
+    /// Time one NT takes per packet, ns.
+    #[serde(default = "default_nt")]
+    pub nt_ns: f64,
+    /// The central scheduler's time per decision, ns.
+    #[serde(default = "default_sched")]
+    pub sched_ns: f64,
+    /// One way between the scheduler and a region, ns.
+    #[serde(default = "default_hop")]
+    pub hop_ns: f64,
+    /// Credits (packets in flight) per instance.
+    #[serde(default = "default_credits")]
+    pub credits: u32,
+    /// Flows the packets belong to.
+    #[serde(default = "default_flows")]
+    pub flows: u32,
+    /// Most packets waiting per instance (past it they are dropped).
+    #[serde(default = "default_queue")]
+    pub queue: usize,
+}
+
+fn all_modes() -> Vec<Mode> {
+    vec![Mode::Single, Mode::Half, Mode::Panic, Mode::HalfParallel, Mode::Parallel]
+}
+fn default_nt() -> f64 {
+    100.0
+}
+fn default_sched() -> f64 {
+    25.0
+}
+fn default_hop() -> f64 {
+    50.0
+}
+fn default_credits() -> u32 {
+    8
+}
+fn default_flows() -> u32 {
+    256
+}
+fn default_queue() -> usize {
+    1024
+}
+
+/// One (length, mode, load) run's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChainFigures {
+    /// NTs in the sequence.
+    pub nts: usize,
+    /// The deployment.
+    pub mode: Mode,
+    /// Offered load, fraction of an NT's capacity.
+    pub load: f64,
+    /// Chains the sequence was split into.
+    pub chains: usize,
+    /// Regions (instances) used.
+    pub regions: usize,
+    /// Packets per second offered.
+    pub offered_pps: f64,
+    /// Packets per second delivered.
+    pub delivered_pps: f64,
+    /// Packets dropped (queue full or no join slot), fraction of offered.
+    pub dropped: f64,
+    /// Scheduler decisions per offered packet.
+    pub visits_per_packet: f64,
+    /// Share of the run the scheduler was busy deciding.
+    pub sched_busy: f64,
+    /// Median latency, ns.
+    pub p50_ns: u64,
+    /// 99th percentile latency, ns.
+    pub p99_ns: u64,
+    /// Mean latency, ns.
+    pub mean_ns: f64,
+    /// Packets delivered after a later packet of their flow.
+    pub reordered: u64,
+}
+
+impl ChainingSpec {
+    /// Checks the ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        let pos = |v: f64| v.is_finite() && v > 0.0;
+        let non_neg = |v: f64| v.is_finite() && v >= 0.0;
+        if self.nts.is_empty() || self.nts.iter().any(|&n| !(2..=MAX_BRANCHES).contains(&n)) {
+            return Err(format!("chaining.nts must list lengths from 2 to {MAX_BRANCHES}"));
+        }
+        if self.modes.is_empty() {
+            return Err("chaining.modes must list at least one mode".into());
+        }
+        if self.loads.is_empty() || self.loads.iter().any(|&l| !pos(l) || l > 4.0) {
+            return Err("chaining.loads must list loads in (0, 4] (fractions of an NT's capacity)".into());
+        }
+        if !pos(self.nt_ns) || !non_neg(self.sched_ns) || !non_neg(self.hop_ns) {
+            return Err("chaining: nt_ns must be positive, sched_ns and hop_ns zero or more".into());
+        }
+        if self.credits == 0 || self.flows == 0 || self.queue == 0 {
+            return Err("chaining: credits, flows and queue must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Runs every length × mode × load for `duration_s` simulated seconds each. Every mode of a
+    /// (length, load) sees the same arrivals.
+    pub fn run(&self, seed: u64, duration_s: f64, mut progress: impl FnMut(usize, usize)) -> Vec<ChainFigures> {
+        let total = self.nts.len() * self.loads.len() * self.modes.len();
+        let mut out = Vec::with_capacity(total);
+        for &n in &self.nts {
+            for (li, &load) in self.loads.iter().enumerate() {
+                for &mode in &self.modes {
+                    progress(out.len(), total);
+                    let arrivals = rng(seed, (n as u64) << 32 | li as u64);
+                    out.push(Run::new(self, n, mode).go(self, load, arrivals, duration_s));
+                }
+            }
+        }
+        progress(total, total);
+        out
+    }
+}
+
+/// A packet (or a forked copy of one).
+#[derive(Debug, Clone, Copy)]
+struct Pkt {
+    arrival: u64,
+    flow: u32,
+    seq: u32,
+    pos: u8,
+    mask: NtMask,
+    last: bool,
+    join_at: u8,
+    join: u32,
+    branch: u8,
+    /// PANIC: the instance it returns to for its step's next NT.
+    back_to: Option<InstanceId>,
+}
+
+/// No join slot: the packet runs its first branch and is dropped at the join.
+const NO_SLOT: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// The next packet arrives.
+    Arrive,
+    /// A packet reaches the scheduler.
+    Reach(u32),
+    /// The scheduler's decision for a packet is made.
+    Decide(u32),
+    /// A region finished a packet.
+    Done(InstanceId, u32),
+}
+
+const DAG: DagUid = DagUid(0);
+const TENANT: TenantId = TenantId(0);
+
+struct Run {
+    nts: usize,
+    mode: Mode,
+    sched: Scheduler<u32>,
+    joins: JoinTable<u32>,
+    steps: usize,
+    chains: usize,
+    /// Packets waiting for a decision, in order of arrival at the scheduler.
+    pending: VecDeque<u32>,
+    /// Most new packets `pending` takes.
+    input_bound: usize,
+    /// A decision is under way.
+    sched_busy_now: bool,
+    /// Per instance: when its region is next free, ns.
+    free_at: Vec<u64>,
+    pkts: Vec<Pkt>,
+    spare: Vec<u32>,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    sched_busy: f64,
+    visits: u64,
+    dropped: u64,
+    delivered: u64,
+    last_seq: Vec<Option<u32>>,
+    reordered: u64,
+    hist: Histogram<u64>,
+    out: Vec<u32>,
+}
+
+impl Run {
+    /// The scheduler with `n` NTs deployed as `mode` asks: chains, instances, route.
+    fn new(spec: &ChainingSpec, n: usize, mode: Mode) -> Run {
+        let mut sched = Scheduler::new(SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() });
+        let a = n.div_ceil(2);
+        let sizes: Vec<usize> = match mode {
+            Mode::Single | Mode::Panic => vec![n],
+            Mode::Half | Mode::HalfParallel => vec![a, n - a],
+            Mode::Parallel => vec![1; n],
+        };
+        let mut steps = Vec::new();
+        let mut regions = 0;
+        for &k in &sizes {
+            let c = sched.add_chain(k);
+            // Regions in proportion to the chain's NTs: every NT gets one region's worth.
+            for _ in 0..k {
+                sched.add_instance(c, spec.credits).expect("a new chain takes instances");
+                regions += 1;
+            }
+            steps.push(Step { chain: c, mask: NtMask::all(k) });
+        }
+        let route = match mode {
+            Mode::HalfParallel | Mode::Parallel => DagRoute::with_groups(steps, &[(0, sizes.len())]).expect("2..=8 branches"),
+            _ => DagRoute::new(steps),
+        };
+        sched.set_dag(DAG, route);
+        Run {
+            nts: n,
+            mode,
+            sched,
+            joins: JoinTable::new(spec.queue * regions),
+            steps: sizes.len(),
+            chains: sizes.len(),
+            free_at: vec![0; regions],
+            pkts: Vec::new(),
+            spare: Vec::new(),
+            events: BinaryHeap::new(),
+            seq: 0,
+            pending: VecDeque::new(),
+            input_bound: spec.queue * regions,
+            sched_busy_now: false,
+            sched_busy: 0.0,
+            visits: 0,
+            dropped: 0,
+            delivered: 0,
+            last_seq: vec![None; spec.flows as usize],
+            reordered: 0,
+            hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
+            out: Vec::with_capacity(32),
+        }
+    }
+
+    fn at(&mut self, t: u64, e: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((t, self.seq, e)));
+    }
+
+    fn alloc(&mut self, p: Pkt) -> u32 {
+        match self.spare.pop() {
+            Some(i) => {
+                self.pkts[i as usize] = p;
+                i
+            }
+            None => {
+                self.pkts.push(p);
+                (self.pkts.len() - 1) as u32
+            }
+        }
+    }
+
+    /// `i` reaches the scheduler at `t`.
+    fn visit(&mut self, i: u32, t: u64) {
+        self.at(t, Ev::Reach(i));
+    }
+
+    /// `i` is at the scheduler at `now`: it waits for the decisions before it. A new packet
+    /// that finds the scheduler's input full is dropped (packets already inside the node always
+    /// get in: credits bound them).
+    fn reach(&mut self, spec: &ChainingSpec, i: u32, now: u64, new: bool) {
+        if new && self.pending.len() >= self.input_bound {
+            return self.drop_pkt(i);
+        }
+        self.pending.push_back(i);
+        if !self.sched_busy_now {
+            self.start_decision(spec, now);
+        }
+    }
+
+    /// The scheduler takes the next waiting packet: one decision, or one per branch if the
+    /// packet starts a parallel group (a copy each).
+    fn start_decision(&mut self, spec: &ChainingSpec, now: u64) {
+        let Some(i) = self.pending.pop_front() else {
+            self.sched_busy_now = false;
+            return;
+        };
+        let p = self.pkts[i as usize];
+        let k = if p.back_to.is_some() { 1 } else { self.sched.fork_at(DAG, p.pos).0.max(1) as u64 };
+        let t = k as f64 * spec.sched_ns;
+        self.sched_busy += t;
+        self.visits += k;
+        self.sched_busy_now = true;
+        self.at(now + t as u64, Ev::Decide(i));
+    }
+
+    fn decide(&mut self, i: u32, now: u64) {
+        let p = self.pkts[i as usize];
+        if let Some(inst) = p.back_to {
+            if self.sched.requeue(inst, TENANT, i).is_err() {
+                self.drop_pkt(i);
+            }
+            return;
+        }
+        let hash = flow_hash(p.flow);
+        match self.sched.handle_packet(Instant::ZERO + Duration::from_nanos(now), TENANT, DAG, p.pos, hash, i) {
+            Ok(a) => {
+                let q = &mut self.pkts[i as usize];
+                q.mask = if self.mode == Mode::Panic { a.mask.first() } else { a.mask };
+                q.last = a.last;
+                q.join_at = a.join_at;
+                if a.branches > 0 {
+                    self.fork(i, a.branches, now);
+                }
+            }
+            Err(_) => self.drop_pkt(i),
+        }
+    }
+
+    /// `i` starts a parallel group of `branches` steps: a copy for each other step (the
+    /// decision's time included them).
+    fn fork(&mut self, i: u32, branches: u8, now: u64) {
+        let Some(j) = self.joins.open(branches) else {
+            self.pkts[i as usize].join = NO_SLOT;
+            return;
+        };
+        self.pkts[i as usize].join = j.0;
+        self.pkts[i as usize].branch = 0;
+        for b in 1..branches {
+            let p = self.pkts[i as usize];
+            let c = self.alloc(Pkt { pos: p.pos + b, branch: b, ..p });
+            let at = Instant::ZERO + Duration::from_nanos(now);
+            match self.sched.handle_packet(at, TENANT, DAG, p.pos + b, flow_hash(p.flow), c) {
+                Ok(a) => self.pkts[c as usize].mask = a.mask,
+                Err(_) => {
+                    // Counted once, when the join sees the drop.
+                    self.branch_back(j, b, c, true, now);
+                }
+            }
+        }
+    }
+
+    /// Moves every packet that has a credit to its region.
+    fn dispatch(&mut self, spec: &ChainingSpec, now: u64) {
+        let mut out = std::mem::take(&mut self.out);
+        while let Some(inst) = self.sched.poll_dispatch(&mut out, 32) {
+            for &i in &out {
+                let cost = self.pkts[i as usize].mask.count() as u64 * spec.nt_ns as u64;
+                let start = self.free_at[inst.index()].max(now + spec.hop_ns as u64);
+                self.free_at[inst.index()] = start + cost;
+                self.at(start + cost, Ev::Done(inst, i));
+            }
+        }
+        self.out = out;
+    }
+
+    /// Region `inst` finished `i` at `now`.
+    fn done(&mut self, spec: &ChainingSpec, inst: InstanceId, i: u32, now: u64) {
+        self.sched.handle_completion(inst, 1);
+        let back = now + spec.hop_ns as u64;
+        let p = self.pkts[i as usize];
+        if self.mode == Mode::Panic {
+            if let Some(next) = self.sched.panic_next(DAG, p.pos, p.mask) {
+                let q = &mut self.pkts[i as usize];
+                q.mask = next;
+                q.back_to = Some(inst);
+                return self.visit(i, back);
+            }
+            self.pkts[i as usize].back_to = None;
+        }
+        if p.join_at != 0 {
+            if p.join == NO_SLOT {
+                return self.drop_pkt(i);
+            }
+            // Branches join at the scheduler's synchronization buffer.
+            return self.branch_back(JoinId(p.join), p.branch, i, false, back);
+        }
+        if p.last {
+            self.deliver(i, now);
+        } else {
+            self.pkts[i as usize].pos += 1;
+            self.visit(i, back);
+        }
+    }
+
+    /// Branch `b` of a forked packet is back: when it is the last, the packet goes on.
+    fn branch_back(&mut self, j: JoinId, b: u8, i: u32, dropped: bool, now: u64) {
+        let Some(joined) = self.joins.arrive(j, b as usize, i, dropped) else { return };
+        let copies = joined.items.iter().flatten().copied();
+        let orig = joined.items[0];
+        for c in copies.filter(|&c| Some(c) != orig) {
+            self.spare.push(c);
+        }
+        let Some(orig) = orig else { return };
+        if joined.dropped {
+            return self.drop_pkt(orig);
+        }
+        let p = &mut self.pkts[orig as usize];
+        p.pos = p.join_at;
+        p.join_at = 0;
+        if p.pos as usize == self.steps {
+            self.deliver(orig, now);
+        } else {
+            // Steps after the group: the scheduler decides the next one (it is at hand).
+            self.visit(orig, now);
+        }
+    }
+
+    fn drop_pkt(&mut self, i: u32) {
+        self.dropped += 1;
+        self.spare.push(i);
+    }
+
+    fn deliver(&mut self, i: u32, now: u64) {
+        let p = self.pkts[i as usize];
+        let _ = self.hist.record((now - p.arrival).max(1));
+        let last = &mut self.last_seq[p.flow as usize];
+        if last.is_some_and(|s| s > p.seq) {
+            self.reordered += 1;
+        } else {
+            *last = Some(p.seq);
+        }
+        self.delivered += 1;
+        self.spare.push(i);
+    }
+
+    /// Poisson arrivals at `load` of an NT's capacity for `duration_s`, then until every packet
+    /// has left.
+    fn go(mut self, spec: &ChainingSpec, load: f64, mut rng: rand_pcg::Pcg64, duration_s: f64) -> ChainFigures {
+        let mean_gap = spec.nt_ns / load;
+        let end = (duration_s * 1e9) as u64;
+        let mut next_seq = vec![0u32; spec.flows as usize];
+        let (mut offered, mut t_arr) = (0u64, 0f64);
+        self.at(0, Ev::Arrive);
+        let mut now = 0;
+        while let Some(Reverse((t, _, e))) = self.events.pop() {
+            now = t;
+            match e {
+                Ev::Arrive => {
+                    let flow = rng.random_range(0..spec.flows);
+                    let seq = next_seq[flow as usize];
+                    next_seq[flow as usize] += 1;
+                    let i = self.alloc(Pkt {
+                        arrival: t,
+                        flow,
+                        seq,
+                        pos: 0,
+                        mask: NtMask(0),
+                        last: false,
+                        join_at: 0,
+                        join: NO_SLOT,
+                        branch: 0,
+                        back_to: None,
+                    });
+                    offered += 1;
+                    self.reach(spec, i, t, true);
+                    t_arr += -mean_gap * unit(&mut rng).ln();
+                    if (t_arr as u64) < end {
+                        self.at(t_arr as u64, Ev::Arrive);
+                    }
+                }
+                Ev::Reach(i) => self.reach(spec, i, t, false),
+                Ev::Decide(i) => {
+                    self.decide(i, t);
+                    self.dispatch(spec, t);
+                    self.start_decision(spec, t);
+                }
+                Ev::Done(inst, i) => {
+                    self.done(spec, inst, i, t);
+                    self.dispatch(spec, t);
+                }
+            }
+        }
+        let secs = (now.max(end) as f64 / 1e9).max(f64::MIN_POSITIVE);
+        let h = &self.hist;
+        ChainFigures {
+            nts: self.nts,
+            mode: self.mode,
+            load,
+            chains: self.chains,
+            regions: self.free_at.len(),
+            offered_pps: offered as f64 / duration_s,
+            delivered_pps: self.delivered as f64 / secs,
+            dropped: if offered > 0 { self.dropped as f64 / offered as f64 } else { 0.0 },
+            visits_per_packet: if offered > 0 { self.visits as f64 / offered as f64 } else { 0.0 },
+            sched_busy: self.sched_busy / (secs * 1e9),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            mean_ns: h.mean(),
+            reordered: self.reordered,
+        }
+    }
+}
+
+/// A flow's hash (the scheduler spreads flows over instances by its upper bits).
+fn flow_hash(flow: u32) -> u64 {
+    let mut z = (flow as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(nts: Vec<usize>, loads: Vec<f64>) -> ChainingSpec {
+        ChainingSpec {
+            nts,
+            modes: all_modes(),
+            loads,
+            nt_ns: default_nt(),
+            sched_ns: default_sched(),
+            hop_ns: default_hop(),
+            credits: default_credits(),
+            flows: default_flows(),
+            queue: default_queue(),
+        }
+    }
+
+    fn row(rows: &[ChainFigures], n: usize, mode: Mode, load: f64) -> &ChainFigures {
+        rows.iter().find(|r| r.nts == n && r.mode == mode && r.load == load).expect("row")
+    }
+
+    /// Unloaded, every packet's latency is its path: scheduler decisions, hops and NTs, as the
+    /// module docs add them up; and each mode visits the scheduler as often as it should.
+    #[test]
+    fn an_unloaded_packet_pays_exactly_its_visits_hops_and_nts() {
+        let s = spec(vec![2, 5], vec![0.001]);
+        let rows = s.run(7, 0.05, |_, _| {});
+        let (nt, sch, hop) = (s.nt_ns, s.sched_ns, s.hop_ns);
+        for n in [2usize, 5] {
+            let nf = n as f64;
+            let expect = [
+                (Mode::Single, 1.0, sch + hop + nf * nt),
+                (Mode::Half, 2.0, 2.0 * (sch + hop) + hop + nf * nt),
+                (Mode::Panic, nf, nf * (sch + hop) + (nf - 1.0) * hop + nf * nt),
+                // One decision per branch, one hop out and back, the longer half's NTs.
+                (Mode::HalfParallel, 2.0, 2.0 * sch + 2.0 * hop + n.div_ceil(2) as f64 * nt),
+                (Mode::Parallel, nf, nf * sch + 2.0 * hop + nt),
+            ];
+            for (mode, visits, latency) in expect {
+                let r = row(&rows, n, mode, 0.001);
+                assert_eq!(r.visits_per_packet, visits, "{n} {mode:?}");
+                assert_eq!(r.dropped, 0.0);
+                assert_eq!(r.reordered, 0);
+                assert!((r.p50_ns as f64 - latency).abs() <= latency * 0.002, "{n} {mode:?}: p50 {} vs {latency}", r.p50_ns);
+            }
+        }
+    }
+
+    /// Paper Fig. 14 and 15: chaining beats PANIC-style scheduling, and parallel chains beat a
+    /// sequence; under load, PANIC's trips saturate the scheduler first, and nothing is
+    /// reordered or lost below saturation.
+    #[test]
+    fn chains_beat_panic_and_panic_saturates_the_scheduler_first() {
+        let s = spec(vec![4, 7], vec![0.2, 0.8]);
+        let rows = s.run(3, 0.01, |_, _| {});
+        assert!(rows.iter().all(|r| r.reordered == 0), "per-flow order kept in every mode");
+        for n in [4, 7] {
+            let p50 = |m: Mode| row(&rows, n, m, 0.2).p50_ns;
+            assert!(p50(Mode::Single) < p50(Mode::Half) && p50(Mode::Half) < p50(Mode::Panic), "{n}");
+            assert!(p50(Mode::Parallel) < p50(Mode::HalfParallel) && p50(Mode::HalfParallel) < p50(Mode::Single), "{n}");
+        }
+        // 7 NTs at 0.8 of capacity: PANIC asks 7 × 25 ns of the scheduler per 125 ns packet.
+        let panic = row(&rows, 7, Mode::Panic, 0.8);
+        let single = row(&rows, 7, Mode::Single, 0.8);
+        assert!(panic.sched_busy > 0.99 && panic.dropped > 0.05, "{panic:?}");
+        assert!(single.sched_busy < 0.25 && single.dropped == 0.0, "{single:?}");
+        assert!(single.delivered_pps > panic.delivered_pps * 1.2, "{single:?} vs {panic:?}");
+        // Same arrivals in every mode: the offered rate is the same.
+        assert_eq!(panic.offered_pps, single.offered_pps);
+    }
+
+    #[test]
+    fn bad_sections_are_refused_with_the_reason() {
+        let mut s = spec(vec![9], vec![0.5]);
+        assert!(s.validate().unwrap_err().contains("nts"));
+        s.nts = vec![3];
+        s.loads = vec![0.0];
+        assert!(s.validate().unwrap_err().contains("loads"));
+        s.loads = vec![0.5];
+        s.credits = 0;
+        assert!(s.validate().unwrap_err().contains("credits"));
+        s.credits = 1;
+        assert!(s.validate().is_ok());
+    }
+}
