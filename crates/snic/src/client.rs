@@ -144,9 +144,19 @@ pub fn delete(a: DeleteArgs) -> anyhow::Result<()> {
 /// `snic status`.
 pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     let v = call("GET", format!("{}/v1/status", a.server.server), None)?;
+    let down = v["data_plane"]["up"].as_bool() == Some(false);
+    let health = || {
+        if down {
+            anyhow::bail!(
+                "the data plane is down: no update for {} ms; the node forwards nothing (see its log)",
+                v["data_plane"]["last_update_ms"]
+            )
+        }
+        Ok(())
+    };
     if a.output == "json" {
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return health();
     }
     let el = &v["elastic"];
     if el["enabled"].as_bool() == Some(true) {
@@ -236,5 +246,5 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!("latency p50 {} ns, p99 {} ns", v["latency_ns"]["p50"], v["latency_ns"]["p99"]);
-    Ok(())
+    health()
 }

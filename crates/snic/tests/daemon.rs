@@ -199,6 +199,9 @@ fn daemon_lifecycle() {
     let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
     assert!(blue["stats"]["tx_packets"].as_u64().unwrap() >= 190, "{v}");
     assert_eq!(blue["stats"]["drops"][0][0], "firewall_deny");
+    // The data plane published within the last 2 s (it does every 250 ms).
+    assert_eq!(v["data_plane"]["up"], true, "{v}");
+    assert!(v["data_plane"]["last_update_ms"].as_u64().unwrap() < 2000, "{v}");
     // Fair sharing runs: resources named after the manifest's NTs, demand measured, and a node
     // this lightly loaded grants everything and limits nobody.
     assert!(v["fairness"]["epochs"].as_u64().unwrap() > 0, "{v}");
@@ -211,6 +214,7 @@ fn daemon_lifecycle() {
     assert_eq!(s, 200);
     let m = m.as_str().unwrap().to_string();
     assert!(m.contains("snic_tenant_drops_total{tenant=\"blue\",reason=\"firewall_deny\"} 20"), "{m}");
+    assert!(m.contains("snic_dataplane_up 1"), "{m}");
     assert!(m.contains("snic_nt_drops_total{nt=\"blue-firewall\",region=\"0\"} 20"), "per-NT drops: {m}");
     assert!(m.contains("snic_nt_packets_total{nt=\"blue-firewall\",region=\"0\"} 220"), "per-NT packets: {m}");
     assert!(m.contains("snic_resource_capacity{resource=\"blue-firewall\"} 1.0"), "one instance: {m}");

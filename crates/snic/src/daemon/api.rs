@@ -198,7 +198,9 @@ async fn status(AxState(ctl): AxState<Shared>) -> Response {
             json!({"name": t.name, "id": t.id.0, "weight": t.weight, "vnis": t.vnis, "stats": s})
         })
         .collect();
+    let (up, age) = snap.health(std::time::Instant::now());
     Json(json!({
+        "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64},
         "regions": {"total": c.regions, "used": c.plan.chains.len(), "instances": snap.regions},
         "tenants": tenants,
         "unattributed_drops": snap.unattributed_drops,

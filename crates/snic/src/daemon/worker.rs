@@ -119,6 +119,20 @@ pub struct Snapshot {
     pub epochs: u64,
     /// Elastic NTs: counters and recent events.
     pub elastic: ElasticSnap,
+    /// When the data plane published this (it does every 250 ms while it runs).
+    #[serde(skip)]
+    pub published: Option<Instant>,
+}
+
+/// A data plane that has not published for this long is reported down.
+pub const STALE_AFTER: Duration = Duration::from_secs(2);
+
+impl Snapshot {
+    /// Whether the data plane is running, and how long ago it last published.
+    pub fn health(&self, now: Instant) -> (bool, Duration) {
+        let age = self.published.map_or(Duration::MAX, |t| now.saturating_duration_since(t));
+        (age < STALE_AFTER, age)
+    }
 }
 
 /// Elastic NTs, as last published.
@@ -201,7 +215,7 @@ impl DataPlane {
         deployed?;
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let snapshot = Arc::new(Mutex::new(Snapshot::default()));
+        let snapshot = Arc::new(Mutex::new(Snapshot { published: Some(Instant::now()), ..Snapshot::default() }));
         let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
         let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || {
             let stopping = st.clone();
@@ -211,7 +225,8 @@ impl DataPlane {
             }
             // The data plane is gone while the daemon was not stopping: a node that keeps
             // answering its API but forwards nothing would blackhole every tenant's traffic.
-            // Exit, so that the supervisor restarts the node.
+            // Exit, so that the supervisor restarts the node. (A thread the kernel kills outright
+            // cannot say so: `snic status` then reports the data plane down, see `health`.)
             // (A panic's message and place were printed by the panic hook.)
             eprintln!("snic: the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
             std::process::exit(70);
@@ -265,7 +280,7 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
             if last_pub.elapsed() >= Duration::from_millis(250) {
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
-                let s = snapshot(n, &plan, &mut prev, dt, rebuilds);
+                let s = Snapshot { published: Some(last_pub), ..snapshot(n, &plan, &mut prev, dt, rebuilds) };
                 if let Ok(mut g) = snap.lock() {
                     *g = s;
                 }
@@ -432,5 +447,19 @@ fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
         limit_pps: node.meter().limit(t),
         demand: names.clone().zip(s.demand.iter().copied()).collect(),
         allocation: names.zip(s.allocation.iter().copied()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_plane_that_stopped_publishing_is_reported_down() {
+        let t0 = Instant::now();
+        let s = Snapshot { published: Some(t0), ..Snapshot::default() };
+        assert_eq!(s.health(t0 + Duration::from_millis(300)), (true, Duration::from_millis(300)));
+        assert!(!s.health(t0 + STALE_AFTER).0);
+        assert!(!Snapshot::default().health(t0).0, "never published: down");
     }
 }
