@@ -234,15 +234,17 @@ impl AutoscaleSpec {
         Ok(())
     }
 
-    /// Runs every scheme on each correlation variant of `workload` (`endpoints` endpoints of one
-    /// rack, `bins` bins of `bin_ms`), at request granularity (`flow` false: every request drawn)
-    /// or flow granularity.
+    /// Runs every scheme on each correlation variant of `workload` (`racks` racks of
+    /// `per_rack` endpoints, each rack with its own pool; `bins` bins of `bin_ms`), at request
+    /// granularity (`flow` false: every request drawn) or flow granularity. `progress(done,
+    /// total)` is called about every 1% of the run.
     #[allow(clippy::too_many_arguments)] // the run's dimensions, each one number
     pub fn run(
         &self,
         workload: &Workload,
         seed: u64,
-        endpoints: usize,
+        racks: usize,
+        per_rack: usize,
         bins: usize,
         bin_ms: f64,
         flow: bool,
@@ -262,64 +264,69 @@ impl AutoscaleSpec {
                 .collect()
         };
         let mut out = Vec::new();
-        let n = variants.len();
+        // Two passes over the bins per variant.
+        let total = variants.len() * 2 * bins;
+        let step = (bins / 100).max(1);
+        let endpoints = racks * per_rack;
         for (k, w) in variants.iter().enumerate() {
             let corr = match w {
                 Workload::Etc { spikes, .. } => spikes.correlation,
                 _ => 0.0,
             };
-            progress(k, n);
+            let mut tick = |pass: usize, b: usize| {
+                if b % step == 0 {
+                    progress((2 * k + pass) * bins + b, total);
+                }
+            };
+            let shape = Shape { racks, per_rack, bins, bin_ms };
             if flow {
-                out.extend(self.schemes(&Bins::Flow { workload: w, seed }, endpoints, corr, bins, bin_ms));
+                out.extend(self.schemes(&Bins::Flow { workload: w, seed }, shape, corr, &mut tick));
             } else {
                 let load = w.series(seed, endpoints, bins, bin_ms / 1e3, |_| {});
-                out.extend(self.schemes(&Bins::Series(&load), endpoints, corr, bins, bin_ms));
+                out.extend(self.schemes(&Bins::Series(&load), shape, corr, &mut tick));
             }
         }
-        progress(n, n);
+        progress(total, total);
         out
     }
 
-    fn schemes(&self, src: &Bins<'_>, endpoints: usize, corr: f64, bins: usize, bin_ms: f64) -> Vec<SchemeFigures> {
+    fn schemes(&self, src: &Bins<'_>, shape: Shape, corr: f64, tick: &mut dyn FnMut(usize, usize)) -> Vec<SchemeFigures> {
+        let Shape { racks, per_rack, bins, bin_ms } = shape;
+        let endpoints = racks * per_rack;
         let per_inst = self.instance_gbps * 1e9 / 8.0 * bin_ms / 1e3; // bytes per bin
         let bound = |cap: f64| cap * self.buffer_ms / bin_ms;
         let need = |bytes: f64| (bytes / per_inst).ceil().max(1.0) as usize;
         let bin_s = bin_ms / 1e3;
-        // Pass 1: what static provisioning sizes for — each endpoint's peak, the rack's peak
+        // Pass 1: what static provisioning sizes for — each endpoint's peak, each rack's peak
         // and average.
-        let (mut own_peak, mut peak, mut sum) = (vec![0.0f64; endpoints], 0.0f64, 0.0);
-        src.each(endpoints, bins, bin_s, |_, row| {
-            let mut total = 0.0;
+        let (mut own_peak, mut peak, mut sum) = (vec![0.0f64; endpoints], vec![0.0f64; racks], vec![0.0f64; racks]);
+        src.each(endpoints, bins, bin_s, |b, row| {
+            tick(0, b);
             for (p, &a) in own_peak.iter_mut().zip(row) {
                 *p = p.max(a);
-                total += a;
             }
-            peak = peak.max(total);
-            sum += total;
+            for (r, rack) in row.chunks(per_rack).enumerate() {
+                let total: f64 = rack.iter().sum();
+                peak[r] = peak[r].max(total);
+                sum[r] += total;
+            }
         });
-        let avg = sum / bins.max(1) as f64;
         let own: Vec<usize> = own_peak.iter().map(|&p| need(p)).collect();
-        let (k_max, k_avg) = (need(peak), need(avg));
-        // Pass 2: every scheme on the same bins.
-        let regions = self.regions.unwrap_or(k_max);
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
-        let mut launcher = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
-        let mut scaler = Autoscaler::new(AutoscaleConfig {
-            monitor_period: Duration::from_secs_f64(self.monitor_period_ms / 1e3),
-            high: self.high,
-            launch_time: launch,
-            deschedule_idle: false,
-            scale: true,
-        });
-        let chain = ChainId(0);
-        launcher.prelaunch(chain, Instant::ZERO);
-        launcher.tick(Instant::ZERO + launch);
-        let running = |l: &Launcher| l.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
+        let mut pools: Vec<RackPool> = (0..racks)
+            .map(|r| {
+                let k_max = need(peak[r]);
+                RackPool::new(self, k_max, need(sum[r] / bins.max(1) as f64), self.regions.unwrap_or(k_max), launch)
+            })
+            .collect();
+        // Pass 2: every scheme on the same bins.
         let mut own_srv = vec![Server::default(); endpoints];
         let (mut d_own, mut opex_own) = (Delays::default(), 0.0);
-        let mut pools: [(Server, Delays, f64); 4] = Default::default(); // static-max, static-avg, snic, as-instant
-        let (mut events, mut smoothed, mut most) = (0u64, 0.0f64, 0usize);
+        // static-max, static-avg, snic, as-instant: delays over every rack's bytes, OpEx summed.
+        let mut d: [Delays; 4] = Default::default();
+        let mut opex = [0.0f64; 4];
         src.each(endpoints, bins, bin_s, |b, row| {
+            tick(1, b);
             for ((srv, &a), &k) in own_srv.iter_mut().zip(row).zip(&own) {
                 let cap = k as f64 * per_inst;
                 srv.bin(a, cap, bound(cap), bin_ms, &mut d_own);
@@ -327,37 +334,19 @@ impl AutoscaleSpec {
                     opex_own += k as f64 * bin_s;
                 }
             }
-            let total: f64 = row.iter().sum();
             let now = Instant::ZERO + launch + Duration::from_secs_f64(b as f64 * bin_s);
-            launcher.tick(now);
-            let k_snic = running(&launcher);
-            let k_inst = ((total / per_inst / self.high).ceil() as usize).max(1);
-            most = most.max(k_inst);
-            for ((srv, d, opex), k) in pools.iter_mut().zip([k_max, k_avg, k_snic, k_inst]) {
-                let cap = k as f64 * per_inst;
-                srv.bin(total, cap, bound(cap), bin_ms, d);
-                if total > 0.0 || srv.backlog > 0.0 {
-                    *opex += k as f64 * bin_s;
-                }
-            }
-            // The load the chain carries, in instances' worth (smoothed as the node does).
-            smoothed += 0.25 * (total / per_inst - smoothed);
-            let active =
-                launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
-            match scaler.observe(now, chain, smoothed, active, launcher.has_room()) {
-                Some(Scale::Out(_)) if launcher.scale_out(chain, now).is_some() => events += 1,
-                Some(Scale::In(_)) => {
-                    // The most recently started instance stops (it stays loaded, a victim).
-                    if let Some(r) = launcher.regions().iter().rposition(|r| matches!(r, RegionState::Running { .. })) {
-                        launcher.deschedule(r, now);
-                        events += 1;
-                    }
-                }
-                _ => {}
+            for (pool, rack) in pools.iter_mut().zip(row.chunks(per_rack)) {
+                pool.bin(self, rack.iter().sum(), per_inst, now, bin_ms, &bound, &mut d, &mut opex);
             }
         });
         let capex: usize = own.iter().sum();
-        let [(_, d_max, o_max), (_, d_avg, o_avg), (_, d_snic, o_snic), (_, d_inst, o_inst)] = pools;
+        let k_max: usize = pools.iter().map(|p| p.k_max).sum();
+        let k_avg: usize = pools.iter().map(|p| p.k_avg).sum();
+        let regions: usize = pools.iter().map(|p| p.regions).sum();
+        let most: usize = pools.iter().map(|p| p.most).sum();
+        let events: u64 = pools.iter().map(|p| p.events).sum();
+        let [d_max, d_avg, d_snic, d_inst] = &d;
+        let [o_max, o_avg, o_snic, o_inst] = opex;
         let base = d_own.mean();
         let figures = |scheme: &'static str, d: &Delays, capex: usize, opex: f64, events: u64| SchemeFigures {
             scheme,
@@ -376,10 +365,98 @@ impl AutoscaleSpec {
             figures("no-disaggregation", &d_own, capex, opex_own, 0),
             // Fixed sub-links: each endpoint keeps its own peak's capacity, in one device.
             figures("multi-host-nic", &d_own, capex, opex_own, 0),
-            figures("static-max", &d_max, k_max, o_max, 0),
-            figures("static-avg", &d_avg, k_avg, o_avg, 0),
-            figures("snic", &d_snic, regions, o_snic, events),
-            figures("as-instant", &d_inst, most, o_inst, 0),
+            figures("static-max", d_max, k_max, o_max, 0),
+            figures("static-avg", d_avg, k_avg, o_avg, 0),
+            figures("snic", d_snic, regions, o_snic, events),
+            // (Summed per rack: each rack's most at any bin.)
+            figures("as-instant", d_inst, most, o_inst, 0),
         ]
+    }
+}
+
+/// A run's dimensions.
+#[derive(Clone, Copy)]
+struct Shape {
+    racks: usize,
+    per_rack: usize,
+    bins: usize,
+    bin_ms: f64,
+}
+
+/// One rack's pool: its queue under each pooled scheme, and the snic scheme's launcher and
+/// auto-scaler (`snic-core`'s, the daemon's code).
+struct RackPool {
+    k_max: usize,
+    k_avg: usize,
+    regions: usize,
+    launcher: Launcher,
+    scaler: Autoscaler,
+    /// static-max, static-avg, snic, as-instant.
+    servers: [Server; 4],
+    smoothed: f64,
+    events: u64,
+    most: usize,
+}
+
+const CHAIN: ChainId = ChainId(0);
+
+impl RackPool {
+    fn new(spec: &AutoscaleSpec, k_max: usize, k_avg: usize, regions: usize, launch: Duration) -> Self {
+        let mut launcher = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
+        let scaler = Autoscaler::new(AutoscaleConfig {
+            monitor_period: Duration::from_secs_f64(spec.monitor_period_ms / 1e3),
+            high: spec.high,
+            launch_time: launch,
+            deschedule_idle: false,
+            scale: true,
+        });
+        launcher.prelaunch(CHAIN, Instant::ZERO);
+        launcher.tick(Instant::ZERO + launch);
+        RackPool { k_max, k_avg, regions, launcher, scaler, servers: Default::default(), smoothed: 0.0, events: 0, most: 0 }
+    }
+
+    /// One bin of `total` bytes arriving at the rack's pool.
+    #[allow(clippy::too_many_arguments)] // one bin's inputs and the shared accumulators
+    fn bin(
+        &mut self,
+        spec: &AutoscaleSpec,
+        total: f64,
+        per_inst: f64,
+        now: Instant,
+        bin_ms: f64,
+        bound: &dyn Fn(f64) -> f64,
+        d: &mut [Delays; 4],
+        opex: &mut [f64; 4],
+    ) {
+        let bin_s = bin_ms / 1e3;
+        let running = |l: &Launcher| l.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
+        self.launcher.tick(now);
+        let k_snic = running(&self.launcher);
+        let k_inst = ((total / per_inst / spec.high).ceil() as usize).max(1);
+        self.most = self.most.max(k_inst);
+        for (((srv, d), opex), k) in
+            self.servers.iter_mut().zip(d.iter_mut()).zip(opex.iter_mut()).zip([self.k_max, self.k_avg, k_snic, k_inst])
+        {
+            let cap = k as f64 * per_inst;
+            srv.bin(total, cap, bound(cap), bin_ms, d);
+            if total > 0.0 || srv.backlog > 0.0 {
+                *opex += k as f64 * bin_s;
+            }
+        }
+        // The load the chain carries, in instances' worth (smoothed as the node does).
+        self.smoothed += 0.25 * (total / per_inst - self.smoothed);
+        let active =
+            self.launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
+        match self.scaler.observe(now, CHAIN, self.smoothed, active, self.launcher.has_room()) {
+            Some(Scale::Out(_)) if self.launcher.scale_out(CHAIN, now).is_some() => self.events += 1,
+            Some(Scale::In(_)) => {
+                // The most recently started instance stops (it stays loaded, a victim).
+                if let Some(r) = self.launcher.regions().iter().rposition(|r| matches!(r, RegionState::Running { .. })) {
+                    self.launcher.deschedule(r, now);
+                    self.events += 1;
+                }
+            }
+            _ => {}
+        }
     }
 }

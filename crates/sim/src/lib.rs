@@ -249,9 +249,10 @@ impl Scenario {
                 let (t, w, bins) =
                     self.inputs("[topology], [workload] and [autoscale]", spec.is_some(), || spec.map_or(Ok(()), |s| s.validate()))?;
                 let spec = spec.expect("checked by inputs");
-                // One rack: its endpoints and its pool.
-                let n = t.endpoints_per_rack;
-                let rows = spec.run(&w, seed, n, bins, self.bin_ms, self.granularity == Granularity::Flow, progress);
+                // Each rack: its endpoints and its pool.
+                let n = t.racks * t.endpoints_per_rack;
+                let flow = self.granularity == Granularity::Flow;
+                let rows = spec.run(&w, seed, t.racks, t.endpoints_per_rack, bins, self.bin_ms, flow, progress);
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: slowdown vs OpEx", self.name),
                     x: "OpEx (instance-time, vs static-max)".into(),
@@ -489,6 +490,45 @@ mod fig12 {
         // Scale events never come within a MONITOR_PERIOD of each other: checked by the
         // auto-scaler's own tests; here, that snic did scale.
         assert!(r.results.iter().any(|x| x["scheme"] == "snic" && x["scale_events"].as_u64().unwrap() > 0));
+    }
+}
+
+#[cfg(test)]
+mod racks {
+    use super::*;
+
+    /// Each rack has its own pool: racks with the same load give the same delays, and the
+    /// costs add up.
+    #[test]
+    fn racks_pool_separately_and_their_costs_add_up() {
+        let text = |racks: usize| {
+            format!(
+                "name = \"r\"\nexperiment = \"autoscale\"\nduration_s = 2.0\nbin_ms = 1.0\n[topology]\nracks = {racks}\nendpoints_per_rack = 4\n[workload]\nkind = \"square\"\nhigh_bps = 2e9\nlow_bps = 1e8\nhalf_period_ms = 100.0\n[autoscale]\ninstance_gbps = 2.0\n"
+            )
+        };
+        let run = |racks: usize| Scenario::parse(&text(racks)).unwrap().run(0, |_, _| {}).unwrap();
+        let (one, three) = (run(1), run(3));
+        assert_eq!(three.endpoints, Some(12));
+        for (a, b) in one.results.iter().zip(&three.results) {
+            assert_eq!(a["scheme"], b["scheme"]);
+            let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
+            for k in ["slowdown", "mean_delay_ms", "dropped", "opex_vs_static_max"] {
+                assert!((f(a, k) - f(b, k)).abs() <= 1e-9 * f(a, k).abs().max(1.0), "{k}: {a} vs {b}");
+            }
+            for k in ["capex_instances", "scale_events"] {
+                assert_eq!(3 * a[k].as_u64().unwrap(), b[k].as_u64().unwrap(), "{k}: {a} vs {b}");
+            }
+            assert!((3.0 * f(a, "opex_instance_s") - f(b, "opex_instance_s")).abs() < 1e-6, "{a} vs {b}");
+        }
+        let snic = one.results.iter().find(|x| x["scheme"] == "snic").unwrap();
+        assert!(snic["scale_events"].as_u64().unwrap() > 0, "the square wave makes snic scale: {snic}");
+        // Two racks of one endpoint in opposite phase (16 Gbit/s peaks: 8 instances): a pool for
+        // both would need 8 instances; a pool per rack needs 8 each.
+        let opposite =
+            text(2).replace("endpoints_per_rack = 4", "endpoints_per_rack = 1").replace("[autoscale]", "phase_ms = 100.0\n[autoscale]");
+        let r = Scenario::parse(&opposite).unwrap().run(0, |_, _| {}).unwrap();
+        let max = r.results.iter().find(|x| x["scheme"] == "static-max").unwrap();
+        assert_eq!(max["capex_instances"], 16, "{max}");
     }
 }
 

@@ -72,7 +72,7 @@ impl UsageSpec {
                     buffer_ms: crate::autoscale::buffer(),
                     correlations: Vec::new(),
                 };
-                let rows = spec.run(workload, seed, k, bins, bin_ms, flow, |_, _| {});
+                let rows = spec.run(workload, seed, 1, k, bins, bin_ms, flow, |_, _| {});
                 let get = |s: &str| rows.iter().find(|r| r.scheme == s).expect("every scheme runs");
                 let (sep, con) = (get("no-disaggregation"), get("snic"));
                 out.push(UsageFigures {
