@@ -1,6 +1,10 @@
 //! Isolation against antagonists (paper 003 §6.4), through `snic bench fair`: a well-behaved
 //! tenant sharing one core and one receive ring with an antagonist keeps its throughput when
 //! the fairness mechanisms are on. (Latency and the figures themselves are in BENCHMARKS.md.)
+//!
+//! These are throughput measurements on a shared, noisy machine: a scenario passes if its
+//! checks hold in one of `ATTEMPTS` runs (a broken mechanism fails them all), and a failure
+//! reports every attempt.
 
 use std::process::Command;
 
@@ -9,43 +13,80 @@ use std::process::Command;
 /// antagonist's allocation fell to zero, when they overlapped).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs of a scenario before it counts as failed.
+const ATTEMPTS: usize = 3;
+
+/// `snic bench fair --scenario s`: its JSON lines.
+fn bench(scenario: &str) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["bench", "fair", "--scenario", scenario, "--seconds", "0.5", "--warmup", "0.5", "--json"])
+        .output()
+        .expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect()
+}
+
+/// Runs `scenario` until `check` passes, at most `ATTEMPTS` times; panics with every failure.
+fn holds(scenario: &str, check: impl Fn(&[serde_json::Value]) -> Result<(), String>) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut failures = Vec::new();
+    for _ in 0..ATTEMPTS {
+        match check(&bench(scenario)) {
+            Ok(()) => return,
+            Err(e) => failures.push(e),
+        }
+    }
+    panic!("{scenario}: failed {ATTEMPTS} runs in {ATTEMPTS}:\n{}", failures.join("\n"));
+}
+
+fn mode(runs: &[serde_json::Value], m: &str) -> Result<serde_json::Value, String> {
+    runs.iter().find(|r| r["mode"] == m).cloned().ok_or_else(|| format!("no {m} run: {runs:?}"))
+}
+
+fn ensure(ok: bool, what: String) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(what)
+    }
+}
+
 #[test]
 #[cfg_attr(debug_assertions, ignore = "needs an optimized build; scripts/test.sh runs it with --release")]
 fn the_victim_keeps_its_share_against_each_antagonist() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for scenario in ["expensive", "flood64", "engine"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_snic"))
-            .args(["bench", "fair", "--scenario", scenario, "--seconds", "0.5", "--warmup", "0.5", "--json"])
-            .output()
-            .expect("snic runs");
-        assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-        let runs: Vec<serde_json::Value> =
-            String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect();
-        let mode = |m: &str| runs.iter().find(|r| r["mode"] == m).unwrap_or_else(|| panic!("no {m} run: {runs:?}")).clone();
-        let (alone, on) = (mode("alone"), mode("on"));
-        assert!(alone["victim_kept"].as_f64().unwrap() > 0.99, "{alone}");
-        // The victim asks for less than half the node: its fair share is all it offers.
-        assert!(on["victim_kept"].as_f64().unwrap() >= 0.9, "{scenario}: {on}");
-        assert!(on["antagonist_limit_pps"].as_f64().is_some(), "the antagonist is limited at ingress: {on}");
-        assert!(on["antagonist_delivered_pps"].as_f64().unwrap() > 0.0, "and still served (work conserving): {on}");
-        assert_eq!(on["victim_dominant"], "dispatcher", "{on}");
+        holds(scenario, |runs| {
+            let (alone, on) = (mode(runs, "alone")?, mode(runs, "on")?);
+            let f = |v: &serde_json::Value, k: &str| v[k].as_f64();
+            ensure(f(&alone, "victim_kept").unwrap_or(0.0) > 0.99, format!("alone: {alone}"))?;
+            // The victim asks for less than half the node: its fair share is all it offers.
+            ensure(f(&on, "victim_kept").unwrap_or(0.0) >= 0.9, format!("victim kept under 90%: {on}"))?;
+            let limit = f(&on, "antagonist_limit_pps");
+            ensure(limit.is_some(), format!("the antagonist is not limited at ingress: {on}"))?;
+            // Work conserving: the antagonist is still served — unless receiving its flood
+            // alone already takes more of the dispatcher than DRF grants it (its fixed part; a
+            // noisy machine measured reception at 33 ns a packet instead of 24), when any packet
+            // admitted would come out of the victim's share and the node admits none.
+            let disp = on["resources"].as_array().into_iter().flatten().find(|r| r[0] == "dispatcher").cloned().unwrap_or_default();
+            let (fixed, alloc) = (disp[5].as_f64().unwrap_or(0.0), disp[6].as_f64().unwrap_or(0.0));
+            if fixed < alloc {
+                ensure(f(&on, "antagonist_delivered_pps").unwrap_or(0.0) > 0.0, format!("not work conserving: {on}"))?;
+            } else {
+                ensure(limit == Some(0.0), format!("reception alone is over its share, yet admitted: {on}"))?;
+            }
+            ensure(on["victim_dominant"] == "dispatcher", format!("victim's dominant resource: {on}"))
+        });
     }
 }
 
 #[test]
 #[cfg_attr(debug_assertions, ignore = "needs an optimized build; scripts/test.sh runs it with --release")]
 fn throughput_follows_capacity_not_arrivals() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // FairNIC's Fig. 1: without isolation, two tenants over capacity get the same rate whatever
     // their processing capacity; with it, the one with 8x the capacity gets several times more.
-    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
-        .args(["bench", "fair", "--scenario", "hol", "--seconds", "0.5", "--warmup", "0.5", "--json"])
-        .output()
-        .expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON lines")).collect();
-    let ratio = |m: &str| runs.iter().find(|r| r["mode"] == m).unwrap()["throughput_ratio"].as_f64().unwrap();
-    assert!(ratio("off") < 1.5, "head-of-line blocking without isolation: {runs:?}");
-    assert!(ratio("on") > 3.0, "throughput follows capacity with it: {runs:?}");
+    holds("hol", |runs| {
+        let ratio = |m: &str| mode(runs, m).map(|r| r["throughput_ratio"].as_f64().unwrap_or(0.0));
+        ensure(ratio("off")? < 1.5, format!("no head-of-line blocking without isolation? {runs:?}"))?;
+        ensure(ratio("on")? > 3.0, format!("throughput does not follow capacity with isolation: {runs:?}"))
+    });
 }
