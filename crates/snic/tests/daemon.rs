@@ -214,7 +214,7 @@ fn daemon_lifecycle() {
     assert_eq!(s, 200);
     let m = m.as_str().unwrap().to_string();
     assert!(m.contains("snic_tenant_drops_total{tenant=\"blue\",reason=\"firewall_deny\"} 20"), "{m}");
-    assert!(m.contains("snic_dataplane_up 1"), "{m}");
+    assert!(m.lines().any(|l| l == "snic_dataplane_up 1"), "{m}");
     assert!(m.contains("snic_nt_drops_total{nt=\"blue-firewall\",region=\"0\"} 20"), "per-NT drops: {m}");
     assert!(m.contains("snic_nt_packets_total{nt=\"blue-firewall\",region=\"0\"} 220"), "per-NT packets: {m}");
     assert!(m.contains("snic_resource_capacity{resource=\"blue-firewall\"} 1.0"), "one instance: {m}");

@@ -58,8 +58,9 @@ pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
     let demand = family::<FGauge>(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
     let tlat = family::<Gauge>(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
     let alloc = family::<FGauge>(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
-    let up = family::<Gauge>(&mut reg, "snic_dataplane_up", "1 while the data plane publishes its figures, 0 once it has not for 2 s");
-    up.get_or_create(&Vec::new()).set(snap.health(std::time::Instant::now()).0 as i64);
+    let up = Gauge::<i64>::default();
+    reg.register("snic_dataplane_up", "Whether the data plane publishes its figures (0 once it has not for 2 s)", up.clone());
+    up.set(snap.health(std::time::Instant::now()).0 as i64);
     for t in &c.plan.tenants {
         let Some(s) = snap.tenants.iter().find(|s| s.id == t.id.0) else { continue };
         let tl = l(&[("tenant", &t.name)]);
