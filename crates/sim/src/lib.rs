@@ -581,6 +581,23 @@ mod replay {
             assert!((bytes(0) - 2500.0).abs() < 1e-6, "{g}: {}", bytes(0));
             assert!((bytes(1) - 1600.0).abs() < 1e-6, "{g}: {}", bytes(1));
         }
+        // A trace that names tenants: in `victim_cache`, one chain per tenant.
+        let g = dir.join("g.csv");
+        std::fs::write(&g, "time_s,endpoint,bytes,tenant\n0.0001,a,1000,x\n0.0011,b,1000,x\n0.0021,c,500,y\n0.0031,a,10,x\n").unwrap();
+        let victim = format!(
+            "name = \"v\"\nexperiment = \"victim_cache\"\nduration_s = 0.01\nbin_ms = 1.0\n[topology]\nracks = 1\nendpoints_per_rack = 3\n[workload]\nkind = \"trace\"\nfile = \"{}\"\n[victim_cache]\ninstance_gbps = 1.0\nregions = 1\non_ms = 5.0\noff_ms = 5.0\nkeep_ratios = [0.0]\n",
+            g.display()
+        );
+        let r = Scenario::parse(&victim).unwrap().run(0, |_, _| {}).unwrap();
+        assert_eq!(r.results[0]["overcommit"].as_f64(), Some(2.0), "tenants x and y on one region: {:?}", r.results);
+        // Both chains send, one region: each needed a launch.
+        assert!(r.results[0]["launches"].as_u64() >= Some(2), "{:?}", r.results);
+        std::fs::write(&g, "0.0001,a,1000,x\n0.0011,a,1000,y\n").unwrap();
+        let e = Scenario::parse(&victim).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("endpoint `a` is in tenant"), "{e}");
+        std::fs::write(&g, "0.0001,a,1000,x\n0.0011,b,1000\n").unwrap();
+        let e = Scenario::parse(&victim).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("some endpoints have a tenant and others none"), "{e}");
         let missing = text("request").replace("t.csv", "missing.csv");
         let e = Scenario::parse(&missing).unwrap().run(0, |_, _| {}).unwrap_err().to_string();
         assert!(e.contains("missing.csv"), "{e}");

@@ -36,10 +36,20 @@ pub const MAX_BINS: usize = 100_000_000;
 
 /// Each endpoint's bytes per bin of `bin_ms`, endpoints in name order.
 pub fn read(path: &Path, bin_ms: f64) -> Result<Vec<Vec<f64>>, TraceError> {
+    read_with_tenants(path, bin_ms).map(|(series, _)| series)
+}
+
+/// Each endpoint's bytes per bin, and its tenant.
+pub type WithTenants = (Vec<Vec<f64>>, Vec<Option<String>>);
+
+/// As [`read`], with each endpoint's tenant (the optional fourth column; an endpoint keeps
+/// one tenant throughout, and a trace names a tenant for all its endpoints or for none).
+pub fn read_with_tenants(path: &Path, bin_ms: f64) -> Result<WithTenants, TraceError> {
     let p = path.display().to_string();
     let csv_err = |source| TraceError::Csv { path: p.clone(), source };
     let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_path(path).map_err(csv_err)?;
     let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut tenant_of: BTreeMap<String, Option<String>> = BTreeMap::new();
     for (i, rec) in rdr.records().enumerate() {
         let rec = rec.map_err(csv_err)?;
         let bad = |reason: String| TraceError::Record { path: p.clone(), line: i + 1, reason };
@@ -58,6 +68,21 @@ pub fn read(path: &Path, bin_ms: f64) -> Result<Vec<Vec<f64>>, TraceError> {
         if bin >= MAX_BINS {
             return Err(bad(format!("time {t} s is more than {MAX_BINS} bins of {bin_ms} ms")));
         }
+        let tenant = Some(field(3)).filter(|t| !t.is_empty()).map(str::to_string);
+        match tenant_of.get(field(1)) {
+            Some(known) if *known != tenant => {
+                return Err(bad(format!(
+                    "endpoint `{}` is in tenant {:?} here and {:?} before (one tenant per endpoint; all records or none name it)",
+                    field(1),
+                    tenant.as_deref().unwrap_or("(none)"),
+                    known.as_deref().unwrap_or("(none)")
+                )));
+            }
+            Some(_) => {}
+            None => {
+                tenant_of.insert(field(1).to_string(), tenant);
+            }
+        }
         let s = series.entry(field(1).to_string()).or_default();
         if s.len() <= bin {
             s.resize(bin + 1, 0.0);
@@ -67,5 +92,13 @@ pub fn read(path: &Path, bin_ms: f64) -> Result<Vec<Vec<f64>>, TraceError> {
     if series.is_empty() {
         return Err(TraceError::Empty(p));
     }
-    Ok(series.into_values().collect())
+    let tenants: Vec<Option<String>> = tenant_of.into_values().collect();
+    if tenants.iter().any(Option::is_some) && tenants.iter().any(Option::is_none) {
+        return Err(TraceError::Record {
+            path: p,
+            line: 0,
+            reason: "some endpoints have a tenant and others none: name one for all or for none".into(),
+        });
+    }
+    Ok((series.into_values().collect(), tenants))
 }

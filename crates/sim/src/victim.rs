@@ -20,6 +20,22 @@ use snic_core::launcher::{Decision, Launcher, LauncherConfig, RegionState};
 use snic_core::time::Instant;
 use std::time::Duration;
 
+/// One chain per named tenant, in order of first appearance among the endpoints, carrying
+/// the sum of its endpoints' bytes; a chain is active in the bins it has bytes in.
+fn by_tenant(load: Vec<Vec<f64>>, names: &[Option<String>]) -> (Vec<Vec<f64>>, Vec<Vec<bool>>) {
+    let mut chains: Vec<(&str, Vec<f64>)> = Vec::new();
+    for (row, name) in load.into_iter().zip(names) {
+        let Some(name) = name.as_deref() else { continue };
+        match chains.iter_mut().find(|c| c.0 == name) {
+            Some(c) => c.1.iter_mut().zip(&row).for_each(|(a, b)| *a += b),
+            None => chains.push((name, row)),
+        }
+    }
+    let load: Vec<Vec<f64>> = chains.into_iter().map(|c| c.1).collect();
+    let active = load.iter().map(|r| r.iter().map(|&x| x > 0.0).collect()).collect();
+    (load, active)
+}
+
 /// The scenario's `[victim_cache]` section.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -97,26 +113,18 @@ impl VictimSpec {
     }
 
     /// Runs each keep ratio on the same workload (`tenants` chains, `bins` bins of `bin_ms`).
+    /// A replayed trace that names tenants gives one chain per tenant instead, carrying its
+    /// endpoints' bytes (of the first `tenants` endpoints), active in the bins it sends in.
     pub fn run(&self, workload: &Workload, seed: u64, tenants: usize, bins: usize, bin_ms: f64) -> Vec<VictimFigures> {
         let bin_s = bin_ms / 1e3;
         let load = workload.series(seed, tenants, bins, bin_s, |_| {});
-        // Activity: the same on/off periods for every keep ratio.
-        let mut active = vec![vec![false; bins]; tenants];
-        for (c, row) in active.iter_mut().enumerate() {
-            let mut r = Pcg64::seed_from_u64(seed ^ 0xac71_0000 ^ c as u64);
-            let mut exp = |mean: f64| -(1.0 - r.random::<f64>()).ln() * mean / 1e3;
-            let (mut t, mut on) = (exp(self.off_ms), false);
-            let mut b = 0;
-            while b < bins {
-                let until = ((t / bin_s) as usize).min(bins);
-                for x in &mut row[b..until] {
-                    *x = on;
-                }
-                b = until.max(b + 1);
-                on = !on;
-                t += exp(if on { self.on_ms } else { self.off_ms });
+        let (load, active) = match workload {
+            Workload::Loaded { tenants: names, .. } if names.iter().any(Option::is_some) => by_tenant(load, names),
+            _ => {
+                let active = self.activity(seed, load.len(), bins, bin_s);
+                (load, active)
             }
-        }
+        };
         let mut counts = vec![self.regions];
         counts.extend(self.regions_sweep.iter().copied().filter(|&r| r != self.regions));
         let mut out = Vec::new();
@@ -132,6 +140,27 @@ impl VictimSpec {
             out.extend(rows);
         }
         out
+    }
+
+    /// The on/off periods of `chains` chains over `bins` bins (the same for every keep ratio).
+    fn activity(&self, seed: u64, chains: usize, bins: usize, bin_s: f64) -> Vec<Vec<bool>> {
+        let mut active = vec![vec![false; bins]; chains];
+        for (c, row) in active.iter_mut().enumerate() {
+            let mut r = Pcg64::seed_from_u64(seed ^ 0xac71_0000 ^ c as u64);
+            let mut exp = |mean: f64| -(1.0 - r.random::<f64>()).ln() * mean / 1e3;
+            let (mut t, mut on) = (exp(self.off_ms), false);
+            let mut b = 0;
+            while b < bins {
+                let until = ((t / bin_s) as usize).min(bins);
+                for x in &mut row[b..until] {
+                    *x = on;
+                }
+                b = until.max(b + 1);
+                on = !on;
+                t += exp(if on { self.on_ms } else { self.off_ms });
+            }
+        }
+        active
     }
 
     #[allow(clippy::too_many_arguments)] // one run's dimensions

@@ -85,9 +85,15 @@ pub enum Workload {
         /// The CSV file.
         file: String,
     },
-    /// A trace once read (what `Trace` becomes before a run; not written in scenario files).
+    /// A trace once read (what `Trace` becomes before a run; not written in scenario files):
+    /// each endpoint's bytes per bin, and its tenant if the trace names them.
     #[serde(skip)]
-    Loaded(std::sync::Arc<Vec<Vec<f64>>>),
+    Loaded {
+        /// Bytes per bin, per endpoint.
+        series: std::sync::Arc<Vec<Vec<f64>>>,
+        /// Each endpoint's tenant, if the trace names them.
+        tenants: std::sync::Arc<Vec<Option<String>>>,
+    },
     /// A square wave of bytes per second, alternating every `half_period_ms`; endpoint k is
     /// shifted by `k × phase_ms`.
     Square {
@@ -168,7 +174,7 @@ impl Workload {
                     return Err(WorkloadError::Range("spikes.correlation", "must be between 0 and 1"));
                 }
             }
-            Workload::Trace { .. } | Workload::Loaded(_) => {}
+            Workload::Trace { .. } | Workload::Loaded { .. } => {}
             Workload::Square { high_bps, low_bps, half_period_ms, phase_ms } => {
                 if !(high_bps.is_finite() && low_bps.is_finite() && *low_bps >= 0.0 && high_bps >= low_bps) {
                     return Err(WorkloadError::Range("high_bps/low_bps", "need 0 ≤ low ≤ high"));
@@ -185,7 +191,10 @@ impl Workload {
     /// are.
     pub fn resolve(&self, bin_ms: f64) -> Result<Workload, crate::trace::TraceError> {
         match self {
-            Workload::Trace { file } => Ok(Workload::Loaded(std::sync::Arc::new(crate::trace::read(std::path::Path::new(file), bin_ms)?))),
+            Workload::Trace { file } => {
+                let (series, tenants) = crate::trace::read_with_tenants(std::path::Path::new(file), bin_ms)?;
+                Ok(Workload::Loaded { series: std::sync::Arc::new(series), tenants: std::sync::Arc::new(tenants) })
+            }
             w => Ok(w.clone()),
         }
     }
@@ -195,7 +204,7 @@ impl Workload {
     pub fn series(&self, seed: u64, endpoints: usize, bins: usize, bin_s: f64, mut progress: impl FnMut(usize)) -> Vec<Vec<f64>> {
         match self {
             Workload::Trace { .. } => vec![vec![0.0; bins]; endpoints],
-            Workload::Loaded(l) => (0..endpoints)
+            Workload::Loaded { series: l, .. } => (0..endpoints)
                 .map(|e| {
                     progress(e);
                     (0..bins).map(|b| l.get(e).and_then(|s| s.get(b)).copied().unwrap_or(0.0)).collect()
@@ -429,7 +438,7 @@ impl Workload {
                     Workload::Square { high_bps, low_bps, half_period_ms, phase_ms } => {
                         FlowKind::Square { high: *high_bps, low: *low_bps, half_ms: *half_period_ms, shift_ms: e as f64 * phase_ms }
                     }
-                    Workload::Loaded(l) => FlowKind::Replay { series: l.clone(), endpoint: e },
+                    Workload::Loaded { series, .. } => FlowKind::Replay { series: series.clone(), endpoint: e },
                     Workload::Trace { .. } => FlowKind::Replay { series: Default::default(), endpoint: e },
                 };
                 FlowGen { r, kind, bin_s, t: 0.0, index: 0 }
