@@ -217,8 +217,7 @@ impl Bins<'_> {
 impl AutoscaleSpec {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
-        let pos = |v: f64| v.is_finite() && v > 0.0;
-        let non_neg = |v: f64| v.is_finite() && v >= 0.0;
+        use crate::{non_negative as non_neg, positive as pos};
         if !pos(self.instance_gbps) || !pos(self.buffer_ms) || !non_neg(self.launch_ms) || !non_neg(self.monitor_period_ms) {
             return Err("autoscale: instance_gbps and buffer_ms must be positive, launch_ms and monitor_period_ms zero or more".into());
         }
@@ -336,7 +335,7 @@ impl AutoscaleSpec {
             }
             let now = Instant::ZERO + launch + Duration::from_secs_f64(b as f64 * bin_s);
             for (pool, rack) in pools.iter_mut().zip(row.chunks(per_rack)) {
-                pool.bin(self, rack.iter().sum(), per_inst, now, bin_ms, &bound, &mut d, &mut opex);
+                pool.bin(self, rack.iter().sum(), per_inst, now, bin_ms, &mut d, &mut opex);
             }
         });
         let capex: usize = own.iter().sum();
@@ -424,7 +423,6 @@ impl RackPool {
         per_inst: f64,
         now: Instant,
         bin_ms: f64,
-        bound: &dyn Fn(f64) -> f64,
         d: &mut [Delays; 4],
         opex: &mut [f64; 4],
     ) {
@@ -438,7 +436,7 @@ impl RackPool {
             self.servers.iter_mut().zip(d.iter_mut()).zip(opex.iter_mut()).zip([self.k_max, self.k_avg, k_snic, k_inst])
         {
             let cap = k as f64 * per_inst;
-            srv.bin(total, cap, bound(cap), bin_ms, d);
+            srv.bin(total, cap, cap * spec.buffer_ms / bin_ms, bin_ms, d);
             if total > 0.0 || srv.backlog > 0.0 {
                 *opex += k as f64 * bin_s;
             }

@@ -134,8 +134,7 @@ pub struct ChainFigures {
 impl ChainingSpec {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
-        let pos = |v: f64| v.is_finite() && v > 0.0;
-        let non_neg = |v: f64| v.is_finite() && v >= 0.0;
+        use crate::{non_negative as non_neg, positive as pos};
         if self.nts.is_empty() || self.nts.iter().any(|&n| !(2..=MAX_BRANCHES).contains(&n)) {
             return Err(format!("chaining.nts must list lengths from 2 to {MAX_BRANCHES}"));
         }
@@ -212,8 +211,8 @@ struct Run {
     mode: Mode,
     sched: Scheduler<u32>,
     joins: JoinTable<u32>,
+    /// Steps of the route: the chains the sequence was split into.
     steps: usize,
-    chains: usize,
     /// Packets waiting for a decision, in order of arrival at the scheduler.
     pending: VecDeque<u32>,
     /// Most new packets `pending` takes.
@@ -268,7 +267,6 @@ impl Run {
             sched,
             joins: JoinTable::new(spec.queue * regions),
             steps: sizes.len(),
-            chains: sizes.len(),
             free_at: vec![0; regions],
             pkts: Vec::new(),
             spare: Vec::new(),
@@ -523,7 +521,7 @@ impl Run {
             nts: self.nts,
             mode: self.mode,
             load,
-            chains: self.chains,
+            chains: self.steps,
             regions: self.free_at.len(),
             offered_pps: offered as f64 / duration_s,
             delivered_pps: self.delivered as f64 / secs,

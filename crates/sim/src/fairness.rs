@@ -104,21 +104,21 @@ pub struct FairnessResult {
 impl FairnessSpec {
     /// Checks names and ranges.
     pub fn validate(&self) -> Result<(), String> {
-        let unit_ok = self.unit_pps.is_finite() && self.unit_pps > 0.0;
-        if self.epoch_us == 0 || !(self.smoothing > 0.0 && self.smoothing <= 1.0) || !unit_ok {
+        use crate::{non_negative, positive};
+        if self.epoch_us == 0 || !(self.smoothing > 0.0 && self.smoothing <= 1.0) || !positive(self.unit_pps) {
             return Err("fairness: epoch_us and unit_pps must be positive, smoothing in (0, 1]".into());
         }
-        if self.nts.iter().any(|n| !(n.capacity.is_finite() && n.capacity > 0.0)) {
+        if self.nts.iter().any(|n| !positive(n.capacity)) {
             return Err("fairness.nts: every capacity must be positive".into());
         }
         for t in &self.tenants {
             if let Some(n) = t.path.iter().find(|n| !self.nts.iter().any(|x| &x.name == *n)) {
                 return Err(format!("fairness.tenants `{}`: unknown NT `{n}` in path", t.name));
             }
-            if t.load.is_empty() || t.load.iter().any(|[ts, u]| !(ts.is_finite() && *ts >= 0.0 && u.is_finite() && *u >= 0.0)) {
+            if t.load.is_empty() || t.load.iter().any(|&[ts, u]| !(non_negative(ts) && non_negative(u))) {
                 return Err(format!("fairness.tenants `{}`: load needs [time_s, units] steps, both zero or more", t.name));
             }
-            if !(t.weight.is_finite() && t.weight > 0.0) {
+            if !positive(t.weight) {
                 return Err(format!("fairness.tenants `{}`: weight must be positive", t.name));
             }
         }

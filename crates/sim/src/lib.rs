@@ -79,6 +79,16 @@ fn default_bin() -> f64 {
     1.0
 }
 
+/// A finite value above zero (the scenario sections' range checks).
+pub(crate) fn positive(v: f64) -> bool {
+    v.is_finite() && v > 0.0
+}
+
+/// A finite value of zero or more.
+pub(crate) fn non_negative(v: f64) -> bool {
+    v.is_finite() && v >= 0.0
+}
+
 /// 5 ms: the paper's reconfiguration time, the default launch time and MONITOR_PERIOD.
 pub(crate) fn five_ms() -> f64 {
     5.0
@@ -174,7 +184,7 @@ impl Scenario {
         if t.racks == 0 || t.endpoints_per_rack == 0 {
             return Err(SimError::Range("topology: racks and endpoints_per_rack must be at least 1".into()));
         }
-        if !(self.duration_s.is_finite() && self.duration_s > 0.0 && self.bin_ms.is_finite() && self.bin_ms > 0.0) {
+        if !(positive(self.duration_s) && positive(self.bin_ms)) {
             return Err(SimError::Range("duration_s and bin_ms must be positive".into()));
         }
         let cells = t.racks as f64 * t.endpoints_per_rack as f64 * (self.duration_s * 1e3 / self.bin_ms);
@@ -221,7 +231,7 @@ impl Scenario {
 
     /// Runs the scenario with `seed`; `progress(done, total)` is called per endpoint.
     pub fn run(&self, seed: u64, progress: impl FnMut(usize, usize)) -> Result<Report, SimError> {
-        if !(self.duration_s.is_finite() && self.duration_s > 0.0) {
+        if !positive(self.duration_s) {
             return Err(SimError::Range("duration_s must be positive".into()));
         }
         match self.experiment.as_str() {

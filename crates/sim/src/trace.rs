@@ -29,6 +29,9 @@ pub enum TraceError {
     /// Nothing in it.
     #[error("{0}: no records")]
     Empty(String),
+    /// Some endpoints have a tenant and others none.
+    #[error("{0}: some endpoints have a tenant and others none: name one for all or for none")]
+    MixedTenants(String),
 }
 
 /// Most bins a trace may span.
@@ -48,8 +51,8 @@ pub fn read_with_tenants(path: &Path, bin_ms: f64) -> Result<WithTenants, TraceE
     let p = path.display().to_string();
     let csv_err = |source| TraceError::Csv { path: p.clone(), source };
     let mut rdr = csv::ReaderBuilder::new().has_headers(false).flexible(true).trim(csv::Trim::All).from_path(path).map_err(csv_err)?;
-    let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut tenant_of: BTreeMap<String, Option<String>> = BTreeMap::new();
+    // Per endpoint: its tenant (as its first record names it) and its bytes per bin.
+    let mut endpoints: BTreeMap<String, (Option<String>, Vec<f64>)> = BTreeMap::new();
     for (i, rec) in rdr.records().enumerate() {
         let rec = rec.map_err(csv_err)?;
         let bad = |reason: String| TraceError::Record { path: p.clone(), line: i + 1, reason };
@@ -61,44 +64,34 @@ pub fn read_with_tenants(path: &Path, bin_ms: f64) -> Result<WithTenants, TraceE
             return Err(bad(format!("time `{}` is not a number of seconds", field(0))));
         };
         let bytes: f64 = field(2).parse().map_err(|_| bad(format!("bytes `{}` is not a number", field(2))))?;
-        if !(t.is_finite() && t >= 0.0 && bytes.is_finite() && bytes >= 0.0) {
+        if !(crate::non_negative(t) && crate::non_negative(bytes)) {
             return Err(bad("time and bytes must be zero or more".into()));
         }
         let bin = (t * 1e3 / bin_ms) as usize;
         if bin >= MAX_BINS {
             return Err(bad(format!("time {t} s is more than {MAX_BINS} bins of {bin_ms} ms")));
         }
-        let tenant = Some(field(3)).filter(|t| !t.is_empty()).map(str::to_string);
-        match tenant_of.get(field(1)) {
-            Some(known) if *known != tenant => {
-                return Err(bad(format!(
-                    "endpoint `{}` is in tenant {:?} here and {:?} before (one tenant per endpoint; all records or none name it)",
-                    field(1),
-                    tenant.as_deref().unwrap_or("(none)"),
-                    known.as_deref().unwrap_or("(none)")
-                )));
-            }
-            Some(_) => {}
-            None => {
-                tenant_of.insert(field(1).to_string(), tenant);
-            }
+        let tenant = Some(field(3)).filter(|t| !t.is_empty());
+        let (known, s) = endpoints.entry(field(1).to_string()).or_insert_with(|| (tenant.map(str::to_string), Vec::new()));
+        if known.as_deref() != tenant {
+            return Err(bad(format!(
+                "endpoint `{}` is in tenant {:?} here and {:?} before (one tenant per endpoint; all records or none name it)",
+                field(1),
+                tenant.unwrap_or("(none)"),
+                known.as_deref().unwrap_or("(none)")
+            )));
         }
-        let s = series.entry(field(1).to_string()).or_default();
         if s.len() <= bin {
             s.resize(bin + 1, 0.0);
         }
         s[bin] += bytes;
     }
-    if series.is_empty() {
+    if endpoints.is_empty() {
         return Err(TraceError::Empty(p));
     }
-    let tenants: Vec<Option<String>> = tenant_of.into_values().collect();
+    let (tenants, series): (Vec<Option<String>>, Vec<Vec<f64>>) = endpoints.into_values().unzip();
     if tenants.iter().any(Option::is_some) && tenants.iter().any(Option::is_none) {
-        return Err(TraceError::Record {
-            path: p,
-            line: 0,
-            reason: "some endpoints have a tenant and others none: name one for all or for none".into(),
-        });
+        return Err(TraceError::MixedTenants(p));
     }
-    Ok((series.into_values().collect(), tenants))
+    Ok((series, tenants))
 }

@@ -52,7 +52,7 @@ impl UsageSpec {
         if self.endpoints_per_node.is_empty() || self.endpoints_per_node.contains(&0) {
             return Err("consolidation_usage.endpoints_per_node: at least one, each at least 1".into());
         }
-        if self.nt_gbps.is_empty() || self.nt_gbps.iter().any(|g| !(g.is_finite() && *g > 0.0)) {
+        if self.nt_gbps.is_empty() || self.nt_gbps.iter().any(|&g| !crate::positive(g)) {
             return Err("consolidation_usage.nt_gbps: at least one, each positive".into());
         }
         Ok(())

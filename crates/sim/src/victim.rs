@@ -98,8 +98,7 @@ pub struct VictimFigures {
 impl VictimSpec {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
-        let pos = |v: f64| v.is_finite() && v > 0.0;
-        let non_neg = |v: f64| v.is_finite() && v >= 0.0;
+        use crate::{non_negative as non_neg, positive as pos};
         if !pos(self.instance_gbps) || !pos(self.on_ms) || !pos(self.off_ms) || !pos(self.buffer_ms) {
             return Err("victim_cache: instance_gbps, on_ms, off_ms and buffer_ms must be positive".into());
         }

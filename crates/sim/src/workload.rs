@@ -158,7 +158,7 @@ pub enum WorkloadError {
 impl Workload {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), WorkloadError> {
-        let pos = |v: f64| v.is_finite() && v > 0.0;
+        use crate::{non_negative, positive as pos};
         match self {
             Workload::Etc { rate_scale, spikes } => {
                 if !pos(*rate_scale) {
@@ -179,7 +179,7 @@ impl Workload {
                 if !(high_bps.is_finite() && low_bps.is_finite() && *low_bps >= 0.0 && high_bps >= low_bps) {
                     return Err(WorkloadError::Range("high_bps/low_bps", "need 0 ≤ low ≤ high"));
                 }
-                if !(pos(*half_period_ms) && phase_ms.is_finite() && *phase_ms >= 0.0) {
+                if !(pos(*half_period_ms) && non_negative(*phase_ms)) {
                     return Err(WorkloadError::Range("half_period_ms/phase_ms", "must be positive / zero or more"));
                 }
             }

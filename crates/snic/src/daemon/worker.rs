@@ -225,9 +225,9 @@ impl DataPlane {
             }
             // The data plane is gone while the daemon was not stopping: a node that keeps
             // answering its API but forwards nothing would blackhole every tenant's traffic.
-            // Exit, so that the supervisor restarts the node. (A thread the kernel kills outright
-            // cannot say so: `snic status` then reports the data plane down, see `health`.)
-            // (A panic's message and place were printed by the panic hook.)
+            // Exit, so that the supervisor restarts the node. (A panic's message and place were
+            // printed by the panic hook. A thread the kernel kills outright cannot say so:
+            // `snic status` then reports the data plane down, see `health`.)
             eprintln!("snic: the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
             std::process::exit(70);
         })?;
