@@ -72,6 +72,27 @@ impl DagPlan {
     }
 }
 
+impl Plan {
+    /// The chains of DAG `d`'s *compact* candidate — one chain holding all its NTs, the
+    /// planned chains' NTs concatenated in route order — if it has one: its route visits at
+    /// least two chains, each only by this DAG and whole (no NT skipped), with at most 64 NTs
+    /// in all. A node with elastic NTs may switch the DAG to it when regions are short.
+    pub fn compact_chains(&self, d: &DagPlan) -> Option<Vec<usize>> {
+        let mut chains: Vec<usize> = Vec::new();
+        for &(c, mask) in &d.steps {
+            if mask != NtMask::all(self.chains[c].nts.len()) {
+                return None;
+            }
+            if !chains.contains(&c) {
+                chains.push(c);
+            }
+        }
+        let shared = self.dags.iter().any(|o| o.uid != d.uid && o.steps.iter().any(|(c, _)| chains.contains(c)));
+        let nts: usize = chains.iter().map(|&c| self.chains[c].nts.len()).sum();
+        (chains.len() >= 2 && !shared && nts <= 64).then_some(chains)
+    }
+}
+
 /// A forwarding entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RouteEntry {
@@ -372,10 +393,14 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         let route = p.dags[0].route(|c| ChainId(c as u16));
         assert_eq!(route.fork_at(0), (2, 2));
         assert_eq!(route.fork_at(1), (0, 2));
-        // Without it: one chain, no group.
+        // Its compact candidate: the three chains as one, in route order.
+        let p = plan(&state(&dag(true)), 8).unwrap();
+        assert_eq!(p.compact_chains(&p.dags[0]), Some(vec![0, 1, 2]));
+        // Without it: one chain, no group, nothing to compact.
         let p = plan(&state(&dag(false)), 8).unwrap();
         assert_eq!(p.chains.len(), 1);
         assert!(p.dags[0].groups.is_empty());
+        assert_eq!(p.compact_chains(&p.dags[0]), None);
     }
 
     #[test]
@@ -403,6 +428,8 @@ spec: {tenant: b, nodes: [nt3, nt4, nt2], edges: [[nt3, nt4], [nt2, nt4]]}
         // d2 in topological order: nt3, nt2, nt4 -> chain 1 (nt3), then chain 0 skipping nt1.
         let d2 = &p.dags[1];
         assert_eq!(d2.steps, vec![(1, NtMask(0b1)), (0, NtMask(0b110))]);
+        // d2 visits two chains but shares one (and skips its nt1): no compact candidate.
+        assert_eq!(p.compact_chains(d2), None);
         assert!(matches!(plan(&s, 1), Err(e) if e.code == ErrorCode::Capacity));
     }
 

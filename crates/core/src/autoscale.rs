@@ -49,9 +49,6 @@ pub enum Scale {
     In(ChainId),
 }
 
-/// Load below which a chain counts as idle (instances' worth).
-const IDLE: f64 = 1e-3;
-
 #[derive(Debug, Clone, Copy, Default)]
 struct Watch {
     over_since: Option<Instant>,
@@ -98,7 +95,9 @@ impl Autoscaler {
         let under = if instances > 1 {
             self.cfg.scale && load <= (instances - 1) as f64 * high
         } else {
-            self.cfg.deschedule_idle && instances == 1 && load < IDLE
+            // Idle: nothing at all arrived (the driver reports a chain with arrivals as loaded,
+            // however cheap its NTs).
+            self.cfg.deschedule_idle && instances == 1 && load <= 0.0
         };
         w.over_since = if over { w.over_since.or(Some(now)) } else { None };
         w.under_since = if under { w.under_since.or(Some(now)) } else { None };

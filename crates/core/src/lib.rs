@@ -20,7 +20,8 @@
 //! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
 //!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
-//!   in on load held for a whole MONITOR_PERIOD. Neither drives the node yet.
+//!   in on load held for a whole MONITOR_PERIOD; [`rechain`]: which of a DAG's chain
+//!   candidates it runs as (its planned chains, or one compact chain when regions are short).
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
@@ -48,5 +49,6 @@ pub mod ids;
 pub mod join;
 pub mod launcher;
 pub mod mat;
+pub mod rechain;
 pub mod sched;
 pub mod time;

@@ -215,6 +215,11 @@ impl<T: Copy> Scheduler<T> {
         self.dags[i] = Some(DagEntry { route, tenant: TenantId(0), arrivals: [0; INLINE_STEPS], more, counts: Vec::with_capacity(n) });
     }
 
+    /// The route of a DAG, if deployed.
+    pub fn route(&self, uid: DagUid) -> Option<&DagRoute> {
+        self.dags.get(uid.0 as usize)?.as_ref().map(|e| &e.route)
+    }
+
     /// Removes a DAG's route; packets already queued still run.
     pub fn remove_dag(&mut self, uid: DagUid) -> Option<DagRoute> {
         self.dags.get_mut(uid.0 as usize).and_then(Option::take).map(|e| e.route)

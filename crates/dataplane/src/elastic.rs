@@ -17,8 +17,9 @@
 
 use crate::node::Place;
 use snic_core::autoscale::{AutoscaleConfig, Autoscaler};
-use snic_core::ids::{ChainId, InstanceId};
+use snic_core::ids::{ChainId, DagUid, InstanceId};
 use snic_core::launcher::{Launcher, LauncherConfig};
+use snic_core::rechain::Form;
 use snic_core::time::Instant;
 use snic_nt::Nt;
 use std::collections::VecDeque;
@@ -44,6 +45,9 @@ pub struct ElasticConfig {
     pub share_below: f64,
     /// Keep descheduled chains loaded as victims (the victim cache); off: tear them down.
     pub victims: bool,
+    /// Switch DAGs that have a compact form between it and their planned chains with the
+    /// pressure on regions (`snic_core::rechain`).
+    pub rechain: bool,
 }
 
 impl Default for ElasticConfig {
@@ -56,6 +60,7 @@ impl Default for ElasticConfig {
             high: 0.9,
             share_below: 0.8,
             victims: true,
+            rechain: true,
         }
     }
 }
@@ -87,6 +92,27 @@ pub enum EventKind {
     },
     /// No region could be found; packets were sent on for the tenant's endpoint to process.
     EndpointFallback,
+    /// DAG `dag` starts switching to another chain candidate (its arrivals wait until its old
+    /// route is empty); `chain` is the first chain of the new form.
+    Rechain {
+        /// The DAG (its UID in the MAT).
+        dag: DagUid,
+        /// The form it switches to.
+        to: Form,
+    },
+    /// The switch is done: the DAG runs as `to`; `took_ns` is from its start (the time its
+    /// arrivals were held).
+    Rechained {
+        /// The DAG.
+        dag: DagUid,
+        /// The form it now runs as.
+        to: Form,
+    },
+    /// The old route did not drain in time; the DAG stays as it was.
+    RechainAbandoned {
+        /// The DAG.
+        dag: DagUid,
+    },
 }
 
 /// Why a chain was launched.
@@ -136,6 +162,11 @@ pub struct ElasticStats {
     pub deschedules: u64,
     /// Packets sent on unprocessed for the endpoint.
     pub endpoint_packets: u64,
+    /// Times packets needed a region and none was free (a context switch, the endpoint
+    /// fallback, or nothing at all): the pressure on regions.
+    pub region_shortfalls: u64,
+    /// DAGs switched to another chain candidate.
+    pub rechains: u64,
     /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
     pub events: VecDeque<Event>,
 }
@@ -153,7 +184,11 @@ impl ElasticStats {
             EventKind::ScaleOut => self.scale_outs += 1,
             EventKind::ScaleIn => self.scale_ins += 1,
             EventKind::Deschedule => self.deschedules += 1,
-            EventKind::Running { .. } | EventKind::EndpointFallback => {}
+            EventKind::Running { .. }
+            | EventKind::EndpointFallback
+            | EventKind::Rechain { .. }
+            | EventKind::Rechained { .. }
+            | EventKind::RechainAbandoned { .. } => {}
         }
         if self.events.len() == Self::EVENTS {
             self.events.pop_front();
@@ -187,6 +222,9 @@ pub struct Elastic {
     /// Per region: its instance and where it runs.
     pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
     pub(crate) pending: Vec<Pending>,
+    /// Packets whose chain found every region mid-launch, in arrival order (bounded): they
+    /// enter again as soon as a launch completes.
+    pub(crate) waiting: VecDeque<u32>,
     /// Per chain: NT state saved by evicted instances, most recent last (bounded).
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
     /// Per chain: the tenant's endpoint can run it.
@@ -216,6 +254,7 @@ impl Elastic {
             }),
             slots: (0..cfg.regions).map(|i| (None, place(i))).collect(),
             pending: Vec::new(),
+            waiting: VecDeque::new(),
             saved: Vec::new(),
             endpoint: Vec::new(),
             load: Vec::new(),

@@ -127,6 +127,10 @@ pub struct Meter {
     /// last epoch's load in instances' worth (its busiest NT).
     nt_work: Vec<Vec<f64>>,
     chain_load: Vec<f64>,
+    /// Per chain: its NTs' names (their kinds until labelled).
+    chain_names: Vec<Vec<String>>,
+    /// Per chain: packets arrived for it this epoch.
+    chain_arrived: Vec<bool>,
 }
 
 /// The share of a core fair sharing hands out: the rest is headroom for the work no tenant
@@ -162,6 +166,8 @@ impl Meter {
             last_end: now,
             nt_work: Vec::new(),
             chain_load: Vec::new(),
+            chain_arrived: Vec::new(),
+            chain_names: Vec::new(),
         };
         m.publish_resources();
         m
@@ -208,6 +214,8 @@ impl Meter {
         let c = self.chains.len();
         self.nt_work.push(vec![0.0; kinds.len()]);
         self.chain_load.push(0.0);
+        self.chain_arrived.push(false);
+        self.chain_names.push(kinds.iter().map(|k| k.to_string()).collect());
         self.chains
             .push(kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect());
         self.publish_resources();
@@ -215,12 +223,20 @@ impl Meter {
 
     /// Names a chain's NTs (manifest names instead of `chainC.I:kind`).
     pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
+        if let Some(n) = self.chain_names.get_mut(chain.index()) {
+            n.iter_mut().zip(names).for_each(|(n, name)| n.clone_from(name));
+        }
         if let Some(nts) = self.chains.get_mut(chain.index()) {
             for (n, name) in nts.iter_mut().zip(names) {
                 n.label = name.clone();
             }
             self.publish_resources();
         }
+    }
+
+    /// The names of `chain`'s NTs (as labelled, else their kinds).
+    pub fn chain_names(&self, chain: ChainId) -> &[String] {
+        self.chain_names.get(chain.index()).map_or(&[], Vec::as_slice)
     }
 
     /// A new running instance of `chain` (or a new one in a reused instance slot), whose region
@@ -252,7 +268,8 @@ impl Meter {
     }
 
     /// The load that arrived for `chain` over the last epoch, in instances' worth of work (its
-    /// busiest NT's arrivals ÷ one instance's throughput): what auto-scaling watches.
+    /// busiest NT's arrivals ÷ one instance's throughput): what auto-scaling watches. Exactly 0
+    /// only if nothing arrived.
     pub fn chain_load(&self, chain: ChainId) -> f64 {
         self.chain_load.get(chain.index()).copied().unwrap_or(0.0)
     }
@@ -333,10 +350,13 @@ impl Meter {
         self.fixed.clear();
         self.fixed.resize(n * r, 0.0);
         let (rows, row_of, chains, work) = (&mut self.rows, &self.row_of, &self.chains, &mut self.nt_work);
+        let arrived = &mut self.chain_arrived;
+        arrived.iter_mut().for_each(|a| *a = false);
         sched.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
             for (step, &k) in route.steps().iter().zip(counts) {
                 let Some(nts) = chains.get(step.chain.index()) else { continue };
+                arrived[step.chain.index()] |= k > 0;
                 for (i, nt) in nts.iter().enumerate() {
                     if !step.mask.runs(i) {
                         continue;
@@ -359,8 +379,12 @@ impl Meter {
         });
         let secs = now.saturating_since(self.last_end).as_secs_f64();
         self.last_end = now;
-        for (load, work) in self.chain_load.iter_mut().zip(&mut self.nt_work) {
+        for ((load, work), &arrived) in self.chain_load.iter_mut().zip(&mut self.nt_work).zip(&self.chain_arrived) {
             *load = if secs > 0.0 { work.iter().fold(0.0, |m: f64, &w| m.max(w)) / secs } else { 0.0 };
+            if arrived && *load <= 0.0 {
+                // Packets came (their NTs' cost not yet measured): loaded, not idle.
+                *load = f64::MIN_POSITIVE;
+            }
             work.iter_mut().for_each(|w| *w = 0.0);
         }
         // The dispatcher's own costs per packet, from the sampled full polls: receiving (every

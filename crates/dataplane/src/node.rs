@@ -17,7 +17,7 @@ use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
-use snic_core::dag::{DagRoute, NtMask};
+use snic_core::dag::NtMask;
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
@@ -207,12 +207,16 @@ pub struct Node<B: Backend> {
     joins: JoinTable<u32>,
     /// Batches for regions on the dispatcher's thread, run after the workers got theirs.
     deferred: Vec<Work>,
+    /// The deployed DAGs: their routes per chain candidate, and switches under way.
+    dags: rechain::Dags,
 }
 
 mod fork;
 
 mod elastic;
+mod rechain;
 use elastic::OnDemand;
+pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
 
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
@@ -266,6 +270,7 @@ impl<B: Backend> Node<B> {
             elastic: Elastic::new(cfg.elastic, cfg.workers),
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
+            dags: rechain::Dags::new(cfg.elastic.monitor_period, cfg.elastic.high),
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -402,14 +407,10 @@ impl<B: Backend> Node<B> {
         Ok(inst)
     }
 
-    /// Installs the route of a DAG.
-    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
-        self.sched.set_dag(uid, route);
-    }
-
-    /// Removes a DAG's route; its packets already queued still run.
-    pub fn remove_dag(&mut self, uid: DagUid) {
-        self.sched.remove_dag(uid);
+    /// True while worker threads hold batches that have not come back (tests on a virtual
+    /// clock wait for them before moving time on).
+    pub fn workers_busy(&self) -> bool {
+        self.exec.workers.iter().any(|w| w.outstanding() > 0)
     }
 
     /// Polls until every buffer is back in the store or `limit` passes; returns true if drained.
@@ -473,8 +474,11 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
-        if !self.elastic.pending.is_empty() || self.sched.has_parked() {
+        if !self.elastic.pending.is_empty() || self.sched.has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
+        }
+        if self.dags.switching > 0 {
+            self.advance_switches(now);
         }
         if self.meter.due(now) {
             self.end_epoch(now);
@@ -605,20 +609,28 @@ impl<B: Backend> Node<B> {
         d.meta.len = len as u16;
         d.meta.vni = vni;
         d.meta.tenant = tenant;
-        d.dag = dag.unwrap_or_default();
         d.pos = 0;
         d.src = src;
         d.flow_hash = flow_hash;
         d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
         d.verdict = None;
         d.charged = true;
-        match dag {
-            None => self.egress(idx),
-            Some(uid) => match self.sched.handle_packet(now, tenant, uid, 0, flow_hash, idx) {
-                Ok(a) => self.accepted(idx, a, now),
-                Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
-                Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
-            },
+        let Some(uid) = dag else {
+            d.dag = DagUid::default();
+            return self.egress(idx);
+        };
+        // The route its arrivals take now (node-internal UID), unless the DAG is switching
+        // between chain candidates or unknown.
+        let route = self.dags.live.get(uid.0 as usize).copied().unwrap_or(rechain::NONE);
+        if route & rechain::HOLD != 0 {
+            return self.hold(idx, uid);
+        }
+        d.dag = DagUid(route);
+        self.store.tag_route(idx, route);
+        match self.sched.handle_packet(now, tenant, DagUid(route), 0, flow_hash, idx) {
+            Ok(a) => self.accepted(idx, a, now),
+            Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
+            Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
         }
     }
 
@@ -675,12 +687,17 @@ impl<B: Backend> Node<B> {
             };
             match self.on_demand(chain, now) {
                 OnDemand::Retry => {
+                    // Packets that waited for this chain go first.
+                    self.release_waiting(Some(chain), now);
                     return match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
                         Ok(a) => self.accepted(idx, a, now),
                         Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
                     };
                 }
-                OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
+                OnDemand::Wait if self.elastic.waiting.len() < 4 * self.cfg.max_queue_per_tenant => {
+                    return self.elastic.waiting.push_back(idx);
+                }
+                OnDemand::Wait | OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
                 // (`join_at` is only meaningful once the scheduler accepted the packet: ask the
                 // route.)
                 OnDemand::Endpoint if self.sched.fork_at(dag, pos).1 != 0 => {

@@ -174,7 +174,14 @@ pub struct Store {
     /// The tenant each slot last belonged to, so a buffer changing hands is zeroed (FairNIC's
     /// buffer-reuse leak).
     owner: Vec<u16>,
+    /// The DAG route (node-internal UID) each charged slot runs, or `UNTAGGED`, and how many
+    /// slots each route holds: a DAG switching to another chain candidate waits until its old
+    /// route holds none (see `Node::rechain`).
+    route_of: Vec<u32>,
+    in_route: Vec<u32>,
 }
+
+const UNTAGGED: u32 = u32::MAX;
 
 /// Tenant slots in the accounting tables (tenant ids must be below this).
 pub const MAX_TENANTS: usize = 1024;
@@ -191,6 +198,8 @@ impl Store {
             charged: 0,
             quota: vec![n as u32; MAX_TENANTS],
             owner: vec![u16::MAX; n],
+            route_of: vec![UNTAGGED; n],
+            in_route: Vec::new(),
         }
     }
 
@@ -287,9 +296,30 @@ impl Store {
         Ok(idx)
     }
 
+    /// Counts charged buffer `idx` as running DAG route `route` (node-internal UID) until it
+    /// is freed.
+    #[inline]
+    pub fn tag_route(&mut self, idx: u32, route: u32) {
+        let r = route as usize;
+        if self.in_route.len() <= r {
+            self.in_route.resize(r + 1, 0);
+        }
+        self.in_route[r] += 1;
+        self.route_of[idx as usize] = route;
+    }
+
+    /// Charged buffers running DAG route `route`.
+    pub fn in_route(&self, route: u32) -> u32 {
+        self.in_route.get(route as usize).copied().unwrap_or(0)
+    }
+
     /// Frees a charged buffer.
     #[inline]
     pub fn free_charged(&mut self, idx: u32, t: TenantId) {
+        let r = std::mem::replace(&mut self.route_of[idx as usize], UNTAGGED);
+        if r != UNTAGGED {
+            self.in_route[r as usize] -= 1;
+        }
         self.occupancy[t.index()] -= 1;
         self.charged -= 1;
         self.free.push(idx);
@@ -311,6 +341,28 @@ mod tests {
         }
         assert_ne!(p("[::ffff:192.0.2.1]:4789", 1).key(), v4[0].key());
         assert_ne!(p("[2001:db8::1]:4789", 1).key(), p("[2001:db8::2]:4789", 1).key());
+    }
+
+    #[test]
+    fn route_tags_count_charged_buffers_until_freed() {
+        let mut s = Store::new(8, 2);
+        let mut rx = Vec::new();
+        s.take_for_rx(3, &mut rx);
+        for &i in &rx {
+            s.charge(i, TenantId(1), 0..0).unwrap();
+        }
+        s.tag_route(rx[0], 5);
+        s.tag_route(rx[1], 5);
+        assert_eq!((s.in_route(5), s.in_route(4), s.in_route(99)), (2, 0, 0));
+        s.free_charged(rx[0], TenantId(1));
+        s.free_charged(rx[2], TenantId(1));
+        assert_eq!(s.in_route(5), 1, "an untagged buffer changes nothing");
+        s.free_charged(rx[1], TenantId(1));
+        assert_eq!(s.in_route(5), 0);
+        // A reused slot starts untagged.
+        let c = s.alloc_charged(TenantId(1), 0..0).unwrap();
+        s.free_charged(c, TenantId(1));
+        assert_eq!(s.in_route(5), 0);
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct WorkerHandle {
     ctl: mpsc::Sender<Ctl>,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
+    /// Batches submitted and not yet back.
+    outstanding: usize,
 }
 
 /// Why a worker operation failed.
@@ -77,7 +79,7 @@ impl WorkerHandle {
             }
             worker_loop(slots, work_in, work_out, ctl_rx, st)
         })?;
-        Ok(WorkerHandle { to, from, ctl, stop, join: Some(join) })
+        Ok(WorkerHandle { to, from, ctl, stop, join: Some(join), outstanding: 0 })
     }
 
     /// Installs a region; returns once the worker has it.
@@ -99,13 +101,23 @@ impl WorkerHandle {
     #[inline]
     #[allow(clippy::result_large_err)]
     pub fn submit(&mut self, w: Work) -> Result<(), Work> {
-        self.to.push(w).map_err(|rtrb::PushError::Full(w)| w)
+        self.to.push(w).map_err(|rtrb::PushError::Full(w)| w)?;
+        self.outstanding += 1;
+        Ok(())
+    }
+
+    /// Batches submitted and not yet back.
+    #[inline]
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
     }
 
     /// A finished batch, if any.
     #[inline]
     pub fn poll_done(&mut self) -> Option<Work> {
-        self.from.pop().ok()
+        let w = self.from.pop().ok()?;
+        self.outstanding -= 1;
+        Some(w)
     }
 }
 

@@ -92,7 +92,14 @@ impl Bed {
     /// Polls to idle and checks what came out: per flow (told by the source port it leaves
     /// with: a NAT maps each flow to one port) in order, nothing twice.
     fn poll(&mut self) {
-        while self.node.poll() > 0 {}
+        // Worker threads run in real time: wait for their batches before time moves on.
+        loop {
+            while self.node.poll() > 0 {}
+            if !self.node.workers_busy() {
+                break;
+            }
+            std::thread::yield_now();
+        }
         for (bytes, _) in std::mem::take(&mut self.node.backend_mut().tx) {
             let vni = parse_vxlan(&bytes).unwrap();
             let inner = parse_inner(&bytes[8..]).unwrap();
@@ -166,8 +173,12 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
     b.run(0, 10, 2, 8);
     assert_eq!(b.lost(0), 0);
     assert_eq!(b.node.elastic().stats().launches, 1);
-    // 2. Chain 2 (NAT) takes the second free region; flow 1 gets public port 1024.
-    b.run(2, 1, 1, 8);
+    // 2. Chain 2 (NAT) takes the second free region; flow 1 gets public port 1024. (Chain 0
+    // keeps its traffic: a chain that gets nothing for a whole period is descheduled.)
+    for _ in 0..4 {
+        b.run(0, 10, 2, 1);
+        b.run(2, 1, 1, 1);
+    }
     assert_eq!(b.lost(2), 0);
     assert_eq!(b.node.elastic().stats().launches, 2);
     // 3. Chain 2 goes idle: after a whole MONITOR_PERIOD it is descheduled, kept as a victim.
@@ -245,20 +256,94 @@ fn square_wave(workers: usize) {
             eprintln!("{} ms region {:?} {:?} took {}", e.at_ns / 1_000_000, e.region, e.kind, e.took_ns);
         }
     }
-    if workers == 0 {
-        assert!(st.scale_outs >= 2 && st.scale_ins >= 2, "scale events: out {} in {}", st.scale_outs, st.scale_ins);
-        assert!(st.resumes >= 1, "later scale-outs resume victims instead of launching");
-    } else {
-        // Worker threads run in real time while the clock is virtual: a worker the OS holds
-        // back looks, in virtual time, like an instance that takes long to drain, which delays
-        // (never breaks) scale events. Only that they happen is checked here.
-        assert!(st.scale_outs >= 1 && st.scale_ins >= 1, "scale events: out {} in {}", st.scale_outs, st.scale_ins);
-    }
+    assert!(st.scale_outs >= 2 && st.scale_ins >= 2, "scale events: out {} in {}", st.scale_outs, st.scale_ins);
+    assert!(st.resumes >= 1, "later scale-outs resume victims instead of launching");
     assert_eq!(b.lost(0), 0, "no packet lost across scale events");
     // At most one scale event per MONITOR_PERIOD.
     let times: Vec<u64> =
         st.events.iter().filter(|e| matches!(e.kind, EventKind::ScaleOut | EventKind::ScaleIn)).map(|e| e.at_ns).collect();
     for w in times.windows(2) {
         assert!(w[1] - w[0] >= 5_000_000, "two scale events within a period: {times:?}");
+    }
+}
+
+/// Tenant 1's DAG runs a NAT and an engine as two chains (its planned form) or as one compact
+/// chain; tenant 3 has a chain of its own. Two regions.
+fn two_forms(workers: usize) -> Bed {
+    let chains = vec![vec![nat()], vec![engine(1_000_000)], vec![engine(1_000_000)]];
+    let mut b = Bed::with_workers(ElasticConfig { launch_delay: MS, ..cfg(2, 0) }, chains, true, workers);
+    b.node.remove_dag(DagUid(2));
+    let route = DagRoute::new(vec![Step { chain: ChainId(0), mask: NtMask::all(1) }, Step { chain: ChainId(1), mask: NtMask::all(1) }]);
+    b.node.set_dag(DagUid(1), route);
+    b.node.set_compact_form(DagUid(1), vec![nat(), engine(1_000_000)], &["nat".into(), "engine".into()]).unwrap();
+    b
+}
+
+/// Public ports the NAT gave tenant 1's flows.
+fn nat_ports(b: &Bed) -> Vec<u16> {
+    let mut p: Vec<u16> = b.seen.keys().filter(|(v, _)| *v == 100).map(|&(_, p)| p).collect();
+    p.sort();
+    p
+}
+
+#[test]
+fn region_pressure_compacts_a_dag_and_calm_expands_it_with_nt_state_kept() {
+    compact_and_expand(0);
+}
+
+#[test]
+fn compact_and_expand_with_regions_on_worker_threads() {
+    compact_and_expand(2);
+}
+
+fn compact_and_expand(workers: usize) {
+    use snic_core::rechain::Form;
+    let mut b = two_forms(workers);
+    b.idle(2);
+    // Tenant 1 alone: its two chains run in the two regions; flows 1..=3 get ports 1024..=1026.
+    b.run(0, 6, 3, 10);
+    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Planned));
+    assert_eq!(nat_ports(&b), [1024, 1025, 1026]);
+    // Tenant 3 arrives: three chains want two regions, and stop-and-launch thrashes until the
+    // pressure has lasted a MONITOR_PERIOD; then tenant 1's DAG becomes one chain.
+    for _ in 0..40 {
+        b.run(0, 6, 3, 1);
+        b.run(2, 6, 3, 1);
+    }
+    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact));
+    let st = b.node.elastic().stats();
+    assert_eq!(st.rechains, 1);
+    let switches = st.context_switches;
+    assert!(switches >= 2, "regions were short first ({switches} context switches)");
+    // From then on both fit: no more context switches, nothing lost, nothing reordered.
+    for _ in 0..40 {
+        b.run(0, 6, 3, 1);
+        b.run(2, 6, 3, 1);
+    }
+    assert_eq!(b.node.elastic().stats().context_switches, switches);
+    assert_eq!(b.node.elastic().stats().rechains, 1, "no oscillation under steady pressure");
+    // The NAT's state moved into the compact chain: a new flow gets the next port.
+    b.push(0, 4);
+    b.idle(1);
+    assert_eq!(nat_ports(&b), [1024, 1025, 1026, 1027]);
+    // Tenant 3 stops: once calm for a period with a region unused (its chain a victim), the DAG
+    // goes back to its planned chains, with the NAT's state again.
+    b.run(0, 6, 4, 40);
+    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Planned));
+    assert_eq!(b.node.elastic().stats().rechains, 2);
+    b.push(0, 5);
+    b.idle(2);
+    assert_eq!(nat_ports(&b), [1024, 1025, 1026, 1027, 1028]);
+    assert!(b.node.drain(Duration::from_secs(1)));
+    b.poll();
+    let drops = |t: usize| snic_dataplane::stats::named_drops(&b.node.stats().tenants[t].drops);
+    assert_eq!((b.lost(0), b.lost(2)), (0, 0), "drops {:?} {:?} events {:?}", drops(1), drops(3), b.kinds());
+    let took: Vec<u64> =
+        b.node.elastic().stats().events.iter().filter(|e| matches!(e.kind, EventKind::Rechained { .. })).map(|e| e.took_ns).collect();
+    assert_eq!(took.len(), 2);
+    if std::env::var_os("SHOW").is_some() {
+        for e in &b.node.elastic().stats().events {
+            eprintln!("{} us region {:?} chain {} {:?} took {}", e.at_ns / 1000, e.region, e.chain.index(), e.kind, e.took_ns);
+        }
     }
 }

@@ -12,6 +12,22 @@ use snic_dataplane::store::Peer;
 use snic_dataplane::Node;
 use std::sync::Arc;
 
+/// Gives each DAG that has a compact candidate ([`Plan::compact_chains`]) its compact form,
+/// on a node with elastic NTs and rechaining on (plan chain `c` is the node's `ChainId(c)`).
+pub fn compact_forms<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<()> {
+    let cfg = node.elastic().config();
+    if cfg.regions == 0 || !cfg.rechain {
+        return Ok(());
+    }
+    for d in &plan.dags {
+        let Some(chains) = plan.compact_chains(d) else { continue };
+        let specs = chains.iter().flat_map(|&c| plan.chains[c].specs.iter().cloned()).collect();
+        let names: Vec<String> = chains.iter().flat_map(|&c| plan.chains[c].nts.iter().cloned()).collect();
+        node.set_compact_form(d.uid, specs, &names).with_context(|| format!("DAG {}'s compact form", d.name))?;
+    }
+    Ok(())
+}
+
 /// Deploys `plan` on a node that runs nothing yet; returns the instance (region) pre-launched
 /// for each planned chain — `None` for a chain that found no free region on a node with elastic
 /// NTs (it is launched when its packets arrive).
@@ -37,6 +53,7 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
     for d in &plan.dags {
         node.set_dag(d.uid, d.route(|c| chains[c].0));
     }
+    compact_forms(node, plan)?;
     let mut mat = Mat::new();
     for r in &plan.rules {
         mat.insert(*r);

@@ -78,6 +78,14 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
                 println!("  {:<16}          chain candidates: {} (every contiguous run of its NTs)", "", c.len());
             }
         }
+        if let Some(cs) = p.compact_chains(d) {
+            let nts: Vec<&str> = cs.iter().flat_map(|&c| p.chains[c].nts.iter().map(String::as_str)).collect();
+            println!(
+                "  {:<16}          compact form: {} (one region; elastic nodes switch to it while regions are short)",
+                "",
+                nts.join(" → ")
+            );
+        }
         if !d.groups.is_empty() {
             let g: Vec<String> = d.groups.iter().map(|(a, b)| format!("steps {a}..{b}")).collect();
             println!("  {:<16}          fork/join: {} run in parallel on each packet", "", g.join(", "));

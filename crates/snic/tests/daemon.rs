@@ -314,3 +314,78 @@ fn elastic_config_errors_are_clear() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("elastic.autoscale needs elastic.enabled"), "{err}");
 }
+
+#[test]
+fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_after() {
+    // Green's counter and VPC map run in parallel (two chains of their own) and blue's firewall
+    // and NAT as one chain: three chains, two regions. With both tenants sending, stop-and-launch
+    // thrashes until green's DAG becomes one compact chain; once blue stops, green goes back to
+    // its parallel chains.
+    let dir = TempDir::new("rechain");
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Room for every packet: they are read only after all were sent.
+    for s in [&b, &g] {
+        let bytes: libc::c_int = 16 << 20;
+        // SAFETY: setsockopt on a socket we own, with a c_int option value.
+        let r = unsafe {
+            use std::os::fd::AsRawFd;
+            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&bytes as *const libc::c_int).cast(), 4)
+        };
+        assert_eq!(r, 0, "SO_RCVBUFFORCE (the tests run as root)");
+    }
+    let d = start_with(&dir.0, "regions: 2\nelastic: {enabled: true, launch_delay_ms: 2}\n");
+    let manifest = demo_with_routes(&b, &g).replace(
+        "  nodes: [green-counter, green-vpc-map]\n  edges: [[green-counter, green-vpc-map]]",
+        "  nodes: [green-counter, green-vpc-map]\n  edges: []\n  parallel: true",
+    );
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &manifest);
+    assert_eq!(s, 200, "{v}");
+    let status = || http("GET", &format!("{}/v1/status", d.api), "").1;
+    let events = |v: &serde_json::Value| -> Vec<String> {
+        v["elastic"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
+    };
+    let (blue, green) = traffic(d.data, &b, &g, 3000);
+    let v = status();
+    assert!(counter(&v, "region_shortfalls") > 0, "{}", v["elastic"]);
+    // One compaction while both sent; back to the planned form only once blue's chain went
+    // idle (the traffic over), not before.
+    let brief: Vec<String> = v["elastic"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| !e["event"].as_str().unwrap().contains("context"))
+        .map(|e| format!("{} {}", e["chain"].as_str().unwrap(), e["event"].as_str().unwrap()))
+        .collect();
+    let at = |what: &str| brief.iter().position(|e| e.ends_with(what));
+    let compact = at("DAG green-vpc runs its compact form").unwrap_or_else(|| panic!("{brief:#?}"));
+    assert_eq!(brief.iter().filter(|e| e.ends_with("compact form")).count(), 2, "one compaction: {brief:#?}");
+    if let Some(planned) = at("DAG green-vpc runs its planned form") {
+        let blue_idle = brief[compact..planned].iter().any(|e| e == "blue-firewall → blue-nat deschedule");
+        assert!(blue_idle, "expanded while blue still sent: {brief:#?}");
+    }
+    // Both tenants' traffic went through their NTs: blue's NAT and green's VPC map ran.
+    assert!(
+        blue.len() >= 2700 && green.len() >= 2700,
+        "delivered blue {} green {}: {} {}",
+        blue.len(),
+        green.len(),
+        v["tenants"],
+        v["elastic"]
+    );
+    assert!(green.iter().all(|p| u32::from_be_bytes([0, p[4], p[5], p[6]]) == 300), "green re-mapped to VNI 300");
+    assert!(blue.iter().all(|p| p[34..38] == [203, 0, 113, 1]), "blue's source NATed to 203.0.113.1");
+    // Blue stops: its chain goes idle, then green expands into the regions it leaves.
+    let t0 = Instant::now();
+    let v = loop {
+        let v = status();
+        if events(&v).iter().any(|e| e == "DAG green-vpc runs its planned form") || t0.elapsed() > Duration::from_secs(5) {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(events(&v).iter().any(|e| e == "DAG green-vpc runs its planned form"), "{:?}", events(&v));
+    let got = burst(d.data, 200, &g, 100);
+    assert_eq!(got, 100, "green's planned form delivers");
+    assert_eq!(stop(d), 0);
+}

@@ -7,7 +7,7 @@ use crate::region::Region;
 use snic_core::autoscale::Scale;
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
-use snic_core::sched::InstanceState;
+use snic_core::sched::{InstanceState, Reject};
 use snic_core::time::Instant;
 use snic_nt::Nt;
 
@@ -17,6 +17,8 @@ pub(super) enum OnDemand {
     Retry,
     /// Send the packet on unprocessed: the tenant's endpoint runs the chain.
     Endpoint,
+    /// Every region is being launched: wait for one to run.
+    Wait,
     /// No room: drop it.
     Nothing,
 }
@@ -35,13 +37,13 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
+    pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
         self.elastic.stats.record(Event { at_ns: now.as_nanos(), chain, region, kind, took_ns });
     }
 
     /// The chain's NTs for a new instance: the state an evicted instance saved, else freshly
     /// built (the real instantiation cost, measured).
-    fn chain_nts(&mut self, chain: ChainId) -> Result<(Vec<Box<dyn Nt>>, u64), LaunchError> {
+    pub(super) fn chain_nts(&mut self, chain: ChainId) -> Result<(Vec<Box<dyn Nt>>, u64), LaunchError> {
         if let Some(nts) = self.elastic.saved.get_mut(chain.index()).and_then(Vec::pop) {
             return Ok((nts, 0));
         }
@@ -85,7 +87,7 @@ impl<B: Backend> Node<B> {
 
     /// Takes a parked instance's region away; its NTs' state is saved for the chain's next
     /// launch, and its region is empty.
-    fn teardown(&mut self, inst: InstanceId) {
+    pub(super) fn teardown(&mut self, inst: InstanceId) {
         let chain = self.sched.chain_of(inst);
         let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline) {
             Place::Inline => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
@@ -144,7 +146,12 @@ impl<B: Backend> Node<B> {
         }
         let endpoint = self.elastic.endpoint.get(chain.index()).copied().unwrap_or(false);
         // The pool hook: no peers yet, so never remote.
+        // A shortfall: no region free or holding a victim (evicting a victim costs nobody).
+        let room = self.elastic.launcher.has_room();
         let decision = self.elastic.launcher.place(chain, now, false, endpoint);
+        if !room && matches!(decision, Decision::ContextSwitch { .. } | Decision::Endpoint | Decision::Busy) {
+            self.elastic.stats.region_shortfalls += 1;
+        }
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
                 let Some(inst) = self.elastic.slots[region].0 else { return OnDemand::Nothing };
@@ -167,7 +174,9 @@ impl<B: Backend> Node<B> {
                 }
                 OnDemand::Endpoint
             }
-            Decision::Wait { .. } | Decision::Remote | Decision::Busy => OnDemand::Nothing,
+            // Every region is mid-launch: one runs soon.
+            Decision::Wait { .. } | Decision::Busy => OnDemand::Wait,
+            Decision::Remote => OnDemand::Nothing,
         }
     }
 
@@ -202,6 +211,7 @@ impl<B: Backend> Node<B> {
     /// torn down to make room), and launches whose time has come and whose region is empty
     /// start running. Called every poll while any is pending.
     pub(super) fn advance_elastic(&mut self, now: Instant) {
+        let mut ran = false;
         while let Some(p) = self.sched.take_parked() {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
             match self.elastic.slot_of(p) {
@@ -256,6 +266,32 @@ impl<B: Backend> Node<B> {
             self.elastic.launcher.set_running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
             self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
+            ran = true;
+        }
+        if !self.elastic.waiting.is_empty() && (ran || self.elastic.pending.is_empty()) {
+            self.release_waiting(None, now);
+        }
+    }
+
+    /// Packets waiting for a region enter again, in order: those of `chain` only, or all.
+    pub(super) fn release_waiting(&mut self, chain: Option<ChainId>, now: Instant) {
+        if self.elastic.waiting.is_empty() {
+            return;
+        }
+        let all = std::mem::take(&mut self.elastic.waiting);
+        for idx in all {
+            // SAFETY: the dispatcher owns waiting packets.
+            let (_, d) = unsafe { self.slots.get(idx) };
+            let (t, dag, pos, hash) = (d.meta.tenant, d.dag, d.pos, d.flow_hash);
+            if chain.is_some() && self.sched.chain_at(dag, pos) != chain {
+                self.elastic.waiting.push_back(idx);
+                continue;
+            }
+            match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
+                Ok(a) => self.accepted(idx, a, now),
+                Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
+                Err(e) => self.drop_charged(idx, t, super::Drop::Sched(e)),
+            }
         }
     }
 
@@ -268,9 +304,12 @@ impl<B: Backend> Node<B> {
         let a = 0.25;
         for c in 0..self.chains.len() {
             let chain = ChainId(c as u16);
+            let raw = self.meter.chain_load(chain);
             let l = &mut self.elastic.load[c];
-            *l += a * (self.meter.chain_load(chain) - *l);
-            let load = *l;
+            *l += a * (raw - *l);
+            // Smoothed, but an epoch with no arrivals at all reads as idle (a smoothed load only
+            // approaches 0).
+            let load = if raw == 0.0 { 0.0 } else { *l };
             let insts = self.sched.instances_of(chain).len();
             for &inst in self.sched.instances_of(chain) {
                 if let Some(s) = self.elastic.slot_of(inst) {
@@ -287,6 +326,7 @@ impl<B: Backend> Node<B> {
                 None => {}
             }
         }
+        self.rechain_epoch(now);
     }
 
     fn scale_out(&mut self, chain: ChainId, now: Instant) {

@@ -55,6 +55,7 @@ impl<B: Backend> Node<B> {
             *cd = *d;
             cd.branch = b;
             cd.pos = pos + b;
+            self.store.tag_route(c, cd.dag.0);
             match self.sched.handle_packet(now, t, cd.dag, cd.pos, cd.flow_hash, c) {
                 // (A group's other steps start no group: `accepted` forks nothing here.)
                 Ok(a) => self.accepted(c, a, now),

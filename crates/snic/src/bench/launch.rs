@@ -6,6 +6,13 @@
 //! the victim cache. Each case is timed from the packet's arrival to its transmission, on a
 //! node with one region (two for on-demand) and an emulated reconfiguration delay (`--delay-ms`,
 //! default 0: the software's own cost).
+//!
+//! And what switching a DAG between chain candidates costs (`snic_core::rechain`): the vpc
+//! chain's NTs as one chain each (the planned form, one region per NT) and as one compact
+//! chain. `rechain_compact` / `rechain_expand` time a packet that arrives just as the switch
+//! starts: held until the old route is empty, the old chains stopped and their NTs' state
+//! moved, the new form's chains launched on demand, then through them; `warm_planned` and
+//! `warm_compact` a packet through each form once it runs.
 
 use super::{chain_specs, emit};
 use clap::Args;
@@ -13,6 +20,7 @@ use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::rechain::Form;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::ElasticConfig;
@@ -42,7 +50,8 @@ pub struct LaunchArgs {
 struct LaunchResult {
     bench: &'static str,
     /// `build` (the NTs alone), `warm` (a packet through the running chain), `on_demand`,
-    /// `context_switch`, `victim_resume` (a packet whose chain was not running).
+    /// `context_switch`, `victim_resume` (a packet whose chain was not running), and for the
+    /// vpc chain `warm_planned`, `warm_compact`, `rechain_compact`, `rechain_expand`.
     case: &'static str,
     chain: &'static str,
     nts: usize,
@@ -67,7 +76,65 @@ pub fn run(a: LaunchArgs) -> anyhow::Result<()> {
         report(a.json, "build", chain, specs.len(), t)?;
         packet_cases(&a, chain)?;
     }
-    Ok(())
+    rechain_cases(&a, "vpc")
+}
+
+/// Switches DAG 1 of a node built by [`split_node`] to `to` as a packet arrives; the time until
+/// that packet is out through the new form.
+fn switch_with_packet(node: &mut Node<MemPort>, to: Form) -> anyhow::Result<u64> {
+    let t0 = Instant::now();
+    anyhow::ensure!(node.switch_form(DagUid(1), to), "the DAG could not switch to {to:?}");
+    let t = out_since(node, 0, t0)?;
+    anyhow::ensure!(
+        node.dag_form(DagUid(1)) == Some(to) && !node.dag_switching(DagUid(1)),
+        "the switch did not complete: {:?} {:?}",
+        node.dag_form(DagUid(1)),
+        node.elastic().stats().events
+    );
+    Ok(t)
+}
+
+/// A node whose DAG 1 (VNI 100) runs `chain`'s NTs one chain each, with the compact form of
+/// them all; one region per NT.
+fn split_node(chain: &str, delay_ms: f64) -> anyhow::Result<Node<MemPort>> {
+    let specs = chain_specs(chain, 100)?;
+    // The switches are the bench's, not the policy's.
+    let elastic =
+        ElasticConfig { regions: specs.len(), launch_delay: Duration::from_secs_f64(delay_ms / 1e3), rechain: false, ..Default::default() };
+    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default()))?;
+    let steps = specs.iter().map(|s| Step { chain: node.add_chain(vec![s.clone()]), mask: NtMask::all(1) }).collect();
+    node.set_dag(DagUid(1), DagRoute::new(steps));
+    let names: Vec<String> = specs.iter().map(|s| s.kind().to_string()).collect();
+    node.set_compact_form(DagUid(1), specs, &names)?;
+    let mut mat = Mat::new();
+    mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
+    node.mat_handle().store(Arc::new(mat));
+    node.fdb_mut().set_default(100, Some(Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), ..Default::default() }));
+    node.set_tenant(TenantId(1), 1.0);
+    Ok(node)
+}
+
+fn rechain_cases(a: &LaunchArgs, chain: &'static str) -> anyhow::Result<()> {
+    let nts = chain_specs(chain, 100)?.len();
+    let (mut planned, mut compact, mut to_compact, mut to_planned) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..a.runs.max(1) {
+        let mut node = split_node(chain, a.delay_ms)?;
+        one_packet(&mut node, 0)?; // launches the planned chains on demand
+                                   // (Each measurement after an empty poll, which runs any epoch that fell due meanwhile.)
+        node.poll();
+        planned.push(one_packet(&mut node, 0)?);
+        node.poll();
+        to_compact.push(switch_with_packet(&mut node, Form::Compact)?);
+        node.poll();
+        compact.push(one_packet(&mut node, 0)?);
+        node.poll();
+        to_planned.push(switch_with_packet(&mut node, Form::Planned)?);
+    }
+    report(a.json, "warm_planned", chain, nts, planned)?;
+    report(a.json, "warm_compact", chain, nts, compact)?;
+    report(a.json, "rechain_compact", chain, nts, to_compact)?;
+    report(a.json, "rechain_expand", chain, nts, to_planned)
 }
 
 fn report(json: bool, case: &'static str, chain: &'static str, nts: usize, mut t: Vec<u64>) -> anyhow::Result<()> {
@@ -100,10 +167,14 @@ fn elastic_node(chain: &str, regions: usize, delay_ms: f64) -> anyhow::Result<(N
 
 /// One packet of chain `i` in, polled until it is out: the time it took, ns.
 fn one_packet(node: &mut Node<MemPort>, i: usize) -> anyhow::Result<u64> {
+    out_since(node, i, Instant::now())
+}
+
+/// One packet of chain `i` in, polled until it is out: ns since `t0`.
+fn out_since(node: &mut Node<MemPort>, i: usize, t0: Instant) -> anyhow::Result<u64> {
     let pkt = datagram(100 + i as u32, 1000, 64);
     let src = SocketAddr::from(([192, 0, 2, 1], 4789));
     node.backend_mut().tx.clear();
-    let t0 = Instant::now();
     node.backend_mut().rx.push_back((pkt, src));
     while node.backend().tx.is_empty() {
         node.poll();

@@ -50,6 +50,9 @@ pub struct ElasticFile {
     pub high: f64,
     /// Keep descheduled chains loaded as victims.
     pub victims: bool,
+    /// Switch a DAG whose NTs are spread over chains of its own to one compact chain while
+    /// regions are short, and back when they are not (see docs/elastic.md).
+    pub rechain: bool,
 }
 
 impl Default for ElasticFile {
@@ -62,6 +65,7 @@ impl Default for ElasticFile {
             monitor_period_ms: e.monitor_period.as_secs_f64() * 1e3,
             high: e.high,
             victims: e.victims,
+            rechain: e.rechain,
         }
     }
 }
@@ -83,6 +87,7 @@ impl ElasticFile {
             monitor_period: ms("monitor_period_ms", self.monitor_period_ms)?,
             high: self.high,
             victims: self.victims,
+            rechain: self.rechain,
             ..Default::default()
         })
     }

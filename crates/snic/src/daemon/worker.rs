@@ -147,7 +147,7 @@ pub struct ElasticSnap {
     /// Smoothed time to build a chain's NTs (the real instantiation cost), µs.
     pub build_us: f64,
     /// Counters: prelaunches, launches, resumes, context_switches, scale_outs, scale_ins,
-    /// deschedules, endpoint_packets.
+    /// deschedules, endpoint_packets, region_shortfalls, rechains.
     pub counters: Vec<(&'static str, u64)>,
     /// The most recent events, oldest first.
     pub events: Vec<EventSnap>,
@@ -301,6 +301,7 @@ fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &
         for d in &new.dags {
             node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
         }
+        crate::deploy::compact_forms(node, new)?;
         let mut mat = Mat::new();
         for r in &new.rules {
             mat.insert(*r);
@@ -358,19 +359,19 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
         if state == InstanceState::Free {
             continue;
         }
-        let c = node.sched().chain_of(id).index();
+        let names = node.meter().chain_names(node.sched().chain_of(id));
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (packets, nts) = match node.region_counters(id) {
             Some(rc) => (
                 load(&rc.packets),
-                plan.chains[c].nts.iter().enumerate().map(|(i, n)| (n.clone(), load(&rc.nt_packets[i]), load(&rc.nt_drops[i]))).collect(),
+                names.iter().enumerate().map(|(i, n)| (n.clone(), load(&rc.nt_packets[i]), load(&rc.nt_drops[i]))).collect(),
             ),
             None => (0, Vec::new()),
         };
         out.regions.push(RegionSnap {
             region: r as u16,
             state: state_name(state),
-            chain: plan.chains[c].nts.clone(),
+            chain: names.to_vec(),
             queued: node.sched().queued(id),
             credits: node.sched().credits(id),
             packets,
@@ -392,7 +393,13 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
     use snic_dataplane::elastic::EventKind;
     let e = node.elastic();
     let st = e.stats();
-    let name = |c: ChainId| plan.chains.get(c.index()).map_or_else(|| format!("chain {}", c.index()), |c| c.nts.join(" → "));
+    let name = |c: ChainId| node.meter().chain_names(c).join(" → ");
+    let dag_name =
+        |u: snic_core::ids::DagUid| plan.dags.iter().find(|d| d.uid == u).map_or_else(|| format!("#{}", u.0), |d| d.name.clone());
+    let form = |f: snic_core::rechain::Form| match f {
+        snic_core::rechain::Form::Planned => "planned",
+        snic_core::rechain::Form::Compact => "compact",
+    };
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
         enabled: e.config().regions > 0,
@@ -408,6 +415,8 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("scale_ins", st.scale_ins),
             ("deschedules", st.deschedules),
             ("endpoint_packets", st.endpoint_packets),
+            ("region_shortfalls", st.region_shortfalls),
+            ("rechains", st.rechains),
         ],
         events: events
             .map(|ev| EventSnap {
@@ -417,6 +426,9 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
                 event: match ev.kind {
                     EventKind::ContextSwitch { evicted } => format!("context switch (evicted {})", name(evicted)),
                     EventKind::Running { after } => format!("running ({after:?})").to_lowercase(),
+                    EventKind::Rechain { dag, to } => format!("DAG {} switching to its {} form", dag_name(dag), form(to)),
+                    EventKind::Rechained { dag, to } => format!("DAG {} runs its {} form", dag_name(dag), form(to)),
+                    EventKind::RechainAbandoned { dag } => format!("DAG {}'s switch abandoned (old route did not drain)", dag_name(dag)),
                     k => format!("{k:?}").to_lowercase(),
                 },
                 took_us: ev.took_ns as f64 / 1e3,

@@ -1,0 +1,465 @@
+//! The node's DAG table, and a DAG's run-time switch between its chain candidates (the policy
+//! is `snic-core`'s [`Rechainer`]; see [`snic_core::rechain`]).
+//!
+//! Every deployed DAG has a *planned* route (the planner's chains); a DAG given a *compact*
+//! form ([`Node::set_compact_form`]) can also run as one chain holding all its NTs. Each form
+//! has its own node-internal route UID, so a packet always finishes the route it entered on.
+//! A switch:
+//!
+//! 1. **holds** the DAG's arriving packets (in order, bounded) instead of entering them;
+//! 2. waits until no packet is left on the old route (the store counts buffers per route);
+//! 3. stops the old form's chains and **moves their NTs' state** into the new form's chains (a
+//!    NAT keeps its mappings, a firewall its flows): concatenated into the compact chain, or
+//!    split back into the planned chains; their regions are freed;
+//! 4. launches the new form's chains into the freed regions, with the moved state, and
+//!    releases the held packets, in order, onto the new route (they wait for the launch, as
+//!    any packet of a launching chain).
+//!
+//! Nothing is lost (past the hold bound, arrivals are dropped and counted) and nothing is
+//! reordered within a flow, since no packet of the new route runs before the old route is
+//! empty. A switch that does not drain within [`SWITCH_TIMEOUT_PERIODS`] MONITOR_PERIODs is
+//! abandoned: the held packets go on along the old route, still in order.
+
+use super::{Backend, Drop, Node};
+use crate::elastic::EventKind;
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::ids::{ChainId, DagUid};
+use snic_core::rechain::{DagView, Form, Rechainer};
+use snic_core::sched::{InstanceState, Reject};
+use snic_core::time::Instant;
+use snic_nt::{Nt, NtSpec};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// `live` value of a UID that is not deployed.
+pub(super) const NONE: u32 = u32::MAX;
+/// `live` flag: the DAG is switching; its arrivals are held.
+pub(super) const HOLD: u32 = 1 << 31;
+
+/// A switch not drained after this many MONITOR_PERIODs (and at least 100 ms) is abandoned.
+pub const SWITCH_TIMEOUT_PERIODS: u32 = 20;
+
+/// Why a compact form was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactError {
+    /// No such DAG.
+    #[error("no DAG with UID {0}")]
+    UnknownDag(u32),
+    /// The planned route visits fewer than two chains: nothing to compact.
+    #[error("the DAG's planned route visits {0} chain(s); a compact form needs at least two")]
+    OneChain(usize),
+    /// The compact chain must hold exactly the planned chains' NTs, in their order.
+    #[error("the compact chain has {got} NTs but the planned chains hold {want}")]
+    NtCount {
+        /// The compact chain's.
+        got: usize,
+        /// The planned chains'.
+        want: usize,
+    },
+}
+
+/// The node's DAG table. See the module docs.
+pub(super) struct Dags {
+    /// By the DAG's UID (the MAT's): the internal route UID its arrivals take, `HOLD` set while
+    /// it switches, `NONE` if not deployed.
+    pub(super) live: Vec<u32>,
+    entries: Vec<Option<Entry>>,
+    next: u32,
+    /// DAGs switching now (the poll checks them while non-zero).
+    pub(super) switching: usize,
+    policy: Rechainer,
+    /// `ElasticStats::region_shortfalls` at the last epoch.
+    shortfalls_seen: u64,
+}
+
+struct Entry {
+    planned: u32,
+    /// The planned route's chains, each once, in route order.
+    planned_chains: Vec<ChainId>,
+    compact: Option<(u32, ChainId)>,
+    form: Form,
+    switch: Option<Switching>,
+}
+
+struct Switching {
+    from: u32,
+    to: Form,
+    held: VecDeque<u32>,
+    since: Instant,
+}
+
+impl Entry {
+    fn live(&self) -> u32 {
+        match (self.form, self.compact) {
+            (Form::Compact, Some((c, _))) => c,
+            _ => self.planned,
+        }
+    }
+    fn chains(&self, form: Form) -> Vec<ChainId> {
+        match (form, self.compact) {
+            (Form::Compact, Some((_, c))) => vec![c],
+            _ => self.planned_chains.clone(),
+        }
+    }
+}
+
+impl Dags {
+    pub(super) fn new(monitor_period: Duration, high: f64) -> Self {
+        Dags {
+            live: Vec::new(),
+            entries: Vec::new(),
+            next: 0,
+            switching: 0,
+            policy: Rechainer::new(monitor_period, high),
+            shortfalls_seen: 0,
+        }
+    }
+
+    fn set_live(&mut self, uid: DagUid, v: u32) {
+        let i = uid.0 as usize;
+        if self.live.len() <= i {
+            self.live.resize(i + 1, NONE);
+            self.entries.resize_with(i + 1, || None);
+        }
+        self.live[i] = v;
+    }
+
+    fn entry(&mut self, uid: DagUid) -> Option<&mut Entry> {
+        self.entries.get_mut(uid.0 as usize).and_then(Option::as_mut)
+    }
+
+    fn alloc(&mut self) -> u32 {
+        self.next += 1;
+        self.next - 1
+    }
+}
+
+fn distinct_chains(route: &DagRoute) -> Vec<ChainId> {
+    let mut out: Vec<ChainId> = Vec::new();
+    for s in route.steps() {
+        if !out.contains(&s.chain) {
+            out.push(s.chain);
+        }
+    }
+    out
+}
+
+impl<B: Backend> Node<B> {
+    /// Installs the route of a DAG (its planned form). Replacing a route with a different one
+    /// puts the DAG back on its planned form and forgets its compact form.
+    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+        let chains = distinct_chains(&route);
+        let internal = match self.dags.entry(uid) {
+            Some(e) => {
+                if self.sched.route(DagUid(e.planned)) == Some(&route) {
+                    return;
+                }
+                e.planned
+            }
+            None => {
+                let i = self.dags.alloc();
+                self.dags.set_live(uid, i);
+                self.dags.entries[uid.0 as usize] =
+                    Some(Entry { planned: i, planned_chains: Vec::new(), compact: None, form: Form::Planned, switch: None });
+                i
+            }
+        };
+        self.sched.set_dag(DagUid(internal), route);
+        self.forget_compact(uid);
+        if let Some(e) = self.dags.entry(uid) {
+            e.planned_chains = chains;
+        }
+    }
+
+    /// Removes a DAG; its packets already queued still run, those held by a switch are dropped.
+    pub fn remove_dag(&mut self, uid: DagUid) {
+        let Some(e) = self.dags.entries.get_mut(uid.0 as usize).and_then(Option::take) else { return };
+        self.dags.live[uid.0 as usize] = NONE;
+        self.sched.remove_dag(DagUid(e.planned));
+        if let Some((c, _)) = e.compact {
+            self.sched.remove_dag(DagUid(c));
+        }
+        if let Some(s) = e.switch {
+            self.dags.switching -= 1;
+            for idx in s.held {
+                self.drop_held(idx, Drop::Sched(Reject::UnknownDag));
+            }
+        }
+    }
+
+    /// Gives DAG `uid` a compact form: one chain of `specs`, which must be its planned chains'
+    /// NTs in route order (each planned chain once). The node may then switch the DAG between
+    /// its forms at run time (with elasticity on). Idempotent for the same specs.
+    pub fn set_compact_form(&mut self, uid: DagUid, specs: Vec<NtSpec>, names: &[String]) -> Result<ChainId, CompactError> {
+        let e = self.dags.entry(uid).ok_or(CompactError::UnknownDag(uid.0))?;
+        if let Some((_, c)) = e.compact {
+            if self.chains[c.index()] == specs {
+                return Ok(c);
+            }
+        }
+        let planned = e.planned_chains.clone();
+        if planned.len() < 2 {
+            return Err(CompactError::OneChain(planned.len()));
+        }
+        let want: usize = planned.iter().map(|c| self.chains[c.index()].len()).sum();
+        if specs.len() != want || want > 64 {
+            return Err(CompactError::NtCount { got: specs.len(), want });
+        }
+        self.forget_compact(uid);
+        let n = specs.len();
+        let chain = self.add_chain(specs);
+        self.label_chain(chain, names);
+        let internal = self.dags.alloc();
+        self.sched.set_dag(DagUid(internal), DagRoute::new(vec![Step { chain, mask: NtMask::all(n) }]));
+        if let Some(e) = self.dags.entry(uid) {
+            e.compact = Some((internal, chain));
+        }
+        Ok(chain)
+    }
+
+    /// The form DAG `uid` runs as (while switching: the one it is leaving).
+    pub fn dag_form(&self, uid: DagUid) -> Option<Form> {
+        self.dags.entries.get(uid.0 as usize)?.as_ref().map(|e| e.form)
+    }
+
+    /// True while DAG `uid` is switching forms.
+    pub fn dag_switching(&self, uid: DagUid) -> bool {
+        self.dags.entries.get(uid.0 as usize).and_then(Option::as_ref).is_some_and(|e| e.switch.is_some())
+    }
+
+    /// Starts switching DAG `uid` to `to` (the policy does this by itself; operators and tests
+    /// may too). False if the DAG has no such form, already runs it, or is switching.
+    pub fn switch_form(&mut self, uid: DagUid, to: Form) -> bool {
+        let now = self.clock.now();
+        let started = self.begin_switch(uid, to, now);
+        if started {
+            self.dags.policy.switched(now);
+        }
+        started
+    }
+
+    /// The DAG's compact form goes away: back to the planned route at once (a control-plane
+    /// change; packets held by a switch go on along the planned route).
+    fn forget_compact(&mut self, uid: DagUid) {
+        let Some(e) = self.dags.entry(uid) else { return };
+        let planned = e.planned;
+        let held = e.switch.take().map(|s| s.held);
+        e.form = Form::Planned;
+        if let Some((c, _)) = e.compact.take() {
+            self.sched.remove_dag(DagUid(c));
+        }
+        self.dags.set_live(uid, planned);
+        if let Some(held) = held {
+            self.dags.switching -= 1;
+            let now = self.clock.now();
+            for idx in held {
+                self.enter_route(idx, planned, now);
+            }
+        }
+    }
+
+    fn begin_switch(&mut self, uid: DagUid, to: Form, now: Instant) -> bool {
+        let Some(e) = self.dags.entry(uid) else { return false };
+        let Some((_, compact_chain)) = e.compact else { return false };
+        if e.form == to || e.switch.is_some() {
+            return false;
+        }
+        let from = e.live();
+        e.switch = Some(Switching { from, to, held: VecDeque::new(), since: now });
+        self.dags.switching += 1;
+        self.dags.set_live(uid, HOLD | from);
+        let first = if to == Form::Compact { compact_chain } else { self.dags.entry(uid).map_or(compact_chain, |e| e.planned_chains[0]) };
+        self.record(now, first, None, EventKind::Rechain { dag: uid, to }, 0);
+        self.advance_switches(now);
+        true
+    }
+
+    /// A packet of a switching DAG arrived (or of an unknown DAG: dropped).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn hold(&mut self, idx: u32, uid: DagUid) {
+        let cap = self.cfg.max_queue_per_tenant;
+        let held = self.dags.entry(uid).and_then(|e| e.switch.as_mut()).map(|s| &mut s.held);
+        match held {
+            Some(h) if h.len() < cap => h.push_back(idx),
+            Some(_) => self.drop_held(idx, Drop::Sched(Reject::QueueFull)),
+            None => self.drop_held(idx, Drop::Sched(Reject::UnknownDag)),
+        }
+    }
+
+    fn drop_held(&mut self, idx: u32, why: Drop) {
+        // SAFETY: the dispatcher owns held packets.
+        let t = unsafe { self.slots.get(idx) }.1.meta.tenant;
+        self.drop_charged(idx, t, why);
+    }
+
+    /// A packet enters internal route `route` at its first step.
+    fn enter_route(&mut self, idx: u32, route: u32, now: Instant) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        d.dag = DagUid(route);
+        d.pos = 0;
+        self.store.tag_route(idx, route);
+        let (t, hash) = (d.meta.tenant, d.flow_hash);
+        match self.sched.handle_packet(now, t, DagUid(route), 0, hash, idx) {
+            Ok(a) => self.accepted(idx, a, now),
+            Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
+            Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
+        }
+    }
+
+    /// Switches whose old route has emptied complete; those past their time are abandoned.
+    pub(super) fn advance_switches(&mut self, now: Instant) {
+        let timeout = (self.dags.policy_period() * SWITCH_TIMEOUT_PERIODS).max(Duration::from_millis(100));
+        for i in 0..self.dags.entries.len() {
+            let Some(Some(e)) = self.dags.entries.get(i) else { continue };
+            let Some(s) = &e.switch else { continue };
+            let uid = DagUid(i as u32);
+            // An old chain being launched, or evicted, has its NTs' state in hand only once that
+            // is done.
+            let busy = e
+                .chains(e.form)
+                .iter()
+                .any(|&c| self.elastic.pending.iter().any(|p| p.chain == c || p.evict.is_some_and(|ev| self.sched.chain_of(ev) == c)));
+            if self.store.in_route(s.from) == 0 && !busy {
+                self.finish_switch(uid, now);
+            } else if now.saturating_since(s.since) >= timeout {
+                self.abandon_switch(uid, now);
+            }
+        }
+    }
+
+    fn abandon_switch(&mut self, uid: DagUid, now: Instant) {
+        let Some(e) = self.dags.entry(uid) else { return };
+        let Some(s) = e.switch.take() else { return };
+        self.dags.switching -= 1;
+        self.dags.set_live(uid, s.from);
+        let first = self.dags.entry(uid).map_or(ChainId(0), |e| e.chains(e.form)[0]);
+        self.record(now, first, None, EventKind::RechainAbandoned { dag: uid }, now.saturating_since(s.since).as_nanos() as u64);
+        for idx in s.held {
+            self.enter_route(idx, s.from, now);
+        }
+    }
+
+    fn finish_switch(&mut self, uid: DagUid, now: Instant) {
+        let Some(e) = self.dags.entry(uid) else { return };
+        let Some(s) = e.switch.take() else { return };
+        let (old, new) = (e.chains(e.form), e.chains(s.to));
+        e.form = s.to;
+        let to = e.live();
+        self.dags.switching -= 1;
+        // The old form's NTs, with their state, in route order.
+        let mut nts: Vec<Box<dyn Nt>> = Vec::new();
+        let mut moved = true;
+        for &c in &old {
+            self.stop_for_rechain(c);
+            match self.chain_nts(c) {
+                Ok((mut n, _)) => nts.append(&mut n),
+                Err(_) => moved = false,
+            }
+        }
+        if moved {
+            for &c in new.iter().rev() {
+                let k = self.chains[c.index()].len();
+                let part = nts.split_off(nts.len() - k);
+                self.save_state(c, part);
+            }
+        }
+        // The new form's chains launch now, side by side, into the regions just freed (what
+        // finds none launches on demand).
+        for &c in &new {
+            let _ = self.prelaunch(c);
+        }
+        self.dags.set_live(uid, to);
+        self.elastic.stats.rechains += 1;
+        self.record(now, new[0], None, EventKind::Rechained { dag: uid, to: s.to }, now.saturating_since(s.since).as_nanos() as u64);
+        for idx in s.held {
+            self.enter_route(idx, to, now);
+        }
+    }
+
+    /// Stops and takes down every instance of `chain` (running idle, or a victim), saving its
+    /// NTs' state and freeing its region.
+    fn stop_for_rechain(&mut self, chain: ChainId) {
+        let insts: Vec<_> = self.elastic.slots.iter().filter_map(|s| s.0).filter(|&i| self.sched.chain_of(i) == chain).collect();
+        for inst in insts {
+            if self.sched.state(inst) == InstanceState::Running {
+                let _ = self.sched.stop_instance(inst);
+                self.meter.set_active(inst, false);
+            }
+            if self.sched.state(inst) != InstanceState::Parked {
+                continue;
+            }
+            let slot = self.elastic.slot_of(inst);
+            self.teardown(inst);
+            if let Some(s) = slot {
+                self.elastic.launcher.free(s);
+            }
+        }
+    }
+
+    /// One epoch of the policy: region shortfalls since the last, unused regions, and the
+    /// DAGs that can switch.
+    pub(super) fn rechain_epoch(&mut self, now: Instant) {
+        if !self.elastic.cfg.rechain || self.dags.entries.iter().flatten().all(|e| e.compact.is_none()) {
+            return;
+        }
+        let shortfalls = self.elastic.stats.region_shortfalls;
+        let pressure = shortfalls > self.dags.shortfalls_seen;
+        self.dags.shortfalls_seen = shortfalls;
+        let unused = self
+            .elastic
+            .launcher
+            .regions()
+            .iter()
+            .filter(|r| matches!(r, snic_core::launcher::RegionState::Free | snic_core::launcher::RegionState::Victim { .. }))
+            .count();
+        let mut views = Vec::new();
+        for (i, e) in self.dags.entries.iter().enumerate() {
+            let Some(e) = e else { continue };
+            if e.compact.is_none() {
+                continue;
+            }
+            let chains = e.chains(e.form);
+            let others_use = |c: ChainId| {
+                self.dags.entries.iter().enumerate().any(|(j, o)| {
+                    j != i && o.as_ref().is_some_and(|o| o.planned_chains.contains(&c) || o.compact.is_some_and(|(_, oc)| oc == c))
+                })
+            };
+            let ready = e.switch.is_none()
+                && chains.iter().chain(&e.chains(other(e.form))).all(|&c| self.sched.instances_of(c).len() <= 1 && !others_use(c));
+            views.push(DagView {
+                dag: DagUid(i as u32),
+                form: e.form,
+                planned_chains: e.planned_chains.len(),
+                compact_load: chains.iter().map(|c| self.elastic.load[c.index()]).sum(),
+                ready,
+            });
+        }
+        self.dags.policy.set_monitor_period(self.elastic.monitor_period());
+        if let Some(s) = self.dags.policy.observe(now, pressure, unused, &views) {
+            self.begin_switch(s.dag, s.to, now);
+        }
+    }
+
+    fn save_state(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
+        let saved = &mut self.elastic.saved[chain.index()];
+        if saved.len() == crate::elastic::SAVED_PER_CHAIN {
+            saved.remove(0);
+        }
+        saved.push(nts);
+    }
+}
+
+fn other(f: Form) -> Form {
+    match f {
+        Form::Planned => Form::Compact,
+        Form::Compact => Form::Planned,
+    }
+}
+
+impl Dags {
+    fn policy_period(&self) -> Duration {
+        self.policy.monitor_period()
+    }
+}
