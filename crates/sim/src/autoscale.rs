@@ -21,6 +21,7 @@
 //! instance-time of instances actually serving (paper §7.2: only regions that are accessed
 //! count), relative to static-max.
 
+use crate::fluid::{Delays, Server};
 use crate::workload::{Spikes, Workload};
 use serde::{Deserialize, Serialize};
 use snic_core::autoscale::{AutoscaleConfig, Autoscaler, Scale};
@@ -53,6 +54,24 @@ pub struct AutoscaleSpec {
     /// Spike correlations to compare (each a variant of the scenario's workload).
     #[serde(default)]
     pub correlations: Vec<f64>,
+    /// The rest of a byte's way with no disaggregation, µs (host stacks, wire, switch; the NT
+    /// stage's queueing comes on top): the base of `e2e_slowdown`.
+    #[serde(default = "path_us")]
+    pub path_us: f64,
+    /// What reaching the rack's pool adds to that way, µs (the detour to a shared NIC pool;
+    /// multi-host NICs and own NICs pay none).
+    #[serde(default = "pool_hop_us")]
+    pub pool_hop_us: f64,
+}
+
+/// Default rest of the way: a round trip within a rack.
+pub(crate) fn path_us() -> f64 {
+    10.0
+}
+
+/// Default detour to the rack's pool: one more switch traversal each way.
+pub(crate) fn pool_hop_us() -> f64 {
+    2.0
 }
 
 /// Default overload threshold per instance (the node's).
@@ -72,8 +91,11 @@ pub struct SchemeFigures {
     pub scheme: &'static str,
     /// The spike correlation of the workload variant.
     pub correlation: f64,
-    /// Mean delay over bytes ÷ no disaggregation's.
+    /// Mean delay over bytes ÷ no disaggregation's (the NT stage's queueing alone).
     pub slowdown: f64,
+    /// End to end: (`path_us` + the pool's detour + mean delay) ÷ (`path_us` + no
+    /// disaggregation's mean delay).
+    pub e2e_slowdown: f64,
     /// Mean delay over bytes, ms.
     pub mean_delay_ms: f64,
     /// Median delay over bytes, ms.
@@ -90,87 +112,6 @@ pub struct SchemeFigures {
     pub opex_vs_static_max: f64,
     /// Scale events (snic only).
     pub scale_events: u64,
-}
-
-/// A FIFO fluid queue.
-#[derive(Debug, Default, Clone)]
-struct Server {
-    backlog: f64,
-}
-
-/// Delays weighted by bytes (a histogram, so an hour of bins takes no more memory than a
-/// second), and the bytes dropped.
-struct Delays {
-    hist: hdrhistogram::Histogram<u64>,
-    sum: f64,
-    bytes: f64,
-    dropped: f64,
-    offered: f64,
-}
-
-/// Largest delay the histogram tells apart, ns (longer ones are counted as this).
-const MAX_DELAY_NS: u64 = 3_600_000_000_000;
-
-impl Default for Delays {
-    fn default() -> Self {
-        Delays {
-            hist: hdrhistogram::Histogram::new_with_bounds(1, MAX_DELAY_NS, 2).expect("valid bounds"),
-            sum: 0.0,
-            bytes: 0.0,
-            dropped: 0.0,
-            offered: 0.0,
-        }
-    }
-}
-
-impl Delays {
-    fn record(&mut self, delay_ms: f64, bytes: f64) {
-        let ns = if delay_ms.is_finite() { (delay_ms * 1e6).clamp(1.0, MAX_DELAY_NS as f64) as u64 } else { MAX_DELAY_NS };
-        // Weighted by bytes (rounded up, so a sliver of a byte still counts once).
-        let _ = self.hist.record_n(ns, bytes.ceil() as u64);
-        self.sum += ns as f64 / 1e6 * bytes;
-        self.bytes += bytes;
-    }
-
-    fn mean(&self) -> f64 {
-        if self.bytes > 0.0 {
-            self.sum / self.bytes
-        } else {
-            0.0
-        }
-    }
-
-    fn quantile(&self, q: f64) -> f64 {
-        self.hist.value_at_quantile(q) as f64 / 1e6
-    }
-}
-
-impl Server {
-    /// One bin: `arrivals` bytes, `capacity` bytes per bin, queue bound `bound` bytes.
-    fn bin(&mut self, arrivals: f64, capacity: f64, bound: f64, bin_ms: f64, d: &mut Delays) {
-        d.offered += arrivals;
-        if arrivals <= 0.0 && self.backlog <= 0.0 {
-            return;
-        }
-        if capacity <= 0.0 {
-            // Nothing serves: everything waits, up to the bound.
-            let kept = arrivals.min((bound - self.backlog).max(0.0));
-            d.dropped += arrivals - kept;
-            self.backlog += kept;
-            if kept > 0.0 {
-                d.record(f64::INFINITY, kept);
-            }
-            return;
-        }
-        let delay = (self.backlog + arrivals / 2.0) / capacity * bin_ms;
-        let left = (self.backlog + arrivals - capacity).max(0.0);
-        let over = (left - bound).max(0.0);
-        d.dropped += over;
-        if arrivals > over {
-            d.record(delay, arrivals - over);
-        }
-        self.backlog = left - over;
-    }
 }
 
 /// Where bins come from: a stored series (request granularity) or generators (flow
@@ -229,6 +170,9 @@ impl AutoscaleSpec {
         }
         if self.regions == Some(0) {
             return Err("autoscale.regions must be at least 1".into());
+        }
+        if !non_neg(self.path_us) || !non_neg(self.pool_hop_us) {
+            return Err("autoscale: path_us and pool_hop_us must be zero or more".into());
         }
         Ok(())
     }
@@ -328,7 +272,7 @@ impl AutoscaleSpec {
             tick(1, b);
             for ((srv, &a), &k) in own_srv.iter_mut().zip(row).zip(&own) {
                 let cap = k as f64 * per_inst;
-                srv.bin(a, cap, bound(cap), bin_ms, &mut d_own);
+                srv.bin(a, cap, per_inst, bound(cap), bin_ms, &mut d_own);
                 if a > 0.0 {
                     opex_own += k as f64 * bin_s;
                 }
@@ -347,10 +291,19 @@ impl AutoscaleSpec {
         let [d_max, d_avg, d_snic, d_inst] = &d;
         let [o_max, o_avg, o_snic, o_inst] = opex;
         let base = d_own.mean();
+        let (path_ms, hop_ms) = (self.path_us / 1e3, self.pool_hop_us / 1e3);
         let figures = |scheme: &'static str, d: &Delays, capex: usize, opex: f64, events: u64| SchemeFigures {
             scheme,
             correlation: corr,
             slowdown: if base > 0.0 { d.mean() / base } else { 1.0 },
+            e2e_slowdown: {
+                let detour = if matches!(scheme, "no-disaggregation" | "multi-host-nic") { 0.0 } else { hop_ms };
+                if path_ms + base > 0.0 {
+                    (path_ms + detour + d.mean()) / (path_ms + base)
+                } else {
+                    1.0
+                }
+            },
             mean_delay_ms: d.mean(),
             p50_delay_ms: d.quantile(0.5),
             p99_delay_ms: d.quantile(0.99),
@@ -436,7 +389,7 @@ impl RackPool {
             self.servers.iter_mut().zip(d.iter_mut()).zip(opex.iter_mut()).zip([self.k_max, self.k_avg, k_snic, k_inst])
         {
             let cap = k as f64 * per_inst;
-            srv.bin(total, cap, cap * spec.buffer_ms / bin_ms, bin_ms, d);
+            srv.bin(total, cap, per_inst, cap * spec.buffer_ms / bin_ms, bin_ms, d);
             if total > 0.0 || srv.backlog > 0.0 {
                 *opex += k as f64 * bin_s;
             }

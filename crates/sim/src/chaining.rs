@@ -6,7 +6,12 @@
 //! `panic_next`) and synchronization buffer ([`JoinTable`]) — the calls the daemon's dispatcher
 //! makes — on a virtual clock.
 //!
-//! **Model.** Packets arrive as a Poisson stream of `flows` flows. The central scheduler is one
+//! **Model.** Packets arrive as a Poisson stream of one tenant's `flows` flows — or, when the
+//! scenario has a `[topology]` and a `[workload]`, from the workload's generators: each endpoint
+//! of the first rack is a tenant with `flows` flows, and its bytes per bin, scaled so that the
+//! whole offered load is `load`, become packets at uniformly random times within the bin (the
+//! scheduler then serves the tenants' queues round robin, as in the node). A flow is spread
+//! over instances by its 5-tuple's hash, the data plane's (`FlowKey::hash64`). The central scheduler is one
 //! server: each decision (a packet's arrival, its return between chains, a PANIC return after
 //! one NT, each forked copy) takes `sched_ns` of its time, in the order packets reach it.
 //! Dispatch follows the scheduler's credits: an instance holds at most `credits` packets; a
@@ -129,6 +134,8 @@ pub struct ChainFigures {
     pub mean_ns: f64,
     /// Packets delivered after a later packet of their flow.
     pub reordered: u64,
+    /// Tenants sending (1: the Poisson stream).
+    pub tenants: usize,
 }
 
 impl ChainingSpec {
@@ -153,17 +160,37 @@ impl ChainingSpec {
         Ok(())
     }
 
-    /// Runs every length × mode × load for `duration_s` simulated seconds each. Every mode of a
-    /// (length, load) sees the same arrivals.
-    pub fn run(&self, seed: u64, duration_s: f64, mut progress: impl FnMut(usize, usize)) -> Vec<ChainFigures> {
+    /// Runs every length × mode × load for `duration_s` simulated seconds each: one tenant's
+    /// Poisson stream, or the workload's tenants (`tenants`). Every mode of a (length, load) sees
+    /// the same arrivals.
+    pub fn run(
+        &self,
+        seed: u64,
+        duration_s: f64,
+        tenants: Option<&TenantLoad>,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Vec<ChainFigures> {
         let total = self.nts.len() * self.loads.len() * self.modes.len();
         let mut out = Vec::with_capacity(total);
+        // The workload's mean offered bytes per ns, over its bins.
+        let mean_bytes_per_ns = tenants.map(|l| {
+            let bins = l.bytes.first().map_or(0, Vec::len).max(1) as f64;
+            l.bytes.iter().flatten().sum::<f64>() / (bins * l.bin_ns)
+        });
         for &n in &self.nts {
             for (li, &load) in self.loads.iter().enumerate() {
                 for &mode in &self.modes {
                     progress(out.len(), total);
                     let arrivals = rng(seed, (n as u64) << 32 | li as u64);
-                    out.push(Run::new(self, n, mode).go(self, load, arrivals, duration_s));
+                    let (source, k) = match (tenants, mean_bytes_per_ns) {
+                        // `load` of an NT's capacity (one packet per `nt_ns`), on average.
+                        (Some(l), Some(m)) if m > 0.0 => (Source::Tenants { load: l, per_byte: load / self.nt_ns / m }, l.bytes.len()),
+                        (Some(l), _) => (Source::Tenants { load: l, per_byte: 0.0 }, l.bytes.len()),
+                        _ => (Source::Poisson(self.nt_ns / load), 1),
+                    };
+                    let mut r = Run::new(self, n, mode, k).go(self, load, source, arrivals, duration_s);
+                    r.tenants = k;
+                    out.push(r);
                 }
             }
         }
@@ -172,10 +199,29 @@ impl ChainingSpec {
     }
 }
 
+/// Per-tenant offered bytes, from the scenario's workload.
+#[derive(Debug, Clone)]
+pub struct TenantLoad {
+    /// `bytes[tenant][bin]`.
+    pub bytes: Vec<Vec<f64>>,
+    /// A bin's length, ns.
+    pub bin_ns: f64,
+}
+
+/// Where packets come from in one run.
+enum Source<'a> {
+    /// One tenant, Poisson, a mean gap of this many ns.
+    Poisson(f64),
+    /// The workload's tenants; `per_byte` packets per offered byte.
+    Tenants { load: &'a TenantLoad, per_byte: f64 },
+}
+
 /// A packet (or a forked copy of one).
 #[derive(Debug, Clone, Copy)]
 struct Pkt {
     arrival: u64,
+    tenant: u16,
+    /// Index over every tenant's flows.
     flow: u32,
     seq: u32,
     pos: u8,
@@ -193,8 +239,10 @@ const NO_SLOT: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
-    /// The next packet arrives.
-    Arrive,
+    /// A packet of this tenant arrives (a Poisson arrival schedules the next).
+    Arrive(u16),
+    /// A workload bin starts: its packets are drawn.
+    Bin(u32),
     /// A packet reaches the scheduler.
     Reach(u32),
     /// The scheduler's decision for a packet is made.
@@ -204,7 +252,25 @@ enum Ev {
 }
 
 const DAG: DagUid = DagUid(0);
-const TENANT: TenantId = TenantId(0);
+
+/// The 5-tuple hash of each tenant's flows, as the data plane computes it: flow `k` of tenant
+/// `t` is UDP 10.t.k/16 → 10.255.0.1:4789 from port 1024 + k.
+fn flow_hashes(tenants: usize, flows: u32) -> Vec<u64> {
+    let mut out = Vec::with_capacity(tenants * flows as usize);
+    for t in 0..tenants {
+        for k in 0..flows {
+            let key = snic_wire::layout::FlowKey {
+                src: std::net::Ipv4Addr::new(10, t as u8, (k >> 8) as u8, k as u8).into(),
+                dst: std::net::Ipv4Addr::new(10, 255, 0, 1).into(),
+                proto: 17,
+                src_port: 1024u16.wrapping_add(k as u16),
+                dst_port: 4789,
+            };
+            out.push(key.hash64());
+        }
+    }
+    out
+}
 
 struct Run {
     nts: usize,
@@ -233,11 +299,13 @@ struct Run {
     reordered: u64,
     hist: Histogram<u64>,
     out: Vec<u32>,
+    /// Per flow (over every tenant's): its hash.
+    hashes: Vec<u64>,
 }
 
 impl Run {
     /// The scheduler with `n` NTs deployed as `mode` asks: chains, instances, route.
-    fn new(spec: &ChainingSpec, n: usize, mode: Mode) -> Run {
+    fn new(spec: &ChainingSpec, n: usize, mode: Mode, tenants: usize) -> Run {
         let mut sched = Scheduler::new(SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() });
         let a = n.div_ceil(2);
         let sizes: Vec<usize> = match mode {
@@ -279,7 +347,8 @@ impl Run {
             visits: 0,
             dropped: 0,
             delivered: 0,
-            last_seq: vec![None; spec.flows as usize],
+            last_seq: vec![None; tenants * spec.flows as usize],
+            hashes: flow_hashes(tenants, spec.flows),
             reordered: 0,
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
             out: Vec::with_capacity(32),
@@ -340,14 +409,15 @@ impl Run {
 
     fn decide(&mut self, i: u32, now: u64) {
         let p = self.pkts[i as usize];
+        let tenant = TenantId(p.tenant);
         if let Some(inst) = p.back_to {
-            if self.sched.requeue(inst, TENANT, i).is_err() {
+            if self.sched.requeue(inst, tenant, i).is_err() {
                 self.drop_pkt(i);
             }
             return;
         }
-        let hash = flow_hash(p.flow);
-        match self.sched.handle_packet(Instant::ZERO + Duration::from_nanos(now), TENANT, DAG, p.pos, hash, i) {
+        let hash = self.hashes[p.flow as usize];
+        match self.sched.handle_packet(Instant::ZERO + Duration::from_nanos(now), tenant, DAG, p.pos, hash, i) {
             Ok(a) => {
                 let q = &mut self.pkts[i as usize];
                 q.mask = if self.mode == Mode::Panic { a.mask.first() } else { a.mask };
@@ -374,7 +444,7 @@ impl Run {
             let p = self.pkts[i as usize];
             let c = self.alloc(Pkt { pos: p.pos + b, branch: b, ..p });
             let at = Instant::ZERO + Duration::from_nanos(now);
-            match self.sched.handle_packet(at, TENANT, DAG, p.pos + b, flow_hash(p.flow), c) {
+            match self.sched.handle_packet(at, TenantId(p.tenant), DAG, p.pos + b, self.hashes[p.flow as usize], c) {
                 Ok(a) => self.pkts[c as usize].mask = a.mask,
                 Err(_) => {
                     // Counted once, when the join sees the drop.
@@ -468,24 +538,26 @@ impl Run {
         self.spare.push(i);
     }
 
-    /// Poisson arrivals at `load` of an NT's capacity for `duration_s`, then until every packet
-    /// has left.
-    fn go(mut self, spec: &ChainingSpec, load: f64, mut rng: rand_pcg::Pcg64, duration_s: f64) -> ChainFigures {
-        let mean_gap = spec.nt_ns / load;
+    /// Arrivals from `source` for `duration_s`, then until every packet has left.
+    fn go(mut self, spec: &ChainingSpec, load: f64, source: Source<'_>, mut rng: rand_pcg::Pcg64, duration_s: f64) -> ChainFigures {
         let end = (duration_s * 1e9) as u64;
-        let mut next_seq = vec![0u32; spec.flows as usize];
+        let mut next_seq = vec![0u32; self.last_seq.len()];
         let (mut offered, mut t_arr) = (0u64, 0f64);
-        self.at(0, Ev::Arrive);
+        match source {
+            Source::Poisson(_) => self.at(0, Ev::Arrive(0)),
+            Source::Tenants { .. } => self.at(0, Ev::Bin(0)),
+        }
         let mut now = 0;
         while let Some(Reverse((t, _, e))) = self.events.pop() {
             now = t;
             match e {
-                Ev::Arrive => {
-                    let flow = rng.random_range(0..spec.flows);
+                Ev::Arrive(tenant) => {
+                    let flow = tenant as u32 * spec.flows + rng.random_range(0..spec.flows);
                     let seq = next_seq[flow as usize];
                     next_seq[flow as usize] += 1;
                     let i = self.alloc(Pkt {
                         arrival: t,
+                        tenant,
                         flow,
                         seq,
                         pos: 0,
@@ -498,9 +570,28 @@ impl Run {
                     });
                     offered += 1;
                     self.reach(spec, i, t, true);
-                    t_arr += -mean_gap * unit(&mut rng).ln();
-                    if (t_arr as u64) < end {
-                        self.at(t_arr as u64, Ev::Arrive);
+                    if let Source::Poisson(mean_gap) = source {
+                        t_arr += -mean_gap * unit(&mut rng).ln();
+                        if (t_arr as u64) < end {
+                            self.at(t_arr as u64, Ev::Arrive(0));
+                        }
+                    }
+                }
+                Ev::Bin(b) => {
+                    let Source::Tenants { load: l, per_byte } = source else { continue };
+                    let start = b as f64 * l.bin_ns;
+                    for (tenant, row) in l.bytes.iter().enumerate() {
+                        // Packets of the bin: its bytes scaled, the fraction drawn.
+                        let x = row.get(b as usize).copied().unwrap_or(0.0) * per_byte;
+                        let n = x.floor() as u64 + u64::from(unit(&mut rng) < x.fract());
+                        for _ in 0..n {
+                            let at = start + unit(&mut rng) * l.bin_ns;
+                            self.at(at as u64, Ev::Arrive(tenant as u16));
+                        }
+                    }
+                    let next = start + l.bin_ns;
+                    if (next as u64) < end && (b as usize + 1) < l.bytes.first().map_or(0, Vec::len) {
+                        self.at(next as u64, Ev::Bin(b + 1));
                     }
                 }
                 Ev::Reach(i) => self.reach(spec, i, t, false),
@@ -532,16 +623,9 @@ impl Run {
             p99_ns: h.value_at_quantile(0.99),
             mean_ns: h.mean(),
             reordered: self.reordered,
+            tenants: 1,
         }
     }
-}
-
-/// A flow's hash (the scheduler spreads flows over instances by its upper bits).
-fn flow_hash(flow: u32) -> u64 {
-    let mut z = (flow as u64).wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -571,7 +655,7 @@ mod tests {
     #[test]
     fn an_unloaded_packet_pays_exactly_its_visits_hops_and_nts() {
         let s = spec(vec![2, 5], vec![0.001]);
-        let rows = s.run(7, 0.05, |_, _| {});
+        let rows = s.run(7, 0.05, None, |_, _| {});
         let (nt, sch, hop) = (s.nt_ns, s.sched_ns, s.hop_ns);
         for n in [2usize, 5] {
             let nf = n as f64;
@@ -599,7 +683,7 @@ mod tests {
     #[test]
     fn chains_beat_panic_and_panic_saturates_the_scheduler_first() {
         let s = spec(vec![4, 7], vec![0.2, 0.8]);
-        let rows = s.run(3, 0.01, |_, _| {});
+        let rows = s.run(3, 0.01, None, |_, _| {});
         assert!(rows.iter().all(|r| r.reordered == 0), "per-flow order kept in every mode");
         for n in [4, 7] {
             let p50 = |m: Mode| row(&rows, n, m, 0.2).p50_ns;

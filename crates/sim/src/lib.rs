@@ -21,6 +21,7 @@
 pub mod autoscale;
 pub mod chaining;
 pub mod fairness;
+mod fluid;
 pub mod plot;
 pub mod trace;
 pub mod usage;
@@ -317,7 +318,20 @@ impl Scenario {
                     return Err(SimError::Range("chaining needs a [chaining] section".into()));
                 };
                 spec.validate().map_err(SimError::Range)?;
-                let rows = spec.run(seed, self.duration_s, progress);
+                // With a topology and a workload: the first rack's endpoints are the tenants.
+                let tenants = match (self.topology, &self.workload) {
+                    (None, None) => None,
+                    _ => {
+                        let (t, w, bins) =
+                            self.inputs("[topology] and [workload] together (or neither)", true, || match self.topology {
+                                Some(t) if t.endpoints_per_rack > 256 => Err("chaining: at most 256 tenants (endpoints per rack)".into()),
+                                _ => Ok(()),
+                            })?;
+                        let bytes = w.series(seed, t.endpoints_per_rack, bins, self.bin_ms / 1e3, |_| {});
+                        Some(chaining::TenantLoad { bytes, bin_ns: self.bin_ms * 1e6 })
+                    }
+                };
+                let rows = spec.run(seed, self.duration_s, tenants.as_ref(), progress);
                 let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
                 for r in &rows {
                     let label = format!("{}, load {}", serde_json::to_value(r.mode).expect("plain data").as_str().unwrap_or("?"), r.load);
@@ -501,6 +515,30 @@ mod fig12 {
         // auto-scaler's own tests; here, that snic did scale.
         assert!(r.results.iter().any(|x| x["scheme"] == "snic" && x["scale_events"].as_u64().unwrap() > 0));
     }
+
+    /// The end-to-end slowdown puts the NT stage's delay on a byte's whole way, with the pool's
+    /// detour for pooled schemes only; with no way and no detour it is the NT stage's slowdown.
+    #[test]
+    fn end_to_end_slowdown_adds_the_path_and_the_pools_detour() {
+        let text = include_str!("../../../scenarios/fig12.toml").replace("duration_s = 20.0", "duration_s = 2.0");
+        let with = |extra: &str| {
+            let t = text.replace("[autoscale]\n", &format!("[autoscale]\n{extra}"));
+            Scenario::parse(&t).unwrap().run(1, |_, _| {}).unwrap().results
+        };
+        let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
+        let (path, hop) = (0.010, 0.002); // ms
+        for x in with("path_us = 10.0\npool_hop_us = 2.0\n") {
+            let own = f(&x, "mean_delay_ms") / f(&x, "slowdown");
+            let detour = if x["scheme"] == "no-disaggregation" || x["scheme"] == "multi-host-nic" { 0.0 } else { hop };
+            let want = (path + detour + f(&x, "mean_delay_ms")) / (path + own);
+            assert!((f(&x, "e2e_slowdown") - want).abs() < 1e-9, "{x}");
+        }
+        for x in with("path_us = 0.0\npool_hop_us = 0.0\n") {
+            assert!((f(&x, "e2e_slowdown") - f(&x, "slowdown")).abs() < 1e-9, "{x}");
+        }
+        let bad = text.replace("[autoscale]\n", "[autoscale]\npath_us = -1.0\n");
+        assert!(Scenario::parse(&bad).unwrap().run(1, |_, _| {}).is_err());
+    }
 }
 
 #[cfg(test)]
@@ -658,6 +696,38 @@ mod fig14 {
         assert_eq!(lines.len(), 5 * 3);
         assert!(lines.iter().all(|l| l.1.len() == 6), "a point per length");
         assert!(lines.iter().any(|l| l.0 == "panic, load 0.8"));
+    }
+
+    /// Packets from the workload's tenants: every tenant's flows, the tenants' queues served in
+    /// turn, nothing reordered, the offered load as asked on average; and the same scenario and
+    /// seed give the same bytes.
+    #[test]
+    fn the_workload_driven_chaining_scenario_runs_every_tenant() {
+        let text = include_str!("../../../scenarios/fig14-etc.toml")
+            .replace("duration_s = 0.05", "duration_s = 0.005")
+            .replace("nts = [2, 4, 7]", "nts = [4]")
+            .replace("loads = [0.5, 0.8]", "loads = [0.5]");
+        let s = Scenario::parse(&text).unwrap();
+        let r = s.run(1, |_, _| {}).unwrap();
+        assert_eq!(r.results.len(), 5);
+        for x in &r.results {
+            assert_eq!(x["tenants"], 8, "{x}");
+            assert_eq!(x["reordered"], 0, "{x}");
+            // 0.5 of an NT's capacity (one packet per 100 ns) = 5 Mpps on average, within the
+            // randomness of 5 ms of bursty traffic.
+            let pps = x["offered_pps"].as_f64().unwrap();
+            assert!((4.0e6..6.0e6).contains(&pps), "{x}");
+        }
+        let visits = |m: &str| r.results.iter().find(|x| x["mode"] == m).unwrap()["visits_per_packet"].as_f64().unwrap();
+        assert_eq!(visits("single"), 1.0);
+        assert!(visits("panic") > 3.9, "one visit per NT: {}", visits("panic"));
+        let again = serde_json::to_string(&s.run(1, |_, _| {}).unwrap().results).unwrap();
+        assert_eq!(again, serde_json::to_string(&r.results).unwrap());
+        // A topology without a workload is refused.
+        let (head, tail) = text.split_once("[workload]").unwrap();
+        let bad = format!("{head}{}", &tail[tail.find("[chaining]").unwrap()..]);
+        let e = Scenario::parse(&bad).unwrap().run(1, |_, _| {}).unwrap_err().to_string();
+        assert!(e.contains("[topology] and [workload] together"), "{e}");
     }
 }
 

@@ -71,6 +71,8 @@ impl UsageSpec {
                     regions: None,
                     buffer_ms: crate::autoscale::buffer(),
                     correlations: Vec::new(),
+                    path_us: crate::autoscale::path_us(),
+                    pool_hop_us: crate::autoscale::pool_hop_us(),
                 };
                 let rows = spec.run(workload, seed, 1, k, bins, bin_ms, flow, |_, _| {});
                 let get = |s: &str| rows.iter().find(|r| r.scheme == s).expect("every scheme runs");

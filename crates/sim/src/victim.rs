@@ -8,9 +8,10 @@
 //! daemon's code — in the paper's order (resume a victim, launch into a free region, else stop
 //! the least loaded chain); a launch takes `launch_ms`, during which its bytes wait. A chain
 //! silent for `idle_ms` is descheduled: kept as a victim with probability `keep_ratio`, deleted
-//! otherwise. Each chain has a FIFO fluid queue (as in the `autoscale` experiment). OpEx counts
+//! otherwise. Each chain has a FIFO fluid queue (`fluid`, as in the `autoscale` experiment). OpEx counts
 //! regions serving or being launched (reconfiguration costs power too).
 
+use crate::fluid::{Delays, Server};
 use crate::workload::Workload;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
@@ -83,6 +84,10 @@ pub struct VictimFigures {
     pub slowdown_vs_no_victims: f64,
     /// Mean delay over bytes, ms.
     pub mean_delay_ms: f64,
+    /// Median delay over bytes, ms.
+    pub p50_delay_ms: f64,
+    /// 99th percentile of delay over bytes, ms.
+    pub p99_delay_ms: f64,
     /// Bytes dropped at a full queue, fraction.
     pub dropped: f64,
     /// Launches (into a free region or by stop-and-launch).
@@ -180,8 +185,8 @@ impl VictimSpec {
         let mut l = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
         let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
         let n = load.len();
-        let (mut backlog, mut silent_since) = (vec![0.0f64; n], vec![0usize; n]);
-        let (mut sum, mut bytes, mut dropped, mut offered) = (0.0, 0.0, 0.0, 0.0);
+        let (mut queue, mut silent_since) = (vec![Server::default(); n], vec![0usize; n]);
+        let mut d = Delays::default();
         let (mut launches, mut resumes, mut opex) = (0u64, 0u64, 0.0);
         let idle_bins = (self.idle_ms / bin_ms).ceil() as usize;
         for b in 0..bins {
@@ -189,14 +194,14 @@ impl VictimSpec {
             l.tick(now);
             for c in 0..n {
                 let a = if active[c][b] { load[c][b] } else { 0.0 };
-                offered += a;
+                let backlog = queue[c].backlog;
                 let chain = ChainId(c as u16);
                 let held = |l: &Launcher| {
                     l.regions().iter().position(
                         |r| matches!(*r, RegionState::Running { chain: x, .. } | RegionState::Launching { chain: x, .. } if x == chain),
                     )
                 };
-                if (a > 0.0 || backlog[c] > 0.0) && held(&l).is_none() {
+                if (a > 0.0 || backlog > 0.0) && held(&l).is_none() {
                     match l.place(chain, now, false, false) {
                         Decision::Resume { .. } => resumes += 1,
                         Decision::Launch { .. } | Decision::ContextSwitch { .. } => launches += 1,
@@ -207,26 +212,12 @@ impl VictimSpec {
                 let cap = if at.is_some() { per_region } else { 0.0 };
                 if let Some(r) = at {
                     // The measured load the launcher weighs when it must stop a chain.
-                    l.set_load(r, (a + backlog[c]) / per_region);
+                    l.set_load(r, (a + backlog) / per_region);
                 }
-                // The FIFO fluid queue (see the `autoscale` experiment).
-                if a > 0.0 || backlog[c] > 0.0 {
-                    if cap > 0.0 {
-                        let delay = (backlog[c] + a / 2.0) / cap * bin_ms;
-                        let left = (backlog[c] + a - cap).max(0.0);
-                        let over = (left - bound).max(0.0);
-                        dropped += over;
-                        sum += delay * (a - over).max(0.0);
-                        bytes += (a - over).max(0.0);
-                        backlog[c] = left - over;
-                    } else {
-                        // Waiting for a launch: a bin's wait each, up to the bound.
-                        let kept = a.min((bound - backlog[c]).max(0.0));
-                        dropped += a - kept;
-                        sum += (backlog[c] / per_region + 1.0) * bin_ms * kept;
-                        bytes += kept;
-                        backlog[c] += kept;
-                    }
+                // The fluid queue the `autoscale` experiment uses too; with no region running
+                // (a launch under way), bytes wait.
+                queue[c].bin(a, cap, per_region, bound, bin_ms, &mut d);
+                if a > 0.0 || backlog > 0.0 {
                     silent_since[c] = b;
                 } else if let Some(r) = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain)) {
                     if b - silent_since[c] >= idle_bins {
@@ -243,7 +234,7 @@ impl VictimSpec {
                 .iter()
                 .filter(|r| match **r {
                     RegionState::Launching { .. } => true,
-                    RegionState::Running { chain, .. } => backlog[chain.index()] > 0.0 || silent_since[chain.index()] == b,
+                    RegionState::Running { chain, .. } => queue[chain.index()].backlog > 0.0 || silent_since[chain.index()] == b,
                     _ => false,
                 })
                 .count();
@@ -255,8 +246,10 @@ impl VictimSpec {
             overcommit: n as f64 / regions as f64,
             keep_ratio: keep,
             slowdown_vs_no_victims: 1.0,
-            mean_delay_ms: if bytes > 0.0 { sum / bytes } else { 0.0 },
-            dropped: if offered > 0.0 { dropped / offered } else { 0.0 },
+            mean_delay_ms: d.mean(),
+            p50_delay_ms: d.quantile(0.5),
+            p99_delay_ms: d.quantile(0.99),
+            dropped: if d.offered > 0.0 { d.dropped / d.offered } else { 0.0 },
             launches,
             resumes,
             opex_region_s: opex,

@@ -76,10 +76,11 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         if r.get("slowdown").is_some() {
             println!(
-                "  {:<18} c={:<4} slowdown {:>8.3}  delay mean {:>8.3} ms p50 {:>8.3} ms p99 {:>8.3} ms  dropped {:>6.2}%  CapEx {:>3} inst  OpEx {:>6.2}× static-max  scale events {}",
+                "  {:<18} c={:<4} slowdown {:>8.3} (end to end {:>6.3})  delay mean {:>8.3} ms p50 {:>8.3} ms p99 {:>8.3} ms  dropped {:>6.2}%  CapEx {:>3} inst  OpEx {:>6.2}× static-max  scale events {}",
                 r["scheme"].as_str().unwrap_or(""),
                 f(&r["correlation"]),
                 f(&r["slowdown"]),
+                f(&r["e2e_slowdown"]),
                 f(&r["mean_delay_ms"]),
                 f(&r["p50_delay_ms"]),
                 f(&r["p99_delay_ms"]),
@@ -104,7 +105,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         if r.get("keep_ratio").is_some() {
             println!(
-                "  {} regions ({:.2} chains/region), keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims)  OpEx {:.3}× no victims  dropped {:.2}%",
+                "  {} regions ({:.2} chains/region), keep {:>4.0}% of descheduled chains: launches {:>5}  victim hits {:>4}  delay mean {:>7.3} ms ({:.3}× no victims) p99 {:>6.2} ms  OpEx {:.3}× no victims  dropped {:.2}%",
                 r["regions"],
                 f(&r["overcommit"]),
                 100.0 * f(&r["keep_ratio"]),
@@ -112,6 +113,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 r["resumes"],
                 f(&r["mean_delay_ms"]),
                 f(&r["slowdown_vs_no_victims"]),
+                f(&r["p99_delay_ms"]),
                 f(&r["opex_vs_no_victims"]),
                 100.0 * f(&r["dropped"])
             );
