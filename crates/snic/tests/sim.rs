@@ -29,6 +29,25 @@ fn a_small_scenario_matches_its_golden_report() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// One small scenario per experiment that drives the policy core (the auto-scaler and
+/// launcher, the launcher's victim cache, the credit scheduler and join table), each kept as a
+/// golden report: any change to what they compute shows here, and must be looked at and the
+/// golden file regenerated on purpose (`snic sim tests/data/<name>.toml --json > ...json`).
+#[test]
+fn small_policy_scenarios_match_their_golden_reports() {
+    let golden = [
+        ("sim-small-autoscale", include_str!("data/sim-small-autoscale.json")),
+        ("sim-small-victim", include_str!("data/sim-small-victim.json")),
+        ("sim-small-chaining", include_str!("data/sim-small-chaining.json")),
+    ];
+    for (name, want) in golden {
+        let path = format!("{}/tests/data/{name}.toml", env!("CARGO_MANIFEST_DIR"));
+        let (ok, out, err) = sim(&[&path, "--json"]);
+        assert!(ok, "{name}: {err}");
+        assert_eq!(out, want, "{name}: same scenario and seed must give the golden report");
+    }
+}
+
 #[test]
 fn scenarios_that_cannot_run_say_why() {
     let dir = std::env::temp_dir().join(format!("snic-sim-{}", std::process::id()));
