@@ -404,6 +404,16 @@ impl TokenBucket {
         }
     }
 
+    /// Whole tokens available at `now` (`None`: no limit): how many packets a per-tenant
+    /// receive queue may hand over without any being over the limit.
+    pub fn available(&mut self, now: Instant) -> Option<u32> {
+        if !self.limited {
+            return None;
+        }
+        self.refill(now);
+        Some(self.tokens.max(0.0).min(u32::MAX as f64) as u32)
+    }
+
     /// Takes one token at `now`; false if the bucket is empty (the packet is over the limit).
     #[inline]
     pub fn take(&mut self, now: Instant) -> bool {

@@ -36,11 +36,15 @@ pub struct SchedConfig {
     /// instance wait for the old one to finish their earlier packets); past it, arrivals of
     /// moving flows are rejected.
     pub max_held: usize,
+    /// Apply the quantum even when no other instance is ready: a batch then holds about one
+    /// quantum of work, so the caller gets back to receiving within it (for a caller whose
+    /// other tenants' packets may still be waiting in receive queues it has not read).
+    pub quantum_alone: bool,
 }
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0, max_held: 4096 }
+        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0, max_held: 4096, quantum_alone: false }
     }
 }
 
@@ -354,7 +358,7 @@ impl<T: Copy> Scheduler<T> {
             let inst = &mut self.instances[id.index()];
             // Time accounting protects other instances' packets; with none waiting, it would
             // only slow this one down.
-            let timed = !self.ready.is_empty() && self.cfg.quantum_ns > 0.0 && inst.cost_ns > 0.0;
+            let timed = (self.cfg.quantum_alone || !self.ready.is_empty()) && self.cfg.quantum_ns > 0.0 && inst.cost_ns > 0.0;
             let mut cap = usize::MAX;
             if timed {
                 inst.deficit += self.cfg.quantum_ns;

@@ -69,6 +69,10 @@ pub enum Drop {
     TxError,
     /// Over the tenant's ingress limit (fair sharing, [`meter`]).
     RateLimit,
+    /// Lost in the tenant's own receive queue before the node read it (the queue was full: the
+    /// node reads a tenant's queue no faster than its ingress limit). Counted per epoch from
+    /// the backend's counters, not per packet.
+    RxQueue,
 }
 
 const N_PARSE: usize = ParseError::ALL.len();
@@ -77,7 +81,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 4;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 5;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -102,6 +106,7 @@ impl Drop {
             Drop::Oversize => N_PARSE + 4 + N_SCHED + N_NT + 1,
             Drop::TxError => N_PARSE + 4 + N_SCHED + N_NT + 2,
             Drop::RateLimit => N_PARSE + 4 + N_SCHED + N_NT + 3,
+            Drop::RxQueue => N_PARSE + 4 + N_SCHED + N_NT + 4,
         }
     }
 
@@ -120,6 +125,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 1 => "oversize",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 2 => "tx_error",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 3 => "rate_limit",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 4 => "rx_queue_full",
             _ => "unknown",
         }
     }
@@ -135,7 +141,7 @@ mod tests {
         all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
         all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
         all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
-        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit]);
+        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit, Drop::RxQueue]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();
         for (i, d) in all.iter().enumerate() {

@@ -62,6 +62,8 @@ struct Epoch {
     offered_packets: u64,
     offered_bytes: f64,
     admitted_packets: u64,
+    /// Packets the dispatcher received (admitted or over the limit): what cost it reception.
+    received_packets: u64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -303,6 +305,12 @@ impl Meter {
         self.buckets[t.index()].take(now)
     }
 
+    /// Packets `t` may still be admitted at `now` (`None`: no limit).
+    #[inline]
+    pub fn budget(&mut self, t: TenantId, now: Instant) -> Option<u32> {
+        self.buckets.get_mut(t.index()).and_then(|b| b.available(now))
+    }
+
     /// True if any tenant is limited (otherwise [`Meter::admit`] need not be asked).
     #[inline]
     pub fn any_limited(&self) -> bool {
@@ -333,7 +341,9 @@ impl Meter {
     }
 
     /// Closes the epoch: measures, allocates, sets the limits. `lost` is the backend's
-    /// cumulative count of packets lost before reception ([`crate::backend::Backend::rx_dropped`]).
+    /// cumulative count of packets lost before reception in queues shared by tenants
+    /// ([`crate::backend::Backend::rx_dropped`]); `queue_lost[t]`, packets tenant `t` lost this
+    /// epoch in a receive queue of its own (intended load that cost the dispatcher nothing).
     pub fn end_epoch<T: Copy>(
         &mut self,
         now: Instant,
@@ -341,6 +351,7 @@ impl Meter {
         store: &Store,
         stats: &Stats,
         lost: u64,
+        queue_lost: &[u64],
     ) -> &[TenantShare] {
         self.update_costs();
         let r = self.fair.resources().len();
@@ -417,13 +428,15 @@ impl Meter {
                 seen.mean_bytes = bytes as f64 / rx as f64;
             }
             let admitted = rx + refused.saturating_sub(seen.store_refused);
-            let offered = admitted + over.saturating_sub(seen.over_limit);
+            let received = admitted + over.saturating_sub(seen.over_limit);
+            let offered = received + queue_lost.get(t).copied().unwrap_or(0);
             self.epoch[t] = if seen.primed {
                 Epoch {
                     egress_bytes: st.tx_bytes.saturating_sub(seen.tx_bytes),
                     offered_packets: offered,
                     offered_bytes: bytes as f64 + (offered - rx) as f64 * seen.mean_bytes,
                     admitted_packets: admitted,
+                    received_packets: received,
                 }
             } else {
                 Epoch::default()
@@ -443,13 +456,14 @@ impl Meter {
         for s in self.fair.shares() {
             let t = s.tenant.index();
             let span = self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r;
-            // Every packet that arrives uses the link and must be received and classified,
-            // over its limit or not: the fixed part of the demand. (Only a NIC steering
-            // tenants to their own receive queues could isolate it.)
+            // Every packet that arrives uses the link, and every packet the dispatcher reads it
+            // must receive and classify, over its limit or not: the fixed part of the demand.
+            // A tenant with a receive queue of its own is read only up to its limit; what it
+            // sends beyond waits or is lost in its queue, at no cost to the dispatcher.
             let fixed = &mut self.fixed[span.clone()];
-            let offered = self.epoch[t].offered_packets as f64 * inflate;
+            let received = self.epoch[t].received_packets as f64 * inflate;
             fixed[INGRESS] = self.epoch[t].offered_bytes * inflate;
-            fixed[DISPATCHER] = offered * self.rx_ns / 1e9;
+            fixed[DISPATCHER] = received * self.rx_ns / 1e9;
             let row = &mut self.rows[span];
             // What was admitted; the policy scales it to the intended load, as for every
             // resource behind the limiter.

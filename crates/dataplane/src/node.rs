@@ -209,6 +209,20 @@ pub struct Node<B: Backend> {
     deferred: Vec<Work>,
     /// The deployed DAGs: their routes per chain candidate, and switches under way.
     dags: rechain::Dags,
+    /// The backend's receive queues and the tenant each holds, if its own.
+    rx_queues: RxQueues,
+}
+
+/// The backend's receive queues, as the node uses them.
+struct RxQueues {
+    /// Per queue: the tenant whose packets only it holds.
+    tenant: Vec<Option<TenantId>>,
+    /// Per queue: its cumulative losses at the last epoch.
+    lost_seen: Vec<u64>,
+    /// Per tenant: losses in its own queues this epoch.
+    lost: Vec<u64>,
+    /// The queue the next poll starts at.
+    next: usize,
 }
 
 mod fork;
@@ -241,6 +255,7 @@ impl<B: Backend> Node<B> {
         }
         let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0 };
         let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers);
+        let queues = backend.rx_queues().max(1);
         Ok(Node {
             framing: backend.framing(),
             backend,
@@ -249,6 +264,9 @@ impl<B: Backend> Node<B> {
                 max_queue_per_tenant: cfg.max_queue_per_tenant,
                 quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
                 max_held: 4 * cfg.max_queue_per_tenant,
+                // With a receive queue per tenant, other tenants' packets wait unread while a
+                // batch runs: bound a batch's work to a quantum.
+                quantum_alone: queues > 1,
             }),
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
@@ -271,6 +289,7 @@ impl<B: Backend> Node<B> {
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
             dags: rechain::Dags::new(cfg.elastic.monitor_period, cfg.elastic.high),
+            rx_queues: RxQueues { tenant: vec![None; queues], lost_seen: vec![0; queues], lost: vec![0; MAX_TENANTS], next: 0 },
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -453,7 +472,13 @@ impl<B: Backend> Node<B> {
         // the way, not to receiving: the receive phase starts after them.
         let rx_start = if sampled && work > 0 { self.clock.now() } else { now };
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
-        let n = if self.rx_idx.is_empty() { 0 } else { self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta) };
+        let n = if self.rx_idx.is_empty() {
+            0
+        } else if self.rx_queues.tenant.len() > 1 {
+            self.recv_queues(now)
+        } else {
+            self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta)
+        };
         for i in n..self.rx_idx.len() {
             self.store.release(self.rx_idx[i]);
         }
@@ -487,6 +512,38 @@ impl<B: Backend> Node<B> {
         work
     }
 
+    /// Receives from each of the backend's queues in turn (starting one further each poll),
+    /// taking from a tenant's own queue no more than its ingress limit admits now.
+    fn recv_queues(&mut self, now: Instant) -> usize {
+        let (q, mut n) = (self.rx_queues.tenant.len(), 0);
+        for k in 0..q {
+            let queue = (self.rx_queues.next + k) % q;
+            let mut want = self.rx_idx.len() - n;
+            if let Some(t) = self.rx_queues.tenant[queue] {
+                if let Some(b) = self.meter.budget(t, now) {
+                    want = want.min(b as usize);
+                }
+            }
+            if want > 0 {
+                n += self.backend.recv_queue(queue, &self.slots, &self.rx_idx[n..n + want], &mut self.rx_meta[n..n + want]);
+            }
+            if n == self.rx_idx.len() {
+                break;
+            }
+        }
+        self.rx_queues.next = (self.rx_queues.next + 1) % q;
+        n
+    }
+
+    /// Says that the backend's receive queue `queue` holds tenant `t`'s packets only (the
+    /// backend steers them there): the node then takes from it no more than `t`'s ingress limit
+    /// admits, and counts what is lost there as `t`'s. A backend with one queue ignores it.
+    pub fn set_rx_queue_tenant(&mut self, queue: usize, t: Option<TenantId>) {
+        if queue < self.rx_queues.tenant.len() {
+            self.rx_queues.tenant[queue] = t;
+        }
+    }
+
     /// True during the polls timed for the meter (one in SAMPLE_EVERY).
     #[inline]
     fn sampled(&self) -> bool {
@@ -496,8 +553,20 @@ impl<B: Backend> Node<B> {
     /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's measured
     /// cost for the scheduler's round robin by time.
     fn end_epoch(&mut self, now: Instant) {
-        let lost = self.backend.rx_dropped();
-        self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost);
+        // Losses in a tenant's own receive queue are that tenant's; the rest are shared.
+        let mut own = 0;
+        for (q, seen) in self.rx_queues.lost_seen.iter_mut().enumerate() {
+            let Some(t) = self.rx_queues.tenant[q] else { continue };
+            let total = self.backend.rx_dropped_queue(q);
+            own += total;
+            let delta = total.saturating_sub(*seen);
+            self.rx_queues.lost[t.index()] += delta;
+            self.stats.tenants[t.index()].drops[Drop::RxQueue.index()] += delta;
+            *seen = total;
+        }
+        let lost = self.backend.rx_dropped().saturating_sub(own);
+        self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost, &self.rx_queues.lost);
+        self.rx_queues.lost.iter_mut().for_each(|l| *l = 0);
         for i in 0..self.sched.instance_count() {
             let inst = InstanceId(i as u16);
             self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));

@@ -521,3 +521,53 @@ fn a_backlogged_link_is_shared_by_bytes_not_packets() {
     // (A 1400-byte packet that does not fit what is left of a poll's budget waits.)
     assert!(b + s > 0.7 * 4000.0 * 2000.0, "the link stays busy: {b} + {s}");
 }
+
+#[test]
+fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
+    use snic_dataplane::backend::Backend;
+    let mut be = UdpBackend::bind_steered("127.0.0.1:0".parse().unwrap()).unwrap();
+    let to = be.local_addr().unwrap();
+    assert_eq!(be.rx_queues(), 1);
+    // VNIs 100 and 101 are one tenant's, 200 another's; 300 nobody's.
+    assert_eq!(be.steer(&[vec![100, 101], vec![200]]).unwrap(), vec![1, 2]);
+    assert_eq!(be.rx_queues(), 3);
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    for (vni, n) in [(100u32, 5), (101, 5), (200, 7), (300, 3)] {
+        for _ in 0..n {
+            tx.send_to(&snic_dataplane::testbed::datagram(vni, 1000, 16), to).unwrap();
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let store = snic_dataplane::store::Store::new(256, 32);
+    let slots = store.slots().clone();
+    let idx: Vec<u32> = (0..32).collect();
+    let mut meta = vec![snic_dataplane::backend::RxMeta::default(); 32];
+    let mut vnis = |be: &mut UdpBackend, q: usize| {
+        let n = be.recv_queue(q, &slots, &idx, &mut meta);
+        let mut v: Vec<u32> = (0..n)
+            .map(|i| {
+                // SAFETY: the test owns every buffer; nothing else touches the store.
+                let (buf, _) = unsafe { slots.get(idx[i]) };
+                snic_wire::layout::parse_vxlan(&buf[snic_nt::HEADROOM..snic_nt::HEADROOM + meta[i].len as usize]).unwrap()
+            })
+            .collect();
+        v.dedup();
+        (n, v)
+    };
+    assert_eq!(vnis(&mut be, 1), (10, vec![100, 101]));
+    assert_eq!(vnis(&mut be, 2), (7, vec![200]));
+    assert_eq!(vnis(&mut be, 0), (3, vec![300]));
+    // A flood of one tenant is lost in its own queue, counted there.
+    let d = snic_dataplane::testbed::datagram(200, 1000, 200);
+    for _ in 0..30_000 {
+        let _ = tx.send_to(&d, to);
+    }
+    assert!(be.rx_dropped_queue(2) > 0);
+    assert_eq!((be.rx_dropped_queue(0), be.rx_dropped_queue(1)), (0, 0));
+    // Steering again keeps the sockets and can move VNIs.
+    assert_eq!(be.steer(&[vec![300]]).unwrap(), vec![1]);
+    assert_eq!(be.rx_queues(), 3);
+    // A plain backend has one queue.
+    let mut plain = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    assert!(plain.steer(&[vec![1]]).is_err());
+}

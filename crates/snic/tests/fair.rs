@@ -58,9 +58,17 @@ fn ensure(ok: bool, what: String) -> Result<(), String> {
 fn the_victim_keeps_its_share_against_each_antagonist() {
     for scenario in ["expensive", "flood64", "engine"] {
         holds(scenario, |runs| {
-            let (alone, on) = (mode(runs, "alone")?, mode(runs, "on")?);
+            let (alone, on, queues) = (mode(runs, "alone")?, mode(runs, "on")?, mode(runs, "queues")?);
             let f = |v: &serde_json::Value, k: &str| v[k].as_f64();
             ensure(f(&alone, "victim_kept").unwrap_or(0.0) > 0.99, format!("alone: {alone}"))?;
+            // With a receive queue per tenant the antagonist's excess waits (and is lost) in its
+            // own queue: whatever reception costs, the victim keeps its share and the antagonist
+            // is still served.
+            ensure(f(&queues, "victim_kept").unwrap_or(0.0) >= 0.9, format!("per-tenant queues: victim kept under 90%: {queues}"))?;
+            ensure(
+                f(&queues, "antagonist_delivered_pps").unwrap_or(0.0) > 0.0,
+                format!("per-tenant queues: not work conserving: {queues}"),
+            )?;
             let limit = f(&on, "antagonist_limit_pps");
             ensure(limit.is_some(), format!("the antagonist is not limited at ingress: {on}"))?;
             // The dispatcher row: capacity, antagonist's fixed part (its reception) and grant.

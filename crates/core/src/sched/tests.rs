@@ -231,6 +231,28 @@ fn instances_share_by_time_while_others_wait() {
     let _ = i2;
 }
 
+#[test]
+fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig { quantum_ns: 10_000.0, quantum_alone: true, ..SchedConfig::default() });
+    let c = s.add_chain(1);
+    let i = s.add_instance(c, 1000).unwrap();
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    s.set_cost(i, 4_000.0);
+    for k in 0..10 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
+    }
+    let mut out = Vec::new();
+    // 10 us of 4 us items: two, then the deficit carries over (2 us + 10 us: three).
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 2);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 3);
+    // An item costlier than the quantum still goes, one per batch.
+    s.set_cost(i, 50_000.0);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 1);
+}
+
 /// Operations of the instance-change property test.
 #[derive(Debug, Clone)]
 enum Life {

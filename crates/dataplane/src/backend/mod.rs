@@ -78,6 +78,32 @@ pub trait Backend: Send {
     /// Transmits a prefix of `reqs`. Must not block.
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult;
 
+    /// Receive queues (1: one ring every packet shares). A backend with several steers each
+    /// arriving packet to a queue before the node sees it — per tenant, by VNI — so that the
+    /// node can take from each what its tenant is allowed, and what one tenant sends beyond
+    /// that waits, or is lost, in its own queue (FairNIC's per-tenant ingress queues).
+    fn rx_queues(&self) -> usize {
+        1
+    }
+
+    /// Receives from queue `q` only, as [`Backend::recv`]. The default has one queue.
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        if q == 0 {
+            self.recv(slots, idx, meta)
+        } else {
+            0
+        }
+    }
+
+    /// Packets lost in queue `q` before the node received them, cumulative (0 if unknown).
+    fn rx_dropped_queue(&self, q: usize) -> u64 {
+        if q == 0 {
+            self.rx_dropped()
+        } else {
+            0
+        }
+    }
+
     /// Packets lost before the node could receive them (a full receive ring or socket buffer),
     /// cumulative; 0 if the backend cannot tell. Fair sharing counts them as load the tenants
     /// intended, in the proportions it did receive.

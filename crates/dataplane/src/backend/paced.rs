@@ -1,7 +1,9 @@
 //! A paced multi-stream source for isolation benchmarks: several streams, each a VXLAN datagram
 //! arriving at a fixed rate on the real clock, share one bounded receive ring — the way tenants
-//! share a NIC queue or a socket's receive buffer. Arrivals that find the ring full are lost
-//! there, before snic sees them, as they would be on a real host. Each packet is handed over with
+//! share a NIC queue or a socket's receive buffer — or, built with [`Paced::with_queues`], each
+//! have a ring of their own (a NIC or a socket group steering tenants to their own queues).
+//! Arrivals that find their ring full are lost there, before snic sees them, as they would be on
+//! a real host. Each packet is handed over with
 //! its arrival time (a receive timestamp), so the node measures latency from arrival, ring wait
 //! included; transmit counts each stream's delivered packets and records that latency.
 //!
@@ -55,19 +57,31 @@ struct Stream {
 #[derive(Debug)]
 pub struct Paced {
     streams: Vec<Stream>,
-    ring: VecDeque<(u8, u64)>,
+    /// One shared ring, or one per stream.
+    rings: Vec<VecDeque<(u8, u64)>>,
     capacity: usize,
     clock: MonotonicClock,
-    /// Ring drops cleared by `reset_stats` (the backend's drop count stays cumulative).
-    dropped_before_reset: u64,
+    /// Per stream: ring drops cleared by `reset_stats` (the backend's drop counts stay
+    /// cumulative).
+    dropped_before_reset: Vec<u64>,
 }
 
 impl Paced {
     /// Streams sharing a receive ring of `ring` packets, starting now on `clock` (give it the
     /// node's clock so that arrival times are in the node's time).
     pub fn new(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock) -> Self {
+        Self::build(streams, ring, clock, false)
+    }
+
+    /// Streams each with a receive ring of `ring` packets of its own: receive queue `i` is
+    /// stream `i`'s.
+    pub fn with_queues(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock) -> Self {
+        Self::build(streams, ring, clock, true)
+    }
+
+    fn build(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock, per_stream: bool) -> Self {
         assert!(streams.len() < 256, "at most 255 streams");
-        let streams = streams
+        let streams: Vec<Stream> = streams
             .into_iter()
             .map(|spec| {
                 assert!(spec.datagram.len() <= BUF_SIZE - HEADROOM, "datagram size");
@@ -81,7 +95,9 @@ impl Paced {
                 }
             })
             .collect();
-        let mut p = Paced { streams, ring: VecDeque::with_capacity(ring), capacity: ring, clock, dropped_before_reset: 0 };
+        let rings = (0..if per_stream { streams.len().max(1) } else { 1 }).map(|_| VecDeque::with_capacity(ring)).collect();
+        let dropped_before_reset = vec![0; streams.len()];
+        let mut p = Paced { streams, rings, capacity: ring, clock, dropped_before_reset };
         let now = p.now_ns() as f64;
         for s in &mut p.streams {
             s.next = now;
@@ -96,8 +112,8 @@ impl Paced {
 
     /// Clears the results (after a warm-up); pacing continues.
     pub fn reset_stats(&mut self) {
-        for s in &mut self.streams {
-            self.dropped_before_reset += s.stats.ring_drops;
+        for (s, d) in self.streams.iter_mut().zip(&mut self.dropped_before_reset) {
+            *d += s.stats.ring_drops;
             s.stats = StreamStats::default();
         }
     }
@@ -108,13 +124,25 @@ impl Paced {
 
     fn arrive(&mut self, now: u64) {
         let now = now as f64;
-        // In time order across streams while the ring has room.
-        while self.ring.len() < self.capacity {
+        if self.rings.len() > 1 {
+            // A ring per stream: each fills on its own.
+            for (i, (s, ring)) in self.streams.iter_mut().zip(&mut self.rings).enumerate() {
+                while ring.len() < self.capacity && s.next <= now {
+                    ring.push_back((i as u8, s.next as u64));
+                    s.stats.offered += 1;
+                    s.next += s.period_ns;
+                }
+            }
+        }
+        let shared = self.rings.len() == 1;
+        let ring = &mut self.rings[0];
+        // In time order across streams while the shared ring has room.
+        while shared && ring.len() < self.capacity {
             let Some((i, s)) = self.streams.iter().enumerate().filter(|(_, s)| s.next <= now).min_by(|a, b| a.1.next.total_cmp(&b.1.next))
             else {
                 return;
             };
-            self.ring.push_back((i as u8, s.next as u64));
+            ring.push_back((i as u8, s.next as u64));
             let s = &mut self.streams[i];
             s.stats.offered += 1;
             s.next += s.period_ns;
@@ -137,10 +165,32 @@ impl Backend for Paced {
     }
 
     fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        let mut n = 0;
+        for q in 0..self.rings.len() {
+            n += self.recv_queue(q, slots, &idx[n..], &mut meta[n..]);
+        }
+        n
+    }
+
+    fn rx_queues(&self) -> usize {
+        self.rings.len()
+    }
+
+    fn rx_dropped_queue(&self, q: usize) -> u64 {
+        if self.rings.len() == 1 {
+            return self.rx_dropped();
+        }
+        self.streams.get(q).map_or(0, |s| s.stats.ring_drops) + self.dropped_before_reset.get(q).copied().unwrap_or(0)
+    }
+
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        if q >= self.rings.len() {
+            return 0;
+        }
         self.arrive(self.now_ns());
         let mut n = 0;
         while n < idx.len() {
-            let Some((s, at)) = self.ring.pop_front() else { break };
+            let Some((s, at)) = self.rings[q].pop_front() else { break };
             // Time 0 means "unknown" to the node.
             let d = &self.streams[s as usize].spec;
             // SAFETY: the dispatcher owns buffers it passes to `recv`.
@@ -170,7 +220,7 @@ impl Backend for Paced {
     }
 
     fn rx_dropped(&self) -> u64 {
-        self.streams.iter().map(|s| s.stats.ring_drops).sum::<u64>() + self.dropped_before_reset
+        self.streams.iter().map(|s| s.stats.ring_drops).sum::<u64>() + self.dropped_before_reset.iter().sum::<u64>()
     }
 
     fn wait(&mut self, _timeout: std::time::Duration) {}

@@ -8,6 +8,14 @@
 //! the per-datagram kernel path dominated a two-node VPC (80% of a node's time in `sendmmsg`).
 //! If the kernel refuses segmentation, the backend falls back to one datagram per message.
 //!
+//! **Per-tenant receive queues** ([`UdpBackend::bind_steered`], [`UdpBackend::steer`]): a group
+//! of sockets on one address (`SO_REUSEPORT`) with a classic BPF program attached to the group
+//! (`SO_ATTACH_REUSEPORT_CBPF`) that reads each datagram's VXLAN VNI and picks the socket of the
+//! tenant that owns it (socket 0 for any other). Each tenant's datagrams then queue in a socket
+//! buffer of their own: the node reads from each only what the tenant's ingress limit admits,
+//! and a flood fills — and is dropped at — its own socket, in the kernel, without costing the
+//! dispatcher a receive or delaying other tenants' datagrams behind it.
+//!
 //! Datagrams the socket drops before snic reads them are counted with `SO_MEMINFO` (the
 //! socket's drop counter, read once per fair-sharing epoch), not with `SO_RXQ_OVFL` on every
 //! datagram: on the 6.18 kernel of our test machines, copying the `SO_RXQ_OVFL` control message
@@ -42,9 +50,39 @@ const GSO_MAX_BYTES: usize = 65_000;
 #[repr(C, align(8))]
 struct Cmsg([u8; 32]);
 
+/// A receive queue beyond the first: a socket of the group, and its drop counter.
+struct Queue {
+    sock: UdpSocket,
+    dropped: Drops,
+}
+
+/// A socket's drop counter: cumulative, from the kernel's 32-bit reading.
+#[derive(Default)]
+struct Drops {
+    total: std::cell::Cell<u64>,
+    last: std::cell::Cell<u32>,
+}
+
+impl Drops {
+    fn read(&self, fd: i32) -> u64 {
+        if let Some(v) = socket_drops(fd) {
+            self.total.set(self.total.get() + v.wrapping_sub(self.last.get()) as u64);
+            self.last.set(v);
+        }
+        self.total.get()
+    }
+}
+
+/// Most receive queues (sockets) a steered backend opens; tenants past that share queue 0.
+pub const MAX_QUEUES: usize = 64;
+
 /// A UDP socket backend.
 pub struct UdpBackend {
     sock: UdpSocket,
+    /// Receive queues 1.. of a steered backend (queue 0 is `sock`).
+    queues: Vec<Queue>,
+    /// A steered backend: `sock` is in a reuseport group with a steering program.
+    steered: bool,
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     addrs: Vec<libc::sockaddr_storage>,
@@ -52,10 +90,8 @@ pub struct UdpBackend {
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
-    /// Datagrams the socket dropped (`SO_MEMINFO`), cumulative, and the kernel's last 32-bit
-    /// reading of it.
-    rx_dropped: std::cell::Cell<u64>,
-    last_drops: std::cell::Cell<u32>,
+    /// Datagrams `sock` dropped (`SO_MEMINFO`).
+    rx_dropped: Drops,
 }
 
 // SAFETY: the raw pointers inside the mmsghdr/iovec arrays point into this struct's own vectors
@@ -79,27 +115,64 @@ fn setsockopt_int(fd: i32, level: i32, name: i32, v: i32) -> io::Result<()> {
 }
 
 impl UdpBackend {
-    /// Binds `addr` (use port 4789 for VXLAN), non-blocking, with 4 MiB socket buffers.
+    /// Binds `addr` (use port 4789 for VXLAN), non-blocking, with 4 MiB socket buffers: one
+    /// receive queue.
     pub fn bind(addr: SocketAddr) -> io::Result<Self> {
         let sock = UdpSocket::bind(addr)?;
-        sock.set_nonblocking(true)?;
-        let fd = sock.as_raw_fd();
-        // Larger buffers absorb bursts; failures (limits) are not fatal.
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+        Self::with_socket(sock, false)
+    }
+
+    /// Binds `addr` as the first socket of a reuseport group whose datagrams a steering program
+    /// sends to per-tenant receive queues ([`UdpBackend::steer`]; until then, all to queue 0).
+    pub fn bind_steered(addr: SocketAddr) -> io::Result<Self> {
+        let sock = reuseport_socket(addr)?;
+        attach_steering(sock.as_raw_fd(), &[])?;
+        Self::with_socket(sock, true)
+    }
+
+    fn with_socket(sock: UdpSocket, steered: bool) -> io::Result<Self> {
+        tune(&sock)?;
         // SAFETY: all-zero is a valid value for these plain C structs.
         let (hdrs, iovs, addrs) = unsafe { (vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH], vec![zeroed(); MAX_BATCH]) };
         Ok(UdpBackend {
             sock,
+            queues: Vec::new(),
+            steered,
             hdrs,
             iovs,
             addrs,
             cmsgs: vec![Cmsg([0; 32]); MAX_BATCH],
             group: vec![0; MAX_BATCH],
             gso: true,
-            rx_dropped: std::cell::Cell::new(0),
-            last_drops: std::cell::Cell::new(0),
+            rx_dropped: Drops::default(),
         })
+    }
+
+    /// Steers each group of VNIs to a receive queue of its own: group `i` to queue `i + 1`
+    /// (sockets are added to the reuseport group as needed, and kept); every other VNI to
+    /// queue 0. Groups past [`MAX_QUEUES`] − 1 go to queue 0 too. Returns the queue of each group.
+    /// A backend from [`UdpBackend::bind`] has one queue and refuses.
+    pub fn steer(&mut self, groups: &[Vec<u32>]) -> io::Result<Vec<usize>> {
+        if !self.steered {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "a backend bound without steering has one receive queue"));
+        }
+        let n = groups.len().min(MAX_QUEUES - 1);
+        let addr = self.sock.local_addr()?;
+        while self.queues.len() < n {
+            let sock = reuseport_socket(addr)?;
+            tune(&sock)?;
+            self.queues.push(Queue { sock, dropped: Drops::default() });
+        }
+        let map: Vec<(u32, u32)> = groups.iter().take(n).enumerate().flat_map(|(i, g)| g.iter().map(move |&v| (v, i as u32 + 1))).collect();
+        attach_steering(self.sock.as_raw_fd(), &map)?;
+        Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
+    }
+
+    fn queue_fd(&self, q: usize) -> Option<i32> {
+        match q {
+            0 => Some(self.sock.as_raw_fd()),
+            _ => self.queues.get(q - 1).map(|x| x.sock.as_raw_fd()),
+        }
     }
 
     /// Whether transmit uses UDP segmentation offload (until the kernel refuses it).
@@ -115,6 +188,78 @@ impl UdpBackend {
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
+    }
+}
+
+/// Non-blocking, with 4 MiB socket buffers (larger buffers absorb bursts; failures, i.e.
+/// limits, are not fatal).
+fn tune(sock: &UdpSocket) -> io::Result<()> {
+    sock.set_nonblocking(true)?;
+    let fd = sock.as_raw_fd();
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    Ok(())
+}
+
+/// A UDP socket bound to `addr` with `SO_REUSEPORT` set first, so that the sockets bound after
+/// it join its group.
+fn reuseport_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
+    use std::os::fd::FromRawFd;
+    let family = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(family, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket we own; the UdpSocket closes it, also on the error paths.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut sa: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = to_sockaddr(&addr, &mut sa);
+    // SAFETY: `sa` holds an address of `len` bytes.
+    if unsafe { libc::bind(fd, &sa as *const _ as *const libc::sockaddr, len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+/// The steering program, classic BPF over the UDP payload (a VXLAN header): load bytes 4..8
+/// (VNI and the reserved byte), shift the VNI down, compare it with each mapped VNI and return
+/// that VNI's socket index in the group; 0 otherwise (and for datagrams too short to load).
+fn steering_program(map: &[(u32, u32)]) -> Vec<libc::sock_filter> {
+    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter { code: code as u16, jt, jf, k };
+    let mut p = vec![op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 4), op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 8)];
+    for &(vni, queue) in map {
+        p.push(op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, vni));
+        p.push(op(libc::BPF_RET | libc::BPF_K, 0, 0, queue));
+    }
+    p.push(op(libc::BPF_RET | libc::BPF_K, 0, 0, 0));
+    p
+}
+
+/// Attaches (or replaces) the reuseport group's steering program through member `fd`.
+fn attach_steering(fd: i32, map: &[(u32, u32)]) -> io::Result<()> {
+    let prog = steering_program(map);
+    // A classic program holds at most BPF_MAXINSNS (4096) instructions: 2 per VNI.
+    if prog.len() > 4096 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many VNIs to steer (at most 2046)"));
+    }
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies the program.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            &fprog as *const _ as *const libc::c_void,
+            size_of::<libc::sock_fprog>() as u32,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -174,15 +319,33 @@ impl Backend for UdpBackend {
     /// Load lost before snic saw it, which fair sharing counts as intended load: a syscall, so
     /// the node asks once per epoch.
     fn rx_dropped(&self) -> u64 {
-        if let Some(v) = socket_drops(self.sock.as_raw_fd()) {
-            // The kernel's counter is 32 bits: accumulate its differences.
-            self.rx_dropped.set(self.rx_dropped.get() + v.wrapping_sub(self.last_drops.get()) as u64);
-            self.last_drops.set(v);
+        (0..=self.queues.len()).map(|q| self.rx_dropped_queue(q)).sum()
+    }
+
+    fn rx_dropped_queue(&self, q: usize) -> u64 {
+        match q {
+            0 => self.rx_dropped.read(self.sock.as_raw_fd()),
+            _ => self.queues.get(q - 1).map_or(0, |x| x.dropped.read(x.sock.as_raw_fd())),
         }
-        self.rx_dropped.get()
+    }
+
+    fn rx_queues(&self) -> usize {
+        1 + self.queues.len()
     }
 
     fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        let mut n = 0;
+        for q in 0..=self.queues.len() {
+            if n == idx.len() {
+                break;
+            }
+            n += self.recv_queue(q, slots, &idx[n..], &mut meta[n..]);
+        }
+        n
+    }
+
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+        let Some(fd) = self.queue_fd(q) else { return 0 };
         let n = idx.len().min(MAX_BATCH);
         for (i, &ix) in idx[..n].iter().enumerate() {
             // SAFETY: the dispatcher owns buffers it passes to `recv`.
@@ -200,8 +363,7 @@ impl Backend for UdpBackend {
         }
         // SAFETY: every header points at a live iovec into an owned buffer and at a live
         // sockaddr_storage; `n` is within the arrays.
-        let r =
-            unsafe { libc::recvmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+        let r = unsafe { libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if r <= 0 {
             return 0;
         }
@@ -290,8 +452,12 @@ impl Backend for UdpBackend {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        let mut p = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut p, 1, timeout.as_millis().max(1) as i32) };
+        let mut p = [libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 }; MAX_QUEUES];
+        let n = 1 + self.queues.len();
+        for (q, pf) in p[..n].iter_mut().enumerate() {
+            pf.fd = self.queue_fd(q).unwrap_or(-1);
+        }
+        // SAFETY: `n` valid pollfds.
+        unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, timeout.as_millis().max(1) as i32) };
     }
 }

@@ -10,7 +10,9 @@
 //!   shared AES-GCM engine — on the real clock, one core, both sharing one receive ring
 //!   ([`Paced`]). Each runs the victim alone, then both without the fairness mechanisms
 //!   (measurement on, ingress limits and engine buckets off) and with them; the engine
-//!   scenario also with the engine's token buckets alone.
+//!   scenario also with the engine's token buckets alone. Mode `queues` is `on` with a receive
+//!   ring per tenant instead of a shared one (a NIC or socket group steering each tenant to its
+//!   own queue): the node takes from each only what the tenant's limit admits.
 
 use super::{emit, spin};
 use anyhow::bail;
@@ -87,7 +89,8 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
             continue;
         }
         // The engine scenario also runs the engine's token buckets without DRF's ingress limits.
-        let modes: &[&'static str] = if s == "engine" { &["alone", "off", "buckets", "on"] } else { &["alone", "off", "on"] };
+        let modes: &[&'static str] =
+            if s == "engine" { &["alone", "off", "buckets", "on", "queues"] } else { &["alone", "off", "on", "queues"] };
         for &mode in modes {
             let r = antagonist(&a, s, mode)?;
             emit(a.json, &r, |r| {
@@ -271,9 +274,10 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
         StreamSpec { datagram: datagram(100, 1000, s.victim.0), pps: s.victim.1, src },
         StreamSpec { datagram: datagram(200, 2000, s.antagonist.0), pps: antagonist_pps, src },
     ];
-    let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: mode == "on", ..FairConfig::default() };
+    let on = mode == "on" || mode == "queues";
+    let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: on, ..FairConfig::default() };
     // The in-memory "link" is the memory bus: far faster than a NIC's.
-    let engine_buckets = mode == "on" || mode == "buckets";
+    let engine_buckets = on || mode == "buckets";
     let cfg = NodeConfig {
         vtep_port: None,
         fair,
@@ -284,7 +288,11 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
         ..Default::default()
     };
     let clock = MonotonicClock::default();
-    let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
+    let backend = if mode == "queues" { Paced::with_queues(streams, 1024, clock) } else { Paced::new(streams, 1024, clock) };
+    let mut node = Node::new(cfg, backend, Box::new(clock))?;
+    // Queue i holds stream i's packets: tenant i + 1's.
+    node.set_rx_queue_tenant(0, Some(TenantId(1)));
+    node.set_rx_queue_tenant(1, Some(TenantId(2)));
     let (victim_at, antagonist_at) = if a.isolate { (Some(Place::Inline), Some(Place::Worker(0))) } else { (None, None) };
     let c1 = node.add_chain(s.victim_chain.clone());
     match victim_at {

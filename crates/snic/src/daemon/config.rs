@@ -26,8 +26,22 @@ pub struct NodeFile {
     pub vtep_port: Option<u16>,
     /// Fair sharing (weighted DRF on measured demand, enforced at ingress).
     pub fairness: FairFile,
+    /// Receive queues: `per_tenant` (a socket per tenant on the data address, the kernel
+    /// steering each datagram by its VNI, so that one tenant's flood waits and is dropped in its
+    /// own queue) or `shared` (one socket for everyone).
+    pub rx_queues: RxQueues,
     /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
     pub elastic: ElasticFile,
+}
+
+/// How datagrams are received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RxQueues {
+    /// A socket per tenant (SO_REUSEPORT group steered by VNI).
+    PerTenant,
+    /// One socket.
+    Shared,
 }
 
 /// The `elastic:` section.
@@ -160,6 +174,7 @@ impl Default for NodeFile {
             store_buffers: dp.store_buffers,
             vtep_port: dp.vtep_port,
             fairness: FairFile::default(),
+            rx_queues: RxQueues::PerTenant,
             elastic: ElasticFile::default(),
         }
     }

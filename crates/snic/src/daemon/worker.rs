@@ -5,7 +5,7 @@
 //! rebuilt on the same socket with the new deployment (NT state and learned MACs start afresh;
 //! stop-and-launch with state transfer comes with elastic NTs).
 
-use super::config::NodeFile;
+use super::config::{NodeFile, RxQueues};
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
@@ -196,10 +196,31 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build(cfg: &NodeFile, backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<()>)> {
+fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<()>)> {
+    // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues.
+    let queues = match cfg.rx_queues {
+        RxQueues::PerTenant => {
+            let groups: Vec<Vec<u32>> = plan.tenants.iter().map(|t| t.vnis.clone()).collect();
+            backend.steer(&groups).context("steering tenants' VNIs to their receive queues")?
+        }
+        RxQueues::Shared => Vec::new(),
+    };
     let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
+    for (t, &q) in plan.tenants.iter().zip(&queues) {
+        if q > 0 {
+            node.set_rx_queue_tenant(q, Some(t.id));
+        }
+    }
     let r = deploy(&mut node, plan).map(|_| ());
     Ok((node, r))
+}
+
+/// The data socket: a reuseport group steered per tenant, or one socket.
+fn bind(cfg: &NodeFile) -> std::io::Result<UdpBackend> {
+    match cfg.rx_queues {
+        RxQueues::PerTenant => UdpBackend::bind_steered(cfg.data),
+        RxQueues::Shared => UdpBackend::bind(cfg.data),
+    }
 }
 
 fn same_shape(a: &Plan, b: &Plan) -> bool {
@@ -209,7 +230,7 @@ fn same_shape(a: &Plan, b: &Plan) -> bool {
 impl DataPlane {
     /// Binds the data socket, deploys `plan` and starts the thread.
     pub fn start(cfg: &NodeFile, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
-        let backend = UdpBackend::bind(cfg.data).with_context(|| format!("binding the data socket on {}", cfg.data))?;
+        let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.data))?;
         let addr = backend.local_addr()?;
         let (node, deployed) = build(cfg, backend, &plan)?;
         deployed?;
