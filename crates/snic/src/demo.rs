@@ -189,7 +189,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let snapshot: Arc<Mutex<[TenantStats; 2]>> = Arc::new(Mutex::new(Default::default()));
 
     // Each tenant's (dominant resource, dominant share, granted fraction), as last seen while
-    // traffic flowed (demand fades within a few epochs once the senders stop).
+    // its traffic flowed (demand fades within a few epochs once the senders stop, and a light
+    // sender's can between its packets): kept per tenant.
     type FairView = Vec<(TenantId, Option<String>, f64, f64)>;
     let fair_view: Arc<Mutex<FairView>> = Arc::new(Mutex::new(Vec::new()));
     let (st, snap, fv) = (stop.clone(), snapshot.clone(), fair_view.clone());
@@ -205,10 +206,14 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 let s = node.stats();
                 *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
                 let f = node.meter().fairness();
-                if f.shares().iter().any(|x| x.dominant.is_some()) {
-                    let name = |d: Option<usize>| d.and_then(|d| f.resources().get(d)).map(|r| r.name.clone());
-                    *fv.lock().expect("fair lock") =
-                        f.shares().iter().map(|x| (x.tenant, name(x.dominant), x.dominant_share, x.fraction)).collect();
+                let name = |d: Option<usize>| d.and_then(|d| f.resources().get(d)).map(|r| r.name.clone());
+                let mut view = fv.lock().expect("fair lock");
+                for x in f.shares().iter().filter(|x| x.dominant.is_some()) {
+                    let seen = (x.tenant, name(x.dominant), x.dominant_share, x.fraction);
+                    match view.iter_mut().find(|v| v.0 == x.tenant) {
+                        Some(v) => *v = seen,
+                        None => view.push(seen),
+                    }
                 }
             }
         }
