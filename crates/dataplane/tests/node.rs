@@ -570,4 +570,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     // A plain backend has one queue.
     let mut plain = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     assert!(plain.steer(&[vec![1]]).is_err());
+    // A second node on the same address is refused, not let into the group.
+    let again = UdpBackend::bind_steered(to).map(|_| ()).unwrap_err();
+    assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
 }

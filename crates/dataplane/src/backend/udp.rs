@@ -124,7 +124,12 @@ impl UdpBackend {
 
     /// Binds `addr` as the first socket of a reuseport group whose datagrams a steering program
     /// sends to per-tenant receive queues ([`UdpBackend::steer`]; until then, all to queue 0).
+    /// Fails with `AddrInUse` if anything already holds the address — another snic included,
+    /// which would otherwise join the group and silently take part of the traffic.
     pub fn bind_steered(addr: SocketAddr) -> io::Result<Self> {
+        // A plain bind first: it conflicts with any socket on the address, reuseport or not
+        // (and resolves port 0).
+        let addr = UdpSocket::bind(addr)?.local_addr()?;
         let sock = reuseport_socket(addr)?;
         attach_steering(sock.as_raw_fd(), &[])?;
         Self::with_socket(sock, true)
