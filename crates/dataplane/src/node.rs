@@ -566,7 +566,9 @@ impl<B: Backend> Node<B> {
         }
         let lost = self.backend.rx_dropped().saturating_sub(own);
         self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost, &self.rx_queues.lost);
-        self.rx_queues.lost.iter_mut().for_each(|l| *l = 0);
+        for t in self.rx_queues.tenant.iter().flatten() {
+            self.rx_queues.lost[t.index()] = 0;
+        }
         for i in 0..self.sched.instance_count() {
             let inst = InstanceId(i as u16);
             self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));

@@ -389,3 +389,24 @@ fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_af
     assert_eq!(got, 100, "green's planned form delivers");
     assert_eq!(stop(d), 0);
 }
+
+#[test]
+fn a_plan_whose_vnis_cannot_be_steered_is_refused_and_the_node_keeps_forwarding() {
+    // Each VNI takes two instructions of the steering program (at most 4096): 2100 VNIs for one
+    // tenant do not fit. The apply is refused and the previous plan stays on the socket.
+    let dir = TempDir::new("steer");
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = start_with(&dir.0, "");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "{v}");
+    let vnis: Vec<String> = (10_000..12_100).map(|v| v.to_string()).collect();
+    let big = format!("apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: big}}\nspec: {{vnis: [{}]}}\n", vnis.join(", "));
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &big);
+    assert_ne!(s, 200, "{v}");
+    assert!(v.to_string().contains("steering"), "{v}");
+    assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
+    let (_, st) = http("GET", &format!("{}/v1/status", d.api), "");
+    assert_eq!(st["data_plane"]["up"], true, "{st}");
+    assert_eq!(stop(d), 0);
+}

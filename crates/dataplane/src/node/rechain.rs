@@ -414,6 +414,13 @@ impl<B: Backend> Node<B> {
             .iter()
             .filter(|r| matches!(r, snic_core::launcher::RegionState::Free | snic_core::launcher::RegionState::Victim { .. }))
             .count();
+        // Per chain: the DAGs whose forms use it (a chain shared with another DAG cannot move).
+        let mut users = vec![0u32; self.chains.len()];
+        for e in self.dags.entries.iter().flatten() {
+            for c in e.planned_chains.iter().chain(e.compact.as_ref().map(|(_, c)| c)) {
+                users[c.index()] += 1;
+            }
+        }
         let mut views = Vec::new();
         for (i, e) in self.dags.entries.iter().enumerate() {
             let Some(e) = e else { continue };
@@ -421,13 +428,8 @@ impl<B: Backend> Node<B> {
                 continue;
             }
             let chains = e.chains(e.form);
-            let others_use = |c: ChainId| {
-                self.dags.entries.iter().enumerate().any(|(j, o)| {
-                    j != i && o.as_ref().is_some_and(|o| o.planned_chains.contains(&c) || o.compact.is_some_and(|(_, oc)| oc == c))
-                })
-            };
             let ready = e.switch.is_none()
-                && chains.iter().chain(&e.chains(other(e.form))).all(|&c| self.sched.instances_of(c).len() <= 1 && !others_use(c));
+                && chains.iter().chain(&e.chains(other(e.form))).all(|&c| self.sched.instances_of(c).len() <= 1 && users[c.index()] == 1);
             views.push(DagView {
                 dag: DagUid(i as u32),
                 form: e.form,

@@ -197,15 +197,23 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
 fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<()>)> {
-    // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues.
-    let queues = match cfg.rx_queues {
+    // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues. A
+    // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
+    // puts the previous one back on the same socket — and leaves everything on queue 0.
+    let steered = match cfg.rx_queues {
         RxQueues::PerTenant => {
             let groups: Vec<Vec<u32>> = plan.tenants.iter().map(|t| t.vnis.clone()).collect();
-            backend.steer(&groups).context("steering tenants' VNIs to their receive queues")?
+            backend.steer(&groups).inspect_err(|_| {
+                let _ = backend.steer(&[]);
+            })
         }
-        RxQueues::Shared => Vec::new(),
+        RxQueues::Shared => Ok(Vec::new()),
     };
     let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
+    let queues = match steered {
+        Ok(q) => q,
+        Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
+    };
     for (t, &q) in plan.tenants.iter().zip(&queues) {
         if q > 0 {
             node.set_rx_queue_tenant(q, Some(t.id));
