@@ -539,7 +539,8 @@ impl<B: Backend> Node<B> {
     /// backend steers them there): the node then takes from it no more than `t`'s ingress limit
     /// admits, and counts what is lost there as `t`'s. A backend with one queue ignores it.
     pub fn set_rx_queue_tenant(&mut self, queue: usize, t: Option<TenantId>) {
-        if queue < self.rx_queues.tenant.len() {
+        // One queue is everyone's: never one tenant's.
+        if self.rx_queues.tenant.len() > 1 && queue < self.rx_queues.tenant.len() {
             self.rx_queues.tenant[queue] = t;
         }
     }

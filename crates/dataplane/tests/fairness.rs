@@ -158,3 +158,53 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     assert!(throttled(2) > 0, "tenant 2 is held back at the engine");
     assert!(sent(2) > 0, "but still served");
 }
+
+/// Losses in a receive queue are a tenant's only when the queue is that tenant's own: with one
+/// shared ring nobody is charged them by name; with a ring per tenant, the flooding tenant is.
+#[test]
+fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
+    use snic_core::dag::{DagRoute, NtMask, Step};
+    use snic_core::ids::DagUid;
+    use snic_core::mat::Mat;
+    use snic_dataplane::backend::paced::{Paced, StreamSpec};
+    use snic_dataplane::backend::Backend;
+    use snic_dataplane::node::MonotonicClock;
+    use snic_dataplane::testbed::{dag_rule, datagram};
+    use snic_dataplane::Node;
+    let run = |queues: bool| {
+        let src = "192.0.2.1:4789".parse().unwrap();
+        let streams = vec![
+            StreamSpec { datagram: datagram(100, 1000, 64), pps: 10_000.0, src },
+            StreamSpec { datagram: datagram(200, 2000, 64), pps: 20_000_000.0, src },
+        ];
+        let clock = MonotonicClock::default();
+        // Rings that hold 0.4 s of the victim (nothing of it is lost, even while the node is built)
+        // and 0.2 ms of the flood.
+        let backend = if queues { Paced::with_queues(streams, 4096, clock) } else { Paced::new(streams, 4096, clock) };
+        let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
+        let mut node = Node::new(NodeConfig { vtep_port: None, fair, ..Default::default() }, backend, Box::new(clock)).unwrap();
+        let mut mat = Mat::new();
+        for t in [1u16, 2] {
+            let c = node.add_chain(vec![snic_nt::NtSpec::Dummy]);
+            node.launch(c).unwrap();
+            node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+            mat.insert(dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
+            node.set_tenant(TenantId(t), 1.0);
+            // With one queue this is ignored: the shared ring is nobody's own.
+            node.set_rx_queue_tenant(t as usize - 1, Some(TenantId(t)));
+        }
+        node.mat_handle().store(std::sync::Arc::new(mat));
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_millis(30) {
+            node.poll();
+        }
+        let lost = |t: usize| node.stats().tenants[t].drops[Drop::RxQueue.index()];
+        (node.backend().rx_dropped(), lost(1), lost(2))
+    };
+    let (ring, victim, flood) = run(false);
+    assert!(ring > 0, "the flood overflows the shared ring");
+    assert_eq!((victim, flood), (0, 0), "a shared ring's losses are nobody's by name");
+    let (ring, victim, flood) = run(true);
+    assert!(ring > 0 && flood > 0, "the flood overflows its own ring: {ring} {flood}");
+    assert_eq!(victim, 0, "the victim's ring is not charged the flood's losses");
+}

@@ -290,9 +290,11 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     let clock = MonotonicClock::default();
     let backend = if mode == "queues" { Paced::with_queues(streams, 1024, clock) } else { Paced::new(streams, 1024, clock) };
     let mut node = Node::new(cfg, backend, Box::new(clock))?;
-    // Queue i holds stream i's packets: tenant i + 1's.
-    node.set_rx_queue_tenant(0, Some(TenantId(1)));
-    node.set_rx_queue_tenant(1, Some(TenantId(2)));
+    if mode == "queues" {
+        // Queue i holds stream i's packets: tenant i + 1's.
+        node.set_rx_queue_tenant(0, Some(TenantId(1)));
+        node.set_rx_queue_tenant(1, Some(TenantId(2)));
+    }
     let (victim_at, antagonist_at) = if a.isolate { (Some(Place::Inline), Some(Place::Worker(0))) } else { (None, None) };
     let c1 = node.add_chain(s.victim_chain.clone());
     match victim_at {
