@@ -223,6 +223,8 @@ struct RxQueues {
     lost: Vec<u64>,
     /// The queue the next poll starts at.
     next: usize,
+    /// Per queue: something to read (when the backend can tell).
+    ready: Vec<bool>,
 }
 
 mod fork;
@@ -289,7 +291,13 @@ impl<B: Backend> Node<B> {
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
             dags: rechain::Dags::new(cfg.elastic.monitor_period, cfg.elastic.high),
-            rx_queues: RxQueues { tenant: vec![None; queues], lost_seen: vec![0; queues], lost: vec![0; MAX_TENANTS], next: 0 },
+            rx_queues: RxQueues {
+                tenant: vec![None; queues],
+                lost_seen: vec![0; queues],
+                lost: vec![0; MAX_TENANTS],
+                next: 0,
+                ready: vec![false; queues],
+            },
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             slots,
@@ -516,8 +524,12 @@ impl<B: Backend> Node<B> {
     /// taking from a tenant's own queue no more than its ingress limit admits now.
     fn recv_queues(&mut self, now: Instant) -> usize {
         let (q, mut n) = (self.rx_queues.tenant.len(), 0);
+        let known = self.backend.ready_queues(&mut self.rx_queues.ready);
         for k in 0..q {
             let queue = (self.rx_queues.next + k) % q;
+            if known && !self.rx_queues.ready[queue] {
+                continue;
+            }
             let mut want = self.rx_idx.len() - n;
             if let Some(t) = self.rx_queues.tenant[queue] {
                 if let Some(b) = self.meter.budget(t, now) {

@@ -564,6 +564,18 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     }
     assert!(be.rx_dropped_queue(2) > 0);
     assert_eq!((be.rx_dropped_queue(0), be.rx_dropped_queue(1)), (0, 0));
+    // With many queues the backend tells which have datagrams, in one poll(2).
+    let mut many = UdpBackend::bind_steered("127.0.0.1:0".parse().unwrap()).unwrap();
+    let groups: Vec<Vec<u32>> = (0..6).map(|i| vec![1000 + i]).collect();
+    many.steer(&groups).unwrap();
+    let mut ready = vec![false; many.rx_queues()];
+    assert!(many.ready_queues(&mut ready));
+    assert!(ready.iter().all(|r| !r), "{ready:?}");
+    tx.send_to(&snic_dataplane::testbed::datagram(1003, 1000, 16), many.local_addr().unwrap()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(many.ready_queues(&mut ready));
+    assert_eq!(ready.iter().position(|&r| r), Some(4), "VNI 1003 is group 3's: queue 4 {ready:?}");
+    assert!(!be.ready_queues(&mut ready), "three queues: read them all");
     // Steering again keeps the sockets and can move VNIs.
     assert_eq!(be.steer(&[vec![300]]).unwrap(), vec![1]);
     assert_eq!(be.rx_queues(), 3);

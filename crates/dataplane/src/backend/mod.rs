@@ -95,6 +95,12 @@ pub trait Backend: Send {
         }
     }
 
+    /// Which receive queues have something to read, into `ready` (one flag per queue), if the
+    /// backend can tell more cheaply than by reading each; false: read them all.
+    fn ready_queues(&mut self, _ready: &mut [bool]) -> bool {
+        false
+    }
+
     /// Packets lost in queue `q` before the node received them, cumulative (0 if unknown).
     fn rx_dropped_queue(&self, q: usize) -> u64 {
         if q == 0 {

@@ -76,6 +76,9 @@ impl Drops {
 /// Most receive queues (sockets) a steered backend opens; tenants past that share queue 0.
 pub const MAX_QUEUES: usize = 64;
 
+/// From this many queues on, the node asks which are ready (one `poll(2)`) before reading.
+const POLL_READY_FROM: usize = 4;
+
 /// A UDP socket backend.
 pub struct UdpBackend {
     sock: UdpSocket,
@@ -336,6 +339,27 @@ impl Backend for UdpBackend {
 
     fn rx_queues(&self) -> usize {
         1 + self.queues.len()
+    }
+
+    /// With more than [`POLL_READY_FROM`] queues, one `poll(2)` tells which have datagrams,
+    /// instead of a `recvmmsg` on each (most of which would find nothing).
+    fn ready_queues(&mut self, ready: &mut [bool]) -> bool {
+        let n = 1 + self.queues.len();
+        if n <= POLL_READY_FROM || ready.len() < n {
+            return false;
+        }
+        let mut p = [libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 }; MAX_QUEUES];
+        for (q, pf) in p[..n].iter_mut().enumerate() {
+            pf.fd = self.queue_fd(q).unwrap_or(-1);
+        }
+        // SAFETY: `n` valid pollfds; a zero timeout does not block.
+        if unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, 0) } < 0 {
+            return false;
+        }
+        for (r, pf) in ready.iter_mut().zip(&p[..n]) {
+            *r = pf.revents & libc::POLLIN != 0;
+        }
+        true
     }
 
     fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
