@@ -8,7 +8,8 @@
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
 # SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
-# are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml.
+# are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml; SNIC_NODE_CONFIG
+# names a node.yaml both nodes start with (e.g. one with `rx_queues: shared`).
 #
 # Every namespace is created here and deleted on exit, pass or fail. Traffic stays inside them.
 set -euo pipefail
@@ -74,7 +75,7 @@ link b 192.168.3.1 r 192.168.3.2
 vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
 vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
 for n in a b; do
-  ip netns exec "$P-$n" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
+  ip netns exec "$P-$n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
 done
 for n in a b; do
   for _ in $(seq 50); do ip netns exec "$P-$n" "$snic" status >/dev/null 2>&1 && break; sleep 0.1; done
