@@ -347,3 +347,18 @@ fn compact_and_expand(workers: usize) {
         }
     }
 }
+
+#[test]
+fn a_node_without_elasticity_does_not_switch_forms() {
+    use snic_core::rechain::Form;
+    // Regions fixed at deploy (no pool): chains cannot come and go, so no switch may start
+    // (its new chains could never launch and its held packets would be lost).
+    let mut b = Bed::new(cfg(0, 0), vec![vec![nat()], vec![engine(1_000_000)]], true);
+    let route = DagRoute::new(vec![Step { chain: ChainId(0), mask: NtMask::all(1) }, Step { chain: ChainId(1), mask: NtMask::all(1) }]);
+    b.node.set_dag(DagUid(1), route);
+    b.node.remove_dag(DagUid(2));
+    b.node.set_compact_form(DagUid(1), vec![nat(), engine(1_000_000)], &["nat".into(), "engine".into()]).unwrap();
+    assert!(!b.node.switch_form(DagUid(1), Form::Compact));
+    b.run(0, 5, 2, 3);
+    assert_eq!((b.lost(0), b.node.dag_form(DagUid(1))), (0, Some(Form::Planned)));
+}

@@ -228,7 +228,8 @@ impl<B: Backend> Node<B> {
     }
 
     /// Starts switching DAG `uid` to `to` (the policy does this by itself; operators and tests
-    /// may too). False if the DAG has no such form, already runs it, or is switching.
+    /// may too). False if the node has no elasticity (regions as a pool), the DAG has no such
+    /// form, already runs it, or is switching.
     pub fn switch_form(&mut self, uid: DagUid, to: Form) -> bool {
         let now = self.clock.now();
         let started = self.begin_switch(uid, to, now);
@@ -259,6 +260,10 @@ impl<B: Backend> Node<B> {
     }
 
     fn begin_switch(&mut self, uid: DagUid, to: Form, now: Instant) -> bool {
+        // Chains come and go only with elasticity on (regions as a pool).
+        if !self.elastic.on() {
+            return false;
+        }
         let Some(e) = self.dags.entry(uid) else { return false };
         let Some((_, compact_chain)) = e.compact else { return false };
         if e.form == to || e.switch.is_some() {
