@@ -234,6 +234,15 @@ mod rechain;
 use elastic::OnDemand;
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
 
+/// The cores this process may run on, read once. `core_affinity::get_core_ids` reads the
+/// calling thread's affinity, and a node with pinned cores pins the thread that builds it: read
+/// afresh, a second node built on that thread would see one core and put every worker on the
+/// dispatcher's.
+fn process_cores() -> &'static [core_affinity::CoreId] {
+    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
+    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
+}
+
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
 
@@ -245,7 +254,7 @@ impl<B: Backend> Node<B> {
         let slots = store.slots().clone();
         let mut workers = Vec::new();
         if cfg.workers > 0 {
-            let cores = if cfg.pin_cores { core_affinity::get_core_ids().unwrap_or_default() } else { Vec::new() };
+            let cores = if cfg.pin_cores { process_cores().to_vec() } else { Vec::new() };
             for w in 0..cfg.workers {
                 // The dispatcher keeps the first core; workers take the next ones.
                 let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
