@@ -106,6 +106,8 @@ struct Instance<T> {
     max_credits: u32,
     /// Measured cost of one item through the chain, ns (0: unknown, no time accounting).
     cost_ns: f64,
+    /// Most work dispatched and not yet completed, ns at `cost_ns` (0: credits alone).
+    inflight_cap_ns: f64,
     /// Deficit round robin by time: ns this instance may still use in the current round.
     deficit: f64,
     /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
@@ -261,6 +263,16 @@ impl<T: Copy> Scheduler<T> {
         }
     }
 
+    /// Bounds the work instance `i` may have dispatched and not completed to `ns` at its
+    /// measured cost (at least one item; 0 lifts the bound). For instances whose batches queue
+    /// behind other instances' on one worker thread: without it a costly chain's credits put
+    /// milliseconds of its work ahead of theirs.
+    pub fn set_inflight_cap(&mut self, i: InstanceId, ns: f64) {
+        if let Some(inst) = self.instances.get_mut(i.index()) {
+            inst.inflight_cap_ns = ns.max(0.0);
+        }
+    }
+
     /// Number of instances ever added.
     pub fn instance_count(&self) -> usize {
         self.instances.len()
@@ -372,6 +384,15 @@ impl<T: Copy> Scheduler<T> {
                 cap = ((inst.deficit / inst.cost_ns) as usize).max(1);
             } else {
                 inst.deficit = 0.0;
+            }
+            if inst.inflight_cap_ns > 0.0 && inst.cost_ns > 0.0 {
+                // In-flight work bounded: a completion makes the instance ready again.
+                let inflight = (inst.max_credits - inst.credits) as f64;
+                let allowed = (inst.inflight_cap_ns / inst.cost_ns).floor().max(1.0) - inflight;
+                if allowed < 1.0 {
+                    continue;
+                }
+                cap = cap.min(allowed as usize);
             }
             let budget = (inst.credits as usize).min(max).min(inst.queued).min(cap);
             if budget == 0 || !inst.state.dispatches() {

@@ -23,7 +23,7 @@ use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
-use snic_core::sched::{Accepted, Reject, SchedConfig, Scheduler};
+use snic_core::sched::{Accepted, InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
@@ -242,6 +242,9 @@ fn process_cores() -> &'static [core_affinity::CoreId] {
     static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
     CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
+
+/// Quanta of work an instance may have in flight on a worker it shares with other instances.
+const WORKER_INFLIGHT_QUANTA: f64 = 4.0;
 
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
@@ -594,6 +597,35 @@ impl<B: Backend> Node<B> {
         for i in 0..self.sched.instance_count() {
             let inst = InstanceId(i as u16);
             self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));
+        }
+        self.bound_shared_workers();
+    }
+
+    /// A worker runs the batches handed to it in order: where several active instances share
+    /// one, each may have at most [`WORKER_INFLIGHT_QUANTA`] quanta of work in flight there, so
+    /// that a costly chain cannot put milliseconds of its work ahead of the others'. An
+    /// instance alone on its worker keeps every credit (no one to protect; full pipelining).
+    fn bound_shared_workers(&mut self) {
+        let w = self.exec.workers.len();
+        if w == 0 {
+            return;
+        }
+        let active = |s: &Scheduler<u32>, i: usize| {
+            matches!(s.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
+        };
+        let mut on = vec![0usize; w];
+        for (i, p) in self.exec.placement.iter().enumerate() {
+            if let Place::Worker(k) = p {
+                if active(&self.sched, i) {
+                    on[*k] += 1;
+                }
+            }
+        }
+        let cap = WORKER_INFLIGHT_QUANTA * self.cfg.dispatch_quantum.as_nanos() as f64;
+        for i in 0..self.exec.placement.len() {
+            if let Place::Worker(k) = self.exec.placement[i] {
+                self.sched.set_inflight_cap(InstanceId(i as u16), if on[k] > 1 { cap } else { 0.0 });
+            }
         }
     }
 

@@ -136,6 +136,7 @@ impl<T: Copy> Scheduler<T> {
             credits,
             max_credits: credits,
             cost_ns: 0.0,
+            inflight_cap_ns: 0.0,
             deficit: 0.0,
             queues: Vec::new(),
             rr: 0,

@@ -253,6 +253,31 @@ fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
     assert_eq!(out.len(), 1);
 }
 
+#[test]
+fn an_inflight_cap_bounds_dispatched_work_until_completions_return() {
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    let c = s.add_chain(1);
+    let i = s.add_instance(c, 256).unwrap();
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    s.set_cost(i, 20_000.0);
+    s.set_inflight_cap(i, 40_000.0);
+    for k in 0..10 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
+    }
+    let mut out = Vec::new();
+    // 40 us of 20 us items: two in flight, then nothing until one completes.
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 2);
+    assert_eq!(s.poll_dispatch(&mut out, 32), None);
+    s.handle_completion(i, 1);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 1);
+    // Lifted: the rest at once.
+    s.set_inflight_cap(i, 0.0);
+    assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
+    assert_eq!(out.len(), 7);
+}
+
 /// Operations of the instance-change property test.
 #[derive(Debug, Clone)]
 enum Life {
