@@ -176,6 +176,15 @@ impl UdpBackend {
         Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
     }
 
+    /// A `pollfd` for reading each receive queue, in queue order (the first `1 + queues`).
+    fn pollfds(&self) -> [libc::pollfd; MAX_QUEUES] {
+        let mut p = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; MAX_QUEUES];
+        for (q, pf) in p[..=self.queues.len()].iter_mut().enumerate() {
+            pf.fd = self.queue_fd(q).unwrap_or(-1);
+        }
+        p
+    }
+
     fn queue_fd(&self, q: usize) -> Option<i32> {
         match q {
             0 => Some(self.sock.as_raw_fd()),
@@ -348,10 +357,7 @@ impl Backend for UdpBackend {
         if n <= POLL_READY_FROM || ready.len() < n {
             return false;
         }
-        let mut p = [libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 }; MAX_QUEUES];
-        for (q, pf) in p[..n].iter_mut().enumerate() {
-            pf.fd = self.queue_fd(q).unwrap_or(-1);
-        }
+        let mut p = self.pollfds();
         // SAFETY: `n` valid pollfds; a zero timeout does not block.
         if unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, 0) } < 0 {
             return false;
@@ -481,11 +487,8 @@ impl Backend for UdpBackend {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        let mut p = [libc::pollfd { fd: 0, events: libc::POLLIN, revents: 0 }; MAX_QUEUES];
+        let mut p = self.pollfds();
         let n = 1 + self.queues.len();
-        for (q, pf) in p[..n].iter_mut().enumerate() {
-            pf.fd = self.queue_fd(q).unwrap_or(-1);
-        }
         // SAFETY: `n` valid pollfds.
         unsafe { libc::poll(p.as_mut_ptr(), n as libc::nfds_t, timeout.as_millis().max(1) as i32) };
     }

@@ -94,17 +94,23 @@ impl<B: Backend> Node<B> {
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
         };
         if let Some(r) = region {
-            let saved = &mut self.elastic.saved[chain.index()];
-            if saved.len() == SAVED_PER_CHAIN {
-                saved.remove(0);
-            }
-            saved.push(r.into_nts());
+            self.save_state(chain, r.into_nts());
         }
         self.meter.set_active(inst, false);
         let _ = self.sched.remove_instance(inst);
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
         }
+    }
+
+    /// Keeps `nts` (a stopped instance's NTs, with their state) for `chain`'s next launch; the
+    /// oldest saved state goes past [`SAVED_PER_CHAIN`].
+    pub(super) fn save_state(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
+        let saved = &mut self.elastic.saved[chain.index()];
+        if saved.len() == SAVED_PER_CHAIN {
+            saved.remove(0);
+        }
+        saved.push(nts);
     }
 
     /// Pre-launch at deploy: `chain` gets a free region; `None` when there is none (it will be

@@ -448,14 +448,6 @@ impl<B: Backend> Node<B> {
             self.begin_switch(s.dag, s.to, now);
         }
     }
-
-    fn save_state(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
-        let saved = &mut self.elastic.saved[chain.index()];
-        if saved.len() == crate::elastic::SAVED_PER_CHAIN {
-            saved.remove(0);
-        }
-        saved.push(nts);
-    }
 }
 
 fn other(f: Form) -> Form {
