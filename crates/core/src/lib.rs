@@ -21,7 +21,8 @@
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
 //!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
 //!   in on load held for a whole MONITOR_PERIOD; [`rechain`]: which of a DAG's chain
-//!   candidates it runs as (its planned chains, or one compact chain when regions are short).
+//!   candidates it runs as (its planned chains, or one compact chain when regions are short);
+//!   [`placement`]: which core an instance runs on (long chains apart from short ones).
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
@@ -49,6 +50,7 @@ pub mod ids;
 pub mod join;
 pub mod launcher;
 pub mod mat;
+pub mod placement;
 pub mod rechain;
 pub mod sched;
 pub mod time;

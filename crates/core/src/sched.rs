@@ -110,6 +110,8 @@ struct Instance<T> {
     inflight_cap_ns: f64,
     /// Deficit round robin by time: ns this instance may still use in the current round.
     deficit: f64,
+    /// Dispatch held (its region is moving to another core); items still queue.
+    paused: bool,
     /// Per-tenant FIFOs (sparse: only tenants that ever used this instance).
     queues: Vec<TenantQueue<T>>,
     /// Round-robin cursor into `queues`.
@@ -124,6 +126,14 @@ struct Instance<T> {
     /// While its chain's instances change: the point after which every item queued before the
     /// change is done.
     barrier: Option<Barrier>,
+}
+
+impl<T> Instance<T> {
+    /// True if the instance may be handed items now.
+    #[inline(always)]
+    fn dispatches(&self) -> bool {
+        self.state.dispatches() && !self.paused
+    }
 }
 
 /// One tenant's FIFO at an instance.
@@ -273,6 +283,22 @@ impl<T: Copy> Scheduler<T> {
         }
     }
 
+    /// Holds dispatch to instance `i` (`true`) or lets it go on (`false`): its items keep
+    /// queueing, up to the per-tenant bound, while its region moves to another core.
+    pub fn set_paused(&mut self, i: InstanceId, paused: bool) {
+        let Some(inst) = self.instances.get_mut(i.index()) else { return };
+        inst.paused = paused;
+        if !paused && inst.queued > 0 && inst.credits > 0 && inst.dispatches() && !self.in_ready[i.index()] {
+            self.in_ready[i.index()] = true;
+            self.ready.push_back(i);
+        }
+    }
+
+    /// Items of instance `i` dispatched and not yet completed.
+    pub fn inflight(&self, i: InstanceId) -> u32 {
+        self.instances.get(i.index()).map_or(0, |x| x.max_credits - x.credits)
+    }
+
     /// Number of instances ever added.
     pub fn instance_count(&self) -> usize {
         self.instances.len()
@@ -352,7 +378,7 @@ impl<T: Copy> Scheduler<T> {
         q.push_back(item);
         inst.queued += 1;
         // Usually already in the ready list: test that first.
-        if !self.in_ready[id.index()] && inst.credits > 0 && inst.state.dispatches() {
+        if !self.in_ready[id.index()] && inst.credits > 0 && inst.dispatches() {
             self.in_ready[id.index()] = true;
             self.ready.push_back(id);
         }
@@ -395,7 +421,7 @@ impl<T: Copy> Scheduler<T> {
                 cap = cap.min(allowed as usize);
             }
             let budget = (inst.credits as usize).min(max).min(inst.queued).min(cap);
-            if budget == 0 || !inst.state.dispatches() {
+            if budget == 0 || !inst.dispatches() {
                 continue;
             }
             // Round-robin over tenants, one item at a time, starting where we left off. (No `%`:
@@ -453,7 +479,7 @@ impl<T: Copy> Scheduler<T> {
         let inst = &mut self.instances[instance.index()];
         inst.credits = (inst.credits + n).min(inst.max_credits);
         inst.completed += n as u64;
-        if inst.queued > 0 && inst.state.dispatches() && !self.in_ready[instance.index()] {
+        if inst.queued > 0 && inst.dispatches() && !self.in_ready[instance.index()] {
             self.in_ready[instance.index()] = true;
             self.ready.push_back(instance);
         }

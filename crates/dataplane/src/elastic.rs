@@ -113,6 +113,21 @@ pub enum EventKind {
         /// The DAG.
         dag: DagUid,
     },
+    /// An instance's region moved to another core (long chains apart from short ones);
+    /// `took_ns` is from the decision (dispatch to it held) to running there.
+    Moved {
+        /// The instance.
+        instance: InstanceId,
+        /// Where it runs now.
+        to: Place,
+    },
+    /// A move failed: the worker thread holding the region died.
+    MoveFailed {
+        /// The instance.
+        instance: InstanceId,
+        /// Where it was to go.
+        to: Place,
+    },
 }
 
 /// Why a chain was launched.
@@ -167,6 +182,8 @@ pub struct ElasticStats {
     pub region_shortfalls: u64,
     /// DAGs switched to another chain candidate.
     pub rechains: u64,
+    /// Regions moved to another core.
+    pub moves: u64,
     /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
     pub events: VecDeque<Event>,
 }
@@ -184,7 +201,9 @@ impl ElasticStats {
             EventKind::ScaleOut => self.scale_outs += 1,
             EventKind::ScaleIn => self.scale_ins += 1,
             EventKind::Deschedule => self.deschedules += 1,
-            EventKind::Running { .. }
+            EventKind::Moved { .. } => self.moves += 1,
+            EventKind::MoveFailed { .. }
+            | EventKind::Running { .. }
             | EventKind::EndpointFallback
             | EventKind::Rechain { .. }
             | EventKind::Rechained { .. }

@@ -259,6 +259,14 @@ impl Meter {
         self.publish_resources();
     }
 
+    /// `chain`'s regions now run on a worker thread (`true`) or on the dispatcher's: its NT
+    /// time counts as `workers` or as `dispatcher` time from the next epoch.
+    pub fn set_on_worker(&mut self, chain: ChainId, on_worker: bool) {
+        if let Some(nts) = self.chains.get_mut(chain.index()) {
+            nts.iter_mut().for_each(|n| n.on_worker = on_worker);
+        }
+    }
+
     /// An instance stopped (`false`) or runs again (`true`): its NTs' capacity follows.
     pub fn set_active(&mut self, inst: InstanceId, active: bool) {
         if let Some(i) = self.instances.iter_mut().find(|i| i.id == inst) {

@@ -84,16 +84,27 @@ impl WorkerHandle {
 
     /// Installs a region; returns once the worker has it.
     pub fn install(&self, region: Region) -> Result<(), WorkerError> {
-        let (ack, rx) = mpsc::channel();
-        self.ctl.send(Ctl::Install(region, ack)).map_err(|_| WorkerError::Gone)?;
-        rx.recv_timeout(Duration::from_secs(5)).map_err(|_| WorkerError::Gone)
+        self.install_later(region)?.recv_timeout(Duration::from_secs(5)).map_err(|_| WorkerError::Gone)
     }
 
     /// Removes a region and returns it.
     pub fn remove(&self, instance: InstanceId) -> Result<Option<Region>, WorkerError> {
+        self.remove_later(instance)?.recv_timeout(Duration::from_secs(5)).map_err(|_| WorkerError::Gone)
+    }
+
+    /// Asks the worker to install a region; the answer comes once it has (after the batch it
+    /// is running, if any). For a caller that keeps taking finished batches while it waits.
+    pub fn install_later(&self, region: Region) -> Result<mpsc::Receiver<()>, WorkerError> {
+        let (ack, rx) = mpsc::channel();
+        self.ctl.send(Ctl::Install(region, ack)).map_err(|_| WorkerError::Gone)?;
+        Ok(rx)
+    }
+
+    /// Asks the worker to give a region back; see [`WorkerHandle::install_later`].
+    pub fn remove_later(&self, instance: InstanceId) -> Result<mpsc::Receiver<Option<Region>>, WorkerError> {
         let (ack, rx) = mpsc::channel();
         self.ctl.send(Ctl::Remove(instance, ack)).map_err(|_| WorkerError::Gone)?;
-        rx.recv_timeout(Duration::from_secs(5)).map_err(|_| WorkerError::Gone)
+        Ok(rx)
     }
 
     /// Sends a batch; gives it back if the ring is full. (The batch is returned by value on
@@ -161,30 +172,38 @@ fn worker_loop(
                         }
                     }
                 }
+                // Between batches too: a region moving off this worker must not wait until the
+                // worker runs dry (one channel read, a few ns, per batch).
+                control(&ctl, &mut regions);
             }
             Err(_) => {
-                while let Ok(c) = ctl.try_recv() {
-                    match c {
-                        Ctl::Install(r, ack) => {
-                            let i = r.instance.index();
-                            if regions.len() <= i {
-                                regions.resize_with(i + 1, || None);
-                            }
-                            regions[i] = Some(r);
-                            let _ = ack.send(());
-                        }
-                        Ctl::Remove(inst, ack) => {
-                            let r = regions.get_mut(inst.index()).and_then(Option::take);
-                            let _ = ack.send(r);
-                        }
-                    }
-                }
+                control(&ctl, &mut regions);
                 idle = idle.saturating_add(1);
                 if idle > 2048 {
                     std::thread::sleep(Duration::from_micros(50));
                 } else {
                     std::hint::spin_loop();
                 }
+            }
+        }
+    }
+}
+
+/// Carries out the dispatcher's pending control messages.
+fn control(ctl: &mpsc::Receiver<Ctl>, regions: &mut Vec<Option<Region>>) {
+    while let Ok(c) = ctl.try_recv() {
+        match c {
+            Ctl::Install(r, ack) => {
+                let i = r.instance.index();
+                if regions.len() <= i {
+                    regions.resize_with(i + 1, || None);
+                }
+                regions[i] = Some(r);
+                let _ = ack.send(());
+            }
+            Ctl::Remove(inst, ack) => {
+                let r = regions.get_mut(inst.index()).and_then(Option::take);
+                let _ = ack.send(r);
             }
         }
     }

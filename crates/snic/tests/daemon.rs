@@ -410,3 +410,67 @@ fn a_plan_whose_vnis_cannot_be_steered_is_refused_and_the_node_keeps_forwarding(
     assert_eq!(st["data_plane"]["up"], true, "{st}");
     assert_eq!(stop(d), 0);
 }
+
+#[test]
+fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
+    // One worker thread: both tenants' chains are launched on it. Green's counter is replaced by
+    // a 20 µs synthetic NT, so its chain is long; the node moves blue's firewall → NAT to the
+    // data-plane thread while both send, and forwards everything.
+    let dir = TempDir::new("placement");
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = start_with(&dir.0, "workers: 1\n");
+    let manifest = demo_with_routes(&b, &g).replace("  config: {kind: counter}", "  config: {kind: synthetic, cost_ns: 20000}");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &manifest);
+    assert_eq!(s, 200, "{v}");
+    let status = || http("GET", &format!("{}/v1/status", d.api), "").1;
+    let moved = |v: &serde_json::Value| {
+        v["elastic"]["events"].as_array().unwrap().iter().any(|e| {
+            let ev = e["event"].as_str().unwrap();
+            e["chain"].as_str().unwrap().starts_with("blue")
+                && ev.starts_with("instance ")
+                && ev.ends_with(" moved to the data-plane thread")
+        })
+    };
+    // Receivers count as packets come (until 500 ms of silence).
+    let count = |s: &UdpSocket| {
+        let s = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+            let mut buf = [0u8; 2048];
+            let mut n = 0u64;
+            while s.recv_from(&mut buf).is_ok() {
+                n += 1;
+            }
+            n
+        })
+    };
+    let (rx_b, rx_g) = (count(&b), count(&g));
+    // Blue 20 and green 2 packets a millisecond (4% of a core for green), until the move and
+    // 200 ms more, 10 s at most.
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (mut sent_b, mut sent_g, mut after) = (0u64, 0u64, None);
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) && after.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(200)) {
+        for _ in 0..20 {
+            a.send_to(&frame(100, L4Spec::Udp { src_port: 4000 + (sent_b % 4) as u16, dst_port: 5001 }), d.data).unwrap();
+            sent_b += 1;
+        }
+        for _ in 0..2 {
+            a.send_to(&frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), d.data).unwrap();
+            sent_g += 1;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+        if after.is_none() && sent_b % 2000 == 0 && moved(&status()) {
+            after = Some(Instant::now());
+        }
+    }
+    let (got_b, got_g) = (rx_b.join().unwrap(), rx_g.join().unwrap());
+    let v = status();
+    assert!(moved(&v), "{}", v["elastic"]);
+    assert_eq!(counter(&v, "moves"), 1, "one move, no thrash: {}", v["elastic"]);
+    // UDP on loopback: allow a sliver of socket-buffer loss on a busy machine.
+    assert!(got_b * 100 >= sent_b * 99, "blue delivered {got_b} of {sent_b}");
+    assert!(got_g * 100 >= sent_g * 99, "green delivered {got_g} of {sent_g}");
+    assert_eq!(stop(d), 0);
+}

@@ -18,10 +18,11 @@ const ATTEMPTS: usize = 3;
 /// Measured seconds of a run.
 const SECONDS: f64 = 0.5;
 
-/// `snic bench fair --scenario s`: its JSON lines.
-fn bench(scenario: &str) -> Vec<serde_json::Value> {
+/// `snic bench fair --scenario s` plus `extra` arguments: its JSON lines.
+fn bench(scenario: &str, extra: &[&str]) -> Vec<serde_json::Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_snic"))
         .args(["bench", "fair", "--scenario", scenario, "--seconds", &SECONDS.to_string(), "--warmup", "0.5", "--json"])
+        .args(extra)
         .output()
         .expect("snic runs");
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
@@ -30,10 +31,15 @@ fn bench(scenario: &str) -> Vec<serde_json::Value> {
 
 /// Runs `scenario` until `check` passes, at most `ATTEMPTS` times; panics with every failure.
 fn holds(scenario: &str, check: impl Fn(&[serde_json::Value]) -> Result<(), String>) {
+    holds_with(scenario, &[], check)
+}
+
+/// [`holds`] with extra arguments to the bench.
+fn holds_with(scenario: &str, extra: &[&str], check: impl Fn(&[serde_json::Value]) -> Result<(), String>) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut failures = Vec::new();
     for _ in 0..ATTEMPTS {
-        match check(&bench(scenario)) {
+        match check(&bench(scenario, extra)) {
             Ok(()) => return,
             Err(e) => failures.push(e),
         }
@@ -106,6 +112,26 @@ fn the_victim_keeps_its_share_against_each_antagonist() {
             ensure(on["victim_dominant"] == "dispatcher", format!("victim's dominant resource: {on}"))
         });
     }
+}
+
+#[test]
+#[cfg_attr(debug_assertions, ignore = "needs an optimized build; scripts/test.sh runs it with --release")]
+fn a_costly_chain_gets_the_worker_and_the_victim_the_dispatcher_on_their_own() {
+    // One worker: both chains are launched on it. The node measures the antagonist's 20 µs
+    // packets against the victim's 200 ns, and moves the victim's chain to the dispatcher's
+    // thread (auto placement) within the warm-up; placement alone isolates, so the victim keeps
+    // its throughput even without the fairness mechanisms.
+    holds_with("expensive", &["--workers", "1"], |runs| {
+        for m in ["off", "on", "queues"] {
+            let r = mode(runs, m)?;
+            ensure(r["victim_place"] == "dispatcher" && r["antagonist_place"] == "worker 0", format!("{m}: placement: {r}"))?;
+            ensure(r["moves"].as_u64() == Some(1), format!("{m}: one move, no thrash: {r}"))?;
+            ensure(r["victim_kept"].as_f64().unwrap_or(0.0) >= 0.9, format!("{m}: victim kept under 90%: {r}"))?;
+            ensure(r["antagonist_delivered_pps"].as_f64().unwrap_or(0.0) > 0.0, format!("{m}: antagonist starved: {r}"))?;
+        }
+        let alone = mode(runs, "alone")?;
+        ensure(alone["moves"].as_u64() == Some(0), format!("alone: nothing to separate, yet moved: {alone}"))
+    });
 }
 
 #[test]

@@ -138,6 +138,7 @@ impl<T: Copy> Scheduler<T> {
             cost_ns: 0.0,
             inflight_cap_ns: 0.0,
             deficit: 0.0,
+            paused: false,
             queues: Vec::new(),
             rr: 0,
             last_q: 0,

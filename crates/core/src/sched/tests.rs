@@ -453,3 +453,22 @@ fn a_launching_instance_buffers_then_serves_its_packets_first_and_a_stopped_one_
     s.remove_instance(l).unwrap();
     assert_eq!(s.add_instance(c2, 8), Ok(l), "slot reused");
 }
+
+#[test]
+fn a_paused_instance_queues_but_does_not_dispatch() {
+    let (mut s, ids) = one_chain(&[8]);
+    s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, 0)).unwrap();
+    let mut out = Vec::new();
+    assert_eq!(s.poll_dispatch(&mut out, 1), Some(ids[0]));
+    assert_eq!(s.inflight(ids[0]), 1);
+    s.set_paused(ids[0], true);
+    s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, 1)).unwrap();
+    assert_eq!(s.poll_dispatch(&mut out, 8), None, "paused");
+    s.handle_completion(ids[0], 1);
+    assert_eq!(s.inflight(ids[0]), 0);
+    assert_eq!(s.poll_dispatch(&mut out, 8), None, "a completion does not wake a paused instance");
+    assert_eq!(s.queued(ids[0]), 1);
+    s.set_paused(ids[0], false);
+    assert_eq!(s.poll_dispatch(&mut out, 8), Some(ids[0]));
+    assert_eq!(out, vec![(1, 0, 1)]);
+}

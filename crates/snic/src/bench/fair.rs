@@ -59,6 +59,12 @@ pub struct FairArgs {
     /// dispatcher (needs --workers 1 or more; scenarios with a shared chain ignore it).
     #[arg(long)]
     isolate: bool,
+    /// Runs of each antagonist scenario's modes, interleaved (alone, off, on, ... then again);
+    /// with more than one, a summary line per mode gives the medians and the victim's p99 over
+    /// its median p99 alone. This machine's scheduling noise moves a single run's p99 by
+    /// several times.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
 }
 
 /// Runs the chosen scenarios.
@@ -91,26 +97,96 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
         // The engine scenario also runs the engine's token buckets without DRF's ingress limits.
         let modes: &[&'static str] =
             if s == "engine" { &["alone", "off", "buckets", "on", "queues"] } else { &["alone", "off", "on", "queues"] };
-        for &mode in modes {
-            let r = antagonist(&a, s, mode)?;
-            emit(a.json, &r, |r| {
-                format!(
-                    "{:<9} {:<5} victim {:>8.0}/{:>8.0} pps ({:>5.1}%) p50 {:>8} ns p99 {:>9} ns | antagonist {:>9.0}/{:>9.0} pps | Jain {:.3}",
-                    r.scenario,
-                    r.mode,
-                    r.victim_delivered_pps,
-                    r.victim_offered_pps,
-                    100.0 * r.victim_kept,
-                    r.victim_p50_ns,
-                    r.victim_p99_ns,
-                    r.antagonist_delivered_pps,
-                    r.antagonist_offered_pps,
-                    r.jain_dominant
-                )
-            })?;
+        let mut runs: Vec<Vec<AntagonistResult>> = modes.iter().map(|_| Vec::new()).collect();
+        for _ in 0..a.repeat.max(1) {
+            for (m, &mode) in modes.iter().enumerate() {
+                let r = antagonist(&a, s, mode)?;
+                emit(a.json, &r, |r| {
+                    format!(
+                        "{:<9} {:<5} victim {:>8.0}/{:>8.0} pps ({:>5.1}%) p50 {:>8} ns p99 {:>9} ns | antagonist {:>9.0}/{:>9.0} pps | Jain {:.3} | {} / {}",
+                        r.scenario,
+                        r.mode,
+                        r.victim_delivered_pps,
+                        r.victim_offered_pps,
+                        100.0 * r.victim_kept,
+                        r.victim_p50_ns,
+                        r.victim_p99_ns,
+                        r.antagonist_delivered_pps,
+                        r.antagonist_offered_pps,
+                        r.jain_dominant,
+                        r.victim_place,
+                        r.antagonist_place
+                    )
+                })?;
+                runs[m].push(r);
+            }
+        }
+        if a.repeat > 1 {
+            let alone_p99 = median(runs[0].iter().map(|r| r.victim_p99_ns as f64));
+            for (m, &mode) in modes.iter().enumerate() {
+                let rs = &runs[m];
+                let p99 = median(rs.iter().map(|r| r.victim_p99_ns as f64));
+                let sum = Summary {
+                    bench: "fair",
+                    summary: true,
+                    scenario: s.to_string(),
+                    mode,
+                    runs: rs.len(),
+                    victim_kept_median: median(rs.iter().map(|r| r.victim_kept)),
+                    victim_kept_min: rs.iter().map(|r| r.victim_kept).fold(f64::INFINITY, f64::min),
+                    victim_p99_median_ns: p99,
+                    victim_p99_runs_ns: rs.iter().map(|r| r.victim_p99_ns).collect(),
+                    p99_over_alone: if alone_p99 > 0.0 { p99 / alone_p99 } else { 0.0 },
+                    antagonist_delivered_median_pps: median(rs.iter().map(|r| r.antagonist_delivered_pps)),
+                };
+                emit(a.json, &sum, |x| {
+                    format!(
+                        "{:<9} {:<5} median of {}: victim kept {:.1}% (min {:.1}%), p99 {:.1} us = {:.2}x alone; antagonist {:.0} pps",
+                        x.scenario,
+                        x.mode,
+                        x.runs,
+                        100.0 * x.victim_kept_median,
+                        100.0 * x.victim_kept_min,
+                        x.victim_p99_median_ns / 1e3,
+                        x.p99_over_alone,
+                        x.antagonist_delivered_median_pps
+                    )
+                })?;
+            }
         }
     }
     Ok(())
+}
+
+/// Medians over `--repeat` runs of one mode.
+#[derive(Serialize)]
+struct Summary {
+    bench: &'static str,
+    summary: bool,
+    scenario: String,
+    mode: &'static str,
+    runs: usize,
+    victim_kept_median: f64,
+    victim_kept_min: f64,
+    victim_p99_median_ns: f64,
+    victim_p99_runs_ns: Vec<u64>,
+    /// Median p99 over the median p99 of mode `alone`.
+    p99_over_alone: f64,
+    antagonist_delivered_median_pps: f64,
+}
+
+fn median(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.collect();
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 #[derive(Serialize)]
@@ -209,6 +285,11 @@ struct AntagonistResult {
     /// The node's drops by reason, victim and antagonist (the receive ring's are counted apart).
     victim_drops: Vec<(&'static str, u64)>,
     antagonist_drops: Vec<(&'static str, u64)>,
+    /// Where the victim's and the antagonist's regions ran at the end ("dispatcher" or
+    /// "worker N"), and the regions moved between cores during the run (`auto_place`).
+    victim_place: String,
+    antagonist_place: String,
+    moves: u64,
 }
 
 struct Setup {
@@ -297,20 +378,20 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
     }
     let (victim_at, antagonist_at) = if a.isolate { (Some(Place::Inline), Some(Place::Worker(0))) } else { (None, None) };
     let c1 = node.add_chain(s.victim_chain.clone());
-    match victim_at {
+    let i1 = match victim_at {
         Some(p) => node.launch_on(c1, p)?,
         None => node.launch(c1)?,
     };
-    let c2 = match &s.antagonist_chain {
+    let (c2, i2) = match &s.antagonist_chain {
         Some(specs) => {
             let c = node.add_chain(specs.clone());
-            match antagonist_at {
+            let i = match antagonist_at {
                 Some(p) => node.launch_on(c, p)?,
                 None => node.launch(c)?,
             };
-            c
+            (c, i)
         }
-        None => c1,
+        None => (c1, i1),
     };
     let mut mat = Mat::new();
     for (t, chain, n) in [(1u16, c1, s.victim_chain.len()), (2, c2, s.antagonist_chain.as_ref().map_or(s.victim_chain.len(), Vec::len))] {
@@ -356,7 +437,18 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
             _ => Vec::new(),
         },
         dispatcher_ns: node.meter().dispatcher_ns(),
+        victim_place: place_name(node.place_of(i1)),
+        antagonist_place: place_name(node.place_of(i2)),
+        moves: node.elastic().stats().moves,
         victim_drops: node.stats().tenants[1].drops_by_reason(),
         antagonist_drops: node.stats().tenants[2].drops_by_reason(),
     })
+}
+
+fn place_name(p: Option<Place>) -> String {
+    match p {
+        Some(Place::Inline) => "dispatcher".into(),
+        Some(Place::Worker(w)) => format!("worker {w}"),
+        None => "none".into(),
+    }
 }

@@ -19,6 +19,9 @@ pub struct NodeFile {
     pub regions: usize,
     /// Worker threads for regions (0: on the data-plane thread).
     pub workers: usize,
+    /// With workers: move regions between cores so that long chains (≥ 5 µs and 10× the
+    /// cheapest per packet) run apart from short ones and never on the data-plane thread.
+    pub auto_place: bool,
     /// Packet-store buffers.
     pub store_buffers: usize,
     /// UDP port learned endpoints are answered on (kernel VXLAN: 4789); null answers the
@@ -171,6 +174,7 @@ impl Default for NodeFile {
             state_dir: PathBuf::from("snic-state"),
             regions: 8,
             workers: dp.workers,
+            auto_place: dp.auto_place,
             store_buffers: dp.store_buffers,
             vtep_port: dp.vtep_port,
             fairness: FairFile::default(),

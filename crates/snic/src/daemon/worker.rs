@@ -15,7 +15,7 @@ use snic_core::mat::Mat;
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
-use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::{Node, NodeConfig};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -147,7 +147,7 @@ pub struct ElasticSnap {
     /// Smoothed time to build a chain's NTs (the real instantiation cost), µs.
     pub build_us: f64,
     /// Counters: prelaunches, launches, resumes, context_switches, scale_outs, scale_ins,
-    /// deschedules, endpoint_packets, region_shortfalls, rechains.
+    /// deschedules, endpoint_packets, region_shortfalls, rechains, moves.
     pub counters: Vec<(&'static str, u64)>,
     /// The most recent events, oldest first.
     pub events: Vec<EventSnap>,
@@ -185,6 +185,7 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
     Ok(NodeConfig {
         store_buffers: cfg.store_buffers,
         workers: cfg.workers,
+        auto_place: cfg.auto_place,
         vtep_port: cfg.vtep_port,
         fair: cfg.fairness.to_config()?,
         link_bps: cfg.fairness.link_gbps * 1e9,
@@ -446,6 +447,7 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("endpoint_packets", st.endpoint_packets),
             ("region_shortfalls", st.region_shortfalls),
             ("rechains", st.rechains),
+            ("moves", st.moves),
         ],
         events: events
             .map(|ev| EventSnap {
@@ -458,11 +460,22 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
                     EventKind::Rechain { dag, to } => format!("DAG {} switching to its {} form", dag_name(dag), form(to)),
                     EventKind::Rechained { dag, to } => format!("DAG {} runs its {} form", dag_name(dag), form(to)),
                     EventKind::RechainAbandoned { dag } => format!("DAG {}'s switch abandoned (old route did not drain)", dag_name(dag)),
+                    EventKind::Moved { instance, to } => format!("instance {} moved to {}", instance.0, place_name(to)),
+                    EventKind::MoveFailed { instance, to } => {
+                        format!("instance {} lost moving to {} (worker died)", instance.0, place_name(to))
+                    }
                     k => format!("{k:?}").to_lowercase(),
                 },
                 took_us: ev.took_ns as f64 / 1e3,
             })
             .collect(),
+    }
+}
+
+fn place_name(p: Place) -> String {
+    match p {
+        Place::Inline => "the data-plane thread".into(),
+        Place::Worker(w) => format!("worker {w}"),
     }
 }
 

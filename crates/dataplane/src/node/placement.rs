@@ -1,0 +1,209 @@
+//! Moving a region to another core, and the policy that asks for it.
+//!
+//! [`snic_core::placement`] decides (long chains apart from short ones, never on the
+//! dispatcher's thread); this module carries a move out. Dispatch to the instance is held (its
+//! packets keep queueing), and once every batch it had on its old core is back, its region —
+//! the NT objects, with their state — goes to the new core: taken from the dispatcher's thread
+//! or asked back from its worker, then installed on the other worker or kept on the
+//! dispatcher's thread. Workers answer between batches, so the dispatcher waits for at most the
+//! batch a worker is running, and it keeps taking finished batches while it waits. Nothing is
+//! lost or reordered: the instance's queue simply waits.
+
+use super::{Backend, Node, Place};
+use crate::elastic::EventKind;
+use crate::worker::WorkerError;
+use snic_core::ids::InstanceId;
+use snic_core::placement::{PlacementConfig, Placer, Slot, View};
+use snic_core::sched::InstanceState;
+use snic_core::time::Instant;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How often the node looks at where its instances run.
+pub const PLACEMENT_PERIOD: Duration = Duration::from_millis(10);
+
+/// Why a move was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum MoveError {
+    /// No such instance, or it is not running.
+    #[error("instance {0:?} is not running")]
+    NotRunning(InstanceId),
+    /// No worker thread of that number.
+    #[error("no worker thread {0}")]
+    NoWorker(usize),
+    /// The instance runs there already.
+    #[error("instance {0:?} runs there already")]
+    Already(InstanceId),
+    /// Another move is under way (one at a time).
+    #[error("another move is under way")]
+    Busy,
+}
+
+/// The node's placement state.
+pub(super) struct Placement {
+    placer: Placer,
+    /// Look and move on its own (`NodeConfig::auto_place`).
+    auto: bool,
+    next_look: Instant,
+    moving: Option<Moving>,
+    views: Vec<View>,
+}
+
+#[derive(Clone, Copy)]
+struct Moving {
+    inst: InstanceId,
+    to: Place,
+    since: Instant,
+}
+
+impl Placement {
+    pub(super) fn new(cfg: PlacementConfig, auto: bool) -> Self {
+        Placement { placer: Placer::new(cfg), auto, next_look: Instant::ZERO, moving: None, views: Vec::new() }
+    }
+
+    /// True while a move waits for the instance's batches.
+    #[inline]
+    pub(super) fn moving(&self) -> bool {
+        self.moving.is_some()
+    }
+}
+
+fn slot(p: Place) -> Slot {
+    match p {
+        Place::Inline => Slot::Dispatcher,
+        Place::Worker(w) => Slot::Worker(w),
+    }
+}
+
+impl<B: Backend> Node<B> {
+    /// Where instance `inst`'s region runs (`None`: no such instance).
+    pub fn place_of(&self, inst: InstanceId) -> Option<Place> {
+        self.exec.placement.get(inst.index()).copied()
+    }
+
+    /// Moves instance `inst`'s region, NT state included, to `to`: dispatch to it is held
+    /// until its batches in flight are back (its packets wait in its queue), then the region
+    /// moves (see the module docs). One move at a time; the node makes its own moves with
+    /// `auto_place` on.
+    pub fn move_instance(&mut self, inst: InstanceId, to: Place) -> Result<(), MoveError> {
+        if self.placement.moving.is_some() {
+            return Err(MoveError::Busy);
+        }
+        if inst.index() >= self.sched.instance_count() || self.sched.state(inst) != InstanceState::Running {
+            return Err(MoveError::NotRunning(inst));
+        }
+        if let Place::Worker(w) = to {
+            if w >= self.exec.workers.len() {
+                return Err(MoveError::NoWorker(w));
+            }
+        }
+        if self.place_of(inst) == Some(to) {
+            return Err(MoveError::Already(inst));
+        }
+        self.sched.set_paused(inst, true);
+        self.placement.moving = Some(Moving { inst, to, since: self.clock.now() });
+        Ok(())
+    }
+
+    /// Each poll during a move: once the instance has nothing in flight, moves its region.
+    pub(super) fn advance_move(&mut self, now: Instant) {
+        let Some(m) = self.placement.moving else { return };
+        if self.sched.state(m.inst) != InstanceState::Running {
+            // Stopped meanwhile (its chain descheduled or switched): it must drain where it is.
+            self.placement.moving = None;
+            self.sched.set_paused(m.inst, false);
+            return;
+        }
+        if self.sched.inflight(m.inst) > 0 {
+            return;
+        }
+        self.placement.moving = None;
+        let chain = self.sched.chain_of(m.inst);
+        match self.transfer(m.inst, m.to, now) {
+            Ok(()) => {
+                let kind = EventKind::Moved { instance: m.inst, to: m.to };
+                self.record(now, chain, None, kind, now.as_nanos().saturating_sub(m.since.as_nanos()));
+            }
+            // A worker thread died: the region went with it.
+            Err(_) => self.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
+        }
+        self.sched.set_paused(m.inst, false);
+    }
+
+    /// Moves an idle region (an error means a worker thread died).
+    fn transfer(&mut self, inst: InstanceId, to: Place, now: Instant) -> Result<(), WorkerError> {
+        let i = inst.index();
+        let from = self.exec.placement[i];
+        let region = match from {
+            Place::Inline => self.exec.inline.get_mut(i).and_then(Option::take),
+            Place::Worker(w) => {
+                let rx = self.exec.workers[w].remove_later(inst)?;
+                self.wait_for_worker(rx, now)?
+            }
+        };
+        let Some(region) = region else { return Err(WorkerError::Gone) };
+        match to {
+            Place::Inline => {
+                if self.exec.inline.len() <= i {
+                    self.exec.inline.resize_with(i + 1, || None);
+                }
+                self.exec.inline[i] = Some(region);
+            }
+            Place::Worker(w) => {
+                let rx = self.exec.workers[w].install_later(region)?;
+                self.wait_for_worker(rx, now)?;
+            }
+        }
+        self.exec.placement[i] = to;
+        self.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Inline);
+        self.placement.placer.forget(inst);
+        Ok(())
+    }
+
+    /// Waits for a worker's answer, taking finished batches meanwhile (a worker whose finished
+    /// batches are not taken cannot get to its control messages).
+    fn wait_for_worker<T>(&mut self, rx: mpsc::Receiver<T>, now: Instant) -> Result<T, WorkerError> {
+        let t0 = std::time::Instant::now();
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(WorkerError::Gone),
+                Err(mpsc::TryRecvError::Empty) if t0.elapsed() > Duration::from_secs(5) => return Err(WorkerError::Gone),
+                Err(mpsc::TryRecvError::Empty) => {
+                    self.drain_completions(now);
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Every [`PLACEMENT_PERIOD`]: asks the policy where the running instances should be, and
+    /// starts the move it proposes.
+    pub(super) fn placement_look(&mut self, now: Instant) {
+        let p = &mut self.placement;
+        if !p.auto || self.exec.workers.is_empty() || p.moving.is_some() || now < p.next_look {
+            return;
+        }
+        p.next_look = now + PLACEMENT_PERIOD;
+        p.views.clear();
+        for i in 0..self.sched.instance_count() {
+            let id = InstanceId(i as u16);
+            if self.sched.state(id) != InstanceState::Running {
+                continue;
+            }
+            let chain = self.sched.chain_of(id);
+            let n = self.sched.instances_of(chain).len().max(1) as f64;
+            let at = self.exec.placement.get(i).copied().unwrap_or(Place::Inline);
+            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at: slot(at) });
+        }
+        if let Some(m) = p.placer.decide(&p.views, self.exec.workers.len()) {
+            let to = match m.to {
+                Slot::Dispatcher => Place::Inline,
+                Slot::Worker(w) => Place::Worker(w),
+            };
+            // The policy proposes running instances, existing workers and new places only.
+            let r = self.move_instance(m.id, to);
+            debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");
+        }
+    }
+}
