@@ -59,6 +59,9 @@ pub struct FairArgs {
     /// dispatcher (needs --workers 1 or more; scenarios with a shared chain ignore it).
     #[arg(long)]
     isolate: bool,
+    /// Leave regions where they were launched (auto placement off): for comparison.
+    #[arg(long)]
+    manual_place: bool,
     /// Runs of each antagonist scenario's modes, interleaved (alone, off, on, ... then again);
     /// with more than one, a summary line per mode gives the medians and the victim's p99 over
     /// its median p99 alone. This machine's scheduling noise moves a single run's p99 by
@@ -366,6 +369,7 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
         engine_buckets,
         workers: a.workers,
         pin_cores: a.workers > 0,
+        auto_place: !a.manual_place,
         ..Default::default()
     };
     let clock = MonotonicClock::default();
