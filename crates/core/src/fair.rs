@@ -67,12 +67,19 @@ pub struct FairConfig {
     pub min_burst_packets: f64,
     /// Apply the ingress limits; false measures and allocates only.
     pub enforce: bool,
+    /// The share of each core (the dispatcher's, each worker's) that fair sharing hands out, in
+    /// (0, 1]: the rest is headroom for work no tenant is charged for (dropping over-limit
+    /// packets, bursts) and for catching up after the core was taken away. The lower, the
+    /// sooner a tenant within its share gets through after a stall, and the less a
+    /// work-conserving antagonist gets.
+    pub core_target: f64,
 }
 
 impl Default for FairConfig {
     /// 100 µs epochs (docs/fairness.md: DRF for 64 tenants × 16 resources takes ~3 µs, so
     /// this costs ~3% of the dispatcher; at 20 µs, the paper's hardware value, 15%), a quarter
-    /// weight for the newest epoch, bursts of 1 ms at the limited rate and at least 256 packets.
+    /// weight for the newest epoch, bursts of 1 ms at the limited rate and at least 256 packets,
+    /// 80% of each core handed out.
     fn default() -> Self {
         FairConfig {
             epoch: Duration::from_micros(100),
@@ -80,6 +87,7 @@ impl Default for FairConfig {
             burst: Duration::from_millis(1),
             min_burst_packets: 256.0,
             enforce: true,
+            core_target: 0.8,
         }
     }
 }

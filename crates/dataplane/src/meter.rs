@@ -135,11 +135,6 @@ pub struct Meter {
     chain_arrived: Vec<bool>,
 }
 
-/// The share of a core fair sharing hands out: the rest is headroom for the work no tenant
-/// is charged for (dropping over-limit packets, bursts), without which a fully allocated core
-/// runs with its receive queue full.
-pub const CORE_UTILIZATION: f64 = 0.8;
-
 impl Meter {
     /// A meter for a node with a `link_bps` link, `workers` worker threads (0: regions inline)
     /// and `store_size` packet buffers.
@@ -286,14 +281,15 @@ impl Meter {
 
     fn publish_resources(&mut self) {
         let rate = |name: &str, capacity: f64| Resource { name: name.into(), kind: Kind::Rate, capacity };
+        let core = self.fair.config().core_target;
         let mut res = vec![
             rate("ingress", self.link_bytes),
             rate("egress", self.link_bytes),
             Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size },
-            rate("dispatcher", CORE_UTILIZATION),
+            rate("dispatcher", core),
         ];
         if self.workers > 0 {
-            res.push(rate("workers", CORE_UTILIZATION * self.workers as f64));
+            res.push(rate("workers", core * self.workers as f64));
         }
         for (c, nts) in self.chains.iter_mut().enumerate() {
             // A chain with no running instance is launched when its packets arrive: count one.

@@ -208,3 +208,15 @@ fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
     assert!(ring > 0 && flood > 0, "the flood overflows its own ring: {ring} {flood}");
     assert_eq!(victim, 0, "the victim's ring is not charged the flood's losses");
 }
+
+#[test]
+fn the_cores_handed_out_follow_core_target() {
+    for (target, workers) in [(0.8, 0), (0.6, 0), (0.6, 2)] {
+        let fair = FairConfig { epoch: EPOCH, core_target: target, ..FairConfig::default() };
+        let f = Fig7::new(NodeConfig { fair, workers, ..Default::default() }, UNIT).unwrap();
+        let res = f.node.meter().fairness().resources();
+        let cap = |name: &str| res.iter().find(|r| r.name == name).map(|r| r.capacity);
+        assert_eq!(cap("dispatcher"), Some(target));
+        assert_eq!(cap("workers"), (workers > 0).then_some(target * workers as f64));
+    }
+}

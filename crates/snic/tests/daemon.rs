@@ -474,3 +474,20 @@ fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
     assert!(got_g * 100 >= sent_g * 99, "green delivered {got_g} of {sent_g}");
     assert_eq!(stop(d), 0);
 }
+
+#[test]
+fn fairness_config_errors_are_clear() {
+    let dir = TempDir::new("fair-cfg");
+    let cfg = dir.0.join("node.yaml");
+    for (yaml, err) in [
+        ("fairness: {core_target: 1.5}\n", "fairness.core_target must be in (0, 1]"),
+        ("fairness: {core_target: 0}\n", "fairness.core_target must be in (0, 1]"),
+        ("fairness: {smoothing: 0}\n", "fairness.smoothing must be in (0, 1]"),
+    ] {
+        std::fs::write(&cfg, yaml).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["run", "--config", cfg.to_str().unwrap()]).output().unwrap();
+        assert!(!out.status.success(), "{yaml}");
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains(err), "{yaml}: {text}");
+    }
+}

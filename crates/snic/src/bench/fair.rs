@@ -59,6 +59,9 @@ pub struct FairArgs {
     /// dispatcher (needs --workers 1 or more; scenarios with a shared chain ignore it).
     #[arg(long)]
     isolate: bool,
+    /// The share of each core fair sharing hands out (fairness.core_target).
+    #[arg(long, default_value_t = 0.8)]
+    core_target: f64,
     /// Leave regions where they were launched (auto placement off): for comparison.
     #[arg(long)]
     manual_place: bool,
@@ -72,6 +75,9 @@ pub struct FairArgs {
 
 /// Runs the chosen scenarios.
 pub fn run(a: FairArgs) -> anyhow::Result<()> {
+    if !(a.core_target > 0.0 && a.core_target <= 1.0) {
+        bail!("--core-target must be in (0, 1], got {}", a.core_target);
+    }
     let all = ["fig7", "hol", "expensive", "flood64", "engine"];
     let chosen: Vec<&str> = match a.scenario.as_str() {
         "all" => all.to_vec(),
@@ -359,7 +365,7 @@ fn antagonist(a: &FairArgs, scenario: &str, mode: &'static str) -> anyhow::Resul
         StreamSpec { datagram: datagram(200, 2000, s.antagonist.0), pps: antagonist_pps, src },
     ];
     let on = mode == "on" || mode == "queues";
-    let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: on, ..FairConfig::default() };
+    let fair = FairConfig { epoch: Duration::from_micros(a.epoch_us), enforce: on, core_target: a.core_target, ..FairConfig::default() };
     // The in-memory "link" is the memory bus: far faster than a NIC's.
     let engine_buckets = on || mode == "buckets";
     let cfg = NodeConfig {

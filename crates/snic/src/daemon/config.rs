@@ -133,6 +133,8 @@ pub struct FairFile {
     pub enforce: bool,
     /// The link speed in Gbit/s: capacity of the ingress and egress resources.
     pub link_gbps: f64,
+    /// The share of each core handed out to tenants, in (0, 1] (docs/fairness.md, Tuning).
+    pub core_target: f64,
 }
 
 impl Default for FairFile {
@@ -144,6 +146,7 @@ impl Default for FairFile {
             burst_us: f.burst.as_micros() as u64,
             enforce: f.enforce,
             link_gbps: dp.link_bps / 1e9,
+            core_target: f.core_target,
         }
     }
 }
@@ -154,11 +157,13 @@ impl FairFile {
         anyhow::ensure!(self.epoch_us >= 1, "fairness.epoch_us must be at least 1");
         anyhow::ensure!(self.smoothing > 0.0 && self.smoothing <= 1.0, "fairness.smoothing must be in (0, 1]");
         anyhow::ensure!(self.link_gbps > 0.0, "fairness.link_gbps must be positive");
+        anyhow::ensure!(self.core_target > 0.0 && self.core_target <= 1.0, "fairness.core_target must be in (0, 1]");
         Ok(snic_core::fair::FairConfig {
             epoch: std::time::Duration::from_micros(self.epoch_us),
             smoothing: self.smoothing,
             burst: std::time::Duration::from_micros(self.burst_us),
             enforce: self.enforce,
+            core_target: self.core_target,
             ..Default::default()
         })
     }
