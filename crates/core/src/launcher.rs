@@ -250,7 +250,12 @@ impl Launcher {
 
     /// True if [`Launcher::scale_out`] would find room (a free region or a victim).
     pub fn has_room(&self) -> bool {
-        self.regions.iter().any(|r| matches!(*r, RegionState::Free | RegionState::Victim { .. }))
+        self.unused() > 0
+    }
+
+    /// Regions a launch could take without stopping a running chain: free ones and victims.
+    pub fn unused(&self) -> usize {
+        self.regions.iter().filter(|r| matches!(**r, RegionState::Free | RegionState::Victim { .. })).count()
     }
 
     /// The driver finished launching `region` (earlier or later than the launch time said: the

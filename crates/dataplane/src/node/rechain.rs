@@ -412,13 +412,7 @@ impl<B: Backend> Node<B> {
         let shortfalls = self.elastic.stats.region_shortfalls;
         let pressure = shortfalls > self.dags.shortfalls_seen;
         self.dags.shortfalls_seen = shortfalls;
-        let unused = self
-            .elastic
-            .launcher
-            .regions()
-            .iter()
-            .filter(|r| matches!(r, snic_core::launcher::RegionState::Free | snic_core::launcher::RegionState::Victim { .. }))
-            .count();
+        let unused = self.elastic.launcher.unused();
         // Per chain: the DAGs whose forms use it (a chain shared with another DAG cannot move).
         let mut users = vec![0u32; self.chains.len()];
         for e in self.dags.entries.iter().flatten() {
