@@ -174,15 +174,18 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     for r in v["regions"]["instances"].as_array().into_iter().flatten() {
         let chain: Vec<&str> = r["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
         println!(
-            "  instance {:<3} {:<9} [{}]  queued {}  free credits {}",
+            "  instance {:<3} {:<9} [{}]  on {}  queued {}  free credits {}",
             r["region"],
             r["state"].as_str().unwrap_or(""),
             chain.join(" → "),
+            r["place"].as_str().unwrap_or("?"),
             r["queued"],
             r["credits"]
         );
     }
-    if el["enabled"].as_bool() == Some(true) {
+    // Counters and events: elastic NTs, and regions moved between cores (with worker threads).
+    let moved = el["counters"].as_array().into_iter().flatten().any(|c| c[0] == "moves" && c[1].as_u64().unwrap_or(0) > 0);
+    if el["enabled"].as_bool() == Some(true) || moved {
         let counts: Vec<String> =
             el["counters"].as_array().into_iter().flatten().map(|c| format!("{} {}", c[0].as_str().unwrap_or(""), c[1])).collect();
         println!("  {}", counts.join(", "));

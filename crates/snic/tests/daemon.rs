@@ -469,6 +469,17 @@ fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
     let v = status();
     assert!(moved(&v), "{}", v["elastic"]);
     assert_eq!(counter(&v, "moves"), 1, "one move, no thrash: {}", v["elastic"]);
+    // Status says where each chain runs, as JSON and in the text `snic status` prints.
+    let place = |tenant: &str| {
+        let rs = v["regions"]["instances"].as_array().unwrap();
+        let r = rs.iter().find(|r| r["chain"][0].as_str().unwrap().starts_with(tenant)).unwrap_or_else(|| panic!("{rs:?}"));
+        r["place"].as_str().unwrap().to_string()
+    };
+    assert_eq!(place("blue"), "the data-plane thread");
+    assert_eq!(place("green"), "worker 0");
+    let text = Command::new(env!("CARGO_BIN_EXE_snic")).args(["status", "--server", &d.api]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("on worker 0") && text.contains("moves 1") && text.contains("moved to the data-plane thread"), "{text}");
     // UDP on loopback: allow a sliver of socket-buffer loss on a busy machine.
     assert!(got_b * 100 >= sent_b * 99, "blue delivered {got_b} of {sent_b}");
     assert!(got_g * 100 >= sent_g * 99, "green delivered {got_g} of {sent_g}");

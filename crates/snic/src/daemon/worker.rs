@@ -92,6 +92,9 @@ pub struct RegionSnap {
     pub queued: usize,
     /// Free credits.
     pub credits: u32,
+    /// The core it runs on: `the data-plane thread` or `worker N` (regions move between them
+    /// with `auto_place`).
+    pub place: String,
     /// Packets the region has run.
     pub packets: u64,
     /// Per NT of the chain: (name, packets processed, packets dropped).
@@ -404,6 +407,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             chain: names.to_vec(),
             queued: node.sched().queued(id),
             credits: node.sched().credits(id),
+            place: node.place_of(id).map_or_else(String::new, place_name),
             packets,
             nts,
         });
