@@ -11,7 +11,7 @@
 //!
 //! The implementation jumps from event to event (a resource saturates, a demand is met) instead
 //! of stepping: at most `tenants + resources` events, each O(tenants + resources), with scratch
-//! memory kept between calls. [`reference`] is the slow, obviously correct statement the tests
+//! memory kept between calls. [`reference()`] is the slow, obviously correct statement the tests
 //! hold it to.
 
 /// One tenant's input.

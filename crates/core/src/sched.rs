@@ -11,7 +11,7 @@
 //! chains (the caller re-enters the packet with the next position).
 //!
 //! Instances come and go while packets flow (launch, scale out and in, context switch; see
-//! [`lifecycle`]): when a chain's set of instances changes, flows whose instance changes are
+//! `lifecycle`): when a chain's set of instances changes, flows whose instance changes are
 //! held until their old instance has finished every packet it had, then released to the new
 //! one, so nothing is lost or reordered within a flow.
 //!

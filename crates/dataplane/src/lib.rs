@@ -13,7 +13,8 @@
 //!   added.
 //! - [`store`]: the fixed packet store and descriptors, with per-tenant quotas.
 //! - [`region`] and [`worker`]: regions run one chain instance each over batches of descriptors,
-//!   inline on the dispatcher thread or on worker threads fed by SPSC rings.
+//!   inline on the dispatcher thread or on worker threads fed by SPSC rings; the node moves a
+//!   region between them (`node::placement`) to keep long chains apart from short ones.
 //! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
 //!   re-encapsulation toward the destination VTEP.
 //! - [`meter`]: per-epoch demand of every tenant on every resource, weighted DRF, and the

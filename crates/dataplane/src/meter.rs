@@ -9,8 +9,8 @@
 //! | `ingress` | rate  | bytes/s         | bytes offered (fixed: before the limiter)           | link |
 //! | `egress`  | rate  | bytes/s         | bytes transmitted                                   | link |
 //! | `store`   | level | buffers         | packet-store buffers held at the epoch's end        | store size |
-//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | 0.8 ([`CORE_UTILIZATION`]) |
-//! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | 0.8 × worker threads |
+//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | `FairConfig::core_target` (0.8) |
+//! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | `core_target` × worker threads |
 //! | each NT   | rate  | instances       | packets that arrived for it ÷ one instance's throughput | running instances |
 //!
 //! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's

@@ -361,7 +361,7 @@ const EXACT_UP_TO: u64 = 8;
 
 /// One endpoint's load bin by bin at *flow granularity*: a bin's request count is Poisson at
 /// the endpoint's rate (ETC's mean gap, spikes included), and their bytes are summed exactly up
-/// to [`EXACT_UP_TO`] requests and by the normal approximation beyond — no request is drawn one by one, and
+/// to `EXACT_UP_TO` requests and by the normal approximation beyond — no request is drawn one by one, and
 /// nothing is held but a few numbers per endpoint, so data-center runs fit in memory.
 #[derive(Debug, Clone)]
 pub struct FlowGen {

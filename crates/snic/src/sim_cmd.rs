@@ -16,7 +16,7 @@ pub struct SimArgs {
     /// Print the report as JSON: {"scenario":…,"seed":…,"results":[{"scheme":…,…}],…}.
     #[arg(long)]
     json: bool,
-    /// Also write the JSON report to DIR/<scenario>.json and its figure to DIR/<scenario>.svg.
+    /// Also write the JSON report to `DIR/<scenario>.json` and its figure to `DIR/<scenario>.svg`.
     #[arg(long)]
     out: Option<PathBuf>,
 }

@@ -350,7 +350,7 @@ impl Backend for UdpBackend {
         1 + self.queues.len()
     }
 
-    /// With more than [`POLL_READY_FROM`] queues, one `poll(2)` tells which have datagrams,
+    /// With more than `POLL_READY_FROM` (4) queues, one `poll(2)` tells which have datagrams,
     /// instead of a `recvmmsg` on each (most of which would find nothing).
     fn ready_queues(&mut self, ready: &mut [bool]) -> bool {
         let n = 1 + self.queues.len();
