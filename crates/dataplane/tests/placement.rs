@@ -8,7 +8,7 @@ use snic_core::ids::{DagUid, InstanceId, TenantId};
 use snic_core::mat::Mat;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
-use snic_dataplane::elastic::EventKind;
+use snic_dataplane::elastic::{ElasticConfig, EventKind};
 use snic_dataplane::node::{MonotonicClock, MoveError, Place};
 use snic_dataplane::store::Peer;
 use snic_dataplane::testbed::{dag_rule, datagram, snat};
@@ -37,13 +37,18 @@ struct Bed {
 impl Bed {
     /// Tenant 1 (VNI 100): SNAT, a short chain. Tenant 2 (VNI 200), if `long`: a 20 µs chain.
     fn new(workers: usize, auto_place: bool, long: bool) -> Self {
+        Self::with_elastic(workers, auto_place, long, ElasticConfig::default())
+    }
+
+    fn with_elastic(workers: usize, auto_place: bool, long: bool, elastic: ElasticConfig) -> Self {
         // Fair sharing measures (the placement policy reads its costs) but does not limit: the
         // test counts every packet.
         let fair = FairConfig { enforce: false, ..FairConfig::default() };
-        let cfg = NodeConfig { workers, vtep_port: None, auto_place, fair, ..Default::default() };
+        let cfg = NodeConfig { workers, vtep_port: None, auto_place, fair, elastic, ..Default::default() };
         let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
         let c1 = node.add_chain(vec![snat()]);
         let short = node.launch(c1).unwrap();
+        // (Launched first: with a region pool, it takes region 0.)
         let mut mat = Mat::new();
         let mut dags = vec![(1u16, c1)];
         let long = long.then(|| {
@@ -106,20 +111,37 @@ impl Bed {
     /// `flows` flows each round, and with a long chain one packet of tenant 2 every 50 µs
     /// (40% of a core at 20 µs a packet).
     fn traffic(&mut self, d: Duration, flows: std::ops::RangeInclusive<u16>, until: impl Fn(&Self) -> bool) {
+        self.traffic_of(d, Some(flows), until)
+    }
+
+    /// [`Bed::traffic`], without tenant 1 when `flows` is `None`.
+    fn traffic_of(&mut self, d: Duration, flows: Option<std::ops::RangeInclusive<u16>>, until: impl Fn(&Self) -> bool) {
         let t0 = Instant::now();
         let mut next_long = Duration::ZERO;
         let mut k = 0u16;
         while t0.elapsed() < d && !until(self) {
+            // Backpressure: the test is about moves, not overload; a starved worker (a loaded
+            // machine, a debug build) must not overflow the scheduler's queues.
+            let room = |b: &Self, i: InstanceId| b.node.sched().queued(i) < 256 && b.node.backend().rx.len() < 256;
             for _ in 0..4 {
+                let Some(flows) = &flows else { break };
+                if !room(self, self.short) {
+                    break;
+                }
                 self.push(100, flows.start() + k % (flows.end() - flows.start() + 1));
                 k = k.wrapping_add(1);
             }
-            if self.long.is_some() && t0.elapsed() >= next_long {
+            if self.long.is_some_and(|l| room(self, l)) && t0.elapsed() >= next_long {
                 self.push(200, 1);
                 next_long += Duration::from_micros(50);
             }
             self.poll(4);
         }
+    }
+
+    /// Packets of tenant 1's flow `flow` sent so far.
+    fn sent_of(&self, flow: u16) -> u32 {
+        self.seq.get(&(100, flow)).copied().unwrap_or(0)
     }
 
     /// Polls until everything sent came out (or 5 s pass).
@@ -138,13 +160,19 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     assert_eq!(b.node.place_of(b.short), Some(Place::Worker(0)), "both launched on the one worker");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)));
     // Flows 1-3 until the move (measured costs, three 10 ms looks: tens of ms; 10 s at most).
-    b.traffic(Duration::from_secs(10), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline));
+    b.traffic(Duration::from_secs(10), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "the short chain moved to the dispatcher's thread");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)), "the long chain stays on the worker");
     // Two new flows after the move: the NAT kept its table and hands out the next ports.
-    b.traffic(Duration::from_millis(50), 4..=5, |_| false);
+    b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
     b.drain();
-    assert_eq!(b.delivered, b.sent, "nothing lost");
+    assert_eq!(
+        b.delivered,
+        b.sent,
+        "nothing lost: {:?} {:?}",
+        b.node.stats().tenants[1].drops_by_reason(),
+        b.node.stats().tenants[2].drops_by_reason()
+    );
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved with the region");
     // Once apart, they stay apart: one move, no thrash.
     let st = b.node.elastic().stats();
@@ -159,19 +187,25 @@ fn moves_by_hand_and_refusals() {
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Already(i)));
     assert_eq!(b.node.move_instance(i, Place::Worker(3)), Err(MoveError::NoWorker(3)));
     assert_eq!(b.node.move_instance(InstanceId(9), Place::Inline), Err(MoveError::NotRunning(InstanceId(9))));
-    b.traffic(Duration::from_millis(20), 1..=2, |_| false);
+    b.traffic(Duration::from_secs(10), 1..=2, |b| b.sent_of(2) >= 20);
     // To the dispatcher's thread while packets flow; a second move waits its turn.
     b.node.move_instance(i, Place::Inline).unwrap();
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Busy));
-    b.traffic(Duration::from_secs(5), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Inline));
+    b.traffic(Duration::from_secs(5), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(i), Some(Place::Inline));
     // And back, with another new flow on each side of the move.
     b.node.move_instance(i, Place::Worker(0)).unwrap();
-    b.traffic(Duration::from_secs(5), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)));
+    b.traffic(Duration::from_secs(5), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)) && b.sent_of(4) >= 20);
     assert_eq!(b.node.place_of(i), Some(Place::Worker(0)));
-    b.traffic(Duration::from_millis(20), 5..=5, |_| false);
+    b.traffic(Duration::from_secs(10), 5..=5, |b| b.sent_of(5) >= 20);
     b.drain();
-    assert_eq!(b.delivered, b.sent, "nothing lost");
+    assert_eq!(
+        b.delivered,
+        b.sent,
+        "nothing lost: {:?} {:?}",
+        b.node.stats().tenants[1].drops_by_reason(),
+        b.node.stats().tenants[2].drops_by_reason()
+    );
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved both ways");
     assert_eq!(b.node.elastic().stats().moves, 2);
     // Without auto placement the node never moves anything on its own.
@@ -187,4 +221,30 @@ fn nothing_moves_without_worker_threads() {
     assert_eq!(b.delivered, b.sent);
     assert_eq!(b.node.elastic().stats().moves, 0);
     assert_eq!(b.node.place_of(b.short), Some(Place::Inline));
+}
+
+#[test]
+fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
+    // A pool of two regions without the victim cache: the short chain, once moved to the
+    // dispatcher's thread, is stopped when idle (its NTs saved from there) and relaunched when
+    // its tenant sends again; the NAT's table comes back with it.
+    let elastic = ElasticConfig { regions: 2, victims: false, ..ElasticConfig::default() };
+    let mut b = Bed::with_elastic(1, true, true, elastic);
+    b.traffic(Duration::from_secs(10), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
+    assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "{:?}", b.node.elastic().stats().events);
+    let stopped = |b: &Bed| b.node.sched().state(b.short) != snic_core::sched::InstanceState::Running;
+    b.traffic_of(Duration::from_secs(5), None, stopped);
+    assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);
+    b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
+    b.drain();
+    assert_eq!(
+        b.delivered,
+        b.sent,
+        "nothing lost: {:?} {:?}",
+        b.node.stats().tenants[1].drops_by_reason(),
+        b.node.stats().tenants[2].drops_by_reason()
+    );
+    assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state saved from the dispatcher's thread and restored");
+    let kinds: Vec<_> = b.node.elastic().stats().events.iter().map(|e| e.kind).collect();
+    assert!(kinds.contains(&EventKind::Deschedule), "{kinds:?}");
 }
