@@ -49,6 +49,37 @@ fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
 pub trait Clock: Send {
     /// Now.
     fn now(&self) -> Instant;
+
+    /// What times the work of NTs (their cost per packet, which fair sharing and placement
+    /// weigh): the real clock, unless the node runs on a virtual one — then the same virtual
+    /// time, so that the costs and the rates they are multiplied by are in one time.
+    fn work_timer(&self) -> WorkTimer {
+        WorkTimer::Real
+    }
+}
+
+/// See [`Clock::work_timer`].
+#[derive(Debug, Clone, Default)]
+pub enum WorkTimer {
+    /// The monotonic clock.
+    #[default]
+    Real,
+    /// A virtual clock's nanoseconds (work takes no virtual time unless the driver moves it).
+    Virtual(Arc<std::sync::atomic::AtomicU64>),
+}
+
+impl WorkTimer {
+    /// Nanoseconds since an arbitrary origin.
+    #[inline]
+    pub fn now_ns(&self) -> u64 {
+        match self {
+            WorkTimer::Real => {
+                static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+                ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+            }
+            WorkTimer::Virtual(ns) => ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// The monotonic clock, with its origin at construction.
@@ -183,6 +214,8 @@ pub struct Node<B: Backend> {
     backend: B,
     framing: Framing,
     clock: Box<dyn Clock>,
+    /// Times NT work (see [`Clock::work_timer`]).
+    work_timer: WorkTimer,
     store: Store,
     slots: Arc<Slots>,
     sched: Scheduler<u32>,
@@ -286,6 +319,7 @@ impl<B: Backend> Node<B> {
         Ok(Node {
             framing: backend.framing(),
             backend,
+            work_timer: clock.work_timer(),
             clock,
             sched: Scheduler::new(SchedConfig {
                 max_queue_per_tenant: cfg.max_queue_per_tenant,
@@ -925,12 +959,12 @@ impl<B: Backend> Node<B> {
     #[inline]
     fn run_inline(&mut self, inst: InstanceId, batch: &[u32], now: Instant, sampled: bool) {
         if let Some(Some(r)) = self.exec.inline.get_mut(inst.index()) {
-            let t0 = sampled.then(std::time::Instant::now);
+            let t0 = sampled.then(|| self.work_timer.now_ns());
             // SAFETY: the dispatcher owns every index in the batch, each once (the scheduler
             // queues an index at most once).
             unsafe { r.run(&self.slots, batch, now) };
             if let Some(t0) = t0 {
-                self.sample_nt_ns += t0.elapsed().as_nanos() as u64;
+                self.sample_nt_ns += self.work_timer.now_ns().saturating_sub(t0);
             }
         }
         self.complete(inst, batch, now);

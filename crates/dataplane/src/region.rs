@@ -7,6 +7,7 @@
 //! front of an engine NT (encryption, compression) it keeps per-tenant token buckets in bytes
 //! (`snic_core::engine`, FairNIC's accelerator isolation), sized by the engine's measured speed.
 
+use crate::node::WorkTimer;
 use crate::store::Slots;
 use snic_core::engine::{EngineConfig, EngineShaper};
 use snic_core::ids::InstanceId;
@@ -68,6 +69,8 @@ pub struct Region {
     counters: Arc<RegionCounters>,
     /// Per NT: the token buckets in front of it if it is an engine, and its measured speed.
     engines: Vec<Option<Engine>>,
+    /// Times the NTs' work (the node's clock's [`WorkTimer`]).
+    timer: WorkTimer,
 }
 
 /// A shared engine's shaper and the timings that give its capacity.
@@ -104,8 +107,9 @@ impl core::fmt::Debug for Region {
 }
 
 impl Region {
-    /// A region running `chain`; `engine_buckets` puts token buckets in front of its engines.
-    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>, engine_buckets: bool) -> Self {
+    /// A region running `chain`; `engine_buckets` puts token buckets in front of its engines;
+    /// `timer` times its NTs' work.
+    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>, engine_buckets: bool, timer: WorkTimer) -> Self {
         let counters = Arc::new(RegionCounters::new(&chain));
         let engines = chain
             .iter()
@@ -118,7 +122,7 @@ impl Region {
                 })
             })
             .collect();
-        Region { instance, chain, counters, engines }
+        Region { instance, chain, counters, engines, timer }
     }
 
     /// The region's counters (a shared handle).
@@ -149,7 +153,7 @@ impl Region {
         add(&c.packets, batch.len() as u64);
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
             let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
-            let t0 = timed.then(std::time::Instant::now);
+            let t0 = timed.then(|| self.timer.now_ns());
             for &idx in batch {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
@@ -176,7 +180,7 @@ impl Region {
             add(&c.nt_drops[i], dropped);
             if let Some(t0) = t0 {
                 if ran > 0 {
-                    let ns = t0.elapsed().as_nanos() as u64;
+                    let ns = self.timer.now_ns().saturating_sub(t0);
                     add(&c.nt_busy_ns[i], ns);
                     add(&c.nt_timed[i], ran);
                     if let Some(e) = engine {

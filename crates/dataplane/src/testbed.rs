@@ -6,7 +6,7 @@
 
 use crate::backend::mem::MemPort;
 use crate::backend::Framing;
-use crate::node::{Clock, LaunchError};
+use crate::node::{Clock, LaunchError, WorkTimer};
 use crate::store::Peer;
 use crate::worker::WorkerError;
 use crate::{Node, NodeConfig};
@@ -38,6 +38,10 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Instant {
         Instant(self.0.load(Ordering::Relaxed))
+    }
+
+    fn work_timer(&self) -> WorkTimer {
+        WorkTimer::Virtual(self.0.clone())
     }
 }
 

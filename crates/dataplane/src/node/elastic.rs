@@ -62,7 +62,7 @@ impl<B: Backend> Node<B> {
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
     pub(super) fn install(&mut self, chain: ChainId, inst: InstanceId, nts: Vec<Box<dyn Nt>>, place: Place) -> Result<(), LaunchError> {
-        let region = Region::new(inst, nts, self.cfg.engine_buckets);
+        let region = Region::new(inst, nts, self.cfg.engine_buckets, self.work_timer.clone());
         if self.region_counters.len() <= inst.index() {
             self.region_counters.resize(inst.index() + 1, None);
         }
