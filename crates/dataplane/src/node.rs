@@ -208,6 +208,16 @@ struct Exec {
     next: usize,
 }
 
+impl Exec {
+    /// Keeps instance `i`'s region on the dispatcher's thread.
+    fn put_inline(&mut self, i: usize, region: Region) {
+        if self.inline.len() <= i {
+            self.inline.resize_with(i + 1, || None);
+        }
+        self.inline[i] = Some(region);
+    }
+}
+
 /// One node's data plane. See the module docs.
 pub struct Node<B: Backend> {
     cfg: NodeConfig,

@@ -144,12 +144,19 @@ impl Bed {
         self.seq.get(&(100, flow)).copied().unwrap_or(0)
     }
 
-    /// Polls until everything sent came out (or 5 s pass).
-    fn drain(&mut self) {
+    /// Polls until everything sent came out (or 5 s pass), and checks that it did: nothing lost.
+    fn drain_losing_nothing(&mut self) {
         let t0 = Instant::now();
         while self.delivered != self.sent && t0.elapsed() < Duration::from_secs(5) {
             self.poll(16);
         }
+        assert_eq!(
+            self.delivered,
+            self.sent,
+            "nothing lost: {:?} {:?}",
+            self.node.stats().tenants[1].drops_by_reason(),
+            self.node.stats().tenants[2].drops_by_reason()
+        );
     }
 }
 
@@ -165,14 +172,7 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)), "the long chain stays on the worker");
     // Two new flows after the move: the NAT kept its table and hands out the next ports.
     b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
-    b.drain();
-    assert_eq!(
-        b.delivered,
-        b.sent,
-        "nothing lost: {:?} {:?}",
-        b.node.stats().tenants[1].drops_by_reason(),
-        b.node.stats().tenants[2].drops_by_reason()
-    );
+    b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved with the region");
     // Once apart, they stay apart: one move, no thrash.
     let st = b.node.elastic().stats();
@@ -198,14 +198,7 @@ fn moves_by_hand_and_refusals() {
     b.traffic(Duration::from_secs(5), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)) && b.sent_of(4) >= 20);
     assert_eq!(b.node.place_of(i), Some(Place::Worker(0)));
     b.traffic(Duration::from_secs(10), 5..=5, |b| b.sent_of(5) >= 20);
-    b.drain();
-    assert_eq!(
-        b.delivered,
-        b.sent,
-        "nothing lost: {:?} {:?}",
-        b.node.stats().tenants[1].drops_by_reason(),
-        b.node.stats().tenants[2].drops_by_reason()
-    );
+    b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved both ways");
     assert_eq!(b.node.elastic().stats().moves, 2);
     // Without auto placement the node never moves anything on its own.
@@ -217,8 +210,7 @@ fn moves_by_hand_and_refusals() {
 fn nothing_moves_without_worker_threads() {
     let mut b = Bed::new(0, true, true);
     b.traffic(Duration::from_millis(100), 1..=3, |_| false);
-    b.drain();
-    assert_eq!(b.delivered, b.sent);
+    b.drain_losing_nothing();
     assert_eq!(b.node.elastic().stats().moves, 0);
     assert_eq!(b.node.place_of(b.short), Some(Place::Inline));
 }
@@ -236,14 +228,7 @@ fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
     b.traffic_of(Duration::from_secs(5), None, stopped);
     assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);
     b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
-    b.drain();
-    assert_eq!(
-        b.delivered,
-        b.sent,
-        "nothing lost: {:?} {:?}",
-        b.node.stats().tenants[1].drops_by_reason(),
-        b.node.stats().tenants[2].drops_by_reason()
-    );
+    b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state saved from the dispatcher's thread and restored");
     let kinds: Vec<_> = b.node.elastic().stats().events.iter().map(|e| e.kind).collect();
     assert!(kinds.contains(&EventKind::Deschedule), "{kinds:?}");

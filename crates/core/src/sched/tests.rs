@@ -231,16 +231,24 @@ fn instances_share_by_time_while_others_wait() {
     let _ = i2;
 }
 
-#[test]
-fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig { quantum_ns: 10_000.0, quantum_alone: true, ..SchedConfig::default() });
+/// One chain with one instance of `credits` credits whose items cost `cost_ns`, and items 0..10
+/// of tenant 1 queued for it.
+fn one_instance_with_ten_items(cfg: SchedConfig, credits: u32, cost_ns: f64) -> (Scheduler<u32>, InstanceId) {
+    let mut s: Scheduler<u32> = Scheduler::new(cfg);
     let c = s.add_chain(1);
-    let i = s.add_instance(c, 1000).unwrap();
+    let i = s.add_instance(c, credits).unwrap();
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
-    s.set_cost(i, 4_000.0);
+    s.set_cost(i, cost_ns);
     for k in 0..10 {
         s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
     }
+    (s, i)
+}
+
+#[test]
+fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
+    let cfg = SchedConfig { quantum_ns: 10_000.0, quantum_alone: true, ..SchedConfig::default() };
+    let (mut s, i) = one_instance_with_ten_items(cfg, 1000, 4_000.0);
     let mut out = Vec::new();
     // 10 us of 4 us items: two, then the deficit carries over (2 us + 10 us: three).
     assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
@@ -255,15 +263,8 @@ fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
 
 #[test]
 fn an_inflight_cap_bounds_dispatched_work_until_completions_return() {
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
-    let c = s.add_chain(1);
-    let i = s.add_instance(c, 256).unwrap();
-    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
-    s.set_cost(i, 20_000.0);
+    let (mut s, i) = one_instance_with_ten_items(SchedConfig::default(), 256, 20_000.0);
     s.set_inflight_cap(i, 40_000.0);
-    for k in 0..10 {
-        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, k).unwrap();
-    }
     let mut out = Vec::new();
     // 40 us of 20 us items: two in flight, then nothing until one completes.
     assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));

@@ -70,12 +70,7 @@ impl<B: Backend> Node<B> {
         self.meter.add_instance(chain, inst, region.counters(), place != Place::Inline);
         let e = &mut self.exec;
         match place {
-            Place::Inline => {
-                if e.inline.len() <= inst.index() {
-                    e.inline.resize_with(inst.index() + 1, || None);
-                }
-                e.inline[inst.index()] = Some(region);
-            }
+            Place::Inline => e.put_inline(inst.index(), region),
             Place::Worker(w) => e.workers[w].install(region)?,
         }
         if e.placement.len() <= inst.index() {

@@ -68,10 +68,21 @@ impl Placement {
     }
 }
 
-fn slot(p: Place) -> Slot {
-    match p {
-        Place::Inline => Slot::Dispatcher,
-        Place::Worker(w) => Slot::Worker(w),
+impl From<Place> for Slot {
+    fn from(p: Place) -> Slot {
+        match p {
+            Place::Inline => Slot::Dispatcher,
+            Place::Worker(w) => Slot::Worker(w),
+        }
+    }
+}
+
+impl From<Slot> for Place {
+    fn from(s: Slot) -> Place {
+        match s {
+            Slot::Dispatcher => Place::Inline,
+            Slot::Worker(w) => Place::Worker(w),
+        }
     }
 }
 
@@ -143,12 +154,7 @@ impl<B: Backend> Node<B> {
         };
         let Some(region) = region else { return Err(WorkerError::Gone) };
         match to {
-            Place::Inline => {
-                if self.exec.inline.len() <= i {
-                    self.exec.inline.resize_with(i + 1, || None);
-                }
-                self.exec.inline[i] = Some(region);
-            }
+            Place::Inline => self.exec.put_inline(i, region),
             Place::Worker(w) => {
                 let rx = self.exec.workers[w].install_later(region)?;
                 self.wait_for_worker(rx, now)?;
@@ -194,15 +200,11 @@ impl<B: Backend> Node<B> {
             let chain = self.sched.chain_of(id);
             let n = self.sched.instances_of(chain).len().max(1) as f64;
             let at = self.exec.placement.get(i).copied().unwrap_or(Place::Inline);
-            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at: slot(at) });
+            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at: at.into() });
         }
         if let Some(m) = p.placer.decide(&p.views, self.exec.workers.len()) {
-            let to = match m.to {
-                Slot::Dispatcher => Place::Inline,
-                Slot::Worker(w) => Place::Worker(w),
-            };
             // The policy proposes running instances, existing workers and new places only.
-            let r = self.move_instance(m.id, to);
+            let r = self.move_instance(m.id, m.to.into());
             debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");
         }
     }
