@@ -17,6 +17,12 @@
 //!
 //! Packets for a chain that is launching wait (bounded) and are served first when it runs; that
 //! buffer is the driver's. Nothing here reads a clock.
+//!
+//! A launching region runs once its driver says so: [`Launcher::set_running`] when the driver
+//! installed the chain (the node), or [`Launcher::tick`] when the driver lets time alone decide
+//! (the simulator, whose launches take exactly the launch time). Deciding never promotes a
+//! launch on its own: a region whose chain the driver has not installed yet is not a running
+//! chain that could be evicted, even at the instant its launch is due.
 
 use crate::ids::ChainId;
 use crate::time::Instant;
@@ -121,7 +127,8 @@ impl Launcher {
         &self.regions
     }
 
-    /// Launches that were due by `now` start running.
+    /// Launches that were due by `now` start running (for a driver whose launches take exactly
+    /// the launch time; see the module docs).
     pub fn tick(&mut self, now: Instant) {
         for r in &mut self.regions {
             if let RegionState::Launching { chain, ready_at } = *r {
@@ -149,10 +156,10 @@ impl Launcher {
     }
 
     /// Decides where `chain` runs for packets that need it now, and applies the decision to the
-    /// regions (a launch or context switch occupies the region until `now + launch_time`).
-    /// `remote`: the pool has room for it elsewhere; `endpoint`: the tenant can run it itself.
+    /// regions (a launch or context switch occupies the region until the driver reports it
+    /// running). `remote`: the pool has room for it elsewhere; `endpoint`: the tenant can run it
+    /// itself.
     pub fn place(&mut self, chain: ChainId, now: Instant, remote: bool, endpoint: bool) -> Decision {
-        self.tick(now);
         let find = |f: &dyn Fn(&RegionState) -> bool| self.regions.iter().position(f);
         // 1. Share a running instance with spare bandwidth (the least loaded one).
         let share = self
@@ -214,7 +221,6 @@ impl Launcher {
     /// else a free region is launched; else another chain's victim is replaced (a victim is
     /// only kept while no one needs its region). Never stops a running chain. `None`: no room.
     pub fn scale_out(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
-        self.tick(now);
         if let Some(d) = self.resume_or_launch(chain, now) {
             return Some(d);
         }
@@ -367,6 +373,24 @@ mod tests {
         let mut l = launcher(1);
         l.place(A, Instant(0), false, false);
         assert_eq!(l.place(B, Instant(MS), false, false), Decision::Busy);
+    }
+
+    #[test]
+    fn a_launch_not_yet_reported_running_is_never_evicted_even_when_due() {
+        // The node installs a launch when its time comes, in its own poll; packets of another
+        // chain may be decided first at that very instant. The region's chain is not running
+        // yet: evicting it would leave the driver's instance running untracked.
+        let mut l = launcher(2);
+        assert_eq!(l.place(A, Instant(0), false, false), Decision::Launch { region: 0 });
+        assert_eq!(l.place(B, Instant(0), false, false), Decision::Launch { region: 1 });
+        l.set_running(1);
+        l.set_load(1, 0.5);
+        // At 5 ms A's launch is due but not reported running: C evicts B, the running chain.
+        assert_eq!(l.place(C, Instant(5 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+        assert!(matches!(l.regions()[0], RegionState::Launching { chain: A, .. }));
+        // Reported running, A is a candidate like any other.
+        l.set_running(0);
+        assert_eq!(l.place(B, Instant(6 * MS), false, false), Decision::ContextSwitch { region: 0, evicted: A });
     }
 
     #[test]
