@@ -15,7 +15,8 @@
 //!
 //! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's
 //! throughput is its declared capacity if it has one, otherwise 1 / its measured cost per
-//! packet (regions time one batch in [`crate::region::TIMED_EVERY`], NT by NT).
+//! packet (regions time their first [`crate::region::TIMED_FIRST`] batches and then one in
+//! [`crate::region::TIMED_EVERY`], NT by NT).
 
 use crate::region::RegionCounters;
 use crate::stats::Stats;

@@ -26,6 +26,7 @@ use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::placement::PlacementConfig;
 use snic_core::sched::{Accepted, InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
+pub use snic_nt::WorkTimer;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
 use snic_wire::vxlan;
@@ -55,30 +56,6 @@ pub trait Clock: Send {
     /// time, so that the costs and the rates they are multiplied by are in one time.
     fn work_timer(&self) -> WorkTimer {
         WorkTimer::Real
-    }
-}
-
-/// See [`Clock::work_timer`].
-#[derive(Debug, Clone, Default)]
-pub enum WorkTimer {
-    /// The monotonic clock.
-    #[default]
-    Real,
-    /// A virtual clock's nanoseconds (work takes no virtual time unless the driver moves it).
-    Virtual(Arc<std::sync::atomic::AtomicU64>),
-}
-
-impl WorkTimer {
-    /// Nanoseconds since an arbitrary origin.
-    #[inline]
-    pub fn now_ns(&self) -> u64 {
-        match self {
-            WorkTimer::Real => {
-                static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-                ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
-            }
-            WorkTimer::Virtual(ns) => ns.load(Ordering::Relaxed),
-        }
     }
 }
 
@@ -314,10 +291,13 @@ impl<B: Backend> Node<B> {
         let mut workers = Vec::new();
         if cfg.workers > 0 {
             let cores = if cfg.pin_cores { process_cores().to_vec() } else { Vec::new() };
+            let virtual_clock = clock.work_timer().is_virtual();
             for w in 0..cfg.workers {
                 // The dispatcher keeps the first core; workers take the next ones.
                 let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
-                workers.push(WorkerHandle::spawn(w, slots.clone(), core, 1024)?);
+                // On a virtual clock each worker is a virtual core of its own.
+                let timer = if virtual_clock { WorkTimer::virtual_core(clock.now().as_nanos()) } else { WorkTimer::Real };
+                workers.push(WorkerHandle::spawn(w, slots.clone(), core, 1024, timer)?);
             }
             if let Some(c) = cores.first() {
                 core_affinity::set_for_current(*c);
@@ -504,10 +484,18 @@ impl<B: Backend> Node<B> {
         Ok(inst)
     }
 
-    /// True while worker threads hold batches that have not come back (tests on a virtual
-    /// clock wait for them before moving time on).
+    /// True while worker threads hold batches that a poll could take now: on the real clock,
+    /// any that have not come back; on a virtual clock, any done by the dispatcher's time (a
+    /// batch its worker finishes later in virtual time waits for the clock to get there).
     pub fn workers_busy(&self) -> bool {
-        self.exec.workers.iter().any(|w| w.outstanding() > 0)
+        let now = self.work_timer.now_ns();
+        self.exec.workers.iter().any(|w| {
+            if !w.is_virtual() {
+                return w.outstanding() > 0;
+            }
+            w.wait_all_back();
+            w.next_done_ns().is_some_and(|d| d <= now)
+        })
     }
 
     /// Polls until every buffer is back in the store or `limit` passes; returns true if drained.
@@ -935,23 +923,21 @@ impl<B: Backend> Node<B> {
             let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline);
             let Place::Worker(w) = place else {
                 if defer {
-                    let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
-                    work.idx[..batch.len()].copy_from_slice(&batch);
-                    self.deferred.push(work);
+                    self.deferred.push(Work::new(inst, &batch, now, 0));
                 } else {
                     self.run_inline(inst, &batch, now, sampled);
                 }
                 continue;
             };
-            let mut work = Work { instance: inst, n: batch.len() as u16, now, idx: [0; MAX_BATCH] };
-            work.idx[..batch.len()].copy_from_slice(&batch);
+            let sent_ns = if self.exec.workers[w].is_virtual() { self.work_timer.now_ns() } else { 0 };
+            let mut work = Work::new(inst, &batch, now, sent_ns);
             loop {
                 match self.exec.workers[w].submit(work) {
                     Ok(()) => break,
                     Err(back) => {
                         // The ring is full: finish what has come back to make room.
                         work = back;
-                        self.drain_completions(now);
+                        self.wait_for_room(w, now);
                     }
                 }
             }
@@ -972,7 +958,7 @@ impl<B: Backend> Node<B> {
             let t0 = sampled.then(|| self.work_timer.now_ns());
             // SAFETY: the dispatcher owns every index in the batch, each once (the scheduler
             // queues an index at most once).
-            unsafe { r.run(&self.slots, batch, now) };
+            unsafe { r.run(&self.slots, batch, now, &self.work_timer) };
             if let Some(t0) = t0 {
                 self.sample_nt_ns += self.work_timer.now_ns().saturating_sub(t0);
             }
@@ -983,12 +969,43 @@ impl<B: Backend> Node<B> {
     fn drain_completions(&mut self, now: Instant) -> usize {
         let mut n = 0;
         for w in 0..self.exec.workers.len() {
+            if self.exec.workers[w].is_virtual() {
+                n += self.drain_virtual(w, now);
+                continue;
+            }
             while let Some(work) = self.exec.workers[w].poll_done() {
                 n += work.n as usize;
                 self.complete(work.instance, work.indices(), now);
             }
         }
         n
+    }
+
+    /// On a virtual clock: the batches worker `w` finished by the dispatcher's virtual time,
+    /// once the thread has run all it was sent (see [`crate::worker`]).
+    #[cold]
+    #[inline(never)]
+    fn drain_virtual(&mut self, w: usize, now: Instant) -> usize {
+        let mut n = 0;
+        self.exec.workers[w].wait_all_back();
+        let by = self.work_timer.now_ns();
+        while let Some(work) = self.exec.workers[w].poll_done_by(by) {
+            n += work.n as usize;
+            self.complete(work.instance, work.indices(), now);
+        }
+        n
+    }
+
+    /// Worker `w`'s ring is full: takes finished batches to make room. On a virtual clock the
+    /// dispatcher waits (its time moves on) until the worker's oldest batch is done.
+    fn wait_for_room(&mut self, w: usize, now: Instant) {
+        if self.exec.workers[w].is_virtual() {
+            self.exec.workers[w].wait_all_back();
+            if let Some(done) = self.exec.workers[w].next_done_ns() {
+                self.work_timer.spend(done.saturating_sub(self.work_timer.now_ns()));
+            }
+        }
+        self.drain_completions(now);
     }
 
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {

@@ -7,12 +7,11 @@
 //! front of an engine NT (encryption, compression) it keeps per-tenant token buckets in bytes
 //! (`snic_core::engine`, FairNIC's accelerator isolation), sized by the engine's measured speed.
 
-use crate::node::WorkTimer;
 use crate::store::Slots;
 use snic_core::engine::{EngineConfig, EngineShaper};
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
-use snic_nt::{Ctx, DropReason, Nt, Pkt, Verdict};
+use snic_nt::{Ctx, DropReason, Nt, Pkt, Verdict, WorkTimer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -28,8 +27,8 @@ pub struct RegionCounters {
     pub nt_packets: Vec<AtomicU64>,
     /// Per NT of the chain: packets it dropped.
     pub nt_drops: Vec<AtomicU64>,
-    /// Per NT: nanoseconds spent in it over the timed batches (one batch in
-    /// [`TIMED_EVERY`]), and the packets it processed in them: their ratio is the NT's cost per
+    /// Per NT: nanoseconds spent in it over the timed batches (the first [`TIMED_FIRST`], then
+    /// one in [`TIMED_EVERY`]), and the packets it processed in them: their ratio is the NT's cost per
     /// packet, which fair sharing turns into demand and capacity.
     pub nt_busy_ns: Vec<AtomicU64>,
     /// Per NT: packets processed in timed batches.
@@ -40,6 +39,12 @@ pub struct RegionCounters {
 
 /// One batch in this many is timed NT by NT (two clock reads per NT per timed batch).
 pub const TIMED_EVERY: u64 = 32;
+
+/// A new region times each of its first batches: the meter estimates an NT's cost once it has
+/// timed 256 of its packets, and a 20 µs NT, which runs a packet or two a batch, would otherwise
+/// wait 8,000 batches (190 ms at its rate) for its first estimate — all that time its tenant's
+/// demand on it is unknown and unlimited.
+pub const TIMED_FIRST: u64 = 256;
 
 impl RegionCounters {
     fn new(chain: &[Box<dyn Nt>]) -> Self {
@@ -69,8 +74,6 @@ pub struct Region {
     counters: Arc<RegionCounters>,
     /// Per NT: the token buckets in front of it if it is an engine, and its measured speed.
     engines: Vec<Option<Engine>>,
-    /// Times the NTs' work (the node's clock's [`WorkTimer`]).
-    timer: WorkTimer,
 }
 
 /// A shared engine's shaper and the timings that give its capacity.
@@ -107,9 +110,8 @@ impl core::fmt::Debug for Region {
 }
 
 impl Region {
-    /// A region running `chain`; `engine_buckets` puts token buckets in front of its engines;
-    /// `timer` times its NTs' work.
-    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>, engine_buckets: bool, timer: WorkTimer) -> Self {
+    /// A region running `chain`; `engine_buckets` puts token buckets in front of its engines.
+    pub fn new(instance: InstanceId, chain: Vec<Box<dyn Nt>>, engine_buckets: bool) -> Self {
         let counters = Arc::new(RegionCounters::new(&chain));
         let engines = chain
             .iter()
@@ -122,7 +124,7 @@ impl Region {
                 })
             })
             .collect();
-        Region { instance, chain, counters, engines, timer }
+        Region { instance, chain, counters, engines }
     }
 
     /// The region's counters (a shared handle).
@@ -140,20 +142,23 @@ impl Region {
         self.chain.iter().map(|n| n.kind()).collect()
     }
 
-    /// Runs the chain over `batch`, recording each packet's verdict in its descriptor.
+    /// Runs the chain over `batch`, recording each packet's verdict in its descriptor, on the
+    /// core `core` (the node clock's [`WorkTimer`] on the dispatcher's thread, a worker's own
+    /// core on a worker): it times the NTs' work, and NTs spend modelled work on it.
     ///
     /// # Safety
     /// The calling thread must own every index in `batch` (see `store`), and `batch` must not
     /// repeat an index.
-    pub unsafe fn run(&mut self, slots: &Slots, batch: &[u32], now: Instant) {
-        let cx = Ctx { now };
+    pub unsafe fn run(&mut self, slots: &Slots, batch: &[u32], now: Instant, core: &WorkTimer) {
+        let cx = Ctx { now, work: core };
         let c = &self.counters;
-        let timed = c.batches.load(Ordering::Relaxed) % TIMED_EVERY == 0;
+        let batches = c.batches.load(Ordering::Relaxed);
+        let timed = batches < TIMED_FIRST || batches % TIMED_EVERY == 0;
         add(&c.batches, 1);
         add(&c.packets, batch.len() as u64);
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
             let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
-            let t0 = timed.then(|| self.timer.now_ns());
+            let t0 = timed.then(|| core.now_ns());
             for &idx in batch {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
@@ -180,7 +185,7 @@ impl Region {
             add(&c.nt_drops[i], dropped);
             if let Some(t0) = t0 {
                 if ran > 0 {
-                    let ns = self.timer.now_ns().saturating_sub(t0);
+                    let ns = core.now_ns().saturating_sub(t0);
                     add(&c.nt_busy_ns[i], ns);
                     add(&c.nt_timed[i], ran);
                     if let Some(e) = engine {

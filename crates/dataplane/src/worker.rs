@@ -5,11 +5,20 @@
 //! gets the same batch back through another ring when the chain has run. Moving a batch through a
 //! ring moves ownership of its indices (see `store`). Regions are installed through a control
 //! channel with an acknowledgement, so a region exists before its first batch arrives.
+//!
+//! On a virtual clock each worker is a virtual core ([`WorkTimer::virtual_core`]): a batch
+//! starts when it was sent or when the core finished the previous one, whichever is later, its
+//! NTs spend their modelled work on that core, and it comes back stamped with the virtual time
+//! it finished ([`Work::done_ns`]). The dispatcher takes it only once its own time has reached
+//! that ([`WorkerHandle::poll_done_by`]), after waiting for the thread to have run everything
+//! sent ([`WorkerHandle::wait_all_back`]): what it sees depends on virtual time alone, never on
+//! how fast the thread ran.
 
 use crate::region::Region;
 use crate::store::Slots;
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
+use snic_nt::WorkTimer;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -27,11 +36,23 @@ pub struct Work {
     pub n: u16,
     /// The dispatcher's clock when it sent the batch.
     pub now: Instant,
+    /// On a virtual clock: the dispatcher's virtual time when it sent the batch, then the
+    /// worker's when it finished it (0 on the real clock).
+    pub sent_ns: u64,
+    /// See `sent_ns`.
+    pub done_ns: u64,
     /// Descriptor indices.
     pub idx: [u32; MAX_BATCH],
 }
 
 impl Work {
+    /// A batch of `idx` for `instance`, sent at `now` (`sent_ns` on a virtual clock).
+    pub fn new(instance: InstanceId, idx: &[u32], now: Instant, sent_ns: u64) -> Self {
+        let mut w = Work { instance, n: idx.len() as u16, now, sent_ns, done_ns: 0, idx: [0; MAX_BATCH] };
+        w.idx[..idx.len()].copy_from_slice(idx);
+        w
+    }
+
     /// The indices.
     pub fn indices(&self) -> &[u32] {
         &self.idx[..self.n as usize]
@@ -52,6 +73,8 @@ pub struct WorkerHandle {
     join: Option<JoinHandle<()>>,
     /// Batches submitted and not yet back.
     outstanding: usize,
+    /// The worker runs on a virtual core.
+    virtual_core: bool,
 }
 
 /// Why a worker operation failed.
@@ -66,8 +89,16 @@ pub enum WorkerError {
 }
 
 impl WorkerHandle {
-    /// Spawns worker `id`, pinned to `core` if given, with rings of `ring` batches.
-    pub fn spawn(id: usize, slots: Arc<Slots>, core: Option<core_affinity::CoreId>, ring: usize) -> Result<Self, WorkerError> {
+    /// Spawns worker `id`, pinned to `core` if given, with rings of `ring` batches; `timer` is
+    /// its core (`WorkTimer::Real`, or a virtual core of its own).
+    pub fn spawn(
+        id: usize,
+        slots: Arc<Slots>,
+        core: Option<core_affinity::CoreId>,
+        ring: usize,
+        timer: WorkTimer,
+    ) -> Result<Self, WorkerError> {
+        let virtual_core = timer.is_virtual();
         let (to, work_in) = rtrb::RingBuffer::<Work>::new(ring);
         let (work_out, from) = rtrb::RingBuffer::<Work>::new(ring);
         let (ctl, ctl_rx) = mpsc::channel();
@@ -77,9 +108,9 @@ impl WorkerHandle {
             if let Some(c) = core {
                 core_affinity::set_for_current(c);
             }
-            worker_loop(slots, work_in, work_out, ctl_rx, st)
+            worker_loop(slots, work_in, work_out, ctl_rx, st, timer)
         })?;
-        Ok(WorkerHandle { to, from, ctl, stop, join: Some(join), outstanding: 0 })
+        Ok(WorkerHandle { to, from, ctl, stop, join: Some(join), outstanding: 0, virtual_core })
     }
 
     /// Installs a region; returns once the worker has it.
@@ -130,6 +161,46 @@ impl WorkerHandle {
         self.outstanding -= 1;
         Some(w)
     }
+
+    /// True if the worker runs on a virtual core.
+    pub fn is_virtual(&self) -> bool {
+        self.virtual_core
+    }
+
+    /// Waits (in real time, up to 10 s) until the thread has run and sent back every batch
+    /// submitted, or filled the ring it sends them back on (it waits for room then, in order);
+    /// false if it did neither (it died). On a virtual clock this makes what the dispatcher
+    /// sees independent of the thread's speed.
+    pub fn wait_all_back(&self) -> bool {
+        let t0 = std::time::Instant::now();
+        let mut spins = 0u32;
+        while self.from.slots() < self.outstanding.min(self.from.buffer().capacity()) {
+            if self.join.as_ref().is_none_or(|j| j.is_finished()) || t0.elapsed() > Duration::from_secs(10) {
+                return false;
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        true
+    }
+
+    /// The virtual time the oldest finished batch was done, if one is back.
+    pub fn next_done_ns(&self) -> Option<u64> {
+        self.from.peek().ok().map(|w| w.done_ns)
+    }
+
+    /// A finished batch that was done by virtual time `ns`, if any.
+    #[inline]
+    pub fn poll_done_by(&mut self, ns: u64) -> Option<Work> {
+        if self.next_done_ns()? > ns {
+            return None;
+        }
+        self.poll_done()
+    }
 }
 
 impl Drop for WorkerHandle {
@@ -147,19 +218,24 @@ fn worker_loop(
     mut outq: rtrb::Producer<Work>,
     ctl: mpsc::Receiver<Ctl>,
     stop: Arc<AtomicBool>,
+    core: WorkTimer,
 ) {
     let mut regions: Vec<Option<Region>> = Vec::new();
     let mut idle = 0u32;
     while !stop.load(Ordering::Acquire) {
         match inq.pop() {
-            Ok(w) => {
+            Ok(mut w) => {
                 idle = 0;
+                // A virtual core idle since its last batch starts this one when it was sent.
+                core.idle_until(w.sent_ns);
                 if let Some(Some(r)) = regions.get_mut(w.instance.index()) {
                     // SAFETY: the dispatcher handed these indices over through the ring and
                     // does not touch them until the batch comes back.
-                    unsafe { r.run(&slots, w.indices(), w.now) };
+                    unsafe { r.run(&slots, w.indices(), w.now, &core) };
                 }
-                let mut w = w;
+                if core.is_virtual() {
+                    w.done_ns = core.now_ns();
+                }
                 loop {
                     match outq.push(w) {
                         Ok(()) => break,

@@ -37,7 +37,7 @@ struct Bed {
 }
 
 fn engine(pps: u64) -> NtSpec {
-    NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some(pps), enforce: false })
+    NtSpec::Synthetic(SyntheticConfig::declared(pps, false))
 }
 
 fn nat() -> NtSpec {
@@ -310,7 +310,7 @@ fn compact_and_expand(workers: usize) {
         b.run(0, 6, 3, 1);
         b.run(2, 6, 3, 1);
     }
-    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact));
+    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact), "{:?}", b.kinds());
     let st = b.node.elastic().stats();
     assert_eq!(st.rechains, 1);
     let switches = st.context_switches;

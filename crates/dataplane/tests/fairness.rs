@@ -78,9 +78,11 @@ fn a_removed_tenant_is_no_longer_limited() {
     assert_eq!(f.node.meter().fairness().shares().len(), 1);
 }
 
-/// Two tenants share one AES-GCM engine on a virtual clock; tenant 2 asks for more bytes per
-/// second than the engine does. The engine's token buckets (FairNIC) hold tenant 2 to the rest
-/// of the engine and leave tenant 1 untouched. (Ingress limits are off: the buckets alone.)
+/// Two tenants share one engine on a virtual clock; tenant 2 asks for more bytes per second
+/// than the engine does. The engine's token buckets (FairNIC) hold tenant 2 to the rest of the
+/// engine and leave tenant 1 untouched. (Ingress limits are off: the buckets alone.) The engine
+/// is synthetic — 50 ns + 1 ns a byte of its core's virtual time — so its measured speed, and
+/// what the buckets are sized from, is the same on any machine.
 #[test]
 fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     use snic_core::dag::{DagRoute, NtMask, Step};
@@ -91,27 +93,16 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     use snic_dataplane::store::Peer;
     use snic_dataplane::testbed::{datagram, ManualClock};
     use snic_dataplane::Node;
-    use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
+    use snic_nt::synthetic::SyntheticConfig;
     use snic_nt::{DropReason, NtSpec};
     use std::sync::Arc;
-
-    /// Virtual time for the offered load, the real clock for the engine's work: its speed on
-    /// this CPU is what the buckets are sized from. (A plain `ManualClock` times work on the
-    /// virtual clock too, where it takes no time.)
-    struct VirtualPacing(ManualClock);
-    impl snic_dataplane::node::Clock for VirtualPacing {
-        fn now(&self) -> snic_core::time::Instant {
-            self.0.now()
-        }
-    }
 
     let clock = ManualClock::default();
     let fair = FairConfig { enforce: false, ..FairConfig::default() };
     let cfg = NodeConfig { vtep_port: None, fair, store_buffers: 65536, ..Default::default() };
-    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(VirtualPacing(clock.clone()))).unwrap();
-    let key = "000102030405060708090a0b0c0d0e0f".to_string();
-    let keys = (1..=2).map(|t| TenantKey { tenant: t, spi: t as u32, key_hex: key.clone() }).collect();
-    let c = node.add_chain(vec![NtSpec::AesGcm(CryptoConfig { direction: Direction::Encrypt, keys, max_senders: 16 })]);
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
+    let engine = SyntheticConfig { cost_ps_per_byte: 1000, engine: true, ..SyntheticConfig::costing(50) };
+    let c = node.add_chain(vec![NtSpec::Synthetic(engine)]);
     node.launch(c).unwrap();
     let mut mat = Mat::new();
     for t in 1..=2u16 {
@@ -124,42 +115,27 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     node.mat_handle().store(Arc::new(mat));
     let src = "192.0.2.1:4789".parse().unwrap();
     let (small, big) = (datagram(100, 1, 256), datagram(200, 2, 1400));
-    // Until the engine's speed is measured (1 MiB timed), nothing is refused: warm up with
-    // tenant 2 alone, in real time.
-    for _ in 0..2000 {
-        for _ in 0..32 {
-            node.backend_mut().rx.push_back((big.clone(), src));
-        }
-        while node.poll() > 0 {}
-        node.backend_mut().tx.clear();
-    }
-    // Then both, in 10 us steps of virtual time: tenant 2 offers ~3x what the engine does in
-    // 10 us of busy time, tenant 1 a few small packets. The engine's time per packet is the
-    // fastest of a few samples: one sample taken while the machine was busy elsewhere made the
-    // offer smaller than the engine's measured speed, and nothing was throttled.
-    let per_pkt = (0..5)
-        .map(|_| {
-            let t0 = std::time::Instant::now();
-            for _ in 0..64 {
-                node.backend_mut().rx.push_back((big.clone(), src));
-            }
-            while node.poll() > 0 {}
-            node.backend_mut().tx.clear();
-            t0.elapsed().as_secs_f64() / 64.0
-        })
-        .fold(f64::INFINITY, f64::min);
-    let burst = ((10e-6 / per_pkt) * 3.0).ceil().max(2.0) as usize;
-    let stats0 = [1, 2].map(|t| node.stats().tenants[t].clone());
-    for _ in 0..3000 {
+    // A big packet costs the engine 50 + 1450 ns. In each 10 µs step tenant 1 offers 2 small
+    // packets (under 10% of the engine) and tenant 2 twenty big ones: three times the engine.
+    let offer = |node: &mut Node<MemPort>, smalls: usize, bigs: usize| {
         clock.advance(Duration::from_micros(10));
-        for _ in 0..2 {
+        for _ in 0..smalls {
             node.backend_mut().rx.push_back((small.clone(), src));
         }
-        for _ in 0..burst {
+        for _ in 0..bigs {
             node.backend_mut().rx.push_back((big.clone(), src));
         }
         while node.poll() > 0 {}
         node.backend_mut().tx.clear();
+    };
+    // Until the engine's speed is measured (1 MiB timed), nothing is refused: tenant 2 alone
+    // warms it up.
+    for _ in 0..500 {
+        offer(&mut node, 0, 20);
+    }
+    let stats0 = [1, 2].map(|t| node.stats().tenants[t].clone());
+    for _ in 0..3000 {
+        offer(&mut node, 2, 20);
     }
     let throttled = |t: usize| node.stats().tenants[t].drops[Drop::Nt(DropReason::EngineThrottled).index()];
     let sent = |t: usize| node.stats().tenants[t].tx_packets - stats0[t - 1].tx_packets;
@@ -171,28 +147,34 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
 
 /// Losses in a receive queue are a tenant's only when the queue is that tenant's own: with one
 /// shared ring nobody is charged them by name; with a ring per tenant, the flooding tenant is.
+/// Virtual clock: receiving a packet costs the dispatcher 50 ns, so it reads at most 20 Mpps,
+/// and the flood offers 40.
 #[test]
 fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
     use snic_core::dag::{DagRoute, NtMask, Step};
     use snic_core::ids::DagUid;
     use snic_core::mat::Mat;
-    use snic_dataplane::backend::paced::{Paced, StreamSpec};
+    use snic_dataplane::backend::paced::{IoCost, Paced, StreamSpec};
     use snic_dataplane::backend::Backend;
-    use snic_dataplane::node::MonotonicClock;
-    use snic_dataplane::testbed::{dag_rule, datagram};
+    use snic_dataplane::testbed::isolation::run_virtual;
+    use snic_dataplane::testbed::{dag_rule, datagram, ManualClock};
     use snic_dataplane::Node;
     let run = |queues: bool| {
         let src = "192.0.2.1:4789".parse().unwrap();
         let streams = vec![
             StreamSpec { datagram: datagram(100, 1000, 64), pps: 10_000.0, src },
-            StreamSpec { datagram: datagram(200, 2000, 64), pps: 20_000_000.0, src },
+            StreamSpec { datagram: datagram(200, 2000, 64), pps: 40_000_000.0, src },
         ];
-        let clock = MonotonicClock::default();
-        // Rings that hold 0.4 s of the victim (nothing of it is lost, even while the node is built)
-        // and 0.2 ms of the flood.
-        let backend = if queues { Paced::with_queues(streams, 4096, clock) } else { Paced::new(streams, 4096, clock) };
+        let clock = ManualClock::default();
+        let ring = 4096;
+        let backend = if queues {
+            Paced::with_queues(streams, ring, Box::new(clock.clone()))
+        } else {
+            Paced::new(streams, ring, Box::new(clock.clone()))
+        }
+        .with_io_cost(IoCost { rx_ns: 50, tx_ns: 20 });
         let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
-        let mut node = Node::new(NodeConfig { vtep_port: None, fair, ..Default::default() }, backend, Box::new(clock)).unwrap();
+        let mut node = Node::new(NodeConfig { vtep_port: None, fair, ..Default::default() }, backend, Box::new(clock.clone())).unwrap();
         let mut mat = Mat::new();
         for t in [1u16, 2] {
             let c = node.add_chain(vec![snic_nt::NtSpec::Dummy]);
@@ -204,10 +186,7 @@ fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
             node.set_rx_queue_tenant(t as usize - 1, Some(TenantId(t)));
         }
         node.mat_handle().store(std::sync::Arc::new(mat));
-        let t0 = std::time::Instant::now();
-        while t0.elapsed() < Duration::from_millis(30) {
-            node.poll();
-        }
+        run_virtual(&mut node, &clock, Duration::from_millis(10), Duration::from_micros(1));
         let lost = |t: usize| node.stats().tenants[t].drops[Drop::RxQueue.index()];
         (node.backend().rx_dropped(), lost(1), lost(2))
     };

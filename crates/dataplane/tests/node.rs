@@ -93,15 +93,12 @@ fn two_tenant_node(workers: usize) -> Node<MemPort> {
     node
 }
 
+/// Polls until the node has nothing left: nothing received, nothing on a worker thread, every
+/// buffer back in the store (10 s at most: a node that never goes idle fails the test).
 fn run_until_idle<B: snic_dataplane::backend::Backend>(node: &mut Node<B>) {
-    let mut idle = 0;
-    while idle < 200 {
-        if node.poll() == 0 {
-            idle += 1;
-            std::thread::sleep(Duration::from_micros(50));
-        } else {
-            idle = 0;
-        }
+    let t0 = std::time::Instant::now();
+    while node.poll() > 0 || node.workers_busy() || node.store().charged() > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the node did not go idle: {} buffers held", node.store().charged());
     }
 }
 
@@ -290,21 +287,24 @@ fn mat_updates_while_traffic_flows_lose_nothing() {
     node.fdb_mut().add_static(100, MAC_B, Peer { addr: ep(2), mac: MacAddr::default() });
     let mat = node.mat_handle();
     let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
+    let updates = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (st, n) = (stop.clone(), updates.clone());
     // The control plane keeps rewriting rules for other VNIs while VNI 100 traffic flows.
     let updater = std::thread::spawn(move || {
-        let mut n = 0u32;
-        while !st.load(Ordering::Relaxed) && n < 20_000 {
+        while !st.load(Ordering::Relaxed) && n.load(Ordering::Relaxed) < 20_000 {
+            let k = n.load(Ordering::Relaxed);
             let mut m = (**mat.load()).clone();
-            m.insert(rule(1000 + n % 50, 5, 9));
+            m.insert(rule(1000 + k % 50, 5, 9));
             mat.store(Arc::new(m));
-            n += 1;
+            n.fetch_add(1, Ordering::Relaxed);
         }
-        n
     });
-    let total = 20_000;
-    let mut fed = 0;
-    while fed < total {
+    // Traffic flows until at least 20,000 packets went in and the updater published 1,000
+    // tables meanwhile, however the two threads were scheduled (60 s at most).
+    let t0 = std::time::Instant::now();
+    let mut fed = 0u64;
+    while fed < 20_000 || updates.load(Ordering::Relaxed) < 1_000 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the updater made {} updates", updates.load(Ordering::Relaxed));
         for _ in 0..32 {
             node.backend_mut()
                 .rx
@@ -316,10 +316,9 @@ fn mat_updates_while_traffic_flows_lose_nothing() {
     }
     run_until_idle(&mut node);
     stop.store(true, Ordering::Relaxed);
-    let updates = updater.join().unwrap();
-    assert!(updates > 0);
+    updater.join().unwrap();
     let s = node.stats();
-    assert_eq!(s.tenants[1].tx_packets, total as u64, "drops: {:?}", s.drops_by_reason());
+    assert_eq!(s.tenants[1].tx_packets, fed, "drops: {:?}", s.drops_by_reason());
 }
 
 #[test]
@@ -537,26 +536,33 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
             tx.send_to(&snic_dataplane::testbed::datagram(vni, 1000, 16), to).unwrap();
         }
     }
-    std::thread::sleep(std::time::Duration::from_millis(20));
     let store = snic_dataplane::store::Store::new(256, 32);
     let slots = store.slots().clone();
     let idx: Vec<u32> = (0..32).collect();
     let mut meta = vec![snic_dataplane::backend::RxMeta::default(); 32];
-    let mut vnis = |be: &mut UdpBackend, q: usize| {
-        let n = be.recv_queue(q, &slots, &idx, &mut meta);
-        let mut v: Vec<u32> = (0..n)
-            .map(|i| {
+    // Reads queue `q` until `want` datagrams came (5 s at most) and one more read finds none:
+    // how many, and their VNIs in order, duplicates folded.
+    let mut vnis = |be: &mut UdpBackend, q: usize, want: usize| {
+        let t0 = std::time::Instant::now();
+        let mut v = Vec::new();
+        loop {
+            let n = be.recv_queue(q, &slots, &idx, &mut meta);
+            v.extend((0..n).map(|i| {
                 // SAFETY: the test owns every buffer; nothing else touches the store.
                 let (buf, _) = unsafe { slots.get(idx[i]) };
                 snic_wire::layout::parse_vxlan(&buf[snic_nt::HEADROOM..snic_nt::HEADROOM + meta[i].len as usize]).unwrap()
-            })
-            .collect();
+            }));
+            if (v.len() >= want && n == 0) || t0.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+        }
+        let got = v.len();
         v.dedup();
-        (n, v)
+        (got, v)
     };
-    assert_eq!(vnis(&mut be, 1), (10, vec![100, 101]));
-    assert_eq!(vnis(&mut be, 2), (7, vec![200]));
-    assert_eq!(vnis(&mut be, 0), (3, vec![300]));
+    assert_eq!(vnis(&mut be, 1, 10), (10, vec![100, 101]));
+    assert_eq!(vnis(&mut be, 2, 7), (7, vec![200]));
+    assert_eq!(vnis(&mut be, 0, 3), (3, vec![300]));
     // A flood of one tenant is lost in its own queue, counted there.
     let d = snic_dataplane::testbed::datagram(200, 1000, 200);
     for _ in 0..30_000 {
@@ -572,8 +578,10 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     assert!(many.ready_queues(&mut ready));
     assert!(ready.iter().all(|r| !r), "{ready:?}");
     tx.send_to(&snic_dataplane::testbed::datagram(1003, 1000, 16), many.local_addr().unwrap()).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    assert!(many.ready_queues(&mut ready));
+    let t0 = std::time::Instant::now();
+    while many.ready_queues(&mut ready) && !ready.iter().any(|&r| r) {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the datagram never arrived");
+    }
     assert_eq!(ready.iter().position(|&r| r), Some(4), "VNI 1003 is group 3's: queue 4 {ready:?}");
     assert!(!be.ready_queues(&mut ready), "three queues: read them all");
     // Steering again keeps the sockets and can move VNIs.

@@ -1,6 +1,8 @@
 //! Regions moving between cores: a short chain leaves the worker it shared with a long one
 //! (auto placement), and moves by hand; packets are neither lost nor reordered, and the NTs
-//! keep their state. Real clock: the placement policy works on measured NT costs.
+//! keep their state. Virtual clock: the long chain's 20 µs a packet is spent on its worker's
+//! virtual core, and the placement policy works on those measured costs, the same on any
+//! machine.
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::FairConfig;
@@ -9,9 +11,9 @@ use snic_core::mat::Mat;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind};
-use snic_dataplane::node::{MonotonicClock, MoveError, Place};
+use snic_dataplane::node::{Clock, MoveError, Place};
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, datagram, snat};
+use snic_dataplane::testbed::{dag_rule, datagram, snat, ManualClock};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
@@ -19,10 +21,14 @@ use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+/// Virtual time per round of traffic.
+const ROUND: Duration = Duration::from_micros(10);
 
 struct Bed {
     node: Node<MemPort>,
+    clock: ManualClock,
     short: InstanceId,
     long: Option<InstanceId>,
     /// Per VNI: packets sent, and per flow the next sequence number.
@@ -45,14 +51,15 @@ impl Bed {
         // test counts every packet.
         let fair = FairConfig { enforce: false, ..FairConfig::default() };
         let cfg = NodeConfig { workers, vtep_port: None, auto_place, fair, elastic, ..Default::default() };
-        let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
+        let clock = ManualClock::default();
+        let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
         let c1 = node.add_chain(vec![snat()]);
         let short = node.launch(c1).unwrap();
         // (Launched first: with a region pool, it takes region 0.)
         let mut mat = Mat::new();
         let mut dags = vec![(1u16, c1)];
         let long = long.then(|| {
-            let c2 = node.add_chain(vec![NtSpec::Synthetic(SyntheticConfig { cost_ns: 20_000, capacity_pps: None, enforce: false })]);
+            let c2 = node.add_chain(vec![NtSpec::Synthetic(SyntheticConfig::costing(20_000))]);
             dags.push((2, c2));
             node.launch(c2).unwrap()
         });
@@ -65,6 +72,7 @@ impl Bed {
         node.mat_handle().store(Arc::new(mat));
         Bed {
             node,
+            clock,
             short,
             long,
             sent: HashMap::new(),
@@ -86,11 +94,11 @@ impl Bed {
         self.node.backend_mut().rx.push_back((d, "192.0.2.1:4789".parse().unwrap()));
     }
 
-    /// Polls a few times and checks what came out: per flow in order, none lost at its start.
-    fn poll(&mut self, polls: usize) {
-        for _ in 0..polls {
-            self.node.poll();
-        }
+    /// One round: `ROUND` of virtual time passes, the node polls until it has nothing left to
+    /// do now; then what came out is checked: per flow in order, none lost at its start.
+    fn poll(&mut self) {
+        self.clock.advance(ROUND);
+        while self.node.poll() > 0 || self.node.workers_busy() {}
         for (bytes, _) in std::mem::take(&mut self.node.backend_mut().tx) {
             let vni = parse_vxlan(&bytes).unwrap();
             let port = parse_inner(&bytes[8..]).unwrap().key.src_port;
@@ -107,8 +115,8 @@ impl Bed {
         }
     }
 
-    /// Traffic for `d` of real time, or until `until` holds: four packets of tenant 1 over
-    /// `flows` flows each round, and with a long chain one packet of tenant 2 every 50 µs
+    /// Traffic for `d` of virtual time, or until `until` holds: each round four packets of
+    /// tenant 1 over `flows` flows, and with a long chain one packet of tenant 2 every 50 µs
     /// (40% of a core at 20 µs a packet).
     fn traffic(&mut self, d: Duration, flows: std::ops::RangeInclusive<u16>, until: impl Fn(&Self) -> bool) {
         self.traffic_of(d, Some(flows), until)
@@ -116,12 +124,11 @@ impl Bed {
 
     /// [`Bed::traffic`], without tenant 1 when `flows` is `None`.
     fn traffic_of(&mut self, d: Duration, flows: Option<std::ops::RangeInclusive<u16>>, until: impl Fn(&Self) -> bool) {
-        let t0 = Instant::now();
-        let mut next_long = Duration::ZERO;
+        let end = self.clock.now() + d;
+        let mut next_long = self.clock.now();
         let mut k = 0u16;
-        while t0.elapsed() < d && !until(self) {
-            // Backpressure: the test is about moves, not overload; a starved worker (a loaded
-            // machine, a debug build) must not overflow the scheduler's queues.
+        while self.clock.now() < end && !until(self) {
+            // Backpressure: the test is about moves, not overload.
             let room = |b: &Self, i: InstanceId| b.node.sched().queued(i) < 256 && b.node.backend().rx.len() < 256;
             for _ in 0..4 {
                 let Some(flows) = &flows else { break };
@@ -131,11 +138,11 @@ impl Bed {
                 self.push(100, flows.start() + k % (flows.end() - flows.start() + 1));
                 k = k.wrapping_add(1);
             }
-            if self.long.is_some_and(|l| room(self, l)) && t0.elapsed() >= next_long {
+            if self.long.is_some_and(|l| room(self, l)) && self.clock.now() >= next_long {
                 self.push(200, 1);
-                next_long += Duration::from_micros(50);
+                next_long = next_long + Duration::from_micros(50);
             }
-            self.poll(4);
+            self.poll();
         }
     }
 
@@ -144,11 +151,12 @@ impl Bed {
         self.seq.get(&(100, flow)).copied().unwrap_or(0)
     }
 
-    /// Polls until everything sent came out (or 5 s pass), and checks that it did: nothing lost.
+    /// Polls until everything sent came out (or 1 s of virtual time passes), and checks that it
+    /// did: nothing lost.
     fn drain_losing_nothing(&mut self) {
-        let t0 = Instant::now();
-        while self.delivered != self.sent && t0.elapsed() < Duration::from_secs(5) {
-            self.poll(16);
+        let end = self.clock.now() + Duration::from_secs(1);
+        while self.delivered != self.sent && self.clock.now() < end {
+            self.poll();
         }
         assert_eq!(
             self.delivered,
@@ -166,12 +174,12 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     let long = b.long.unwrap();
     assert_eq!(b.node.place_of(b.short), Some(Place::Worker(0)), "both launched on the one worker");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)));
-    // Flows 1-3 until the move (measured costs, three 10 ms looks: tens of ms; 10 s at most).
-    b.traffic(Duration::from_secs(10), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
+    // Flows 1-3 until the move (measured costs, three 10 ms looks: tens of ms).
+    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "the short chain moved to the dispatcher's thread");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)), "the long chain stays on the worker");
     // Two new flows after the move: the NAT kept its table and hands out the next ports.
-    b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
+    b.traffic(Duration::from_secs(1), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved with the region");
     // Once apart, they stay apart: one move, no thrash.
@@ -187,17 +195,17 @@ fn moves_by_hand_and_refusals() {
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Already(i)));
     assert_eq!(b.node.move_instance(i, Place::Worker(3)), Err(MoveError::NoWorker(3)));
     assert_eq!(b.node.move_instance(InstanceId(9), Place::Inline), Err(MoveError::NotRunning(InstanceId(9))));
-    b.traffic(Duration::from_secs(10), 1..=2, |b| b.sent_of(2) >= 20);
+    b.traffic(Duration::from_secs(1), 1..=2, |b| b.sent_of(2) >= 20);
     // To the dispatcher's thread while packets flow; a second move waits its turn.
     b.node.move_instance(i, Place::Inline).unwrap();
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Busy));
-    b.traffic(Duration::from_secs(5), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
+    b.traffic(Duration::from_secs(1), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(i), Some(Place::Inline));
     // And back, with another new flow on each side of the move.
     b.node.move_instance(i, Place::Worker(0)).unwrap();
-    b.traffic(Duration::from_secs(5), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)) && b.sent_of(4) >= 20);
+    b.traffic(Duration::from_secs(1), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)) && b.sent_of(4) >= 20);
     assert_eq!(b.node.place_of(i), Some(Place::Worker(0)));
-    b.traffic(Duration::from_secs(10), 5..=5, |b| b.sent_of(5) >= 20);
+    b.traffic(Duration::from_secs(1), 5..=5, |b| b.sent_of(5) >= 20);
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved both ways");
     assert_eq!(b.node.elastic().stats().moves, 2);
@@ -222,12 +230,12 @@ fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
     // its tenant sends again; the NAT's table comes back with it.
     let elastic = ElasticConfig { regions: 2, victims: false, ..ElasticConfig::default() };
     let mut b = Bed::with_elastic(1, true, true, elastic);
-    b.traffic(Duration::from_secs(10), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
+    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "{:?}", b.node.elastic().stats().events);
     let stopped = |b: &Bed| b.node.sched().state(b.short) != snic_core::sched::InstanceState::Running;
-    b.traffic_of(Duration::from_secs(5), None, stopped);
+    b.traffic_of(Duration::from_secs(1), None, stopped);
     assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);
-    b.traffic(Duration::from_secs(10), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
+    b.traffic(Duration::from_secs(1), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state saved from the dispatcher's thread and restored");
     let kinds: Vec<_> = b.node.elastic().stats().events.iter().map(|e| e.kind).collect();

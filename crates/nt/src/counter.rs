@@ -50,7 +50,7 @@ impl Nt for Counter {
     fn kind(&self) -> &'static str {
         "counter"
     }
-    fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let s = &self.stats;
         bump(&s.packets, 1);
         bump(&s.bytes, (pkt.meta.len as u64).saturating_sub(snic_wire::vxlan::HEADER_LEN as u64));
@@ -75,7 +75,7 @@ mod tests {
     fn counts_by_protocol() {
         let mut c = Counter::new();
         let st = c.stats();
-        let cx = Ctx { now: Instant::ZERO };
+        let cx = Ctx::real(Instant::ZERO);
         let mut a = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 10);
         let mut b = TestPkt::new("10.0.0.1", "10.0.0.2", tcp(1, 2, 0x02), 0);
         assert_eq!(c.process(&cx, &mut a.pkt()), Verdict::Continue);

@@ -275,7 +275,7 @@ impl Nt for Crypto {
     fn is_engine(&self) -> bool {
         true
     }
-    fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         match self.dir {
             Direction::Encrypt => self.encrypt(pkt),
             Direction::Decrypt => self.decrypt(pkt),
@@ -300,8 +300,8 @@ mod tests {
         }
     }
 
-    fn cx() -> Ctx {
-        Ctx { now: Instant::ZERO }
+    fn cx() -> Ctx<'static> {
+        Ctx::real(Instant::ZERO)
     }
 
     #[test]

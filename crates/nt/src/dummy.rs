@@ -25,7 +25,7 @@ impl Nt for Dummy {
         "dummy"
     }
     #[inline]
-    fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
         // Touch the header bytes in the buffer: the inner destination MAC and EtherType.
         let h = &pkt.buf[s..s + 14];

@@ -118,7 +118,7 @@ impl Nt for Firewall {
         "firewall"
     }
     #[inline]
-    fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let key = match &pkt.meta.inner {
             Some(i) if i.l3 != snic_wire::layout::InnerL3::Arp => i.key,
             Some(_) => return if self.cfg.non_ip == Policy::Allow { Verdict::Continue } else { Verdict::Drop(DropReason::FirewallDeny) },
@@ -154,8 +154,8 @@ mod tests {
     use proptest::prelude::*;
     use snic_core::time::Instant;
 
-    fn cx() -> Ctx {
-        Ctx { now: Instant::ZERO }
+    fn cx() -> Ctx<'static> {
+        Ctx::real(Instant::ZERO)
     }
 
     #[test]

@@ -24,12 +24,14 @@ pub mod nat;
 pub mod spec;
 pub mod synthetic;
 pub mod vni_map;
+pub mod work;
 
 use snic_core::ids::TenantId;
 use snic_core::time::Instant;
 use snic_wire::layout::InnerLayout;
 
 pub use spec::{build, Access, NtSpec, SpecError};
+pub use work::WorkTimer;
 
 /// Bytes of headroom every packet buffer keeps in front of the VXLAN header, so egress can write
 /// outer headers and the encryptor can insert its header without moving the payload.
@@ -138,9 +140,19 @@ impl DropReason {
 
 /// Per-call context.
 #[derive(Debug, Clone, Copy)]
-pub struct Ctx {
+pub struct Ctx<'a> {
     /// The time the batch is processed.
     pub now: Instant,
+    /// The core the NT runs on: what modelled work is spent on ([`WorkTimer::spend`]).
+    pub work: &'a WorkTimer,
+}
+
+impl Ctx<'static> {
+    /// A context on the real clock at `now` (tests and tools that run an NT by hand).
+    pub fn real(now: Instant) -> Self {
+        static REAL: WorkTimer = WorkTimer::Real;
+        Ctx { now, work: &REAL }
+    }
 }
 
 /// A network task.
@@ -149,7 +161,7 @@ pub trait Nt: Send {
     fn kind(&self) -> &'static str;
 
     /// Processes one packet. Must not allocate, must not panic on any packet content.
-    fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict;
+    fn process(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict;
 
     /// The throughput of one instance in packets per second, if the NT has a fixed one (an
     /// engine that is not the CPU). `None`, the default: the data plane measures the NT's cost.

@@ -361,7 +361,7 @@ impl Nt for Nat {
         "nat"
     }
 
-    fn process(&mut self, cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         self.sweep(cx.now);
         let Some(inner) = pkt.meta.inner else { return Verdict::Drop(DropReason::OpaquePayload) };
         let pass = self.cfg.unmatched == Policy::Allow;
@@ -399,8 +399,8 @@ mod tests {
         }
     }
 
-    fn at(s: u64) -> Ctx {
-        Ctx { now: Instant::from_nanos(s * 1_000_000_000) }
+    fn at(s: u64) -> Ctx<'static> {
+        Ctx::real(Instant::from_nanos(s * 1_000_000_000))
     }
 
     #[test]
@@ -480,7 +480,7 @@ mod tests {
         // Long after the UDP timeout, unrelated traffic (a DNAT-less, unmatched packet) drives
         // the sweep: four steps of 64 slots cover the 256-slot table.
         for step in 0..4u64 {
-            let cx = Ctx { now: Instant::from_nanos(60_000_000_000 + step * SWEEP_EVERY_NS) };
+            let cx = Ctx::real(Instant::from_nanos(60_000_000_000 + step * SWEEP_EVERY_NS));
             let mut p = TestPkt::new("192.168.1.1", "1.1.1.1", udp(1, 2), 0);
             nat.process(&cx, &mut p.pkt());
         }

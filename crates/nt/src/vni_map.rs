@@ -23,7 +23,7 @@ impl Nt for VniMap {
     fn kind(&self) -> &'static str {
         "vni_map"
     }
-    fn process(&mut self, _cx: &Ctx, pkt: &mut Pkt<'_>) -> Verdict {
+    fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         if let Some(&to) = self.map.get(&pkt.meta.vni).or(self.default.as_ref()) {
             let off = pkt.meta.off as usize;
             vxlan::set_vni(&mut pkt.buf[off..off + vxlan::HEADER_LEN], to);
@@ -42,7 +42,7 @@ mod tests {
     #[test]
     fn rewrites_header_and_descriptor() {
         let mut m = VniMap::new([(100, 200)], Some(300));
-        let cx = Ctx { now: Instant::ZERO };
+        let cx = Ctx::real(Instant::ZERO);
         let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 0);
         m.process(&cx, &mut p.pkt());
         assert_eq!(p.meta.vni, 200);

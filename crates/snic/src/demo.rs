@@ -13,7 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use snic_control::{manifest, plan, state::State};
 use snic_core::ids::TenantId;
-use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::udp::{set_buffers, UdpBackend};
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::stats::TenantStats;
@@ -73,7 +73,12 @@ struct TenantSummary {
     name: &'static str,
     vni: u32,
     chain: String,
+    /// Sent by the tenant's endpoint; received by the node; transmitted by the node; received
+    /// by the tenant's other endpoint; dropped by the node (with reasons). The node's own
+    /// counts add up: received = transmitted + dropped.
     sent_packets: u64,
+    received_packets: u64,
+    transmitted_packets: u64,
     delivered_packets: u64,
     dropped_packets: u64,
     drops_by_reason: Vec<(&'static str, u64)>,
@@ -90,6 +95,12 @@ struct TenantSummary {
 struct Summary {
     seconds: f64,
     node: String,
+    /// Packets lost in the node's socket before it read them (loopback, a full buffer), all
+    /// tenants together: sent = received + this, summed over tenants, once drained.
+    lost_before_node: u64,
+    /// Everything sent was accounted for (received or lost before the node, and everything
+    /// the node transmitted reached its receiver) before the drain deadline.
+    drained: bool,
     tenants: Vec<TenantSummary>,
 }
 
@@ -186,7 +197,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let (mut node, placed) = build_node(&recv_addrs)?;
     let node_addr = node.backend().local_addr()?;
     let stop = Arc::new(AtomicBool::new(false));
-    let snapshot: Arc<Mutex<[TenantStats; 2]>> = Arc::new(Mutex::new(Default::default()));
+    // Each tenant's counters, and the node socket's losses, as of the node thread's last look.
+    let snapshot: Arc<Mutex<([TenantStats; 2], u64)>> = Arc::new(Mutex::new(Default::default()));
 
     // Each tenant's (dominant resource, dominant share, granted fraction), as last seen while
     // its traffic flowed (demand fades within a few epochs once the senders stop, and a light
@@ -201,10 +213,11 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
             if node.poll() == 0 {
                 node.backend_mut().wait(Duration::from_millis(1));
             }
-            if last.elapsed() >= Duration::from_millis(100) {
+            if last.elapsed() >= Duration::from_millis(50) {
                 last = Instant::now();
                 let s = node.stats();
-                *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
+                *snap.lock().expect("snapshot lock") =
+                    ([s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()], node.backend().rx_dropped());
                 let f = node.meter().fairness();
                 let name = |d: Option<usize>| d.and_then(|d| f.resources().get(d)).map(|r| r.name.clone());
                 let mut view = fv.lock().expect("fair lock");
@@ -217,8 +230,6 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 }
             }
         }
-        let s = node.stats();
-        *snap.lock().expect("snapshot lock") = [s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()];
         node
     })?;
 
@@ -227,6 +238,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let sent: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut threads = Vec::new();
     for (i, rs) in recv_socks.into_iter().enumerate() {
+        // Room for bursts while a receiver thread is off its core, as the node's socket has.
+        set_buffers(&rs, 4 << 20);
         let (st, r) = (stop.clone(), receivers[i].clone());
         threads.push(std::thread::spawn(move || receiver(rs, &TENANTS[i], st, r)));
     }
@@ -253,7 +266,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         if a.json {
             continue;
         }
-        let snap = snapshot.lock().expect("snapshot lock").clone();
+        let snap = snapshot.lock().expect("snapshot lock").0.clone();
         for (i, t) in TENANTS.iter().enumerate() {
             let s = &snap[i];
             println!(
@@ -273,8 +286,19 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     for s in senders {
         let _ = s.join();
     }
-    // Let the last packets drain, then stop.
-    std::thread::sleep(Duration::from_millis(300));
+    // Drain: until every packet sent is accounted for — received by the node or lost in its
+    // socket, and what the node transmitted received by its endpoint — or 5 s pass.
+    let accounted = || {
+        let (s, lost) = snapshot.lock().expect("snapshot lock").clone();
+        let sent_all: u64 = sent.iter().map(|x| x.load(Ordering::Relaxed)).sum();
+        let in_all = s[0].read() + s[1].read() + lost;
+        in_all >= sent_all && (0..2).all(|i| receivers[i].packets.load(Ordering::Relaxed) >= s[i].tx_packets)
+    };
+    let drain_until = Instant::now() + Duration::from_secs(5);
+    while !accounted() && Instant::now() < drain_until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let drained = accounted();
     stop.store(true, Ordering::Relaxed);
     let node = node_thread.join().map_err(|_| anyhow::anyhow!("node thread panicked"))?;
     for t in threads {
@@ -286,6 +310,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let summary = Summary {
         seconds: secs,
         node: node_addr.to_string(),
+        lost_before_node: node.backend().rx_dropped(),
+        drained,
         tenants: TENANTS
             .iter()
             .enumerate()
@@ -298,6 +324,8 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                     vni: t.vni,
                     chain: placed[i].chain.clone(),
                     sent_packets: sent[i].load(Ordering::Relaxed),
+                    received_packets: s.read(),
+                    transmitted_packets: s.tx_packets,
                     delivered_packets: receivers[i].packets.load(Ordering::Relaxed),
                     dropped_packets: s.dropped(),
                     drops_by_reason: by_reason,

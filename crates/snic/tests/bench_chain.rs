@@ -1,4 +1,7 @@
-//! `snic bench chain` runs each mode with the chains it claims and delivers what it offers.
+//! The benchmarks print what they claim: each test checks a bench's output for its shape and
+//! for what holds on any machine (the chains a mode uses, lower bounds set by the work itself,
+//! exact results of virtual-clock benches), never its times or rates: those are the figures
+//! BENCHMARKS.md compares, taken in one run on one machine.
 
 use std::process::Command;
 
@@ -21,7 +24,7 @@ fn chain_modes_cut_the_sequence_as_stated() {
             m => panic!("unknown mode {m}"),
         };
         assert_eq!((chains, visits), want, "{r}");
-        assert!(r["delivered"].as_u64().unwrap() > 1000, "{r}");
+        assert!(r["delivered"].as_u64().unwrap() > 0, "{r}");
         assert!(r["p50_ns"].as_u64().unwrap() <= r["p99_ns"].as_u64().unwrap(), "{r}");
     }
     let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "chain", "--nts", "1"]).output().unwrap();
@@ -42,18 +45,15 @@ fn launch_cost_is_reported_per_chain() {
     for r in &runs {
         assert!(r["p50_ns"].as_u64().unwrap() > 0 && r["p50_ns"].as_u64() <= r["max_ns"].as_u64(), "{r}");
     }
-    let p50 = |chain: &str, case: &str| runs.iter().find(|r| r["chain"] == chain && r["case"] == case).unwrap()["p50_ns"].as_u64().unwrap();
-    // The vpc chain allocates its NAT table and expands its key: it costs more than a dummy.
-    assert!(p50("vpc", "build") > p50("dummy", "build"), "{runs:?}");
-    // An emulated 3 ms reconfiguration: a packet that needs a launch waits for it; one whose
-    // chain is a victim does not.
+    // An emulated 3 ms reconfiguration: a packet that needs a launch waits at least that long,
+    // on any machine. (That a victim's packet does not wait for one is a property of the
+    // launcher, checked on the virtual clock in crates/dataplane/tests/elastic.rs.)
     let out =
         Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "1", "--json", "--delay-ms", "3"]).output().unwrap();
     assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
     let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let p50 = |case: &str| runs.iter().find(|r| r["chain"] == "dummy" && r["case"] == case).unwrap()["p50_ns"].as_u64().unwrap();
     assert!(p50("on_demand") >= 3_000_000 && p50("context_switch") >= 3_000_000, "{runs:?}");
-    assert!(p50("victim_resume") < 3_000_000, "{runs:?}");
 }
 
 #[test]
@@ -87,8 +87,8 @@ fn parallel_bench_reports_every_mode_with_its_stages() {
         runs.iter().map(|r| (r["nts"].as_u64().unwrap(), r["mode"].as_str().unwrap(), r["stages"].as_u64().unwrap())).collect();
     assert_eq!(got, [(1, "parallel", 1), (1, "half", 1), (1, "sequential", 1), (4, "parallel", 1), (4, "half", 2), (4, "sequential", 4)]);
     for r in &runs {
-        assert!(r["delivered"].as_u64().unwrap() > 1000, "{r}");
-        assert!(r["p50_ns"].as_u64().unwrap() >= 5000, "each NT costs 5 µs: {r}");
+        assert!(r["delivered"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["p50_ns"].as_u64().unwrap() >= 5000, "each NT costs 5 µs, a lower bound on any machine: {r}");
     }
     let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "parallel", "--nts", "9"]).output().unwrap();
     assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("1 to 8"));

@@ -121,29 +121,59 @@ fn frame(vni: u32, l4: L4Spec) -> Vec<u8> {
     b
 }
 
-/// Sends `n` allowed and `n / 10` denied blue packets and `n` green ones; returns what B and G got.
-fn traffic(data: SocketAddr, b: &UdpSocket, g: &UdpSocket, n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for i in 0..n {
-        a.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
-        if i % 10 == 0 {
-            a.send_to(&frame(100, L4Spec::Tcp { src_port: 4001, dst_port: 22, flags: 2 }), data).unwrap();
-        }
-        a.send_to(&frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
-        if i % 50 == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    let recv = |s: &UdpSocket| {
-        s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-        let mut out = Vec::new();
-        let mut buf = [0u8; 2048];
-        while let Ok((k, _)) = s.recv_from(&mut buf) {
+/// Receives on `s` until `want` datagrams came or 10 s passed; what came.
+fn recv_n(s: &UdpSocket, want: usize) -> Vec<Vec<u8>> {
+    s.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    while out.len() < want && t0.elapsed() < Duration::from_secs(10) {
+        if let Ok((k, _)) = s.recv_from(&mut buf) {
             out.push(buf[..k].to_vec());
         }
-        out
-    };
-    (recv(b), recv(g))
+    }
+    out
+}
+
+/// Packets in flight at most: traffic goes in windows, each sent once the previous one has
+/// arrived (closed loop), so no socket buffer overflows however slow the machine is, and every
+/// packet can be counted.
+const WINDOW: usize = 10;
+
+/// Sends `n` allowed and `n / 10` denied blue packets and `n` green ones, a window at a time;
+/// returns what B and G got.
+fn traffic(data: SocketAddr, b: &UdpSocket, g: &UdpSocket, n: usize) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (mut gb, mut gg) = (Vec::new(), Vec::new());
+    for w in (0..n).step_by(WINDOW) {
+        let k = WINDOW.min(n - w);
+        for i in w..w + k {
+            a.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+            if i % 10 == 0 {
+                a.send_to(&frame(100, L4Spec::Tcp { src_port: 4001, dst_port: 22, flags: 2 }), data).unwrap();
+            }
+            a.send_to(&frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+        }
+        gb.extend(recv_n(b, k));
+        gg.extend(recv_n(g, k));
+    }
+    (gb, gg)
+}
+
+/// Polls the status until `ok` holds (10 s at most); the last status.
+fn status_until(api: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let (s, v) = http("GET", &format!("{api}/v1/status"), "");
+        if (s == 200 && ok(&v)) || t0.elapsed() > Duration::from_secs(10) {
+            return v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tenant_stat(v: &serde_json::Value, name: &str, k: &str) -> u64 {
+    v["tenants"].as_array().into_iter().flatten().find(|t| t["name"] == name).and_then(|t| t["stats"][k].as_u64()).unwrap_or(0)
 }
 
 #[test]
@@ -168,12 +198,12 @@ fn daemon_lifecycle() {
     assert_eq!(v["chains"], 2);
 
     let (gb, gg) = traffic(d.data, &b, &g, 200);
-    assert!(gb.len() >= 190 && gb.len() <= 200, "blue delivered {}", gb.len());
+    assert_eq!(gb.len(), 200, "blue delivered");
     for p in &gb {
         let k = parse_inner(&p[8..]).unwrap().key;
         assert_eq!((k.src, k.dst_port), (IpAddr::from([203, 0, 113, 1]), 5001), "NATed and only port 5001");
     }
-    assert!(gg.len() >= 190, "green delivered {}", gg.len());
+    assert_eq!(gg.len(), 200, "green delivered");
     assert!(gg.iter().all(|p| parse_vxlan(p).unwrap() == 300), "green re-mapped to VNI 300");
 
     // Rejections name object, field and reason with a stable code; nothing of them is applied.
@@ -193,11 +223,10 @@ fn daemon_lifecycle() {
     assert_eq!(s, 200);
     assert_eq!(v.as_array().unwrap().len(), 2, "the rejected DAG was not applied");
 
-    std::thread::sleep(Duration::from_millis(400));
-    let (s, v) = http("GET", &format!("{}/v1/status", d.api), "");
-    assert_eq!(s, 200);
+    // The data plane publishes its counters every 250 ms.
+    let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 200 && v["fairness"]["epochs"].as_u64() > Some(0));
     let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
-    assert!(blue["stats"]["tx_packets"].as_u64().unwrap() >= 190, "{v}");
+    assert_eq!(blue["stats"]["tx_packets"], 200, "{v}");
     assert_eq!(blue["stats"]["drops"][0][0], "firewall_deny");
     // The data plane published within the last 2 s (it does every 250 ms).
     assert_eq!(v["data_plane"]["up"], true, "{v}");
@@ -227,7 +256,7 @@ fn daemon_lifecycle() {
     // Restart on the same state: the deployment comes back without re-applying.
     let d = start(&dir);
     let (gb, gg) = traffic(d.data, &b, &g, 100);
-    assert!(gb.len() >= 95 && gg.len() >= 95, "after restart: blue {} green {}", gb.len(), gg.len());
+    assert_eq!((gb.len(), gg.len()), (100, 100), "after restart");
     let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
     assert_eq!(v["spec"]["vnis"][0], 100);
     assert_eq!(stop(d), 0);
@@ -251,26 +280,23 @@ impl Drop for TempDir {
     }
 }
 
-/// Sends `n` packets of `vni` (paced) and returns how many `rx` got.
+/// Sends `n` packets of `vni`, a window at a time, and returns how many `rx` got.
 fn burst(data: SocketAddr, vni: u32, rx: &UdpSocket, n: usize) -> usize {
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-    for i in 0..n {
-        a.send_to(&frame(vni, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
-        if i % 20 == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    rx.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let mut buf = [0u8; 2048];
     let mut got = 0;
-    while rx.recv_from(&mut buf).is_ok() {
-        got += 1;
+    for w in (0..n).step_by(WINDOW) {
+        let k = WINDOW.min(n - w);
+        for _ in 0..k {
+            a.send_to(&frame(vni, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), data).unwrap();
+        }
+        got += recv_n(rx, k).len();
     }
     got
 }
 
+/// An elastic counter from the status (0 if absent).
 fn counter(v: &serde_json::Value, name: &str) -> u64 {
-    v["elastic"]["counters"].as_array().unwrap().iter().find(|c| c[0] == name).and_then(|c| c[1].as_u64()).unwrap()
+    v["elastic"]["counters"].as_array().into_iter().flatten().find(|c| c[0] == name).and_then(|c| c[1].as_u64()).unwrap_or(0)
 }
 
 #[test]
@@ -284,14 +310,10 @@ fn elastic_node_context_switches_between_tenants_on_one_region() {
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
     assert_eq!(s, 200, "two chains on one region are accepted with elastic NTs: {v}");
     for round in 0..2 {
-        let got = burst(d.data, 100, &b, 100);
-        assert!(got >= 95, "round {round}: blue delivered {got}");
-        let got = burst(d.data, 200, &g, 100);
-        assert!(got >= 95, "round {round}: green delivered {got}");
+        assert_eq!(burst(d.data, 100, &b, 100), 100, "round {round}: blue delivered");
+        assert_eq!(burst(d.data, 200, &g, 100), 100, "round {round}: green delivered");
     }
-    std::thread::sleep(Duration::from_millis(300));
-    let (s, v) = http("GET", &format!("{}/v1/status", d.api), "");
-    assert_eq!(s, 200);
+    let v = status_until(&d.api, |v| v["elastic"]["counters"].is_array() && counter(v, "context_switches") >= 3);
     assert_eq!(v["elastic"]["enabled"], true);
     assert_eq!(counter(&v, "prelaunches"), 1, "{v}");
     // Green takes the region from blue, then each takes it back in turn (or resumes a victim).
@@ -318,22 +340,14 @@ fn elastic_config_errors_are_clear() {
 #[test]
 fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_after() {
     // Green's counter and VPC map run in parallel (two chains of their own) and blue's firewall
-    // and NAT as one chain: three chains, two regions. With both tenants sending, stop-and-launch
-    // thrashes until green's DAG becomes one compact chain; once blue stops, green goes back to
-    // its parallel chains.
+    // and NAT as one chain: three chains, two regions. With both tenants sending, green's DAG
+    // becomes one compact chain; once blue stops, green goes back to its parallel chains. (How
+    // often and exactly when the node switches is the rechaining policy's, checked on a
+    // virtual clock in crates/dataplane/tests/elastic.rs; here: the daemon does it, and every
+    // packet goes through its tenant's NTs.)
     let dir = TempDir::new("rechain");
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let g = UdpSocket::bind("127.0.0.1:0").unwrap();
-    // Room for every packet: they are read only after all were sent.
-    for s in [&b, &g] {
-        let bytes: libc::c_int = 16 << 20;
-        // SAFETY: setsockopt on a socket we own, with a c_int option value.
-        let r = unsafe {
-            use std::os::fd::AsRawFd;
-            libc::setsockopt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, (&bytes as *const libc::c_int).cast(), 4)
-        };
-        assert_eq!(r, 0, "SO_RCVBUFFORCE (the tests run as root)");
-    }
     let d = start_with(&dir.0, "regions: 2\nelastic: {enabled: true, launch_delay_ms: 2}\n");
     let manifest = demo_with_routes(&b, &g).replace(
         "  nodes: [green-counter, green-vpc-map]\n  edges: [[green-counter, green-vpc-map]]",
@@ -341,52 +355,21 @@ fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_af
     );
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &manifest);
     assert_eq!(s, 200, "{v}");
-    let status = || http("GET", &format!("{}/v1/status", d.api), "").1;
     let events = |v: &serde_json::Value| -> Vec<String> {
-        v["elastic"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap().to_string()).collect()
+        v["elastic"]["events"].as_array().into_iter().flatten().filter_map(|e| e["event"].as_str().map(str::to_string)).collect()
     };
     let (blue, green) = traffic(d.data, &b, &g, 3000);
-    let v = status();
+    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green-vpc runs its compact form"));
     assert!(counter(&v, "region_shortfalls") > 0, "{}", v["elastic"]);
-    // One compaction while both sent; back to the planned form only once blue's chain went
-    // idle (the traffic over), not before.
-    let brief: Vec<String> = v["elastic"]["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| !e["event"].as_str().unwrap().contains("context"))
-        .map(|e| format!("{} {}", e["chain"].as_str().unwrap(), e["event"].as_str().unwrap()))
-        .collect();
-    let at = |what: &str| brief.iter().position(|e| e.ends_with(what));
-    let compact = at("DAG green-vpc runs its compact form").unwrap_or_else(|| panic!("{brief:#?}"));
-    assert_eq!(brief.iter().filter(|e| e.ends_with("compact form")).count(), 2, "one compaction: {brief:#?}");
-    if let Some(planned) = at("DAG green-vpc runs its planned form") {
-        let blue_idle = brief[compact..planned].iter().any(|e| e == "blue-firewall → blue-nat deschedule");
-        assert!(blue_idle, "expanded while blue still sent: {brief:#?}");
-    }
+    assert!(events(&v).iter().any(|e| e == "DAG green-vpc runs its compact form"), "{}", v["elastic"]);
     // Both tenants' traffic went through their NTs: blue's NAT and green's VPC map ran.
-    assert!(
-        blue.len() >= 2700 && green.len() >= 2700,
-        "delivered blue {} green {}: {} {}",
-        blue.len(),
-        green.len(),
-        v["tenants"],
-        v["elastic"]
-    );
+    assert_eq!((blue.len(), green.len()), (3000, 3000), "delivered: {} {}", v["tenants"], v["elastic"]);
     assert!(green.iter().all(|p| u32::from_be_bytes([0, p[4], p[5], p[6]]) == 300), "green re-mapped to VNI 300");
     assert!(blue.iter().all(|p| p[34..38] == [203, 0, 113, 1]), "blue's source NATed to 203.0.113.1");
     // Blue stops: its chain goes idle, then green expands into the regions it leaves.
-    let t0 = Instant::now();
-    let v = loop {
-        let v = status();
-        if events(&v).iter().any(|e| e == "DAG green-vpc runs its planned form") || t0.elapsed() > Duration::from_secs(5) {
-            break v;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green-vpc runs its planned form"));
     assert!(events(&v).iter().any(|e| e == "DAG green-vpc runs its planned form"), "{:?}", events(&v));
-    let got = burst(d.data, 200, &g, 100);
-    assert_eq!(got, 100, "green's planned form delivers");
+    assert_eq!(burst(d.data, 200, &g, 100), 100, "green's planned form delivers");
     assert_eq!(stop(d), 0);
 }
 
@@ -414,44 +397,31 @@ fn a_plan_whose_vnis_cannot_be_steered_is_refused_and_the_node_keeps_forwarding(
 #[test]
 fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
     // One worker thread: both tenants' chains are launched on it. Green's counter is replaced by
-    // a 20 µs synthetic NT, so its chain is long; the node moves blue's firewall → NAT to the
-    // data-plane thread while both send, and forwards everything.
+    // a 200 µs synthetic NT, so its chain is long (far beyond 10× blue's firewall → NAT, even in
+    // a debug build on a loaded machine); the node moves blue's chain to the data-plane thread
+    // while both send, and forwards everything.
     let dir = TempDir::new("placement");
     let b = UdpSocket::bind("127.0.0.1:0").unwrap();
     let g = UdpSocket::bind("127.0.0.1:0").unwrap();
     let d = start_with(&dir.0, "workers: 1\n");
-    let manifest = demo_with_routes(&b, &g).replace("  config: {kind: counter}", "  config: {kind: synthetic, cost_ns: 20000}");
+    let manifest = demo_with_routes(&b, &g).replace("  config: {kind: counter}", "  config: {kind: synthetic, cost_ns: 200000}");
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &manifest);
     assert_eq!(s, 200, "{v}");
-    let status = || http("GET", &format!("{}/v1/status", d.api), "").1;
     let moved = |v: &serde_json::Value| {
-        v["elastic"]["events"].as_array().unwrap().iter().any(|e| {
-            let ev = e["event"].as_str().unwrap();
-            e["chain"].as_str().unwrap().starts_with("blue")
+        v["elastic"]["events"].as_array().into_iter().flatten().any(|e| {
+            let ev = e["event"].as_str().unwrap_or_default();
+            e["chain"].as_str().unwrap_or_default().starts_with("blue")
                 && ev.starts_with("instance ")
                 && ev.ends_with(" moved to the data-plane thread")
         })
     };
-    // Receivers count as packets come (until 500 ms of silence).
-    let count = |s: &UdpSocket| {
-        let s = s.try_clone().unwrap();
-        std::thread::spawn(move || {
-            s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-            let mut buf = [0u8; 2048];
-            let mut n = 0u64;
-            while s.recv_from(&mut buf).is_ok() {
-                n += 1;
-            }
-            n
-        })
-    };
-    let (rx_b, rx_g) = (count(&b), count(&g));
-    // Blue 20 and green 2 packets a millisecond (4% of a core for green), until the move and
-    // 200 ms more, 10 s at most.
+    // Windows of 20 blue and 2 green packets until the move, then 20 windows more (60 s at
+    // most: the move takes three 10 ms looks once both chains' costs are measured).
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let (mut sent_b, mut sent_g, mut after) = (0u64, 0u64, None);
+    let (mut sent_b, mut sent_g, mut got_b, mut got_g) = (0, 0, 0, 0);
+    let (mut after, mut windows) = (None, 0u64);
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(10) && after.is_none_or(|t: Instant| t.elapsed() < Duration::from_millis(200)) {
+    while after.is_none_or(|w| windows < w + 20) && t0.elapsed() < Duration::from_secs(60) {
         for _ in 0..20 {
             a.send_to(&frame(100, L4Spec::Udp { src_port: 4000 + (sent_b % 4) as u16, dst_port: 5001 }), d.data).unwrap();
             sent_b += 1;
@@ -460,13 +430,14 @@ fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
             a.send_to(&frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), d.data).unwrap();
             sent_g += 1;
         }
-        std::thread::sleep(Duration::from_millis(1));
-        if after.is_none() && sent_b % 2000 == 0 && moved(&status()) {
-            after = Some(Instant::now());
+        got_b += recv_n(&b, 20).len();
+        got_g += recv_n(&g, 2).len();
+        windows += 1;
+        if after.is_none() && windows % 10 == 0 && moved(&http("GET", &format!("{}/v1/status", d.api), "").1) {
+            after = Some(windows);
         }
     }
-    let (got_b, got_g) = (rx_b.join().unwrap(), rx_g.join().unwrap());
-    let v = status();
+    let v = status_until(&d.api, |v| moved(v));
     assert!(moved(&v), "{}", v["elastic"]);
     assert_eq!(counter(&v, "moves"), 1, "one move, no thrash: {}", v["elastic"]);
     // Status says where each chain runs, as JSON and in the text `snic status` prints.
@@ -480,9 +451,8 @@ fn a_short_chain_moves_off_the_worker_it_shares_with_a_long_one() {
     let text = Command::new(env!("CARGO_BIN_EXE_snic")).args(["status", "--server", &d.api]).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("on worker 0") && text.contains("moves 1") && text.contains("moved to the data-plane thread"), "{text}");
-    // UDP on loopback: allow a sliver of socket-buffer loss on a busy machine.
-    assert!(got_b * 100 >= sent_b * 99, "blue delivered {got_b} of {sent_b}");
-    assert!(got_g * 100 >= sent_g * 99, "green delivered {got_g} of {sent_g}");
+    // Nothing lost while the region moved.
+    assert_eq!((got_b, got_g), (sent_b, sent_g), "delivered (blue, green) of sent");
     assert_eq!(stop(d), 0);
 }
 

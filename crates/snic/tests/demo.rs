@@ -10,24 +10,35 @@ fn demo_delivers_each_tenants_traffic_transformed() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON summary");
     let tenants = v["tenants"].as_array().unwrap();
     assert_eq!(tenants.len(), 2);
+    // Every packet is accounted for, however the machine scheduled the threads: what the
+    // endpoints sent was read by the node or lost in its socket before (loopback), ...
+    assert_eq!(v["drained"], true, "{v}");
+    let n = |t: &serde_json::Value, k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k}: {t}"));
+    let sent: u64 = tenants.iter().map(|t| n(t, "sent_packets")).sum();
+    let read: u64 = tenants.iter().map(|t| n(t, "received_packets")).sum();
+    assert_eq!(sent, read + n(&v, "lost_before_node"), "{v}");
     for t in tenants {
-        let sent = t["sent_packets"].as_u64().unwrap();
-        let delivered = t["delivered_packets"].as_u64().unwrap();
-        let dropped = t["dropped_packets"].as_u64().unwrap();
-        assert!(sent > 1000, "{t}");
-        assert_eq!(t["unverified_packets"], 0, "every delivered packet carries its chain's rewrite: {t}");
+        let (sent, read, tx) = (n(t, "sent_packets"), n(t, "received_packets"), n(t, "transmitted_packets"));
+        let (delivered, dropped) = (n(t, "delivered_packets"), n(t, "dropped_packets"));
+        assert!(sent > 0 && read > 0, "{t}");
+        // ... the node transmitted or dropped each packet it read, once, and each packet it
+        // transmitted reached the tenant's endpoint, transformed as its chain promises.
+        assert_eq!(read, tx + dropped, "{t}");
+        assert_eq!(delivered, tx, "{t}");
+        assert_eq!(n(t, "unverified_packets"), 0, "every delivered packet carries its chain's rewrite: {t}");
         // Fair sharing measured the tenant's demand; a lightly loaded node grants all of it.
         assert!(t["dominant"].is_string() && t["dominant_share"].as_f64().unwrap() > 0.0, "{t}");
         assert_eq!(t["fair_fraction"], 1.0, "{t}");
-        // Loopback UDP may lose a few datagrams under load; the node itself accounts for the rest.
-        assert!(delivered + dropped <= sent && delivered + dropped >= sent * 98 / 100, "{t}");
         match t["name"].as_str().unwrap() {
             "blue" => {
-                // One packet in ten is TCP to port 22, which the firewall denies.
-                let deny = t["drops_by_reason"].as_array().unwrap().iter().find(|r| r[0] == "firewall_deny").expect("firewall drops")[1]
-                    .as_u64()
-                    .unwrap();
-                assert!(deny * 10 >= sent * 95 / 100 && deny * 10 <= sent * 105 / 100, "{t}");
+                // One packet in ten is TCP to port 22, which the firewall denies; the others pass.
+                let by =
+                    |r: &str| t["drops_by_reason"].as_array().unwrap().iter().find(|d| d[0] == r).map_or(0, |d| d[1].as_u64().unwrap());
+                let deny = by("firewall_deny");
+                assert_eq!(deny, dropped, "only the firewall drops: {t}");
+                // (Exactly so unless the node's socket lost some, which it counts.)
+                let slack = 9 + n(&v, "lost_before_node");
+                assert!(deny > 0 && deny * 9 <= tx + slack && tx <= deny * 9 + slack, "one in ten denied: {t}");
             }
             "green" => assert_eq!(dropped, 0, "{t}"),
             other => panic!("unexpected tenant {other}"),

@@ -3,6 +3,12 @@
 //! namespace, veth and process it uses and removes them all when it ends, pass or fail
 //! (`Topo`'s `Drop`). Traffic stays inside the namespaces.
 //!
+//! These tests are `#[ignore]`d: a plain `cargo test` reports them as ignored, with the reason.
+//! `scripts/test.sh` runs them explicitly (`-- --ignored`) when it runs as root, and says so
+//! when it does not. Run without root they fail, saying why. They assert what the node does
+//! (it forwards, transforms, isolates, holds a flood in its own queue and counts it), never how
+//! fast: the machine's speed and load are not theirs to judge.
+//!
 //! Tenant blue (VNI 100): endpoints A and B, DAG firewall (deny TCP 5202) → SNAT of A to
 //! 10.1.0.100. Tenant green (VNI 200): endpoints C and D with the *same* inner addresses, DAG
 //! counter. Endpoints turn tx checksum offload off on their underlay veth, so inner TCP
@@ -121,6 +127,17 @@ impl Topo {
         self.exec(n, &["cat", "/sys/class/net/vx0/statistics/rx_packets"]).trim().parse().unwrap()
     }
 
+    /// Waits until TCP `ports` listen in namespace `n` (a server just started).
+    fn listening(&self, n: &str, ports: &[u16]) {
+        for p in ports {
+            let filter = format!("sport = :{p}");
+            wait_for(&format!("a server listens on {n}:{p}"), Duration::from_secs(10), || {
+                let out = self.exec_status(n, &["ss", "-Hltn", &filter]);
+                out.status.success() && !out.stdout.is_empty()
+            });
+        }
+    }
+
     fn snic(&self, args: &[&str]) -> String {
         let mut v = vec![env!("CARGO_BIN_EXE_snic")];
         v.extend_from_slice(args);
@@ -130,6 +147,25 @@ impl Topo {
 
 fn have(tool: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().is_ok_and(|o| o.status.success())
+}
+
+/// The preconditions of a namespace test: root, and the tools it drives. A test run without
+/// them fails with the reason (it never passes without having run).
+fn require_root_and(tools: &[&str]) {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "needs root to create network namespaces (scripts/test.sh runs this as root)");
+    for tool in tools {
+        assert!(have(tool), "{tool} is missing: scripts/test.sh installs it (iproute2, ethtool, iputils-ping, iperf3)");
+    }
+}
+
+/// Polls `ok` every 20 ms until it holds; fails with `what` after `limit`.
+fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 const MANIFEST: &str = r#"
@@ -189,16 +225,10 @@ fn flood(name: &str, vni: u32, i: u8) -> String {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root to create network namespaces");
-        return;
-    }
-    for tool in ["ip", "ethtool", "ping", "iperf3"] {
-        assert!(have(tool), "{tool} is missing: scripts/test.sh installs it (iproute2, ethtool, iputils-ping, iperf3)");
-    }
+    require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
     let mut t = Topo {
         prefix: format!("sn{}", std::process::id() % 100_000),
         namespaces: Vec::new(),
@@ -213,11 +243,7 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let state = t.state.to_str().unwrap().to_string();
     let bin = env!("CARGO_BIN_EXE_snic");
     t.spawn("node", &[bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state]);
-    let t0 = Instant::now();
-    while t.exec_status("node", &[bin, "status"]).status.code() != Some(0) {
-        assert!(t0.elapsed() < Duration::from_secs(10), "the node did not come up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for("the node comes up", Duration::from_secs(10), || t.exec_status("node", &[bin, "status"]).status.code() == Some(0));
     let manifest = format!("{MANIFEST}{}{}{}{}", flood("fa", 100, 1), flood("fb", 100, 2), flood("fc", 200, 3), flood("fd", 200, 4));
     let mf = t.state.with_extension("yaml");
     std::fs::write(&mf, manifest).unwrap();
@@ -239,14 +265,14 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     // NAT rewrites, seen at the receiver: iperf3's server reports the peer address.
     t.spawn("b", &["iperf3", "-s", "-1", "-p", "5201", "--logfile", &format!("{state}-iperf.log")]);
     t.spawn("b", &["iperf3", "-s", "-p", "5202"]);
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("b", &[5201, 5202]);
     // Green keeps pinging while blue pushes TCP: not disturbed.
     let green =
         Command::new("ip").args(["netns", "exec", &t.ns("c"), "ping", "-c", "20", "-i", "0.1", "-W", "2", "10.1.0.2"]).output().unwrap();
     let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5201", "-t", "2", "-J"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let bps = v["end"]["sum_received"]["bits_per_second"].as_f64().unwrap();
-    assert!(bps > 1e6, "blue TCP through firewall and NAT: {bps} bit/s");
+    let bytes = v["end"]["sum_received"]["bytes"].as_f64().unwrap();
+    assert!(bytes > 0.0, "blue TCP through firewall and NAT: {v}");
     let log = std::fs::read_to_string(format!("{state}-iperf.log")).unwrap_or_default();
     std::fs::remove_file(format!("{state}-iperf.log")).ok();
     assert!(log.contains("Accepted connection from 10.1.0.100"), "the receiver saw the NATed source: {log}");
@@ -292,33 +318,40 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     };
     t.spawn("b", &["iperf3", "-s", "-p", "5201"]);
     t.spawn("d", &["iperf3", "-s", "-p", "5301"]);
-    std::thread::sleep(Duration::from_millis(300));
+    t.listening("b", &[5201]);
+    t.listening("d", &[5301]);
     let alone = blue_udp(&t);
+    let blue_dropped = |t: &Topo| -> u64 {
+        let v: serde_json::Value = serde_json::from_str(&t.snic(&["status", "-o", "json"])).unwrap();
+        let blue = v["tenants"].as_array().unwrap().iter().find(|x| x["name"] == "blue").unwrap()["stats"].clone();
+        blue["drops"].as_array().unwrap().iter().filter(|d| d[0] != "firewall_deny").map(|d| d[1].as_u64().unwrap()).sum()
+    };
+    let base = rate_limited(&t);
     t.spawn(
         "c",
         &["timeout", "-s", "KILL", "30", "iperf3", "-c", "10.1.0.2", "-p", "5301", "-u", "-b", "2G", "-l", "64", "-t", "6", "-P", "2"],
     );
-    std::thread::sleep(Duration::from_millis(1000));
-    let before = rate_limited(&t);
+    // The flood is on once the node holds some of it back (the status is published every
+    // 250 ms).
+    wait_for("green's flood reaches the node", Duration::from_secs(10), || rate_limited(&t).1 > base.1);
+    let (before, blue_before) = (rate_limited(&t), blue_dropped(&t));
     let flooded = blue_udp(&t);
-    let after = rate_limited(&t);
-    eprintln!("blue loss alone {alone}%, with green flooding {flooded}%; rate-limited (blue, green) {before:?} -> {after:?}");
-    assert!(after.1 > before.1, "green's flood is limited at the node's ingress: {before:?} -> {after:?}");
+    let (after, blue_after) = (rate_limited(&t), blue_dropped(&t));
+    eprintln!("blue loss alone {alone}%, with green flooding {flooded}%; held back (blue, green) {before:?} -> {after:?}");
+    assert!(after.1 > before.1, "green's flood is held back at the node's ingress and counted: {before:?} -> {after:?}");
     assert_eq!(after.0, before.0, "blue, within its share, is not limited");
-    assert!(flooded <= alone + 10.0, "blue keeps at least 90% of its stream: {alone}% lost alone, {flooded}% with the flood");
+    assert_eq!(blue_after, blue_before, "the node dropped none of blue's packets during the flood");
+    assert!(flooded < 100.0, "blue's stream is served during the flood: {flooded}% lost");
 }
 
 /// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
 /// firewall → NAT → AES-GCM across two nodes, the kernel reference, the socat reference) must
 /// carry TCP and ping. The script creates and deletes its own namespaces.
 #[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn two_node_vpc_through_encryption() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIPPED: needs root to create network namespaces");
-        return;
-    }
+    require_root_and(&["ip", "ethtool", "ping", "iperf3"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-vpc.sh");
     let out = Command::new("bash").arg(script).arg("1").env("SNIC_BIN", env!("CARGO_BIN_EXE_snic")).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -327,7 +360,7 @@ fn two_node_vpc_through_encryption() {
     assert_eq!(rows.len(), 3, "{stdout}");
     for r in &rows {
         assert!(r.get("error").is_none(), "{r}");
-        assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.01, "{r}");
+        assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.0, "every path carries TCP: {r}");
     }
     assert_eq!(rows[0]["path"], "snic-2node-fw-nat-aesgcm");
 }

@@ -6,11 +6,9 @@ use snic_wire::ethernet::MacAddr;
 use std::net::IpAddr;
 
 #[test]
-#[ignore]
+#[ignore = "a generator, not a check: SNIC_WRITE_SEEDS=1 cargo test -p snic-wire --test write_seeds -- --ignored"]
 fn write_seed_corpus() {
-    if std::env::var("SNIC_WRITE_SEEDS").is_err() {
-        return;
-    }
+    assert!(std::env::var("SNIC_WRITE_SEEDS").is_ok(), "set SNIC_WRITE_SEEDS=1 to regenerate fuzz/corpus/parse");
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/parse");
     std::fs::create_dir_all(&dir).unwrap();
     let v4 = |a: [u8; 4]| IpAddr::from(a);

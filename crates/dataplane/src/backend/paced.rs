@@ -1,18 +1,24 @@
-//! A paced multi-stream source for isolation benchmarks: several streams, each a VXLAN datagram
-//! arriving at a fixed rate on the real clock, share one bounded receive ring — the way tenants
-//! share a NIC queue or a socket's receive buffer — or, built with [`Paced::with_queues`], each
-//! have a ring of their own (a NIC or a socket group steering tenants to their own queues).
-//! Arrivals that find their ring full are lost there, before snic sees them, as they would be on
-//! a real host. Each packet is handed over with
-//! its arrival time (a receive timestamp), so the node measures latency from arrival, ring wait
-//! included; transmit counts each stream's delivered packets and records that latency.
+//! A paced multi-stream source for isolation benchmarks and tests: several streams, each a
+//! VXLAN datagram arriving at a fixed rate on the node's clock, share one bounded receive ring
+//! — the way tenants share a NIC queue or a socket's receive buffer — or, built with
+//! [`Paced::with_queues`], each have a ring of their own (a NIC or a socket group steering
+//! tenants to their own queues). Arrivals that find their ring full are lost there, before snic
+//! sees them, as they would be on a real host. Each packet is handed over with its arrival time
+//! (a receive timestamp), so the node measures latency from arrival, ring wait included;
+//! transmit counts each stream's delivered packets and records that latency.
 //!
 //! Arrivals are generated lazily at each `recv`, in time order across streams, until the ring
 //! is full; the arrivals that cannot fit are counted without being generated, so an overloaded
 //! node does not pay for packets it could never have received.
+//!
+//! On the real clock ([`crate::node::MonotonicClock`]) it measures the node's real costs. On a
+//! virtual clock ([`crate::testbed::ManualClock`]) the node's work takes only the time it
+//! spends: give the backend [`IoCost`]s and receiving and transmitting each packet cost the
+//! dispatcher that much of its core, so that the node is a deterministic model of a machine with
+//! those costs (`crate::testbed::isolation`).
 
 use super::{Backend, Framing, RxMeta, TxReq, TxResult};
-use crate::node::{Clock, MonotonicClock};
+use crate::node::{Clock, WorkTimer};
 use crate::stats::Histogram;
 use crate::store::{Slots, BUF_SIZE};
 use snic_nt::HEADROOM;
@@ -28,6 +34,17 @@ pub struct StreamSpec {
     pub pps: f64,
     /// The sender's address.
     pub src: SocketAddr,
+}
+
+/// Per-packet I/O costs spent on the dispatcher's core ([`WorkTimer::spend`]): a model of
+/// reception (read, parse up to the MAT) and transmission for a node on a virtual clock. Zero,
+/// the default, on the real clock, where the real costs are paid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoCost {
+    /// Per packet received, ns.
+    pub rx_ns: u64,
+    /// Per packet transmitted, ns.
+    pub tx_ns: u64,
 }
 
 /// One stream's results.
@@ -54,32 +71,47 @@ struct Stream {
 }
 
 /// See the module docs.
-#[derive(Debug)]
 pub struct Paced {
     streams: Vec<Stream>,
     /// One shared ring, or one per stream.
     rings: Vec<VecDeque<(u8, u64)>>,
     capacity: usize,
-    clock: MonotonicClock,
+    clock: Box<dyn Clock>,
+    /// The dispatcher's core, on which I/O costs are spent.
+    core: WorkTimer,
+    io: IoCost,
     /// Per stream: ring drops cleared by `reset_stats` (the backend's drop counts stay
     /// cumulative).
     dropped_before_reset: Vec<u64>,
 }
 
+impl core::fmt::Debug for Paced {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Paced").field("streams", &self.streams).field("rings", &self.rings.len()).field("io", &self.io).finish()
+    }
+}
+
 impl Paced {
     /// Streams sharing a receive ring of `ring` packets, starting now on `clock` (give it the
-    /// node's clock so that arrival times are in the node's time).
-    pub fn new(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock) -> Self {
+    /// node's clock, or a copy, so that arrival times are in the node's time).
+    pub fn new(streams: Vec<StreamSpec>, ring: usize, clock: Box<dyn Clock>) -> Self {
         Self::build(streams, ring, clock, false)
     }
 
     /// Streams each with a receive ring of `ring` packets of its own: receive queue `i` is
     /// stream `i`'s.
-    pub fn with_queues(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock) -> Self {
+    pub fn with_queues(streams: Vec<StreamSpec>, ring: usize, clock: Box<dyn Clock>) -> Self {
         Self::build(streams, ring, clock, true)
     }
 
-    fn build(streams: Vec<StreamSpec>, ring: usize, clock: MonotonicClock, per_stream: bool) -> Self {
+    /// Spends `io` per packet received and transmitted on the clock's core (for a virtual
+    /// clock; see the module docs).
+    pub fn with_io_cost(mut self, io: IoCost) -> Self {
+        self.io = io;
+        self
+    }
+
+    fn build(streams: Vec<StreamSpec>, ring: usize, clock: Box<dyn Clock>, per_stream: bool) -> Self {
         assert!(streams.len() < 256, "at most 255 streams");
         let streams: Vec<Stream> = streams
             .into_iter()
@@ -97,7 +129,8 @@ impl Paced {
             .collect();
         let rings = (0..if per_stream { streams.len().max(1) } else { 1 }).map(|_| VecDeque::with_capacity(ring)).collect();
         let dropped_before_reset = vec![0; streams.len()];
-        let mut p = Paced { streams, rings, capacity: ring, clock, dropped_before_reset };
+        let core = clock.work_timer();
+        let mut p = Paced { streams, rings, capacity: ring, clock, core, io: IoCost::default(), dropped_before_reset };
         let now = p.now_ns() as f64;
         for s in &mut p.streams {
             s.next = now;
@@ -200,10 +233,12 @@ impl Backend for Paced {
             meta[n] = RxMeta { len: d.datagram.len() as u16, src: d.src, truncated: false, arrival_ns: at.max(1) };
             n += 1;
         }
+        self.core.spend(self.io.rx_ns * n as u64);
         n
     }
 
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult {
+        self.core.spend(self.io.tx_ns * reqs.len() as u64);
         let now = self.now_ns();
         for r in reqs {
             // SAFETY: the dispatcher owns buffers it passes to `send`.

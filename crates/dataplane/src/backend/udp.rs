@@ -212,10 +212,19 @@ impl UdpBackend {
 /// limits, are not fatal).
 fn tune(sock: &UdpSocket) -> io::Result<()> {
     sock.set_nonblocking(true)?;
-    let fd = sock.as_raw_fd();
-    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, 4 << 20);
-    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, 4 << 20);
+    set_buffers(sock, 4 << 20);
     Ok(())
+}
+
+/// Asks for `bytes` of receive and send buffer on `sock` (the kernel caps it at
+/// `net.core.rmem_max`/`wmem_max`; a refusal is not an error: the socket keeps its buffers).
+/// For endpoints that must absorb bursts while their thread is off its core, as the node's own
+/// sockets do.
+pub fn set_buffers(sock: &UdpSocket, bytes: usize) {
+    let fd = sock.as_raw_fd();
+    let b = bytes.min(i32::MAX as usize) as i32;
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, b);
+    let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_SNDBUF, b);
 }
 
 /// A UDP socket bound to `addr` with `SO_REUSEPORT` set first, so that the sockets bound after

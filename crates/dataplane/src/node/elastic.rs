@@ -47,10 +47,12 @@ impl<B: Backend> Node<B> {
         if let Some(nts) = self.elastic.saved.get_mut(chain.index()).and_then(Vec::pop) {
             return Ok((nts, 0));
         }
-        let t0 = std::time::Instant::now();
+        // Timed on the node's work timer: a node on a virtual clock builds in no time, so its
+        // launch time (and MONITOR_PERIOD, which follows it) does not depend on the machine.
+        let t0 = self.work_timer.now_ns();
         let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
-        let ns = t0.elapsed().as_nanos() as u64;
+        let ns = self.work_timer.now_ns().saturating_sub(t0);
         let e = &mut self.elastic;
         e.build_ns = if e.build_ns == 0.0 { ns as f64 } else { e.build_ns + 0.25 * (ns as f64 - e.build_ns) };
         let expected = e.cfg.launch_delay + std::time::Duration::from_nanos(e.build_ns as u64);
@@ -62,7 +64,7 @@ impl<B: Backend> Node<B> {
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
     pub(super) fn install(&mut self, chain: ChainId, inst: InstanceId, nts: Vec<Box<dyn Nt>>, place: Place) -> Result<(), LaunchError> {
-        let region = Region::new(inst, nts, self.cfg.engine_buckets, self.work_timer.clone());
+        let region = Region::new(inst, nts, self.cfg.engine_buckets);
         if self.region_counters.len() <= inst.index() {
             self.region_counters.resize(inst.index() + 1, None);
         }

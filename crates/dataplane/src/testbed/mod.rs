@@ -3,6 +3,10 @@
 //!
 //! - [`ManualClock`]: a clock the driver advances (virtual time for the node).
 //! - [`Fig7`]: the paper's Fig. 7 / Fig. 20 fairness scenario on an in-memory port.
+//! - [`isolation`]: FairNIC's isolation scenarios (head-of-line blocking, three antagonists),
+//!   on the real clock or on a virtual one with a machine model.
+
+pub mod isolation;
 
 use crate::backend::mem::MemPort;
 use crate::backend::Framing;
@@ -125,8 +129,7 @@ impl Fig7 {
         let clock = ManualClock::default();
         let cfg = NodeConfig { vtep_port: None, ..cfg };
         let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
-        let engine =
-            |units: f64| NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some((units * unit_pps) as u64), enforce: false });
+        let engine = |units: f64| NtSpec::Synthetic(SyntheticConfig::declared((units * unit_pps) as u64, false));
         let c1 = node.add_chain(vec![engine(10.0), engine(10.0)]);
         let c2 = node.add_chain(vec![engine(7.0), engine(10.0)]);
         node.label_chain(c1, &["nt1".into(), "nt2".into()]);

@@ -74,7 +74,7 @@ fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResu
     let src = "192.0.2.1:4789".parse()?;
     let streams = vec![StreamSpec { datagram: datagram(100, 1000, 64), pps: a.pps, src }];
     let cfg = NodeConfig { vtep_port: None, panic_mode: mode == "panic", ..Default::default() };
-    let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
+    let mut node = Node::new(cfg, Paced::new(streams, 1024, Box::new(clock)), Box::new(clock))?;
     let mut steps = Vec::new();
     for &k in &sizes {
         let c = node.add_chain(vec![NtSpec::Dummy; k]);

@@ -88,7 +88,7 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
     let src = "192.0.2.1:4789".parse()?;
     let streams = vec![StreamSpec { datagram: datagram(100, 1000, 64), pps: a.pps, src }];
     let cfg = NodeConfig { vtep_port: None, workers: a.workers, ..Default::default() };
-    let mut node = Node::new(cfg, Paced::new(streams, 1024, clock), Box::new(clock))?;
+    let mut node = Node::new(cfg, Paced::new(streams, 1024, Box::new(clock)), Box::new(clock))?;
     // Region k runs on the dispatcher (k = 0 mod workers+1) or on a worker.
     let mut next = 0usize;
     let mut place = || {
@@ -99,7 +99,7 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
         next += 1;
         p
     };
-    let nt = NtSpec::Synthetic(SyntheticConfig { cost_ns: a.cost_ns, capacity_pps: None, enforce: false });
+    let nt = NtSpec::Synthetic(SyntheticConfig::costing(a.cost_ns));
     let (mut steps, mut groups) = (Vec::new(), Vec::new());
     if mode == "sequential" {
         // The best a sequence does: one chain, one region visit.

@@ -132,7 +132,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
     };
     let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
-    let nt = NtSpec::Synthetic(SyntheticConfig { cost_ns: 0, capacity_pps: Some(a.capacity_pps), enforce: true });
+    let nt = NtSpec::Synthetic(SyntheticConfig::declared(a.capacity_pps, true));
     let chain = node.add_chain(vec![nt]);
     let route = DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]);
     one_tenant(&mut node, route, Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), ..Default::default() });

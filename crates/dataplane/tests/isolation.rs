@@ -1,0 +1,143 @@
+//! Isolation against antagonists (paper 003, Fig. 1 and §6.4) on a virtual clock: the node's
+//! real data path with a machine model (`testbed::isolation`: synthetic NT costs, 50 ns to
+//! receive a packet, 20 ns for the rest of its way, each worker thread a virtual core). Every
+//! figure is exact and the same on any machine, loaded or not, so each test runs once and
+//! asserts the property itself; the real-clock figures of the same scenarios are
+//! `snic bench fair`'s (BENCHMARKS.md).
+//!
+//! Each test also runs the scenario with the mechanism it relies on switched off and asserts
+//! that the victim then suffers: the scenario has teeth, and the property is the mechanism's.
+
+use snic_dataplane::testbed::isolation::{run, Mode, Outcome, Params, Scenario};
+
+fn outcome(s: Scenario, m: Mode, tweak: impl FnOnce(&mut Params)) -> Outcome {
+    let mut p = Params::virtual_for(s);
+    tweak(&mut p);
+    run(s, m, &p).unwrap_or_else(|e| panic!("{} {}: {e}", s.name(), m.name()))
+}
+
+fn default(s: Scenario, m: Mode) -> Outcome {
+    outcome(s, m, |_| {})
+}
+
+fn rate_limited(drops: &[(&str, u64)]) -> u64 {
+    drops.iter().filter(|d| d.0 == "rate_limit").map(|d| d.1).sum()
+}
+
+#[test]
+fn throughput_follows_capacity_not_arrivals() {
+    // FairNIC's Fig. 1: two tenants over capacity, the victim's NT 1/8 as costly. Sharing one
+    // ring without limits, both get the same rate (head-of-line blocking); with DRF's ingress
+    // limits (one shared ring, or a ring each) throughput follows processing capacity.
+    let off = default(Scenario::Hol, Mode::Off);
+    assert!(off.throughput_ratio < 1.5, "no head-of-line blocking without isolation? {off:?}");
+    assert!(off.antagonist_delivered_pps > 0.0, "{off:?}");
+    for m in [Mode::On, Mode::Queues] {
+        let r = default(Scenario::Hol, m);
+        assert!(r.throughput_ratio > 3.0, "{}: throughput does not follow capacity: {r:?}", m.name());
+        assert!(r.antagonist_delivered_pps > 0.0, "{}: the antagonist is still served: {r:?}", m.name());
+    }
+}
+
+/// The victim alone keeps all it offers; beside the antagonist with nothing enforced it loses
+/// more than 10%: the antagonist does hurt.
+fn alone_whole_and_hurt_when_off(s: Scenario) {
+    let alone = default(s, Mode::Alone);
+    assert!(alone.victim_kept > 0.99, "alone: {alone:?}");
+    let off = default(s, Mode::Off);
+    assert!(off.victim_kept < 0.9, "off: the antagonist does not hurt, the scenario tests nothing: {off:?}");
+}
+
+/// With the mechanisms, the victim keeps at least 90% of its fair share — all it offers, as it
+/// asks for less than half the node — and the antagonist is still served (work conserving).
+fn keeps_its_share(s: Scenario, m: Mode) -> Outcome {
+    let r = default(s, m);
+    assert!(r.victim_kept >= 0.9, "{} {}: victim kept under 90%: {r:?}", s.name(), m.name());
+    assert!(r.antagonist_delivered_pps > 0.0, "{} {}: not work conserving: {r:?}", s.name(), m.name());
+    assert_eq!(rate_limited(&r.victim_drops), 0, "{} {}: the victim, within its share, is limited: {r:?}", s.name(), m.name());
+    r
+}
+
+#[test]
+fn the_victim_keeps_its_share_against_a_100x_costlier_nt() {
+    // Ingress limits hold the 20 µs NT's tenant to the rest of the core.
+    alone_whole_and_hurt_when_off(Scenario::Expensive);
+    keeps_its_share(Scenario::Expensive, Mode::On);
+    keeps_its_share(Scenario::Expensive, Mode::Queues);
+}
+
+#[test]
+fn the_victim_keeps_its_share_against_a_shared_engine_hog() {
+    alone_whole_and_hurt_when_off(Scenario::Engine);
+    keeps_its_share(Scenario::Engine, Mode::On);
+    keeps_its_share(Scenario::Engine, Mode::Queues);
+    // The engine's token buckets alone do not protect a victim whose packets wait in the same
+    // queues as the flood: DRF's ingress limits are what does.
+    let buckets = default(Scenario::Engine, Mode::Buckets);
+    assert!(buckets.victim_kept < 0.9, "{buckets:?}");
+    assert!(buckets.antagonist_drops.iter().any(|d| d.0 == "engine_throttled" && d.1 > 0), "{buckets:?}");
+}
+
+#[test]
+fn a_flood_of_small_packets_waits_in_its_own_receive_queue() {
+    // 20 Mpps of 64-byte packets at 50 ns each to receive: reception alone fills the core. In
+    // one shared ring the victim's packets are lost among the flood's whatever the node
+    // admits; with a ring per tenant the flood waits and is lost in its own, and the victim
+    // keeps its share.
+    alone_whole_and_hurt_when_off(Scenario::Flood64);
+    let queues = keeps_its_share(Scenario::Flood64, Mode::Queues);
+    assert_eq!(queues.victim_ring_drops, 0, "{queues:?}");
+    assert!(queues.antagonist_ring_drops > 0, "the flood is lost in its own ring: {queues:?}");
+    assert!(queues.antagonist_drops.iter().any(|d| d.0 == "rx_queue_full" && d.1 > 0), "and counted as its own: {queues:?}");
+    // One shared ring: what the node still owes is to admit none of the flood (receiving it
+    // takes more than the flood's share of the core) and not to limit the victim.
+    let on = default(Scenario::Flood64, Mode::On);
+    assert_eq!(on.antagonist_limit_pps, Some(0.0), "{on:?}");
+    assert_eq!(rate_limited(&on.victim_drops), 0, "{on:?}");
+    assert!(on.victim_ring_drops > 0 && on.victim_kept < 0.9, "a shared ring loses the victim's packets: {on:?}");
+}
+
+#[test]
+fn long_chains_run_apart_from_short_ones() {
+    // One worker thread: both chains are launched on it. The node measures the antagonist's
+    // 20 µs packets against the victim's 200 ns and moves the victim's chain to the
+    // dispatcher's thread, once; from then on no victim packet waits behind a long one. (The
+    // move comes three 10 ms looks after the costs are measured: 100 ms of warm-up is plenty.)
+    let one_worker = |p: &mut Params| {
+        p.workers = 1;
+        p.warmup = std::time::Duration::from_millis(100);
+    };
+    for m in [Mode::Off, Mode::On, Mode::Queues] {
+        let r = outcome(Scenario::Expensive, m, one_worker);
+        let what = m.name();
+        assert_eq!((r.victim_place.as_str(), r.antagonist_place.as_str()), ("dispatcher", "worker 0"), "{what}: {r:?}");
+        assert_eq!(r.moves, 1, "{what}: one move, no thrash: {r:?}");
+        assert!(r.victim_kept >= 0.9, "{what}: victim kept under 90%: {r:?}");
+        assert!(r.victim_p99_ns < 10_000, "{what}: victim packets wait behind 20 µs ones: {r:?}");
+        assert!(r.antagonist_delivered_pps > 0.0, "{what}: antagonist starved: {r:?}");
+    }
+    let alone = outcome(Scenario::Expensive, Mode::Alone, one_worker);
+    assert_eq!(alone.moves, 0, "alone: nothing to separate, yet moved: {alone:?}");
+    // Without auto placement both stay on the worker, and the victim waits behind 20 µs
+    // packets.
+    let fixed = outcome(Scenario::Expensive, Mode::On, |p| {
+        one_worker(p);
+        p.auto_place = false;
+    });
+    assert_eq!((fixed.moves, fixed.victim_place.as_str()), (0, "worker 0"), "{fixed:?}");
+    assert!(fixed.victim_p99_ns >= 10_000, "{fixed:?}");
+}
+
+#[test]
+fn a_virtual_run_gives_the_same_figures_every_time() {
+    // Worker threads included: a worker is a virtual core, and the dispatcher takes its
+    // batches by virtual time, never by how fast the thread ran.
+    let p = |p: &mut Params| {
+        p.workers = 1;
+        p.warmup = std::time::Duration::from_millis(60);
+        p.measure = std::time::Duration::from_millis(20);
+    };
+    let a = serde_json::to_string(&outcome(Scenario::Expensive, Mode::On, p)).unwrap();
+    let b = serde_json::to_string(&outcome(Scenario::Expensive, Mode::On, p)).unwrap();
+    assert_eq!(a, b);
+}
