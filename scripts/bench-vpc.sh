@@ -64,7 +64,16 @@ measure() {
   rtt=$(ip netns exec "$P-$s" ping -c 50 -i 0.02 -W 2 "$dst" | awk -F/ '/rtt/{print $5}')
   echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"iperf3_tcp_gbps\":$gbps,\"ping_avg_ms\":$rtt,\"seconds\":$secs}"
 }
-server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); }
+# wait_for WHAT CMD...: polls CMD every 50 ms until it succeeds; fails after 10 s.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "bench-vpc: $what: not within 10 s" >&2; return 1
+}
+# listens NS PROTO PORT: something listens on PORT (proto t or u) in namespace NS.
+listens() { [ -n "$(ip netns exec "$P-$1" ss -Hln"$2" "sport = :$3")" ]; }
+# server NS: an iperf3 server in NS, once it listens.
+server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); wait_for "iperf3 server in $1" listens "$1" t 5201; }
 
 
 # ---- snic: S - A - B - R ----------------------------------------------------------------
@@ -78,12 +87,11 @@ for n in a b; do
   ip netns exec "$P-$n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
 done
 for n in a b; do
-  for _ in $(seq 50); do ip netns exec "$P-$n" "$snic" status >/dev/null 2>&1 && break; sleep 0.1; done
+  wait_for "node $n up" ip netns exec "$P-$n" "$snic" status
   ip netns exec "$P-$n" "$snic" apply -f "$here/examples/vpc-node-$n.yaml" >/dev/null
 done
 ip -n "$P-r" neigh add 10.1.0.100 lladdr "$(vxmac s)" dev vx0 nud permanent
 server r
-sleep 0.3
 measure snic-2node-fw-nat-aesgcm s 10.1.0.2
 
 # ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
@@ -100,7 +108,6 @@ table inet snicbench {
 }
 N
 server r2
-sleep 0.3
 measure kernel-router-nft-fw-nat s2 192.168.12.2
 
 # ---- socat: S3 - relay (copies datagrams) - R3 ----------------------------------------------
@@ -111,6 +118,6 @@ vxlan s3 192.168.21.2 192.168.21.1 10.3.0.1
 vxlan r3 192.168.22.2 192.168.22.1 10.3.0.2
 ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.21.1 UDP4-SENDTO:192.168.22.2:4789 & pids+=($!)
 ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.22.1 UDP4-SENDTO:192.168.21.2:4789 & pids+=($!)
+wait_for "socat relays bound" sh -c "[ \$(ip netns exec $P-x ss -Hlun 'sport = :4789' | wc -l) -ge 2 ]"
 server r3
-sleep 0.3
 measure socat-relay-no-processing s3 10.3.0.2
