@@ -288,15 +288,15 @@ impl<B: Backend> Node<B> {
         cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
         let store = Store::new(cfg.store_buffers, cfg.batch);
         let slots = store.slots().clone();
+        let work_timer = clock.work_timer();
         let mut workers = Vec::new();
         if cfg.workers > 0 {
             let cores = if cfg.pin_cores { process_cores().to_vec() } else { Vec::new() };
-            let virtual_clock = clock.work_timer().is_virtual();
             for w in 0..cfg.workers {
                 // The dispatcher keeps the first core; workers take the next ones.
                 let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
                 // On a virtual clock each worker is a virtual core of its own.
-                let timer = if virtual_clock { WorkTimer::virtual_core(clock.now().as_nanos()) } else { WorkTimer::Real };
+                let timer = if work_timer.is_virtual() { WorkTimer::virtual_core(clock.now().as_nanos()) } else { WorkTimer::Real };
                 workers.push(WorkerHandle::spawn(w, slots.clone(), core, 1024, timer)?);
             }
             if let Some(c) = cores.first() {
@@ -309,7 +309,7 @@ impl<B: Backend> Node<B> {
         Ok(Node {
             framing: backend.framing(),
             backend,
-            work_timer: clock.work_timer(),
+            work_timer,
             clock,
             sched: Scheduler::new(SchedConfig {
                 max_queue_per_tenant: cfg.max_queue_per_tenant,

@@ -25,7 +25,7 @@
 //!   virtual core of its own ([`crate::worker`]). The real data path runs, and the outcome is
 //!   exact and the same on any machine, however loaded: what the tests assert on.
 
-use super::{dag_rule, datagram, ManualClock, TestbedError};
+use super::{dag_rule, datagram, spin, ManualClock, TestbedError, KEY};
 use crate::backend::paced::{IoCost, Paced, StreamSpec};
 use crate::node::{Clock, MonotonicClock, Place};
 use crate::store::Peer;
@@ -256,9 +256,6 @@ pub struct Outcome {
     pub moves: u64,
 }
 
-/// The key both tenants' AES-GCM senders use in the engine scenario.
-const KEY: &str = "000102030405060708090a0b0c0d0e0f";
-
 struct Setup {
     victim_chain: Vec<NtSpec>,
     /// `None`: the antagonist uses the victim's chain (a shared engine).
@@ -340,17 +337,7 @@ impl RunClock {
     /// Drives `node` for `d`; returns the time that passed.
     fn drive<B: crate::backend::Backend>(&self, node: &mut Node<B>, d: Duration) -> Duration {
         match self {
-            RunClock::Real(_) => {
-                let t0 = std::time::Instant::now();
-                loop {
-                    for _ in 0..256 {
-                        node.poll();
-                    }
-                    if t0.elapsed() >= d {
-                        return t0.elapsed();
-                    }
-                }
-            }
+            RunClock::Real(_) => spin(node, d),
             RunClock::Virtual(c, idle) => {
                 let t0 = c.now();
                 run_virtual(node, c, d, *idle);

@@ -49,6 +49,23 @@ impl Clock for ManualClock {
     }
 }
 
+/// The AES-128 key the benchmarks' and scenarios' AES-GCM senders use.
+pub const KEY: &str = "000102030405060708090a0b0c0d0e0f";
+
+/// Polls `node` flat out for about `d` of real time (the clock is read every 256 polls);
+/// returns the time it took.
+pub fn spin<B: crate::backend::Backend>(node: &mut Node<B>, d: Duration) -> Duration {
+    let t0 = std::time::Instant::now();
+    loop {
+        for _ in 0..256 {
+            node.poll();
+        }
+        if t0.elapsed() >= d {
+            return t0.elapsed();
+        }
+    }
+}
+
 /// A VXLAN datagram of `vni` carrying UDP from port `sport` with `payload` bytes.
 pub fn datagram(vni: u32, sport: u16, payload: usize) -> Vec<u8> {
     let spec = FrameSpec {

@@ -14,10 +14,11 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::TenantId;
 use snic_core::mat::PortRange;
 use snic_dataplane::backend::mem::Generator;
-use snic_dataplane::backend::{Backend, Framing};
+use snic_dataplane::backend::Framing;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::one_tenant;
+pub(crate) use snic_dataplane::testbed::spin;
+use snic_dataplane::testbed::{one_tenant, KEY};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
@@ -118,20 +119,6 @@ pub struct CryptoArgs {
     /// Measured seconds per size.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
-}
-
-/// Polls `node` flat out for about `d` (the clock is read every 256 polls); returns the time
-/// it took.
-pub(crate) fn spin<B: Backend>(node: &mut Node<B>, d: Duration) -> Duration {
-    let t0 = Instant::now();
-    loop {
-        for _ in 0..256 {
-            node.poll();
-        }
-        if t0.elapsed() >= d {
-            return t0.elapsed();
-        }
-    }
 }
 
 /// Warms a node fed by a paced source up for half a second, then measures for `seconds`: the
@@ -273,8 +260,6 @@ struct DataplaneResult {
     allocs_during_run: u64,
     rss_mib: f64,
 }
-
-pub(crate) const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 
 fn chain_specs(chain: &str, fw_rules: usize) -> anyhow::Result<Vec<NtSpec>> {
     Ok(match chain {
