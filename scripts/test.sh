@@ -18,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
-fuzz_seconds=${FUZZ_SECONDS:-60}
+fuzz_seconds=${FUZZ_SECONDS:-30}
 t_start=$(date +%s)
 
 failed_steps=()
@@ -72,21 +72,25 @@ else
 fi
 
 if [ "$fuzz_seconds" -gt 0 ]; then
-  step "fuzz: parser, ${fuzz_seconds}s"
   # cargo-fuzz needs sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain accept them.
   if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked --quiet || true
   fi
   if command -v cargo-fuzz >/dev/null 2>&1; then
-    # New inputs go to a scratch directory (first corpus argument); the committed seeds are read
-    # only. A crash writes fuzz/artifacts/parse/crash-* and fails the run.
-    scratch=$(mktemp -d)
-    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run parse "$scratch" corpus/parse -- \
-        -max_total_time="$fuzz_seconds" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 8
-     exit "${PIPESTATUS[0]}") || fail "fuzz"
-    rm -rf "$scratch"
+    # Two targets: the data plane's parsers (untrusted packets) and the API's manifest path
+    # (untrusted request bodies). New inputs go to a scratch directory (first corpus argument);
+    # the committed seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* and
+    # fails the run.
+    for target in parse manifest; do
+      step "fuzz: $target, ${fuzz_seconds}s"
+      scratch=$(mktemp -d)
+      (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "$scratch" "corpus/$target" -- \
+          -max_total_time="$fuzz_seconds" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1 2>&1 | tail -n 8
+       exit "${PIPESTATUS[0]}") || fail "fuzz $target"
+      rm -rf "$scratch"
+    done
   else
-    skip "fuzz" "cargo-fuzz could not be installed (the corpus replay in the tests ran the same harness on the seeds)"
+    skip "fuzz" "cargo-fuzz could not be installed (the corpus replays in the tests ran the same harnesses on the seeds)"
   fi
 else
   skip "fuzz" "FUZZ_SECONDS=0"

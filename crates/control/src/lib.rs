@@ -46,3 +46,29 @@ pub mod plan;
 pub mod state;
 
 pub use manifest::{Error, ErrorCode};
+
+/// The harness shared by the cargo-fuzz target `manifest` and the corpus-replay test: arbitrary
+/// bytes through parse → apply (validate) → plan, on an empty state and on one holding the demo.
+/// It must never panic; every outcome is a value or an [`Error`].
+#[doc(hidden)]
+pub fn fuzz_manifest(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(objs) = manifest::parse(text) else { return };
+    let demo = state::State::default()
+        .apply(manifest::parse(include_str!("../../../examples/demo.yaml")).expect("the demo parses"))
+        .expect("the demo is valid");
+    for base in [state::State::default(), demo] {
+        if let Ok(next) = base.apply(objs.clone()) {
+            let _ = plan::plan(&next, 8);
+            if let Ok(p) = plan::plan(&next, usize::MAX) {
+                for d in &p.dags {
+                    let _ = p.compact_chains(d);
+                    let _ = d.route(|c| snic_core::ids::ChainId(c as u16));
+                }
+            }
+            for o in objs.iter() {
+                let _ = next.delete(o.kind, &o.name);
+            }
+        }
+    }
+}

@@ -113,6 +113,12 @@ pub struct TenantSpec {
     /// Quotas.
     #[serde(default)]
     pub quotas: Quotas,
+    /// The tenant's endpoints: outer source addresses (VTEPs, or prefixes of them) its VXLAN
+    /// traffic may come from, besides the VTEPs of its Routes. When the tenant has either, a
+    /// frame on its VNIs from any other address is dropped (`foreign_vtep`) before it teaches
+    /// the node anything; with neither, its VNIs are open (docs/endpoints.md, "Trust").
+    #[serde(default)]
+    pub endpoints: Vec<IpPrefix>,
 }
 
 fn one() -> u32 {
@@ -345,18 +351,48 @@ pub fn object_from_value(i: usize, v: serde_json::Value) -> Result<Object, Error
     Ok(Object { kind, name, spec })
 }
 
-/// Parses a multi-document YAML stream (JSON is YAML too). Empty documents are skipped.
-pub fn parse(text: &str) -> Result<Vec<Object>, Error> {
-    let mut out = Vec::new();
-    for (i, de) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let v: serde_json::Value =
-            serde_path_to_error::deserialize(de).map_err(|e| doc_err(i, e.path().to_string(), e.into_inner().to_string()))?;
-        if v.is_null() {
-            continue;
-        }
-        out.push(object_from_value(i, v)?);
+/// Most levels of nesting a manifest may have (block or flow). A manifest needs about six; the
+/// bound keeps a hostile body's parse linear in its size (docs/manifests.md, "Bounds").
+pub const MAX_DEPTH: usize = 32;
+
+/// Most YAML nodes (scalars, sequences, mappings) in one request body.
+pub const MAX_NODES: usize = 200_000;
+
+/// Most documents in one request body.
+pub const MAX_DOCUMENTS: usize = 10_000;
+
+/// How snic reads YAML (manifests and node.yaml): YAML 1.2 core scalars (`n`, `no`, `on` are
+/// strings, `0755` is a string), duplicate keys refused, and limits enforced while the parser
+/// reads, so an input over them stops the parse where the limit is crossed (in time linear in the
+/// input read so far).
+pub fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_depth: MAX_DEPTH,
+            flow_nesting_limit: MAX_DEPTH,
+            max_nodes: MAX_NODES,
+            max_documents: MAX_DOCUMENTS,
+            max_aliases: 1_000,
+            max_anchors: 1_000,
+        },
+        duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
     }
-    Ok(out)
+}
+
+/// Parses a multi-document YAML stream (JSON is YAML too). Empty documents are skipped; a
+/// document's position (`#N` in errors) counts the non-empty ones.
+pub fn parse(text: &str) -> Result<Vec<Object>, Error> {
+    let values: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| {
+        let e = e.without_snippet();
+        let at = e.location().map(|l| format!("line {} column {}", l.line(), l.column())).unwrap_or_default();
+        let reason = e.to_string();
+        let reason = reason.lines().next().unwrap_or("").trim_start_matches("error: ").to_string();
+        Error { code: ErrorCode::InvalidManifest, kind: "document".into(), name: String::new(), field: at, reason }
+    })?;
+    values.into_iter().filter(|v| !v.is_null()).enumerate().map(|(i, v)| object_from_value(i, v)).collect()
 }
 
 #[cfg(test)]
@@ -399,6 +435,6 @@ mod tests {
     fn multi_document_yaml_and_json() {
         let docs = parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: a}\nspec: {}\n---\n---\n{\"apiVersion\":\"snic/v1\",\"kind\":\"Tenant\",\"metadata\":{\"name\":\"b\"},\"spec\":{\"weight\":3}}\n").unwrap();
         assert_eq!(docs.len(), 2);
-        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default() }));
+        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default(), endpoints: vec![] }));
     }
 }

@@ -16,7 +16,7 @@ use crate::state::State;
 use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
 use snic_core::ids::ChainId;
 use snic_core::ids::{DagUid, TenantId};
-use snic_core::mat::{Action, PortRange, Rule};
+use snic_core::mat::{Action, IpPrefix, Mat, PortRange, Rule};
 use snic_nt::NtSpec;
 use snic_wire::ethernet::MacAddr;
 use std::collections::BTreeMap;
@@ -130,6 +130,20 @@ pub struct Plan {
     pub rules: Vec<Rule>,
     /// Forwarding entries.
     pub routes: Vec<RoutePlan>,
+    /// Per VNI, the outer source addresses its traffic may come from: its tenant's declared
+    /// endpoints and its Routes' VTEPs. VNIs of a tenant with neither are absent (open).
+    pub sources: Vec<(u32, Vec<IpPrefix>)>,
+}
+
+impl Plan {
+    /// The MAT this plan runs: its rules, and the VNIs' allowed sources.
+    pub fn mat(&self) -> Mat {
+        let mut m = Mat::from_rules(self.rules.iter().copied());
+        for (vni, ps) in &self.sources {
+            m.set_sources(*vni, ps.clone());
+        }
+        m
+    }
 }
 
 /// The DAG's NTs in a topological order (ties in `nodes` order), or `None` on a cycle.
@@ -287,13 +301,10 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
             reason: format!("the DAGs need {} chains but the node has {regions} regions", p.chains.len()),
         });
     }
+    let owners = state.vni_owners();
     for o in state.list(Kind::Rule) {
         let Spec::Rule(r) = &o.spec else { continue };
-        let owner = state
-            .list(Kind::Tenant)
-            .find(|t| matches!(&t.spec, Spec::Tenant(ts) if ts.vnis.contains(&r.vni)))
-            .map(|t| tid(&t.name))
-            .expect("validated VNI owner");
+        let owner = tid(owners.get(&r.vni).expect("validated VNI owner"));
         let action = match &r.action {
             RuleAction::Dag(d) => Action::Dag { tenant: owner, dag: DagUid(ids.dags[d]) },
             RuleAction::PassThrough => Action::PassThrough { tenant: owner },
@@ -317,6 +328,22 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
             (None, false) => RouteEntry::Flood,
         };
         p.routes.push(RoutePlan { vni: r.vni, vtep: r.vtep, vtep_mac: mac(&r.vtep_mac).unwrap_or_default(), entry });
+    }
+    // Each tenant's trusted sources: declared endpoints, then its routes' VTEPs, for all its VNIs.
+    for o in state.list(Kind::Tenant) {
+        let Spec::Tenant(t) = &o.spec else { continue };
+        let mut set: Vec<IpPrefix> = t.endpoints.clone();
+        for r in &p.routes {
+            let host = IpPrefix::new(r.vtep.ip(), if r.vtep.is_ipv4() { 32 } else { 128 }).expect("a full-length prefix");
+            if t.vnis.contains(&r.vni) && !set.iter().any(|s| s.contains(&r.vtep.ip())) {
+                set.push(host);
+            }
+        }
+        if !set.is_empty() {
+            for v in &t.vnis {
+                p.sources.push((*v, set.clone()));
+            }
+        }
     }
     Ok(p)
 }

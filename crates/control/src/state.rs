@@ -22,6 +22,21 @@ pub struct Ids {
 /// Most tenants a node accounts for (the data plane's per-tenant tables).
 pub const MAX_TENANTS: u16 = 1023;
 
+/// Largest tenant weight.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// Most VNIs one tenant owns.
+pub const MAX_VNIS_PER_TENANT: usize = 4096;
+
+/// Most endpoint prefixes one tenant declares.
+pub const MAX_ENDPOINTS_PER_TENANT: usize = 4096;
+
+/// Most NTs in one DAG (a chain's skip mask has 64 bits).
+pub const MAX_DAG_NTS: usize = 64;
+
+/// Largest `memory_mib` an NT may declare (1 TiB).
+pub const MAX_NT_MEMORY_MIB: u32 = 1 << 20;
+
 /// The desired state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct State {
@@ -105,11 +120,17 @@ impl State {
         Ok(next)
     }
 
-    fn tenant_of_vni(&self, vni: u32) -> Option<&str> {
-        self.list(Kind::Tenant).find_map(|o| match &o.spec {
-            Spec::Tenant(t) if t.vnis.contains(&vni) => Some(o.name.as_str()),
-            _ => None,
-        })
+    /// VNI → owning tenant, for every tenant.
+    pub fn vni_owners(&self) -> BTreeMap<u32, &str> {
+        let mut m = BTreeMap::new();
+        for o in self.list(Kind::Tenant) {
+            if let Spec::Tenant(t) = &o.spec {
+                for v in &t.vnis {
+                    m.entry(*v).or_insert(o.name.as_str());
+                }
+            }
+        }
+        m
     }
 
     fn visible(&self, nt: &str, tenant: &str) -> Result<(), String> {
@@ -121,7 +142,11 @@ impl State {
     }
 
     /// Checks every cross-object constraint.
+    /// Every size, count and range is checked against its documented bound (docs/manifests.md,
+    /// "Bounds") without building anything, in time linear in the state's size.
     pub fn validate(&self) -> Result<(), Error> {
+        let owners = self.vni_owners();
+        let tenant_of_vni = |v: u32| owners.get(&v).copied();
         let mut vni_owner: BTreeMap<u32, &str> = BTreeMap::new();
         for o in self.objects.values() {
             let (k, n) = (o.kind, o.name.as_str());
@@ -129,6 +154,13 @@ impl State {
             let tenant_exists = |t: &str| self.get(Kind::Tenant, t).is_some();
             match &o.spec {
                 Spec::Tenant(t) => {
+                    if t.vnis.len() > MAX_VNIS_PER_TENANT {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.vnis".into(),
+                            format!("{} VNIs is over the limit of {MAX_VNIS_PER_TENANT}", t.vnis.len()),
+                        );
+                    }
                     for (i, v) in t.vnis.iter().enumerate() {
                         if *v >= 1 << 24 {
                             return bad(ErrorCode::InvalidManifest, format!("spec.vnis[{i}]"), format!("VNI {v} does not fit in 24 bits"));
@@ -141,8 +173,22 @@ impl State {
                             );
                         }
                     }
-                    if t.weight == 0 {
-                        return bad(ErrorCode::InvalidManifest, "spec.weight".into(), "must be at least 1".into());
+                    if t.endpoints.len() > MAX_ENDPOINTS_PER_TENANT {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.endpoints".into(),
+                            format!("{} endpoints is over the limit of {MAX_ENDPOINTS_PER_TENANT}", t.endpoints.len()),
+                        );
+                    }
+                    if t.weight == 0 || t.weight > MAX_WEIGHT {
+                        return bad(ErrorCode::InvalidManifest, "spec.weight".into(), format!("{} is outside 1..={MAX_WEIGHT}", t.weight));
+                    }
+                    if t.quotas.store_buffers == Some(0) {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.quotas.store_buffers".into(),
+                            "a quota of 0 buffers would drop every packet; omit it for no quota".into(),
+                        );
                     }
                 }
                 Spec::Nt(nt) => {
@@ -154,8 +200,20 @@ impl State {
                             return bad(ErrorCode::UnknownReference, format!("spec.shared_with[{i}]"), format!("no tenant named `{t}`"));
                         }
                     }
-                    if let Err(e) = snic_nt::build(&nt.config) {
-                        return bad(ErrorCode::InvalidManifest, "spec.config".into(), e.to_string());
+                    if nt.memory_mib > MAX_NT_MEMORY_MIB {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.memory_mib".into(),
+                            format!("{} is over the limit of {MAX_NT_MEMORY_MIB}", nt.memory_mib),
+                        );
+                    }
+                    if let Err(e) = nt.config.validate() {
+                        let field = e.field().map_or_else(|| "spec.config".to_string(), |f| format!("spec.config.{f}"));
+                        let reason = match &e {
+                            snic_nt::SpecError::Bound { reason, .. } => reason.clone(),
+                            e => e.to_string(),
+                        };
+                        return bad(ErrorCode::InvalidManifest, field, reason);
                     }
                 }
                 Spec::Dag(d) => {
@@ -164,6 +222,21 @@ impl State {
                     }
                     if d.nodes.is_empty() {
                         return bad(ErrorCode::InvalidManifest, "spec.nodes".into(), "a DAG needs at least one NT".into());
+                    }
+                    if d.nodes.len() > MAX_DAG_NTS {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.nodes".into(),
+                            format!("{} NTs is over the limit of {MAX_DAG_NTS}", d.nodes.len()),
+                        );
+                    }
+                    let edges = d.edges.as_ref().map_or(0, Vec::len);
+                    if edges > MAX_DAG_NTS * MAX_DAG_NTS {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.edges".into(),
+                            format!("{edges} edges is more than a DAG of {MAX_DAG_NTS} NTs can have"),
+                        );
                     }
                     for (i, nt) in d.nodes.iter().enumerate() {
                         if d.nodes[..i].contains(nt) {
@@ -188,7 +261,15 @@ impl State {
                         return bad(ErrorCode::Cycle, "spec.edges".into(), "the edges form a cycle".into());
                     }
                 }
-                Spec::Rule(r) => match self.tenant_of_vni(r.vni) {
+                Spec::Rule(r) if r.dst_ports.is_some_and(|p| p.lo > p.hi) => {
+                    let p = r.dst_ports.unwrap_or_default();
+                    return bad(
+                        ErrorCode::InvalidManifest,
+                        "spec.dst_ports".into(),
+                        format!("empty range: lo {} is above hi {}", p.lo, p.hi),
+                    );
+                }
+                Spec::Rule(r) => match tenant_of_vni(r.vni) {
                     None => return bad(ErrorCode::UnknownReference, "spec.vni".into(), format!("no tenant owns VNI {}", r.vni)),
                     Some(owner) => {
                         if let crate::manifest::RuleAction::Dag(dag) = &r.action {
@@ -207,8 +288,15 @@ impl State {
                     }
                 },
                 Spec::Route(rt) => {
-                    if self.tenant_of_vni(rt.vni).is_none() {
+                    if tenant_of_vni(rt.vni).is_none() {
                         return bad(ErrorCode::UnknownReference, "spec.vni".into(), format!("no tenant owns VNI {}", rt.vni));
+                    }
+                    if rt.vtep.port() == 0 || rt.vtep.ip().is_unspecified() || rt.vtep.ip().is_multicast() {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.vtep".into(),
+                            format!("{} is not a VTEP: it needs a unicast address and a port other than 0", rt.vtep),
+                        );
                     }
                     let n_kinds = rt.mac.is_some() as u8 + rt.default as u8 + rt.flood as u8;
                     if n_kinds != 1 {
@@ -323,6 +411,63 @@ spec: {vni: 100, action: {dag: blue-path}}
             "apiVersion: snic/v1\nkind: Route\nmetadata: {name: x}\nspec: {vni: 100, vtep: '127.0.0.1:4789', default: true, flood: true}\n",
         );
         assert_eq!(e.field, "spec");
+    }
+
+    /// Nonsense is refused with the object, the field and the reason, whatever else is valid.
+    #[test]
+    fn out_of_bounds_and_inverted_values_are_refused_with_their_field() {
+        let nt = |name: &str, cfg: &str| {
+            format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {name}}}\nspec: {{tenant: blue, config: {cfg}}}\n")
+        };
+        let cases: Vec<(String, &str, &str)> = vec![
+            (nt("f", "{kind: firewall, flow_cache: 18446744073709551615}"), "f", "spec.config.flow_cache"),
+            (nt("f", "{kind: firewall, rules: [{dst_ports: {lo: 90, hi: 80}, action: deny}]}"), "f", "spec.config.rules[0].dst_ports"),
+            (nt("n", "{kind: nat, max_flows: 1000000000000}"), "n", "spec.config.max_flows"),
+            (nt("n", "{kind: nat, max_flows: 0}"), "n", "spec.config"),
+            (nt("n", "{kind: nat, snat: {inside: 10.0.0.0/8, public: 1.2.3.4, ports: {lo: 0, hi: 0}}}"), "n", "spec.config.snat.ports"),
+            (
+                nt("n", "{kind: nat, snat: {inside: 10.0.0.0/8, public: 1.2.3.4, ports: {lo: 2000, hi: 1000}}}"),
+                "n",
+                "spec.config.snat.ports",
+            ),
+            (
+                nt("n", "{kind: nat, dnat: [{public: 1.2.3.4, proto: 6, port: 80, to: 10.0.0.1, to_port: 0}]}"),
+                "n",
+                "spec.config.dnat[0].to_port",
+            ),
+            (nt("n", "{kind: nat, udp_timeout_s: 0}"), "n", "spec.config.udp_timeout_s"),
+            (nt("k", "{kind: aes_gcm, direction: decrypt, keys: [], max_senders: 1000000000000}"), "k", "spec.config.max_senders"),
+            (nt("s", "{kind: synthetic, cost_ns: 1000000000000000}"), "s", "spec.config.cost_ns"),
+            (nt("s", "{kind: synthetic, capacity_pps: 0}"), "s", "spec.config"),
+            (
+                "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: q}\nspec: {quotas: {store_buffers: 0}}\n".into(),
+                "q",
+                "spec.quotas.store_buffers",
+            ),
+            ("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: q}\nspec: {weight: 1000001}\n".into(), "q", "spec.weight"),
+            (
+                "apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 100, dst_ports: {lo: 9, hi: 1}, action: drop}\n".into(),
+                "r",
+                "spec.dst_ports",
+            ),
+            (
+                "apiVersion: snic/v1\nkind: Route\nmetadata: {name: r}\nspec: {vni: 100, vtep: '10.0.0.1:0', default: true}\n".into(),
+                "r",
+                "spec.vtep",
+            ),
+            (
+                "apiVersion: snic/v1\nkind: Route\nmetadata: {name: r}\nspec: {vni: 100, vtep: '0.0.0.0:4789', default: true}\n".into(),
+                "r",
+                "spec.vtep",
+            ),
+        ];
+        for (doc, name, field) in cases {
+            let e = reject(&doc);
+            assert_eq!((e.code, e.name.as_str(), e.field.as_str()), (ErrorCode::InvalidManifest, name, field), "{doc}: {e}");
+            assert!(!e.reason.is_empty());
+        }
+        // The largest values inside the bounds are accepted (and nothing is built to check them).
+        base().apply(parse(&nt("big", "{kind: nat, max_flows: 1048576}")).unwrap()).unwrap();
     }
 
     #[test]

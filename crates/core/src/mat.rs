@@ -245,12 +245,53 @@ pub struct Mat {
     next_id: u32,
     dense: Vec<Rule>,
     vnis: FxHashMap<u32, VniTable>,
+    /// Per VNI, the outer source addresses (VTEPs) its traffic may come from; a VNI without an
+    /// entry takes traffic from anywhere. See [`Mat::source_allowed`].
+    sources: FxHashMap<u32, Vec<IpPrefix>>,
 }
 
 impl Mat {
     /// An empty table.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A table holding `rules`, indexed once (inserting them one by one re-indexes each time).
+    pub fn from_rules(rules: impl IntoIterator<Item = Rule>) -> Self {
+        let mut m = Mat::new();
+        for r in rules {
+            m.rules.insert(RuleId(m.next_id), r);
+            m.next_id += 1;
+        }
+        m.reindex();
+        m
+    }
+
+    /// Restricts `vni` to traffic whose outer source address is inside one of `prefixes` (the
+    /// VTEPs of the tenant that owns it); an empty list lifts the restriction.
+    pub fn set_sources(&mut self, vni: u32, prefixes: Vec<IpPrefix>) {
+        if prefixes.is_empty() {
+            self.sources.remove(&vni);
+        } else {
+            self.sources.insert(vni, prefixes);
+        }
+    }
+
+    /// True if some VNI has allowed sources (a node checks sources only then).
+    #[inline]
+    pub fn restricts_sources(&self) -> bool {
+        !self.sources.is_empty()
+    }
+
+    /// True if traffic on `vni` may come from outer source `src`: the VNI is unrestricted, or
+    /// `src` is one of its VTEPs. A frame that fails this is not the tenant's and must neither
+    /// be processed nor teach the forwarding table anything.
+    #[inline]
+    pub fn source_allowed(&self, vni: u32, src: &IpAddr) -> bool {
+        match self.sources.get(&vni) {
+            None => true,
+            Some(ps) => ps.iter().any(|p| p.contains(src)),
+        }
     }
 
     /// Installs a rule.
@@ -367,6 +408,21 @@ impl Mat {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn sources_restrict_only_their_vnis() {
+        let mut m = Mat::from_rules([]);
+        assert!(!m.restricts_sources());
+        m.set_sources(100, vec!["10.0.0.1".parse().unwrap(), "192.168.0.0/16".parse().unwrap()]);
+        assert!(m.restricts_sources());
+        let ok = |m: &Mat, v: u32, a: &str| m.source_allowed(v, &a.parse().unwrap());
+        assert!(ok(&m, 100, "10.0.0.1") && ok(&m, 100, "192.168.7.9"));
+        assert!(!ok(&m, 100, "10.0.0.2") && !ok(&m, 100, "::1"));
+        assert!(ok(&m, 200, "10.0.0.2"), "a VNI without sources is open");
+        m.set_sources(100, vec![]);
+        assert!(!m.restricts_sources() && ok(&m, 100, "10.0.0.2"));
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -74,6 +74,9 @@ pub enum Drop {
     /// node reads a tenant's queue no faster than its ingress limit). Counted per epoch from
     /// the backend's counters, not per packet.
     RxQueue,
+    /// On a tenant's VNI from an outer source that is not one of the tenant's VTEPs (its
+    /// Routes' or declared endpoints): spoofed or misdirected, never processed or learned from.
+    ForeignVtep,
 }
 
 const N_PARSE: usize = ParseError::ALL.len();
@@ -82,7 +85,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 5;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 6;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -108,6 +111,7 @@ impl Drop {
             Drop::TxError => N_PARSE + 4 + N_SCHED + N_NT + 2,
             Drop::RateLimit => N_PARSE + 4 + N_SCHED + N_NT + 3,
             Drop::RxQueue => N_PARSE + 4 + N_SCHED + N_NT + 4,
+            Drop::ForeignVtep => N_PARSE + 4 + N_SCHED + N_NT + 5,
         }
     }
 
@@ -127,6 +131,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 2 => "tx_error",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 3 => "rate_limit",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 4 => "rx_queue_full",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 5 => "foreign_vtep",
             _ => "unknown",
         }
     }
@@ -142,7 +147,7 @@ mod tests {
         all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
         all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
         all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
-        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit, Drop::RxQueue]);
+        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit, Drop::RxQueue, Drop::ForeignVtep]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();
         for (i, d) in all.iter().enumerate() {

@@ -622,7 +622,7 @@ impl<B: Backend> Node<B> {
     /// True during the polls timed for the meter (one in SAMPLE_EVERY).
     #[inline]
     fn sampled(&self) -> bool {
-        self.polls % SAMPLE_EVERY == 0
+        self.polls.is_multiple_of(SAMPLE_EVERY)
     }
 
     /// Closes a fair-sharing epoch: demand, DRF, ingress limits, and each instance's measured
@@ -753,6 +753,11 @@ impl<B: Backend> Node<B> {
         };
         if tenant.index() >= MAX_TENANTS {
             return self.drop_unattributed(idx, Drop::TenantQuota);
+        }
+        // Only the tenant's own VTEPs may send on its VNIs (docs/endpoints.md, "Trust"): a frame
+        // from elsewhere is counted and dropped before it is charged, admitted or learned from.
+        if mat.restricts_sources() && !mat.source_allowed(vni, &src.addr.ip()) {
+            return self.drop_uncharged(idx, tenant, Drop::ForeignVtep);
         }
         if self.meter.any_limited() && !self.meter.admit(tenant, now) {
             return self.drop_uncharged(idx, tenant, Drop::RateLimit);

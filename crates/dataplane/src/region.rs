@@ -153,7 +153,7 @@ impl Region {
         let cx = Ctx { now, work: core };
         let c = &self.counters;
         let batches = c.batches.load(Ordering::Relaxed);
-        let timed = batches < TIMED_FIRST || batches % TIMED_EVERY == 0;
+        let timed = batches < TIMED_FIRST || batches.is_multiple_of(TIMED_EVERY);
         add(&c.batches, 1);
         add(&c.packets, batch.len() as u64);
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {

@@ -144,10 +144,27 @@ impl core::fmt::Debug for Crypto {
 }
 
 fn parse_hex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+impl CryptoConfig {
+    /// Checks the keys (hex, length, one per tenant and per SPI) without building them.
+    pub fn check_keys(&self) -> Result<(), CryptoConfigError> {
+        let mut seen = std::collections::HashSet::with_capacity(self.keys.len());
+        let mut spis = std::collections::HashSet::with_capacity(self.keys.len());
+        for k in &self.keys {
+            if !matches!(k.key_hex.len(), 32 | 64) || parse_hex(&k.key_hex).is_none() {
+                return Err(CryptoConfigError::BadKey { tenant: k.tenant });
+            }
+            if !seen.insert(k.tenant) || !spis.insert(k.spi) {
+                return Err(CryptoConfigError::Duplicate { tenant: k.tenant, spi: k.spi });
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Crypto {

@@ -59,6 +59,74 @@ pub enum SpecError {
     /// A size that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A field outside its documented bounds (docs/manifests.md, "Bounds").
+    #[error("`{field}`: {reason}")]
+    Bound {
+        /// The field, relative to the NT's config (`flow_cache`, `snat.ports`, `rules[3].dst_ports`).
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl SpecError {
+    /// The field at fault, relative to the NT's config, if the error names one.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            SpecError::Bound { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// The bounds every NT config is checked against before anything is built. Each is documented
+/// in docs/manifests.md ("Bounds"); sizes are bounded so that the largest allowed table fits in
+/// tens of MiB, never more than the node's memory.
+pub mod bounds {
+    /// Firewall rules per NT.
+    pub const FIREWALL_RULES: usize = 10_000;
+    /// Firewall flow-cache slots (about 48 bytes each).
+    pub const FIREWALL_FLOW_CACHE: usize = 1 << 18;
+    /// NAT flows per NT (about 120 bytes each with the index).
+    pub const NAT_MAX_FLOWS: usize = 1 << 20;
+    /// DNAT rules per NT.
+    pub const NAT_DNAT_RULES: usize = 10_000;
+    /// NAT timeouts, seconds (one day).
+    pub const NAT_TIMEOUT_S: u64 = 86_400;
+    /// AES-GCM keys per NT.
+    pub const CRYPTO_KEYS: usize = 1024;
+    /// AES-GCM replay windows (senders) per decryptor.
+    pub const CRYPTO_MAX_SENDERS: usize = 1 << 16;
+    /// VNI pairs per `vni_map`.
+    pub const VNI_MAP_PAIRS: usize = 1 << 16;
+    /// Synthetic work per packet, ns (1 ms).
+    pub const SYNTHETIC_COST_NS: u64 = 1_000_000;
+    /// Synthetic work per byte, ps (1 µs).
+    pub const SYNTHETIC_COST_PS_PER_BYTE: u64 = 1_000_000;
+    /// Declared throughput of a synthetic instance, pps.
+    pub const SYNTHETIC_CAPACITY_PPS: u64 = 1_000_000_000;
+}
+
+fn bound(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
+    SpecError::Bound { field: field.into(), reason: reason.into() }
+}
+
+fn at_most(field: &str, n: usize, max: usize) -> Result<(), SpecError> {
+    if n > max {
+        return Err(bound(field, format!("{n} is over the limit of {max}")));
+    }
+    Ok(())
+}
+
+/// A port range must not be inverted; with `need_port`, it must not include port 0 either.
+fn check_ports(field: impl Into<String>, r: &snic_core::mat::PortRange, need_port: bool) -> Result<(), SpecError> {
+    if r.lo > r.hi {
+        return Err(bound(field, format!("empty range: lo {} is above hi {}", r.lo, r.hi)));
+    }
+    if need_port && r.lo == 0 {
+        return Err(bound(field, "port 0 is not a port; the range must start at 1 or above"));
+    }
+    Ok(())
 }
 
 /// What part of a packet an NT touches, for deciding which NTs may run on one packet at the
@@ -114,33 +182,102 @@ impl NtSpec {
     }
 }
 
+impl NtSpec {
+    /// Checks every field against its bounds without building anything (no allocation that
+    /// depends on the config's sizes): what a control plane calls to validate a manifest.
+    /// [`build`] calls it first, so nothing out of bounds is ever instantiated.
+    pub fn validate(&self) -> Result<(), SpecError> {
+        match self {
+            NtSpec::Dummy | NtSpec::Counter => {}
+            NtSpec::Firewall(c) => {
+                at_most("rules", c.rules.len(), bounds::FIREWALL_RULES)?;
+                at_most("flow_cache", c.flow_cache, bounds::FIREWALL_FLOW_CACHE)?;
+                for (i, r) in c.rules.iter().enumerate() {
+                    check_ports(format!("rules[{i}].src_ports"), &r.src_ports, false)?;
+                    check_ports(format!("rules[{i}].dst_ports"), &r.dst_ports, false)?;
+                }
+            }
+            NtSpec::Nat(c) => {
+                if c.max_flows == 0 {
+                    return Err(SpecError::Zero("nat.max_flows"));
+                }
+                at_most("max_flows", c.max_flows, bounds::NAT_MAX_FLOWS)?;
+                at_most("dnat", c.dnat.len(), bounds::NAT_DNAT_RULES)?;
+                for (f, t) in [
+                    ("udp_timeout_s", c.udp_timeout_s),
+                    ("tcp_timeout_s", c.tcp_timeout_s),
+                    ("tcp_closing_timeout_s", c.tcp_closing_timeout_s),
+                    ("icmp_timeout_s", c.icmp_timeout_s),
+                ] {
+                    if t == 0 || t > bounds::NAT_TIMEOUT_S {
+                        return Err(bound(f, format!("{t} s is outside 1..={} s", bounds::NAT_TIMEOUT_S)));
+                    }
+                }
+                if let Some(s) = &c.snat {
+                    check_ports("snat.ports", &s.ports, true)?;
+                }
+                for (i, d) in c.dnat.iter().enumerate() {
+                    if d.proto != 6 && d.proto != 17 {
+                        return Err(bound(format!("dnat[{i}].proto"), format!("{} is neither TCP (6) nor UDP (17)", d.proto)));
+                    }
+                    for (f, p) in [("port", d.port), ("to_port", d.to_port)] {
+                        if p == 0 {
+                            return Err(bound(format!("dnat[{i}].{f}"), "port 0 is not a port"));
+                        }
+                    }
+                }
+            }
+            NtSpec::AesGcm(c) => {
+                at_most("keys", c.keys.len(), bounds::CRYPTO_KEYS)?;
+                if c.max_senders == 0 {
+                    return Err(SpecError::Zero("aes_gcm.max_senders"));
+                }
+                at_most("max_senders", c.max_senders, bounds::CRYPTO_MAX_SENDERS)?;
+                c.check_keys()?;
+            }
+            NtSpec::VniMap { map, default } => {
+                at_most("map", map.len(), bounds::VNI_MAP_PAIRS)?;
+                for v in map.iter().flat_map(|p| [p.from, p.to]).chain(default.iter().copied()) {
+                    if v >= 1 << 24 {
+                        return Err(SpecError::BadVni(v));
+                    }
+                }
+            }
+            NtSpec::Synthetic(c) => {
+                if c.cost_ns > bounds::SYNTHETIC_COST_NS {
+                    return Err(bound("cost_ns", format!("{} ns is over the limit of {} ns", c.cost_ns, bounds::SYNTHETIC_COST_NS)));
+                }
+                if c.cost_ps_per_byte > bounds::SYNTHETIC_COST_PS_PER_BYTE {
+                    return Err(bound(
+                        "cost_ps_per_byte",
+                        format!("{} ps is over the limit of {} ps", c.cost_ps_per_byte, bounds::SYNTHETIC_COST_PS_PER_BYTE),
+                    ));
+                }
+                match c.capacity_pps {
+                    Some(0) => return Err(SpecError::Zero("synthetic.capacity_pps")),
+                    Some(p) if p > bounds::SYNTHETIC_CAPACITY_PPS => {
+                        return Err(bound("capacity_pps", format!("{p} is over the limit of {}", bounds::SYNTHETIC_CAPACITY_PPS)))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Instantiates an NT. Called at launch time (the software analogue of partial reconfiguration).
+/// The spec is [validated](NtSpec::validate) first.
 pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
+    spec.validate()?;
     Ok(match spec {
         NtSpec::Dummy => Box::new(Dummy::new()),
         NtSpec::Counter => Box::new(Counter::new()),
         NtSpec::Firewall(c) => Box::new(Firewall::new(c.clone())),
-        NtSpec::Nat(c) => {
-            if c.max_flows == 0 {
-                return Err(SpecError::Zero("nat.max_flows"));
-            }
-            Box::new(Nat::new(c.clone()))
-        }
+        NtSpec::Nat(c) => Box::new(Nat::new(c.clone())),
         NtSpec::AesGcm(c) => Box::new(Crypto::new(c)?),
-        NtSpec::VniMap { map, default } => {
-            for v in map.iter().flat_map(|p| [p.from, p.to]).chain(default.iter().copied()) {
-                if v >= 1 << 24 {
-                    return Err(SpecError::BadVni(v));
-                }
-            }
-            Box::new(VniMap::new(map.iter().map(|p| (p.from, p.to)), *default))
-        }
-        NtSpec::Synthetic(c) => {
-            if c.capacity_pps == Some(0) {
-                return Err(SpecError::Zero("synthetic.capacity_pps"));
-            }
-            Box::new(Synthetic::new(c))
-        }
+        NtSpec::VniMap { map, default } => Box::new(VniMap::new(map.iter().map(|p| (p.from, p.to)), *default)),
+        NtSpec::Synthetic(c) => Box::new(Synthetic::new(c)),
     })
 }
 

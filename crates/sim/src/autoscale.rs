@@ -217,7 +217,7 @@ impl AutoscaleSpec {
                 _ => 0.0,
             };
             let mut tick = |pass: usize, b: usize| {
-                if b % step == 0 {
+                if b.is_multiple_of(step) {
                     progress((2 * k + pass) * bins + b, total);
                 }
             };

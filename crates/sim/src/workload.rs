@@ -225,7 +225,7 @@ impl Workload {
                     (0..bins)
                         .map(|b| {
                             let t_ms = b as f64 * bin_s * 1e3 + e as f64 * phase_ms;
-                            let level = if ((t_ms / half_period_ms) as u64) % 2 == 0 { high_bps } else { low_bps };
+                            let level = if ((t_ms / half_period_ms) as u64).is_multiple_of(2) { high_bps } else { low_bps };
                             level * bin_s
                         })
                         .collect()
@@ -459,7 +459,7 @@ impl FlowGen {
                 series.get(*endpoint).and_then(|s| s.get(self.index as usize - 1)).copied().unwrap_or(0.0)
             }
             FlowKind::Square { high, low, half_ms, shift_ms } => {
-                let level = if (((t * 1e3 + *shift_ms) / *half_ms) as u64) % 2 == 0 { *high } else { *low };
+                let level = if (((t * 1e3 + *shift_ms) / *half_ms) as u64).is_multiple_of(2) { *high } else { *low };
                 level * bin_s
             }
             FlowKind::Etc { rate, spikes, own_on, own_next, member_of, member } => {

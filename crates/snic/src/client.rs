@@ -120,7 +120,7 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
         "json" => println!("{}", serde_json::to_string_pretty(&v)?),
         "yaml" => {
             let docs: Vec<Value> = if v.is_array() { v.as_array().cloned().unwrap_or_default() } else { vec![v] };
-            let parts: Vec<String> = docs.iter().map(yaml_serde::to_string).collect::<Result<_, _>>()?;
+            let parts: Vec<String> = docs.iter().map(serde_saphyr::to_string).collect::<Result<_, _>>()?;
             print!("{}", parts.join("---\n"));
         }
         _ => {

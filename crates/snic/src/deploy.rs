@@ -5,7 +5,6 @@ use anyhow::Context;
 use snic_control::plan::{Plan, RouteEntry};
 use snic_core::ids::InstanceId;
 
-use snic_core::mat::Mat;
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::LaunchError;
 use snic_dataplane::store::Peer;
@@ -54,11 +53,7 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
         node.set_dag(d.uid, d.route(|c| chains[c].0));
     }
     compact_forms(node, plan)?;
-    let mut mat = Mat::new();
-    for r in &plan.rules {
-        mat.insert(*r);
-    }
-    node.mat_handle().store(Arc::new(mat));
+    node.mat_handle().store(Arc::new(plan.mat()));
     for r in &plan.routes {
         let peer = Peer { addr: r.vtep, mac: r.vtep_mac };
         let fdb = node.fdb_mut();

@@ -71,7 +71,7 @@ fn stop(mut d: Daemon) -> i32 {
 fn http(method: &str, url: &str, body: &str) -> (u16, serde_json::Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let mut r = match method {
-        "POST" => agent.post(url).send(body.to_string()).unwrap(),
+        "POST" => agent.post(url).header("content-type", "application/yaml").send(body.to_string()).unwrap(),
         _ => agent.get(url).call().unwrap(),
     };
     let status = r.status().as_u16();
@@ -90,6 +90,29 @@ fn oversized(api: &str) -> u16 {
     let mut resp = String::new();
     let _ = c.read_to_string(&mut resp);
     resp.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Sends raw request bytes (headers and as much body as given), then reads the whole answer
+/// (the connection is closed by the request's `Connection: close` or by the server); the status
+/// and the JSON body.
+fn raw(api: &str, request: &[u8]) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let addr = api.trim_start_matches("http://");
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    c.write_all(request).unwrap();
+    let mut resp = Vec::new();
+    let _ = c.read_to_end(&mut resp);
+    let resp = String::from_utf8_lossy(&resp);
+    let status = resp.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("");
+    (status, serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string())))
+}
+
+/// Peak resident memory of a process, KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap()
 }
 
 /// The demo manifest with routes to the blue and green receivers.
@@ -260,6 +283,177 @@ fn daemon_lifecycle() {
     let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
     assert_eq!(v["spec"]["vnis"][0], 100);
     assert_eq!(stop(d), 0);
+}
+
+/// Hostile and careless requests: each is refused with its stable code, changes nothing, costs
+/// no memory worth speaking of, and the next request is served.
+#[test]
+fn hostile_requests_are_refused_and_the_node_keeps_serving() {
+    let dir = TempDir::new("hostile");
+    let d = start_with(&dir.0, "api_body_timeout_ms: 500\n");
+    let (b, g) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let apply = format!("{}/v1/apply", d.api);
+    let (s, v) = http("POST", &apply, &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "{v}");
+    let objects = |d: &Daemon| ["tenant", "nt", "dag", "rule", "route"].map(|k| http("GET", &format!("{}/v1/objects/{k}", d.api), "").1);
+    let before = objects(&d);
+    let rss0 = peak_rss_kib(d.child.id());
+
+    let nt = |cfg: &str| format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: evil}}\nspec: {{tenant: blue, config: {cfg}}}\n");
+    let mut bad: Vec<(String, &str, &str)> = vec![
+        // Sizes far beyond memory, and near u64::MAX: refused before anything is allocated.
+        (nt("{kind: firewall, flow_cache: 18446744073709551615}"), "invalid_manifest", "spec.config.flow_cache"),
+        (nt("{kind: firewall, flow_cache: 100000000000}"), "invalid_manifest", "spec.config.flow_cache"),
+        (nt("{kind: nat, max_flows: 18446744073709551615}"), "invalid_manifest", "spec.config.max_flows"),
+        (nt("{kind: aes_gcm, direction: decrypt, keys: [], max_senders: 10000000000}"), "invalid_manifest", "spec.config.max_senders"),
+        // Nonsense.
+        (nt("{kind: firewall, rules: [{src_ports: {lo: 9, hi: 1}, action: deny}]}"), "invalid_manifest", "spec.config.rules[0].src_ports"),
+        (
+            nt("{kind: nat, snat: {inside: 10.0.0.0/8, public: 1.2.3.4, ports: {lo: 0, hi: 0}}}"),
+            "invalid_manifest",
+            "spec.config.snat.ports",
+        ),
+        (
+            nt("{kind: nat, dnat: [{public: 1.2.3.4, proto: 6, port: 80, to: 10.0.0.1, to_port: 0}]}"),
+            "invalid_manifest",
+            "spec.config.dnat[0].to_port",
+        ),
+        (nt("{kind: synthetic, cost_ns: 1000000000000000}"), "invalid_manifest", "spec.config.cost_ns"),
+        (
+            "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: q}\nspec: {quotas: {store_buffers: 0}}\n".into(),
+            "invalid_manifest",
+            "spec.quotas.store_buffers",
+        ),
+        (
+            "apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 100, dst_ports: {lo: 9, hi: 1}, action: drop}\n".into(),
+            "invalid_manifest",
+            "spec.dst_ports",
+        ),
+    ];
+    // Deep nesting, flow and block, about 600 KB: refused where the depth limit is crossed.
+    bad.push(("{a: [".repeat(120_000), "invalid_manifest", ""));
+    bad.push(("[".repeat(600_000), "invalid_manifest", ""));
+    bad.push(("- ".repeat(300_000), "invalid_manifest", ""));
+    // An alias bomb.
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x,x]\n");
+    for (p, n) in ["a", "b", "c", "d", "e", "f", "g"].windows(2).map(|w| (w[0], w[1])) {
+        bomb += &format!("{n}: &{n} [*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p},*{p}]\n");
+    }
+    bad.push((bomb, "invalid_manifest", ""));
+    for (body, code, field) in &bad {
+        let (s, v) = http("POST", &apply, body);
+        assert_eq!((s, v["error"]["code"].as_str()), (400, Some(*code)), "{}: {v}", &body[..body.len().min(80)]);
+        if !field.is_empty() {
+            assert_eq!(v["error"]["field"], *field, "{v}");
+        }
+        assert!(!v["error"]["reason"].as_str().unwrap_or("").is_empty(), "{v}");
+    }
+
+    // Only manifest content types: a form or text/plain (what a web page may post without
+    // asking) and no type at all get 415.
+    let addr = d.api.trim_start_matches("http://").to_string();
+    let doc = "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: sneaky}\nspec: {}\n";
+    for ct in ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", ""] {
+        let h = if ct.is_empty() { String::new() } else { format!("Content-Type: {ct}\r\n") };
+        let req = format!("POST /v1/apply HTTP/1.1\r\nHost: {addr}\r\n{h}Content-Length: {}\r\nConnection: close\r\n\r\n{doc}", doc.len());
+        let (s, v) = raw(&d.api, req.as_bytes());
+        assert_eq!((s, v["error"]["code"].as_str()), (415, Some("unsupported_media_type")), "{ct:?}: {v}");
+    }
+    // Not UTF-8.
+    let mut req = format!(
+        "POST /v1/apply HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/yaml\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes();
+    req.extend_from_slice(&[0xff, 0xfe, 0x00, 0x80]);
+    let (s, v) = raw(&d.api, &req);
+    assert_eq!((s, v["error"]["code"].as_str()), (400, Some("invalid_manifest")), "{v}");
+    // A body that stops arriving is timed out (500 ms here) with 408.
+    let req = format!(
+        "POST /v1/apply HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/yaml\r\nContent-Length: 1000\r\n\r\napiVersion: snic/v1\n"
+    );
+    let (s, v) = raw(&d.api, req.as_bytes());
+    assert_eq!((s, v["error"]["code"].as_str()), (408, Some("request_timeout")), "{v}");
+    // Wrong method, unknown path: JSON errors too.
+    let (s, v) =
+        raw(&d.api, format!("PUT /v1/apply HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes());
+    assert_eq!((s, v["error"]["code"].as_str()), (405, Some("method_not_allowed")), "{v}");
+    let (s, v) = raw(&d.api, format!("GET /nope HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes());
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("not_found")), "{v}");
+
+    // Nothing changed, the node serves the next requests and still forwards.
+    assert_eq!(objects(&d), before, "state unchanged");
+    let (s, _) = http("GET", &format!("{}/v1/status", d.api), "");
+    assert_eq!(s, 200);
+    let (s, m) = http("GET", &format!("{}/metrics", d.api), "");
+    assert!(s == 200 && m.as_str().unwrap().contains("snic_dataplane_up 1"));
+    let (gb, gg) = traffic(d.data, &b, &g, 50);
+    assert_eq!((gb.len(), gg.len()), (50, 50));
+    let (s, v) = http("POST", &apply, doc);
+    assert_eq!(s, 200, "a good apply after all that: {v}");
+    // Bounded memory: the refused requests cost their bodies and parse state, not the tables
+    // they asked for (a 10^11-slot flow cache alone would be terabytes).
+    let grown = peak_rss_kib(d.child.id()).saturating_sub(rss0);
+    assert!(grown < 256 * 1024, "peak RSS grew by {grown} KiB");
+    assert_eq!(stop(d), 0);
+}
+
+/// A frame on `vni` from inner `src` to inner `dst` (UDP to port 5001, which blue allows).
+fn frame_macs(vni: u32, src: MacAddr, dst: MacAddr) -> Vec<u8> {
+    let mut f = frame(vni, L4Spec::Udp { src_port: 4000, dst_port: 5001 });
+    f[8..14].copy_from_slice(&dst.0);
+    f[14..20].copy_from_slice(&src.0);
+    f
+}
+
+/// A host that reaches the data port but is not one of the tenant's VTEPs (127.0.0.2; the
+/// tenant's Routes are on 127.0.0.1) sends on the tenant's VNI with its endpoint's MAC: nothing
+/// of it is processed or learned, the forwarding entry keeps pointing at the endpoint, and the
+/// drops are counted as `foreign_vtep`.
+#[test]
+fn a_foreign_vtep_cannot_take_over_an_endpoints_traffic() {
+    let dir = TempDir::new("spoof");
+    let d = start(&dir.0);
+    let (b, g) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "{v}");
+    // The victim endpoint (MAC_A) talks to B: the node learns MAC_A behind it.
+    let victim = UdpSocket::bind("127.0.0.1:0").unwrap();
+    victim.send_to(&frame_macs(100, MAC_A, MAC_B), d.data).unwrap();
+    assert_eq!(recv_n(&b, 1).len(), 1, "the victim reaches B");
+    // The attacker claims MAC_A from another address.
+    let attacker = UdpSocket::bind("127.0.0.2:0").unwrap();
+    for _ in 0..20 {
+        attacker.send_to(&frame_macs(100, MAC_A, MAC_B), d.data).unwrap();
+    }
+    let v = status_until(&d.api, |v| {
+        let blue = v["tenants"].as_array().into_iter().flatten().find(|t| t["name"] == "blue");
+        blue.is_some_and(|t| t["stats"]["drops"].as_array().into_iter().flatten().any(|d| d[0] == "foreign_vtep" && d[1] == 20))
+    });
+    let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
+    let drops = blue["stats"]["drops"].as_array().unwrap();
+    assert!(drops.iter().any(|d| d[0] == "foreign_vtep" && d[1] == 20), "{drops:?}");
+    assert_eq!(blue["stats"]["rx_packets"], 1, "none of the attacker's frames was admitted: {blue}");
+    assert!(recv_n_within(&b, 1, Duration::from_millis(200)).is_empty(), "nothing of the attacker reached B");
+    // B answers the victim: it goes to the victim, not to the attacker.
+    b.send_to(&frame_macs(100, MAC_B, MAC_A), d.data).unwrap();
+    assert_eq!(recv_n(&victim, 1).len(), 1, "the victim still gets its traffic");
+    attacker.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    assert!(attacker.recv_from(&mut [0u8; 2048]).is_err(), "the attacker got nothing");
+    assert_eq!(stop(d), 0);
+}
+
+/// Receives on `s` for `window` at most, up to `want` datagrams.
+fn recv_n_within(s: &UdpSocket, want: usize, window: Duration) -> Vec<Vec<u8>> {
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    while out.len() < want && t0.elapsed() < window {
+        if let Ok((n, _)) = s.recv_from(&mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+    }
+    out
 }
 
 /// A temporary directory removed when the test ends, pass or fail.

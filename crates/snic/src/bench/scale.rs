@@ -152,7 +152,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
     let mut ms_delivered = 0u64;
     for k in 0..steps {
         let t_ms = k / 10;
-        let level = if (t_ms / a.half_period_ms) % 2 == 0 { a.high_pps } else { a.low_pps };
+        let level = if (t_ms / a.half_period_ms).is_multiple_of(2) { a.high_pps } else { a.low_pps };
         owed += level as f64 * step.as_secs_f64();
         while owed >= 1.0 {
             owed -= 1.0;

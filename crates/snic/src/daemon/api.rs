@@ -1,5 +1,15 @@
 //! The HTTP/JSON API. Errors are JSON `{"error": {code, kind, name, field, reason}}` with a
-//! stable `code`; bodies over 1 MiB get 413; nothing a client sends can crash the daemon.
+//! stable `code`; bodies over 1 MiB get 413; nothing a client sends can crash or wedge the daemon.
+//!
+//! - A manifest must be sent as `application/yaml` (also `application/x-yaml`, `text/yaml`) or
+//!   `application/json`; anything else gets 415, so a web page cannot post one as a CORS "simple
+//!   request" (form or `text/plain`).
+//! - A body must arrive within `api_body_timeout_ms` (node.yaml; 10 s by default; 408 otherwise).
+//! - Parsing, validation and planning run off the async runtime (`spawn_blocking`) and outside
+//!   the control lock, so `status`, `get` and `/metrics` answer while a large apply is checked;
+//!   applies and deletes are serialized by their own lock. A panic in that work fails only its
+//!   request (500 `internal`): the stored and running state are replaced only at the end of a
+//!   successful commit, so no request can leave them half-changed.
 //!
 //! | method | path | |
 //! |---|---|---|
@@ -16,6 +26,7 @@
 
 use super::persist::Db;
 use super::worker::DataPlane;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -25,10 +36,14 @@ use serde_json::json;
 use snic_control::manifest::{self, ErrorCode, Kind};
 use snic_control::plan::{self, Plan};
 use snic_control::state::State;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 /// Largest request body accepted.
 pub const MAX_BODY: usize = 1 << 20;
+
+/// Content types a manifest may be sent as.
+const MANIFEST_TYPES: [&str; 5] = ["application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json"];
 
 /// The control thread's state.
 pub struct Control {
@@ -46,10 +61,37 @@ pub struct Control {
     pub dp: DataPlane,
 }
 
-type Shared = Arc<Mutex<Control>>;
+/// What the handlers share: the control state, and the lock that serializes changes to it
+/// (held across an apply's validation and planning; the state lock only for reading and for the
+/// final commit).
+pub struct Shared {
+    ctl: Mutex<Control>,
+    writer: Mutex<()>,
+    body_timeout: Duration,
+}
+
+impl Shared {
+    /// Shares `ctl` between the handlers.
+    pub fn new(ctl: Control, body_timeout: Duration) -> Arc<Shared> {
+        Arc::new(Shared { ctl: Mutex::new(ctl), writer: Mutex::new(()), body_timeout })
+    }
+
+    /// The control state. A panic while it was held cannot have left it half-changed (state and
+    /// plan are replaced only at the end of a commit), so a poisoned lock is taken over.
+    pub fn lock(&self) -> MutexGuard<'_, Control> {
+        self.ctl.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Gives the control state back once the API has stopped.
+    pub fn into_inner(self) -> Control {
+        self.ctl.into_inner().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+type SharedRef = Arc<Shared>;
 
 /// The API's routes.
-pub fn router(ctl: Shared) -> Router {
+pub fn router(ctl: SharedRef) -> Router {
     Router::new()
         .route("/v1/apply", post(apply))
         .route("/v1/objects/{kind}", get(list))
@@ -57,6 +99,9 @@ pub fn router(ctl: Shared) -> Router {
         .route("/v1/status", get(status))
         .route("/metrics", get(super::metrics::metrics))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "not_found", "", "", "path", "no such endpoint") })
+        .method_not_allowed_fallback(|| async {
+            err(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "", "", "method", "this endpoint does not take that method")
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(ctl)
@@ -97,13 +142,68 @@ fn internal(e: anyhow::Error) -> Response {
     err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", "", "", &format!("{e:#}"))
 }
 
-fn lock(ctl: &Shared) -> Result<std::sync::MutexGuard<'_, Control>, Response> {
-    ctl.lock().map_err(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", "", "", "control state poisoned"))
+/// Runs a change (apply, delete) off the async runtime, one at a time, and turns a panic into a
+/// 500 for this request alone.
+async fn change(shared: &SharedRef, f: impl FnOnce(&Shared) -> Response + Send + 'static) -> Response {
+    let s = shared.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let _writer = s.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&s)))
+    })
+    .await;
+    match r {
+        Ok(Ok(resp)) => resp,
+        Ok(Err(_)) | Err(_) => {
+            eprintln!("snic: a request panicked; it was refused and the state is unchanged");
+            err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", "", "", "the request failed inside the node; nothing was changed")
+        }
+    }
 }
 
-/// Stores and deploys a new state; on a deployment failure the stored state is rolled back.
-fn commit(c: &mut Control, next: State) -> Result<(), Response> {
-    let p = plan::plan(&next, c.plan_regions).map_err(manifest_err)?;
+/// Reads a manifest body: an accepted content type, UTF-8, within `timeout`.
+async fn manifest_body(headers: &axum::http::HeaderMap, body: Body, timeout: Duration) -> Result<String, Response> {
+    let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if !MANIFEST_TYPES.contains(&mime.as_str()) {
+        return Err(err(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            "",
+            "",
+            "content-type",
+            &format!("send manifests as application/yaml or application/json (got `{ct}`)"),
+        ));
+    }
+    let bytes = match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY)).await {
+        Err(_) => {
+            return Err(err(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "",
+                "",
+                "body",
+                &format!("the body did not arrive within {} ms", timeout.as_millis()),
+            ))
+        }
+        Ok(Err(_)) => {
+            return Err(err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "",
+                "",
+                "body",
+                &format!("requests are limited to {MAX_BODY} bytes (or the body could not be read)"),
+            ))
+        }
+        Ok(Ok(b)) => b,
+    };
+    String::from_utf8(bytes.to_vec())
+        .map_err(|e| err(StatusCode::BAD_REQUEST, "invalid_manifest", "document", "", "body", &format!("not UTF-8: {e}")))
+}
+
+/// Stores and deploys a new state and its plan; on a deployment failure the stored state is
+/// rolled back. State and plan are replaced last, once both succeeded.
+fn commit(c: &mut Control, next: State, p: Plan) -> Result<(), Response> {
     c.db.save(&next).map_err(internal)?;
     if let Err(e) = c.dp.deploy(p.clone()) {
         let _ = c.db.save(&c.state);
@@ -114,81 +214,95 @@ fn commit(c: &mut Control, next: State) -> Result<(), Response> {
     Ok(())
 }
 
-async fn apply(AxState(ctl): AxState<Shared>, body: String) -> Response {
-    let objs = match manifest::parse(&body) {
-        Ok(o) => o,
-        Err(e) => return manifest_err(e),
-    };
-    let applied: Vec<_> = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
-    let mut c = match lock(&ctl) {
-        Ok(c) => c,
+async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderMap, body: Body) -> Response {
+    let body = match manifest_body(&headers, body, shared.body_timeout).await {
+        Ok(b) => b,
         Err(r) => return r,
     };
-    let next = match c.state.apply(objs) {
-        Ok(s) => s,
-        Err(e) => return manifest_err(e),
-    };
-    match commit(&mut c, next) {
-        Ok(()) => Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
-        Err(r) => r,
-    }
+    change(&shared, move |s| {
+        let objs = match manifest::parse(&body) {
+            Ok(o) => o,
+            Err(e) => return manifest_err(e),
+        };
+        let applied: Vec<_> = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
+        // Validate and plan on a copy, outside the state lock: readers are served meanwhile, and
+        // the writer lock keeps the copy current.
+        let (current, plan_regions) = {
+            let c = s.lock();
+            (c.state.clone(), c.plan_regions)
+        };
+        let next = match current.apply(objs) {
+            Ok(n) => n,
+            Err(e) => return manifest_err(e),
+        };
+        let p = match plan::plan(&next, plan_regions) {
+            Ok(p) => p,
+            Err(e) => return manifest_err(e),
+        };
+        let mut c = s.lock();
+        match commit(&mut c, next, p) {
+            Ok(()) => Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
+            Err(r) => r,
+        }
+    })
+    .await
 }
 
 fn kind_of(k: &str) -> Result<Kind, Response> {
     Kind::from_cli(k).ok_or_else(|| err(StatusCode::NOT_FOUND, "not_found", k, "", "kind", "unknown kind (tenant, nt, dag, rule, route)"))
 }
 
-async fn list(AxState(ctl): AxState<Shared>, Path(kind): Path<String>) -> Response {
+async fn list(AxState(shared): AxState<SharedRef>, Path(kind): Path<String>) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
-    match lock(&ctl) {
-        Ok(c) => Json(c.state.list(k).map(|o| o.to_document()).collect::<Vec<_>>()).into_response(),
-        Err(r) => r,
-    }
+    let c = shared.lock();
+    Json(c.state.list(k).map(|o| o.to_document()).collect::<Vec<_>>()).into_response()
 }
 
-async fn get_one(AxState(ctl): AxState<Shared>, Path((kind, name)): Path<(String, String)>) -> Response {
+async fn get_one(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(String, String)>) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let c = match lock(&ctl) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    let c = shared.lock();
     match c.state.get(k, &name) {
         Some(o) => Json(o.to_document()).into_response(),
         None => err(StatusCode::NOT_FOUND, "not_found", k.as_str(), &name, "metadata.name", "no such object"),
     }
 }
 
-async fn delete(AxState(ctl): AxState<Shared>, Path((kind, name)): Path<(String, String)>) -> Response {
+async fn delete(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(String, String)>) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
-    let mut c = match lock(&ctl) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let next = match c.state.delete(k, &name) {
-        Ok(s) => s,
-        Err(e) => return manifest_err(e),
-    };
-    match commit(&mut c, next) {
-        Ok(()) => Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response(),
-        Err(r) => r,
-    }
+    change(&shared, move |s| {
+        let (current, plan_regions) = {
+            let c = s.lock();
+            (c.state.clone(), c.plan_regions)
+        };
+        let next = match current.delete(k, &name) {
+            Ok(n) => n,
+            Err(e) => return manifest_err(e),
+        };
+        let p = match plan::plan(&next, plan_regions) {
+            Ok(p) => p,
+            Err(e) => return manifest_err(e),
+        };
+        let mut c = s.lock();
+        match commit(&mut c, next, p) {
+            Ok(()) => Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response(),
+            Err(r) => r,
+        }
+    })
+    .await
 }
 
-async fn status(AxState(ctl): AxState<Shared>) -> Response {
-    let c = match lock(&ctl) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    let snap = c.dp.snapshot.lock().map(|s| s.clone()).unwrap_or_default();
+async fn status(AxState(shared): AxState<SharedRef>) -> Response {
+    let c = shared.lock();
+    let snap = c.dp.snapshot();
     let tenants: Vec<_> = c
         .plan
         .tenants

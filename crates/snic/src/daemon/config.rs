@@ -13,6 +13,9 @@ pub struct NodeFile {
     pub data: SocketAddr,
     /// HTTP/JSON API and /metrics. Keep it on a management network.
     pub api: SocketAddr,
+    /// Time an API client has to send a request's whole body, ms (a body that stops arriving
+    /// gets 408 and its connection is closed).
+    pub api_body_timeout_ms: u64,
     /// Where the applied objects are stored.
     pub state_dir: PathBuf,
     /// Regions (chain instances) the node may run.
@@ -176,6 +179,7 @@ impl Default for NodeFile {
         NodeFile {
             data: "0.0.0.0:4789".parse().expect("literal"),
             api: "127.0.0.1:7878".parse().expect("literal"),
+            api_body_timeout_ms: 10_000,
             state_dir: PathBuf::from("snic-state"),
             regions: 8,
             workers: dp.workers,
@@ -193,7 +197,8 @@ impl NodeFile {
     /// Reads a YAML file.
     pub fn load(p: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        let f: Self = yaml_serde::from_str(&text).with_context(|| format!("{}: invalid node configuration", p.display()))?;
+        let f: Self = serde_saphyr::from_str_with_options(&text, snic_control::manifest::yaml_options())
+            .with_context(|| format!("{}: invalid node configuration", p.display()))?;
         let invalid = || format!("{}: invalid node configuration", p.display());
         f.fairness.to_config().with_context(invalid)?;
         f.elastic.to_config(f.regions).with_context(invalid)?;

@@ -1,7 +1,7 @@
 //! `/metrics`: Prometheus text from the data plane's last snapshot (published every 250 ms), so a
 //! scrape never touches the packet path.
 
-use super::api::Control;
+use super::api::Shared;
 use axum::extract::State as AxState;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -11,7 +11,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 type Labels = Vec<(String, String)>;
 
@@ -32,9 +32,9 @@ fn l(pairs: &[(&str, &str)]) -> Labels {
 }
 
 /// The handler.
-pub async fn metrics(AxState(ctl): AxState<Arc<Mutex<Control>>>) -> Response {
-    let Ok(c) = ctl.lock() else { return StatusCode::INTERNAL_SERVER_ERROR.into_response() };
-    let snap = c.dp.snapshot.lock().map(|s| s.clone()).unwrap_or_default();
+pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
+    let c = shared.lock();
+    let snap = c.dp.snapshot();
     let mut reg = Registry::default();
     let rx_p = family::<Counter>(&mut reg, "snic_tenant_rx_packets", "Packets received per tenant");
     let rx_b = family::<Counter>(&mut reg, "snic_tenant_rx_bytes", "VXLAN bytes received per tenant");

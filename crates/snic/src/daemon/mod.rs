@@ -13,7 +13,7 @@ use anyhow::Context;
 use clap::Args;
 use snic_control::plan;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Options of `snic run`.
 #[derive(Args)]
@@ -52,14 +52,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let plan = plan::plan(&state, cfg.elastic.plan_regions(cfg.regions)).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let ctl = Arc::new(Mutex::new(api::Control {
-        state,
-        plan,
-        db,
-        regions: cfg.regions,
-        plan_regions: cfg.elastic.plan_regions(cfg.regions),
-        dp,
-    }));
+    let ctl = api::Shared::new(
+        api::Control { state, plan, db, regions: cfg.regions, plan_regions: cfg.elastic.plan_regions(cfg.regions), dp },
+        std::time::Duration::from_millis(cfg.api_body_timeout_ms),
+    );
     let served = ctl.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(cfg.api).await.with_context(|| format!("binding the API on {}", cfg.api))?;
@@ -71,10 +67,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         eprintln!("snic: shutting down");
         anyhow::Ok(())
     })?;
-    let ctl = Arc::try_unwrap(ctl)
-        .map_err(|_| anyhow::anyhow!("API still running"))?
-        .into_inner()
-        .map_err(|_| anyhow::anyhow!("control state poisoned"))?;
+    let ctl = Arc::try_unwrap(ctl).map_err(|_| anyhow::anyhow!("API still running"))?.into_inner();
     ctl.dp.stop();
     Ok(())
 }

@@ -11,7 +11,6 @@ use anyhow::Context;
 use serde::Serialize;
 use snic_control::plan::Plan;
 use snic_core::ids::ChainId;
-use snic_core::mat::Mat;
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
@@ -274,6 +273,11 @@ impl DataPlane {
         done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
     }
 
+    /// The last published snapshot.
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
     /// Stops the thread.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -299,7 +303,7 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
         if work == 0 {
             n.backend_mut().wait(Duration::from_millis(1));
         }
-        if work == 0 || polls % 1024 == 0 {
+        if work == 0 || polls.is_multiple_of(1024) {
             while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
                 let r = apply(&cfg, &mut node, &plan, &p, &mut rebuilds);
                 if r.is_ok() {
@@ -335,11 +339,7 @@ fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &
             node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
         }
         crate::deploy::compact_forms(node, new)?;
-        let mut mat = Mat::new();
-        for r in &new.rules {
-            mat.insert(*r);
-        }
-        node.mat_handle().store(Arc::new(mat));
+        node.mat_handle().store(Arc::new(new.mat()));
         return Ok(());
     }
     // Rebuild on the same socket: drain, hand the socket to a node deployed with the new plan;
