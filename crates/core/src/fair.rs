@@ -374,19 +374,31 @@ impl TokenBucket {
         TokenBucket { per_ns: 0.0, depth: 0.0, tokens: 0.0, last: Instant::ZERO, limited: false }
     }
 
-    /// Sets the rate (per second) and depth; `None` lifts the limit. A bucket that becomes
-    /// limited starts full; one that stays limited keeps its tokens (up to the new depth).
+    /// Sets the rate (per second) and depth; `None` lifts the limit. A bucket that stays
+    /// limited keeps its tokens (up to the new depth). One that becomes limited again has the
+    /// tokens it had when the limit was lifted plus what the new rate earns since, up to the
+    /// depth (full the first time): a limit that is lifted and set again epoch after epoch hands
+    /// out its rate, not a full burst each time (which at 100 µs epochs admitted a tenant limited
+    /// to 5 kpps at 55 kpps).
     pub fn set(&mut self, now: Instant, per_second: Option<f64>, depth: f64) {
         match per_second {
-            None => *self = Self::unlimited(),
+            None => {
+                if self.limited {
+                    // Remember when the limit was lifted (`last`), for the next one.
+                    *self = TokenBucket { limited: false, last: now, ..*self };
+                }
+            }
             Some(r) => {
+                let per_ns = r.max(0.0) / 1e9;
                 if self.limited {
                     self.refill(now);
                     self.tokens = self.tokens.min(depth);
                 } else {
-                    self.tokens = depth;
+                    let since = now.0.saturating_sub(self.last.0);
+                    let earned = if self.last == Instant::ZERO { depth } else { self.tokens + since as f64 * per_ns };
+                    self.tokens = earned.min(depth);
                 }
-                self.per_ns = r.max(0.0) / 1e9;
+                self.per_ns = per_ns;
                 self.depth = depth;
                 self.last = now;
                 self.limited = true;

@@ -37,6 +37,9 @@ const DISPATCHER: usize = 3;
 /// regions on the dispatcher's thread is dispatcher time).
 const WORKERS: usize = 4;
 const NO_ROW: u16 = u16::MAX;
+/// How much more than it was admitted a tenant held back in its own receive queue is taken to
+/// want (see `Meter::end_epoch`).
+const HELD_MARGIN: f64 = 0.25;
 /// Packets timed before an NT's cost is first estimated.
 const MIN_TIMED: u64 = 256;
 
@@ -178,6 +181,8 @@ pub struct Meter {
     chain_names: Vec<Vec<String>>,
     /// Per chain: packets arrived for it this epoch.
     chain_arrived: Vec<bool>,
+    /// Per tenant: its own receive queue was left unread this epoch because its limit ran out.
+    held: Vec<bool>,
 }
 
 impl Meter {
@@ -208,6 +213,7 @@ impl Meter {
             chain_load: Vec::new(),
             chain_arrived: Vec::new(),
             chain_names: Vec::new(),
+            held: vec![false; MAX_TENANTS],
         };
         m.publish_resources();
         m
@@ -358,6 +364,14 @@ impl Meter {
         self.buckets.get_mut(t.index()).and_then(|b| b.available(now))
     }
 
+    /// `t`'s own receive queue was read only up to its limit: packets were left waiting.
+    #[inline]
+    pub fn held_back(&mut self, t: TenantId) {
+        if let Some(h) = self.held.get_mut(t.index()) {
+            *h = true;
+        }
+    }
+
     /// True if any tenant is limited (otherwise [`Meter::admit`] need not be asked).
     #[inline]
     pub fn any_limited(&self) -> bool {
@@ -472,7 +486,14 @@ impl Meter {
             }
             let admitted = rx + refused.saturating_sub(seen.store_refused);
             let received = admitted + over.saturating_sub(seen.over_limit);
-            let offered = received + queue_lost.get(t).copied().unwrap_or(0);
+            let mut offered = received + queue_lost.get(t).copied().unwrap_or(0);
+            // A tenant read from a queue of its own only up to its limit leaves its excess
+            // waiting there, unseen until the queue overflows: while it is held back, it wants
+            // at least HELD_MARGIN more than it was admitted (so its limit is not lifted the
+            // moment its backlog hides its demand, and it may grow that fast when others leave).
+            if std::mem::take(&mut self.held[t]) {
+                offered = offered.max(admitted + (admitted as f64 * HELD_MARGIN).ceil() as u64);
+            }
             self.epoch[t] = if seen.primed {
                 Epoch {
                     egress_bytes: st.tx_bytes.saturating_sub(seen.tx_bytes),

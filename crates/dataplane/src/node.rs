@@ -593,14 +593,24 @@ impl<B: Backend> Node<B> {
                 continue;
             }
             let mut want = self.rx_idx.len() - n;
+            let mut capped = None;
             if let Some(t) = self.rx_queues.tenant[queue] {
                 if let Some(b) = self.meter.budget(t, now) {
-                    want = want.min(b as usize);
+                    if (b as usize) < want {
+                        (want, capped) = (b as usize, Some(t));
+                    }
                 }
             }
-            if want > 0 {
-                n += self.backend.recv_queue(queue, &self.slots, &self.rx_idx[n..n + want], &mut self.rx_meta[n..n + want]);
+            let got = if want > 0 {
+                self.backend.recv_queue(queue, &self.slots, &self.rx_idx[n..n + want], &mut self.rx_meta[n..n + want])
+            } else {
+                0
+            };
+            if let Some(t) = capped.filter(|_| got == want) {
+                // Its limit, not its queue, stopped the read: it wants more than it is admitted.
+                self.meter.held_back(t);
             }
+            n += got;
             if n == self.rx_idx.len() {
                 break;
             }

@@ -10,6 +10,10 @@
 //! | `expensive` | 64 B at 1 Mpps, NT of 200 ns    | 64 B at 100 kpps, NT of 20 µs (100×)         |
 //! | `flood64`   | 1400 B at 0.5 Mpps, NT of 300 ns | 64 B at 20 Mpps through `dummy`             |
 //! | `engine`    | 256 B at 0.5 Mpps               | 1400 B at 5 Mpps, through the same AES-GCM engine |
+//! | `weighted`  | weight 1: 64 B at 30 kpps       | weight 3: 64 B at 30 kpps, through the same NT of 40 µs (25 kpps) |
+//!
+//! `weighted` is the low-rate case: a few packets per tenant an epoch, both over the shared NT's
+//! capacity; DRF splits it 1:3 (`throughput_ratio` 1/3).
 //!
 //! Modes: `alone` (the victim only), `off` (both; fair sharing measures but does not enforce,
 //! no engine buckets), `buckets` (engine buckets only), `on` (ingress limits and engine
@@ -52,11 +56,13 @@ pub enum Scenario {
     Flood64,
     /// Large requests to a shared AES-GCM engine.
     Engine,
+    /// Weights 1 and 3 on one shared expensive NT at a few kpps.
+    Weighted,
 }
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 4] = [Scenario::Hol, Scenario::Expensive, Scenario::Flood64, Scenario::Engine];
+    pub const ALL: [Scenario; 5] = [Scenario::Hol, Scenario::Expensive, Scenario::Flood64, Scenario::Engine, Scenario::Weighted];
 
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -65,6 +71,7 @@ impl Scenario {
             Scenario::Expensive => "expensive",
             Scenario::Flood64 => "flood64",
             Scenario::Engine => "engine",
+            Scenario::Weighted => "weighted",
         }
     }
 
@@ -81,6 +88,8 @@ impl Scenario {
     pub fn settle(self) -> Duration {
         match self {
             Scenario::Expensive => Duration::from_millis(200),
+            // At 60 kpps the demand estimates need tens of milliseconds of packets.
+            Scenario::Weighted => Duration::from_millis(500),
             _ => Duration::from_millis(50),
         }
     }
@@ -263,6 +272,8 @@ struct Setup {
     /// Payload bytes and packets per second.
     victim: (usize, f64),
     antagonist: (usize, f64),
+    /// Fair-sharing weights of the victim and the antagonist.
+    weights: (f64, f64),
 }
 
 fn synthetic(ns: u64) -> NtSpec {
@@ -279,6 +290,7 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
             antagonist_chain: Some(vec![synthetic(800)]),
             victim: (64, 4_000_000.0),
             antagonist: (64, 4_000_000.0),
+            weights: (1.0, 1.0),
         },
         // 200 ns vs 20 us per packet; the antagonist offers two cores' worth.
         Scenario::Expensive => Setup {
@@ -286,6 +298,7 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
             antagonist_chain: Some(vec![synthetic(20_000)]),
             victim: (64, 1_000_000.0),
             antagonist: (64, 100_000.0),
+            weights: (1.0, 1.0),
         },
         // 1400-byte frames at 0.5 Mpps through a 300 ns NT, against 64-byte frames at 20 Mpps
         // (more than a node takes through its whole path).
@@ -294,6 +307,7 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
             antagonist_chain: Some(vec![NtSpec::Dummy]),
             victim: (1400 - 42, 500_000.0),
             antagonist: (64 - 42, 20_000_000.0),
+            weights: (1.0, 1.0),
         },
         // One shared AES-GCM engine: 256-byte requests at 0.5 Mpps against 1400-byte ones at
         // 5 Mpps. On a virtual clock the engine is a synthetic one with the machine's costs.
@@ -315,8 +329,18 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
                 antagonist_chain: None,
                 victim: (256 - 42, 500_000.0),
                 antagonist: (1400 - 42, 5_000_000.0),
+                weights: (1.0, 1.0),
             }
         }
+        // Two tenants of weights 1 and 3 on one expensive NT, both over its capacity, at rates
+        // where each has a few packets an epoch.
+        Scenario::Weighted => Setup {
+            victim_chain: vec![synthetic(40_000)],
+            antagonist_chain: None,
+            victim: (64, 30_000.0),
+            antagonist: (64, 30_000.0),
+            weights: (1.0, 3.0),
+        },
     }
 }
 
@@ -412,12 +436,12 @@ pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
     };
     let mut mat = Mat::new();
     let n2 = setup.antagonist_chain.as_ref().map_or(setup.victim_chain.len(), Vec::len);
-    for (t, chain, n) in [(1u16, c1, setup.victim_chain.len()), (2, c2, n2)] {
+    for (t, chain, n, w) in [(1u16, c1, setup.victim_chain.len(), setup.weights.0), (2, c2, n2, setup.weights.1)] {
         node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain, mask: NtMask::all(n) }]));
         mat.insert(dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
         let out = Peer { addr: "192.0.2.9:4789".parse().expect("an address"), mac: MacAddr::default() };
         node.fdb_mut().set_default(100 * t as u32, Some(out));
-        node.set_tenant(TenantId(t), 1.0);
+        node.set_tenant(TenantId(t), w);
     }
     node.mat_handle().store(Arc::new(mat));
     clock.drive(&mut node, p.warmup);
