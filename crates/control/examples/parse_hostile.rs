@@ -43,7 +43,9 @@ fn main() {
     }
     time("alias bomb (10^7 nodes)", &bomb, runs);
     // A valid manifest near the body limit: one firewall NT with 5,000 rules.
-    let mut fw = String::from("apiVersion: snic/v1\nkind: NT\nmetadata: {name: fw}\nspec:\n  tenant: t\n  config:\n    kind: firewall\n    rules:\n");
+    let mut fw = String::from(
+        "apiVersion: snic/v1\nkind: NT\nmetadata: {name: fw}\nspec:\n  tenant: t\n  config:\n    kind: firewall\n    rules:\n",
+    );
     for i in 0..5000 {
         fw += &format!("      - {{src: '10.{}.{}.0/24', dst_ports: {{lo: 80, hi: 90}}, action: deny}}\n", i / 256, i % 256);
     }
