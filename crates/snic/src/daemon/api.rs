@@ -142,6 +142,30 @@ fn internal(e: anyhow::Error) -> Response {
     err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", "", "", &format!("{e:#}"))
 }
 
+/// Computes the next state from the current one with `next`, plans it and commits both;
+/// `done` answers from the committed control state. Validation and planning run on a copy,
+/// outside the state lock: readers are served meanwhile, and the writer lock [`change`] holds
+/// keeps the copy current.
+fn update(s: &Shared, next: impl FnOnce(&State) -> Result<State, manifest::Error>, done: impl FnOnce(&Control) -> Response) -> Response {
+    let (current, plan_regions) = {
+        let c = s.lock();
+        (c.state.clone(), c.plan_regions)
+    };
+    let next = match next(&current) {
+        Ok(n) => n,
+        Err(e) => return manifest_err(e),
+    };
+    let p = match plan::plan(&next, plan_regions) {
+        Ok(p) => p,
+        Err(e) => return manifest_err(e),
+    };
+    let mut c = s.lock();
+    match commit(&mut c, next, p) {
+        Ok(()) => done(&c),
+        Err(r) => r,
+    }
+}
+
 /// Runs a change (apply, delete) off the async runtime, one at a time, and turns a panic into a
 /// 500 for this request alone.
 async fn change(shared: &SharedRef, f: impl FnOnce(&Shared) -> Response + Send + 'static) -> Response {
@@ -225,25 +249,11 @@ async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderM
             Err(e) => return manifest_err(e),
         };
         let applied: Vec<_> = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
-        // Validate and plan on a copy, outside the state lock: readers are served meanwhile, and
-        // the writer lock keeps the copy current.
-        let (current, plan_regions) = {
-            let c = s.lock();
-            (c.state.clone(), c.plan_regions)
-        };
-        let next = match current.apply(objs) {
-            Ok(n) => n,
-            Err(e) => return manifest_err(e),
-        };
-        let p = match plan::plan(&next, plan_regions) {
-            Ok(p) => p,
-            Err(e) => return manifest_err(e),
-        };
-        let mut c = s.lock();
-        match commit(&mut c, next, p) {
-            Ok(()) => Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
-            Err(r) => r,
-        }
+        update(
+            s,
+            |current| current.apply(objs),
+            |c| Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
+        )
     })
     .await
 }
@@ -279,23 +289,7 @@ async fn delete(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(S
         Err(r) => return r,
     };
     change(&shared, move |s| {
-        let (current, plan_regions) = {
-            let c = s.lock();
-            (c.state.clone(), c.plan_regions)
-        };
-        let next = match current.delete(k, &name) {
-            Ok(n) => n,
-            Err(e) => return manifest_err(e),
-        };
-        let p = match plan::plan(&next, plan_regions) {
-            Ok(p) => p,
-            Err(e) => return manifest_err(e),
-        };
-        let mut c = s.lock();
-        match commit(&mut c, next, p) {
-            Ok(()) => Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response(),
-            Err(r) => r,
-        }
+        update(s, |current| current.delete(k, &name), |_| Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response())
     })
     .await
 }
