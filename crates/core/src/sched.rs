@@ -5,8 +5,10 @@
 //! the *whole chain* for one packet — the paper's "reserve credits for an entire NT chain", which
 //! lets a packet cross every NT of the chain without coming back here. A packet whose instance
 //! has no free credit waits in its tenant's queue for that instance; tenants waiting on the same
-//! instance are served round-robin, so one tenant's backlog never blocks another's packets
-//! bound elsewhere. Several instances of one chain share its load by flow hash, so a flow stays on
+//! instance are served by weighted round robin (a tenant of weight w takes w items a turn), so
+//! one tenant's backlog never blocks another's packets bound elsewhere, and a shared instance
+//! that is the bottleneck splits its work by the tenants' weights even when no ingress limit
+//! holds them to their shares. Several instances of one chain share its load by flow hash, so a flow stays on
 //! one instance and keeps its order. A DAG that spans several chains comes back here between
 //! chains (the caller re-enters the packet with the next position).
 //!
@@ -143,6 +145,8 @@ struct TenantQueue<T> {
     q: VecDeque<T>,
     /// Items at the head that were queued before the chain's instances changed.
     pre: usize,
+    /// Items it may still take in its current turn of the round robin (its weight at most).
+    turn: u32,
 }
 
 /// The credit scheduler. See the module docs.
@@ -158,6 +162,8 @@ pub struct Scheduler<T> {
     /// Instances with credit and waiting items, in the order they became ready.
     ready: VecDeque<InstanceId>,
     in_ready: Vec<bool>,
+    /// Per tenant id: items it takes a turn at a shared instance (its weight; 1 if unset).
+    weights: Vec<u32>,
 }
 
 impl<T: Copy> Scheduler<T> {
@@ -171,7 +177,21 @@ impl<T: Copy> Scheduler<T> {
             dags: Vec::new(),
             ready: VecDeque::new(),
             in_ready: Vec::new(),
+            weights: Vec::new(),
         }
+    }
+
+    /// Sets `tenant`'s weight at shared instances: it takes `weight` items (at least 1) a turn
+    /// of their round robin. From the tenant's next turn.
+    pub fn set_weight(&mut self, tenant: TenantId, weight: u32) {
+        if self.weights.len() <= tenant.index() {
+            self.weights.resize(tenant.index() + 1, 1);
+        }
+        self.weights[tenant.index()] = weight.max(1);
+    }
+
+    fn weight(&self, tenant: TenantId) -> u32 {
+        self.weights.get(tenant.index()).copied().unwrap_or(1)
     }
 
     /// Declares a chain of `nts` NTs.
@@ -358,6 +378,7 @@ impl<T: Copy> Scheduler<T> {
     /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).
     #[inline(always)]
     fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
+        let w = self.weight(tenant);
         let inst = &mut self.instances[id.index()];
         // The last tenant served usually arrives again: check it before searching.
         let qi = match inst.queues.get(inst.last_q) {
@@ -365,7 +386,7 @@ impl<T: Copy> Scheduler<T> {
             _ => match inst.queues.iter().position(|q| q.tenant == tenant) {
                 Some(q) => q,
                 None => {
-                    inst.queues.push(TenantQueue { tenant, q: VecDeque::new(), pre: 0 });
+                    inst.queues.push(TenantQueue { tenant, q: VecDeque::new(), pre: 0, turn: w });
                     inst.queues.len() - 1
                 }
             },
@@ -424,8 +445,9 @@ impl<T: Copy> Scheduler<T> {
             if budget == 0 || !inst.dispatches() {
                 continue;
             }
-            // Round-robin over tenants, one item at a time, starting where we left off. (No `%`:
-            // an integer division per item was measurable.) With one tenant, one bulk move.
+            // Weighted round robin over tenants: each takes up to its weight in items a turn,
+            // starting where the last dispatch left off (mid-turn included). (No `%`: an
+            // integer division per item was measurable.) With one tenant, one bulk move.
             let n = inst.queues.len();
             let mut pre_taken = 0;
             if n == 1 {
@@ -434,20 +456,27 @@ impl<T: Copy> Scheduler<T> {
                 pre_taken = tq.pre.min(budget);
                 tq.pre -= pre_taken;
             } else {
+                let weights = &self.weights;
                 let mut idle = 0;
                 while out.len() < budget && idle < n {
                     let tq = &mut inst.queues[inst.rr];
-                    match tq.q.pop_front() {
-                        Some(it) => {
-                            out.push(it);
-                            if tq.pre > 0 {
-                                tq.pre -= 1;
-                                pre_taken += 1;
-                            }
-                            idle = 0;
+                    if let Some(it) = tq.q.pop_front() {
+                        out.push(it);
+                        if tq.pre > 0 {
+                            tq.pre -= 1;
+                            pre_taken += 1;
                         }
-                        None => idle += 1,
+                        idle = 0;
+                        tq.turn = tq.turn.saturating_sub(1);
+                        if tq.turn > 0 {
+                            continue;
+                        }
+                    } else {
+                        idle += 1;
                     }
+                    // Its turn is over (or it has nothing): the next one's, and its next turn
+                    // is a whole one.
+                    tq.turn = weights.get(tq.tenant.index()).copied().unwrap_or(1);
                     inst.rr += 1;
                     if inst.rr == n {
                         inst.rr = 0;

@@ -434,6 +434,7 @@ impl<B: Backend> Node<B> {
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
         self.meter.set_tenant(t, weight);
         self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
+        self.sched.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
     }
 

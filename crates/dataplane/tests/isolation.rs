@@ -159,7 +159,10 @@ fn weights_hold_on_a_shared_nt_at_a_few_packets_an_epoch() {
     let off = outcome(Scenario::Weighted, Mode::Off, p);
     let r = off.antagonist_delivered_pps / off.victim_delivered_pps;
     assert!((r - 1.0).abs() < 0.1, "off: without enforcement the split is FIFO's 1:1, or the scenario tests nothing: {off:?}");
+    // With a receive queue per tenant, a tenant's excess is lost in its queue, not dropped at
+    // the limiter: the split must still be DRF's.
     let q = outcome(Scenario::Weighted, Mode::Queues, p);
-    assert!(q.antagonist_delivered_pps <= 15_000.0 * 1.05, "queues: the heavier tenant is held to its share: {q:?}");
-    assert!(q.victim_delivered_pps > 0.6 * 5_000.0, "queues: {q:?}");
+    let r = q.antagonist_delivered_pps / q.victim_delivered_pps;
+    assert!((r - 3.0).abs() / 3.0 < 0.10, "queues: delivered 1:{r:.2}, DRF's is 1:3: {q:?}");
+    assert!(q.victim_delivered_pps + q.antagonist_delivered_pps > 19_000.0, "queues: the NT is kept busy: {q:?}");
 }

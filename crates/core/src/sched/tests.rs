@@ -71,6 +71,40 @@ fn tenants_served_round_robin() {
     let _ = ids;
 }
 
+/// A shared instance that is the bottleneck serves backlogged tenants in proportion to their
+/// weights, whatever the batch size (a turn may span dispatches).
+#[test]
+fn a_shared_instance_serves_backlogged_tenants_by_weight() {
+    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 1000, ..SchedConfig::default() });
+    let c = s.add_chain(1);
+    let id = s.add_instance(c, 5).unwrap();
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b1) }]));
+    s.set_weight(TenantId(1), 1);
+    s.set_weight(TenantId(2), 3);
+    for i in 0..1000 {
+        for t in [1, 2] {
+            s.handle_packet(Instant::ZERO, TenantId(t), DagUid(1), 0, 0, (t, 0, i)).unwrap();
+        }
+    }
+    let (mut out, mut served) = (Vec::new(), [0usize; 3]);
+    for _ in 0..80 {
+        assert_eq!(s.poll_dispatch(&mut out, 32), Some(id));
+        out.iter().for_each(|it| served[it.0 as usize] += 1);
+        s.handle_completion(id, out.len() as u32);
+    }
+    assert_eq!(served[1] + served[2], 400);
+    assert_eq!((served[1], served[2]), (100, 300), "weights 1:3");
+    // Weight 1 for both: one each a turn.
+    s.set_weight(TenantId(2), 1);
+    let mut n = [0usize; 3];
+    for _ in 0..40 {
+        s.poll_dispatch(&mut out, 32);
+        out.iter().for_each(|it| n[it.0 as usize] += 1);
+        s.handle_completion(id, out.len() as u32);
+    }
+    assert!(n[1].abs_diff(n[2]) <= 3, "{n:?}");
+}
+
 #[test]
 fn no_instance_rejected() {
     let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
