@@ -175,6 +175,16 @@ pub struct Fairness {
     capacities: Vec<f64>,
     binding: Vec<bool>,
     users: Vec<Use>,
+    /// Share index by tenant index (`u32::MAX`: not registered).
+    index_of: Vec<u32>,
+    /// Shares with something to account for (demand, a window, a limit): visited every epoch.
+    live: Vec<usize>,
+    /// The shares this epoch visits (`live` and the tenants the driver saw), and a mark per
+    /// share; `activated`: the driver named its active tenants this epoch (otherwise every
+    /// share is visited).
+    visit: Vec<usize>,
+    in_visit: Vec<bool>,
+    activated: bool,
 }
 
 /// How the tenants use one resource, after DRF.
@@ -216,7 +226,57 @@ impl Fairness {
             capacities: Vec::new(),
             binding: Vec::new(),
             users: Vec::new(),
+            index_of: Vec::new(),
+            live: Vec::new(),
+            visit: Vec::new(),
+            in_visit: Vec::new(),
+            activated: false,
         }
+    }
+
+    /// Names the tenants that were active this epoch (their counters moved; before
+    /// [`Fairness::end_epoch`]), and returns every tenant the epoch will visit: those and the
+    /// ones that still have demand, a partial window or a limit. Idle tenants are not visited,
+    /// so an epoch costs what the active tenants cost, not the configured ones. A driver that
+    /// never calls this has every tenant visited.
+    pub fn activate(&mut self, touched: impl IntoIterator<Item = TenantId>) -> impl Iterator<Item = TenantId> + '_ {
+        if !self.activated {
+            self.activated = true;
+            self.in_visit.resize(self.shares.len(), false);
+            for &i in &self.live {
+                if !self.in_visit[i] {
+                    self.in_visit[i] = true;
+                    self.visit.push(i);
+                }
+            }
+        }
+        for t in touched {
+            if let Some(&i) = self.index_of.get(t.index()).filter(|&&i| i != u32::MAX) {
+                let i = i as usize;
+                if !self.in_visit[i] {
+                    self.in_visit[i] = true;
+                    self.visit.push(i);
+                }
+            }
+        }
+        self.visit.iter().map(|&i| self.shares[i].tenant)
+    }
+
+    /// Rebuilds the tenant → share index (after shares were added or removed).
+    fn reindex(&mut self) {
+        self.index_of.iter_mut().for_each(|i| *i = u32::MAX);
+        for (i, s) in self.shares.iter().enumerate() {
+            if self.index_of.len() <= s.tenant.index() {
+                self.index_of.resize(s.tenant.index() + 1, u32::MAX);
+            }
+            self.index_of[s.tenant.index()] = i as u32;
+        }
+        // Every share is visited once more: the live set is rebuilt by the next epoch.
+        self.live = (0..self.shares.len()).collect();
+        self.visit.clear();
+        self.in_visit.clear();
+        self.in_visit.resize(self.shares.len(), false);
+        self.activated = false;
     }
 
     /// The parameters.
@@ -245,8 +305,8 @@ impl Fairness {
 
     /// Adds a tenant, or changes its weight.
     pub fn set_tenant(&mut self, tenant: TenantId, weight: f64) {
-        match self.shares.iter_mut().find(|s| s.tenant == tenant) {
-            Some(s) => s.weight = weight,
+        match self.index_of.get(tenant.index()).filter(|&&i| i != u32::MAX) {
+            Some(&i) => self.shares[i as usize].weight = weight,
             None => self.shares.push(TenantShare {
                 tenant,
                 weight,
@@ -261,11 +321,13 @@ impl Fairness {
                 window: Window::default(),
             }),
         }
+        self.reindex();
     }
 
     /// Forgets a tenant.
     pub fn remove_tenant(&mut self, tenant: TenantId) {
         self.shares.retain(|s| s.tenant != tenant);
+        self.reindex();
     }
 
     /// The tenants and the last epoch's results.
@@ -292,11 +354,24 @@ impl Fairness {
         self.next_epoch = now + self.cfg.epoch;
         self.epochs += 1;
         if secs <= 0.0 {
+            // Nothing observed: everyone live stays live.
+            self.live.extend(self.visit.iter().copied());
+            self.live.sort_unstable();
+            self.live.dedup();
+            self.visit.iter().for_each(|&i| self.in_visit[i] = false);
+            self.visit.clear();
+            self.activated = false;
             return &self.shares;
         }
         let (r, a) = (self.resources.len(), self.cfg.smoothing.clamp(0.0, 1.0));
-        self.demands.resize_with(self.shares.len(), || TenantDemand { weight: 1.0, demand: Vec::new() });
-        for (s, d) in self.shares.iter_mut().zip(&mut self.demands) {
+        if !self.activated {
+            // The driver did not say who was active: visit everyone.
+            self.visit.clear();
+            self.visit.extend(0..self.shares.len());
+        }
+        self.demands.resize_with(self.visit.len(), || TenantDemand { weight: 1.0, demand: Vec::new() });
+        for (&i, d) in self.visit.iter().zip(&mut self.demands) {
+            let s = &mut self.shares[i];
             self.scratch.clear();
             self.scratch.resize(r, 0.0);
             self.scratch_fixed.clear();
@@ -345,13 +420,14 @@ impl Fairness {
         }
         self.capacities.clear();
         self.capacities.extend(self.resources.iter().map(|r| r.capacity));
-        self.drf.allocate(&self.capacities, &self.demands, &mut self.allocs);
+        self.drf.allocate(&self.capacities, &self.demands[..self.visit.len()], &mut self.allocs);
         // Which resources may limit admission (see `binds`).
         // Per resource: tenants using it, their fixed use, whether one of them is satisfied
         // (one pass over the tenants, resources innermost).
         self.users.clear();
         self.users.resize(r, Use::default());
-        for (s, al) in self.shares.iter().zip(&self.allocs) {
+        for (&i, al) in self.visit.iter().zip(&self.allocs) {
+            let s = &self.shares[i];
             let sat = al.fraction >= 1.0 - 1e-6;
             for (((u, &d), &f), &a) in self.users.iter_mut().zip(&s.demand).zip(&s.fixed).zip(&al.amounts) {
                 if d > 0.0 {
@@ -364,7 +440,8 @@ impl Fairness {
         }
         self.binding.clear();
         self.binding.extend(self.users.iter().zip(&self.capacities).map(|(u, &c)| binds(u, c)));
-        for (s, al) in self.shares.iter_mut().zip(&self.allocs) {
+        for (&i, al) in self.visit.iter().zip(&self.allocs) {
+            let s = &mut self.shares[i];
             s.allocation.clear();
             s.allocation.extend_from_slice(&al.amounts);
             s.dominant = al.dominant;
@@ -387,7 +464,29 @@ impl Fairness {
             };
             s.limit_pps = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);
         }
+        self.end_visit();
         &self.shares
+    }
+
+    /// The visited shares that are still not idle are the live ones.
+    fn end_visit(&mut self) {
+        self.live.clear();
+        for &i in &self.visit {
+            let s = &mut self.shares[i];
+            let idle = s.limit_pps.is_none() && s.window.epochs == 0 && s.demand.iter().all(|&d| d == 0.0);
+            if idle {
+                s.offered_pps = 0.0;
+            } else {
+                self.live.push(i);
+            }
+        }
+        for &i in &self.visit {
+            if let Some(m) = self.in_visit.get_mut(i) {
+                *m = false;
+            }
+        }
+        self.visit.clear();
+        self.activated = false;
     }
 
     /// The bucket depth for a limit of `pps`.

@@ -96,6 +96,8 @@ struct DagEntry {
     arrivals: [u64; INLINE_STEPS],
     more: Vec<u64>,
     counts: Vec<u64>,
+    /// In the scheduler's list of DAGs with arrivals.
+    listed: bool,
 }
 
 const INLINE_STEPS: usize = 4;
@@ -164,6 +166,9 @@ pub struct Scheduler<T> {
     in_ready: Vec<bool>,
     /// Per tenant id: items it takes a turn at a shared instance (its weight; 1 if unset).
     weights: Vec<u32>,
+    /// DAGs with arrivals since the last [`Scheduler::drain_arrivals`] (each once, marked by
+    /// their entry's `listed`): draining costs the DAGs that had traffic, not every one.
+    arrived: Vec<u32>,
 }
 
 impl<T: Copy> Scheduler<T> {
@@ -178,6 +183,7 @@ impl<T: Copy> Scheduler<T> {
             ready: VecDeque::new(),
             in_ready: Vec::new(),
             weights: Vec::new(),
+            arrived: Vec::new(),
         }
     }
 
@@ -248,7 +254,15 @@ impl<T: Copy> Scheduler<T> {
         }
         let n = route.steps().len();
         let more = vec![0; n.saturating_sub(INLINE_STEPS)];
-        self.dags[i] = Some(DagEntry { route, tenant: TenantId(0), arrivals: [0; INLINE_STEPS], more, counts: Vec::with_capacity(n) });
+        self.dags[i] =
+            Some(DagEntry { route, tenant: TenantId(0), arrivals: [0; INLINE_STEPS], more, counts: Vec::with_capacity(n), listed: false });
+        // (If the old entry was listed, its UID stays listed: the new entry's arrivals are
+        // drained from there.)
+        if self.arrived.contains(&uid.0) {
+            if let Some(e) = self.dags[i].as_mut() {
+                e.listed = true;
+            }
+        }
     }
 
     /// The route of a DAG, if deployed.
@@ -265,7 +279,9 @@ impl<T: Copy> Scheduler<T> {
     /// each step since the last call (whether a credit was free or not: intended load, paper
     /// §4.4), and resets the counts.
     pub fn drain_arrivals(&mut self, mut f: impl FnMut(TenantId, &DagRoute, &[u64])) {
-        for e in self.dags.iter_mut().flatten() {
+        for uid in self.arrived.drain(..) {
+            let Some(e) = self.dags.get_mut(uid as usize).and_then(Option::as_mut) else { continue };
+            e.listed = false;
             if e.arrivals.iter().chain(&e.more).any(|&n| n > 0) {
                 let n = e.route.steps().len();
                 e.counts.clear();
@@ -353,6 +369,10 @@ impl<T: Copy> Scheduler<T> {
         match e.arrivals.get_mut(pos as usize) {
             Some(n) => *n += 1,
             None => e.more[pos as usize - INLINE_STEPS] += 1,
+        }
+        if !e.listed {
+            e.listed = true;
+            self.arrived.push(dag.0);
         }
         e.tenant = tenant;
         let ch = &mut self.chains[step.chain.index()];

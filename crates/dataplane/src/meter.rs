@@ -183,6 +183,9 @@ pub struct Meter {
     chain_arrived: Vec<bool>,
     /// Per tenant: its own receive queue was left unread this epoch because its limit ran out.
     held: Vec<bool>,
+    /// The tenants the epoch visits, and those with arrivals at an NT (scratch).
+    visit: Vec<TenantId>,
+    extra: Vec<TenantId>,
 }
 
 impl Meter {
@@ -214,6 +217,8 @@ impl Meter {
             chain_arrived: Vec::new(),
             chain_names: Vec::new(),
             held: vec![false; MAX_TENANTS],
+            visit: Vec::with_capacity(MAX_TENANTS),
+            extra: Vec::new(),
         };
         m.publish_resources();
         m
@@ -415,15 +420,25 @@ impl Meter {
         self.update_costs();
         let r = self.fair.resources().len();
         let n = self.fair.shares().len();
-        self.rows.clear();
-        self.rows.resize(n * r, 0.0);
-        self.fixed.clear();
-        self.fixed.resize(n * r, 0.0);
+        // Rows are zero outside an epoch (only the visited tenants' are zeroed after it): an
+        // epoch costs the active tenants, not every configured one.
+        if self.rows.len() != n * r {
+            self.rows.clear();
+            self.rows.resize(n * r, 0.0);
+            self.fixed.clear();
+            self.fixed.resize(n * r, 0.0);
+        }
         let (rows, row_of, chains, work) = (&mut self.rows, &self.row_of, &self.chains, &mut self.nt_work);
-        let arrived = &mut self.chain_arrived;
+        let (arrived, extra) = (&mut self.chain_arrived, &mut self.extra);
         arrived.iter_mut().for_each(|a| *a = false);
+        extra.clear();
         sched.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
+            if row != NO_ROW {
+                // (A packet re-entering between chains may belong to a tenant that received
+                // nothing this epoch.)
+                extra.push(t);
+            }
             for (step, &k) in route.steps().iter().zip(counts) {
                 let Some(nts) = chains.get(step.chain.index()) else { continue };
                 arrived[step.chain.index()] |= k > 0;
@@ -447,6 +462,10 @@ impl Meter {
                 }
             }
         });
+        // The tenants this epoch visits: those whose counters moved or whose packets arrived at
+        // an NT, and those the policy still accounts for (demand, a limit).
+        self.visit.clear();
+        self.visit.extend(self.fair.activate(stats.touched().iter().chain(&self.extra).copied()));
         let secs = now.saturating_since(self.last_end).as_secs_f64();
         self.last_end = now;
         for ((load, work), &arrived) in self.chain_load.iter_mut().zip(&mut self.nt_work).zip(&self.chain_arrived) {
@@ -474,8 +493,8 @@ impl Meter {
         // This epoch's offered and admitted load per tenant, from the node's counters: admitted
         // packets were charged or refused by the store; offered ones add those over the limit.
         let mut offered_all = 0;
-        for s in self.fair.shares() {
-            let t = s.tenant.index();
+        for &tid in &self.visit {
+            let t = tid.index();
             let (st, seen) = (&stats.tenants[t], &mut self.seen[t]);
             let over = st.drops[Drop::RateLimit.index()];
             let refused = st.drops[Drop::TenantQuota.index()] + st.drops[Drop::StoreFull.index()];
@@ -517,8 +536,8 @@ impl Meter {
             offered_all += offered;
         }
         let inflate = if offered_all > 0 { (offered_all + lost_now) as f64 / offered_all as f64 } else { 1.0 };
-        for s in self.fair.shares() {
-            let t = s.tenant.index();
+        for &tid in &self.visit {
+            let t = tid.index();
             let span = self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r;
             // Every packet that arrives uses the link, and every packet the dispatcher reads it
             // must receive and classify, over its limit or not: the fixed part of the demand.
@@ -533,7 +552,7 @@ impl Meter {
             // resource behind the limiter.
             row[DISPATCHER] += self.epoch[t].admitted_packets as f64 * self.proc_ns / 1e9;
             row[EGRESS] = self.epoch[t].egress_bytes as f64;
-            row[STORE] = store.occupancy(s.tenant) as f64;
+            row[STORE] = store.occupancy(tid) as f64;
         }
         let (rows, fixed, row_of, epoch) = (&self.rows, &self.fixed, &self.row_of, &self.epoch);
         self.fair.end_epoch(now, |t, o| {
@@ -544,14 +563,19 @@ impl Meter {
             o.offered_packets = (e.offered_packets as f64 * inflate).round() as u64;
             o.admitted_packets = e.admitted_packets;
         });
-        if self.fair.config().enforce {
-            for s in self.fair.shares() {
+        let enforce = self.fair.config().enforce;
+        for &tid in &self.visit {
+            let i = self.row_of[tid.index()] as usize;
+            if enforce {
+                let s = &self.fair.shares()[i];
                 let depth = s.limit_pps.map_or(0.0, |l| self.fair.burst_for(l));
-                let b = &mut self.buckets[s.tenant.index()];
+                let b = &mut self.buckets[tid.index()];
                 self.limited -= b.is_limited() as usize;
                 b.set(now, s.limit_pps, depth);
                 self.limited += b.is_limited() as usize;
             }
+            self.rows[i * r..(i + 1) * r].iter_mut().for_each(|x| *x = 0.0);
+            self.fixed[i * r..(i + 1) * r].iter_mut().for_each(|x| *x = 0.0);
         }
         self.fair.shares()
     }

@@ -256,6 +256,11 @@ struct RxQueues {
     next: usize,
     /// Per queue: something to read (when the backend can tell).
     ready: Vec<bool>,
+    /// Per queue: it had something to read this epoch. Only such a queue can have lost
+    /// anything (a queue overflows only while it holds datagrams), so only its loss counter
+    /// (a syscall) is read at the epoch's end: with a queue per tenant, idle tenants' queues
+    /// cost nothing.
+    touched: Vec<bool>,
 }
 
 mod fork;
@@ -346,6 +351,7 @@ impl<B: Backend> Node<B> {
                 lost: vec![0; MAX_TENANTS],
                 next: 0,
                 ready: vec![false; queues],
+                touched: vec![true; queues],
             },
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
@@ -588,6 +594,13 @@ impl<B: Backend> Node<B> {
     fn recv_queues(&mut self, now: Instant) -> usize {
         let (q, mut n) = (self.rx_queues.tenant.len(), 0);
         let known = self.backend.ready_queues(&mut self.rx_queues.ready);
+        if known {
+            for (t, &r) in self.rx_queues.touched.iter_mut().zip(&self.rx_queues.ready) {
+                *t |= r;
+            }
+        } else {
+            self.rx_queues.touched.iter_mut().for_each(|t| *t = true);
+        }
         for k in 0..q {
             let queue = (self.rx_queues.next + k) % q;
             if known && !self.rx_queues.ready[queue] {
@@ -640,18 +653,29 @@ impl<B: Backend> Node<B> {
     /// cost for the scheduler's round robin by time.
     fn end_epoch(&mut self, now: Instant) {
         // Losses in a tenant's own receive queue are that tenant's; the rest are shared.
-        let mut own = 0;
-        for (q, seen) in self.rx_queues.lost_seen.iter_mut().enumerate() {
-            let Some(t) = self.rx_queues.tenant[q] else { continue };
-            let total = self.backend.rx_dropped_queue(q);
-            own += total;
-            let delta = total.saturating_sub(*seen);
-            self.rx_queues.lost[t.index()] += delta;
-            self.stats.tenants[t.index()].drops[Drop::RxQueue.index()] += delta;
-            *seen = total;
-        }
-        let lost = self.backend.rx_dropped().saturating_sub(own);
+        let lost = if self.rx_queues.tenant.len() == 1 {
+            self.backend.rx_dropped()
+        } else {
+            let mut shared = 0;
+            let rq = &mut self.rx_queues;
+            for (q, seen) in rq.lost_seen.iter_mut().enumerate() {
+                // An untouched queue lost nothing since its counter was last read.
+                let total = if std::mem::take(&mut rq.touched[q]) { self.backend.rx_dropped_queue(q) } else { *seen };
+                let delta = total.saturating_sub(*seen);
+                *seen = total;
+                match rq.tenant[q] {
+                    Some(t) if delta > 0 => {
+                        rq.lost[t.index()] += delta;
+                        self.stats.tenant_mut(t).drops[Drop::RxQueue.index()] += delta;
+                    }
+                    Some(_) => {}
+                    None => shared += total,
+                }
+            }
+            shared
+        };
         self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost, &self.rx_queues.lost);
+        self.stats.clear_touched();
         for t in self.rx_queues.tenant.iter().flatten() {
             self.rx_queues.lost[t.index()] = 0;
         }
@@ -696,12 +720,12 @@ impl<B: Backend> Node<B> {
     }
 
     fn drop_uncharged(&mut self, idx: u32, t: TenantId, why: Drop) {
-        self.stats.tenants[t.index()].drops[why.index()] += 1;
+        self.stats.tenant_mut(t).drops[why.index()] += 1;
         self.store.release(idx);
     }
 
     fn drop_charged(&mut self, idx: u32, t: TenantId, why: Drop) {
-        self.stats.tenants[t.index()].drops[why.index()] += 1;
+        self.stats.tenant_mut(t).drops[why.index()] += 1;
         self.store.free_charged(idx, t);
     }
 
@@ -776,7 +800,7 @@ impl<B: Backend> Node<B> {
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
             return self.drop_uncharged(idx, tenant, e);
         }
-        let ts = &mut self.stats.tenants[tenant.index()];
+        let ts = self.stats.tenant_mut(tenant);
         ts.rx_packets += 1;
         ts.rx_bytes += len as u64;
         let inner = &d.meta.inner;
@@ -1085,7 +1109,7 @@ impl<B: Backend> Node<B> {
                             *cd = *d;
                             self.emit(c, p);
                         }
-                        Err(e) => self.stats.tenants[t.index()].drops[e.index()] += 1,
+                        Err(e) => self.stats.tenant_mut(t).drops[e.index()] += 1,
                     }
                 }
                 let first = self.flood[0];
@@ -1167,7 +1191,7 @@ impl<B: Backend> Node<B> {
                 // SAFETY: the dispatcher owns queued transmit buffers.
                 let (_, d) = unsafe { self.slots.get(idx) };
                 let t = d.meta.tenant;
-                let ts = &mut self.stats.tenants[t.index()];
+                let ts = self.stats.tenant_mut(t);
                 ts.tx_packets += 1;
                 ts.tx_bytes += d.meta.len as u64;
                 // Latency from the sampled polls (one in SAMPLE_EVERY): percentiles need a

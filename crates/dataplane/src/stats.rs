@@ -63,6 +63,10 @@ pub struct Stats {
     /// The same per tenant, for the tenants registered with the node (`None` otherwise), from
     /// the same sample.
     pub tenant_latency: Vec<Option<Box<Histogram>>>,
+    /// Tenants whose counters moved since [`Stats::clear_touched`], each once (so that per-epoch
+    /// work can visit the active tenants only, not every configured one).
+    touched: Vec<snic_core::ids::TenantId>,
+    is_touched: Vec<bool>,
 }
 
 impl Default for Stats {
@@ -72,11 +76,37 @@ impl Default for Stats {
             unattributed: [0; Drop::COUNT],
             latency: Histogram::default(),
             tenant_latency: vec![None; MAX_TENANTS],
+            touched: Vec::with_capacity(MAX_TENANTS),
+            is_touched: vec![false; MAX_TENANTS],
         }
     }
 }
 
 impl Stats {
+    /// `t`'s counters, to change them (the only way the node writes them: it notes `t` as
+    /// touched).
+    #[inline(always)]
+    pub fn tenant_mut(&mut self, t: snic_core::ids::TenantId) -> &mut TenantStats {
+        let i = t.index();
+        if !self.is_touched[i] {
+            self.is_touched[i] = true;
+            self.touched.push(t);
+        }
+        &mut self.tenants[i]
+    }
+
+    /// The tenants whose counters moved since the last [`Stats::clear_touched`].
+    pub fn touched(&self) -> &[snic_core::ids::TenantId] {
+        &self.touched
+    }
+
+    /// Starts a new list of touched tenants.
+    pub fn clear_touched(&mut self) {
+        for t in self.touched.drain(..) {
+            self.is_touched[t.index()] = false;
+        }
+    }
+
     /// Sum over tenants.
     pub fn total(&self) -> TenantStats {
         let mut t = TenantStats::default();

@@ -165,6 +165,75 @@ fn demand_at_a_few_packets_an_epoch_is_a_ratio_of_sums() {
     assert_eq!(f.shares()[0].demand[2], 0.0);
 }
 
+/// With many tenants configured and few active, an epoch visits the active ones (and those
+/// the policy still accounts for), and allocates as if the idle ones did not exist.
+#[test]
+fn idle_tenants_are_not_visited_and_change_nothing() {
+    let (mut alone, uses) = fig7();
+    let (mut crowd, _) = fig7();
+    for t in 3..1024 {
+        crowd.set_tenant(TenantId(t), 1.0);
+    }
+    let (mut ta, mut tc) = (0, 0);
+    let mut visited = Vec::new();
+    for e in 0..200 {
+        run(&mut alone, &uses, &[8e6, 6e6], 1, &mut ta);
+        // The crowd: tenants 1 and 2 active; everyone else never sends.
+        let _ = crowd.activate([TenantId(1), TenantId(2)]);
+        tc += EPOCH_NS;
+        let limits: Vec<Option<f64>> = crowd.shares()[..2].iter().map(|s| s.limit_pps).collect();
+        let mut seen = 0;
+        crowd.end_epoch(Instant(tc), |t, o| {
+            seen += 1;
+            let i = t.0 as usize - 1;
+            if i >= 2 {
+                return;
+            }
+            let offered = [8e6, 6e6][i] * EPOCH_NS as f64 / 1e9;
+            let admitted = limits[i].map_or(offered, |l| offered.min(l * EPOCH_NS as f64 / 1e9));
+            (o.offered_packets, o.admitted_packets) = (offered.round() as u64, admitted.round() as u64);
+            o.fixed[0] = offered;
+            for (k, used) in uses[i].iter().enumerate() {
+                if *used {
+                    o.amounts[1 + k] = admitted;
+                }
+            }
+        });
+        if e > 0 {
+            visited.push(seen);
+        }
+    }
+    // The first epoch after registering visits everyone once; from then on, the two.
+    assert!(visited.iter().all(|&n| n == 2), "visited per epoch: {visited:?}");
+    for (a, c) in alone.shares().iter().zip(crowd.shares()) {
+        assert_eq!(a.limit_pps, c.limit_pps, "{a:?} {c:?}");
+        assert_eq!(a.demand, c.demand);
+    }
+    // A tenant that sends once is visited until its demand has decayed to nothing, then no more.
+    let _ = crowd.activate([TenantId(1), TenantId(2), TenantId(500)]);
+    tc += EPOCH_NS;
+    crowd.end_epoch(Instant(tc), |t, o| {
+        if t == TenantId(500) {
+            (o.offered_packets, o.admitted_packets) = (MIN_ADMITTED, MIN_ADMITTED);
+            o.amounts[2] = MIN_ADMITTED as f64;
+        }
+    });
+    assert!(crowd.shares()[499].demand[2] > 0.0);
+    let mut seen = Vec::new();
+    for e in 0..100 {
+        let _ = crowd.activate([]);
+        tc += EPOCH_NS;
+        crowd.end_epoch(Instant(tc), |t, _| {
+            if t == TenantId(500) {
+                seen.push(e);
+            }
+        });
+    }
+    assert_eq!(crowd.shares()[499].demand[2], 0.0);
+    // (No smoothing here: its demand is gone after the next epoch.)
+    assert_eq!(seen, vec![0], "visited while it had demand, then no more");
+}
+
 #[test]
 fn changing_resources_restarts_demand() {
     let (mut f, uses) = fig7();

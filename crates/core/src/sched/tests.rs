@@ -105,6 +105,34 @@ fn a_shared_instance_serves_backlogged_tenants_by_weight() {
     assert!(n[1].abs_diff(n[2]) <= 3, "{n:?}");
 }
 
+/// Draining visits the DAGs that had arrivals, each once, across routes replaced or removed.
+#[test]
+fn arrivals_are_drained_once_per_dag_that_had_them() {
+    let (mut s, _) = one_chain(&[64]);
+    let c = ChainId(0);
+    s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b1) }]));
+    let drain = |s: &mut Scheduler<(u16, u64, u32)>| {
+        let mut v = Vec::new();
+        s.drain_arrivals(|t, _, counts| v.push((t, counts.to_vec())));
+        v
+    };
+    for i in 0..3 {
+        s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, i)).unwrap();
+    }
+    assert_eq!(drain(&mut s), vec![(TenantId(1), vec![3])]);
+    assert_eq!(drain(&mut s), vec![], "nothing arrived since");
+    // Arrivals, then the route is replaced: counts start over, arrivals after it are reported.
+    s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, 9)).unwrap();
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b1) }]));
+    s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, 10)).unwrap();
+    s.handle_packet(Instant::ZERO, TenantId(2), DagUid(2), 0, 0, (2, 0, 0)).unwrap();
+    assert_eq!(drain(&mut s), vec![(TenantId(1), vec![1]), (TenantId(2), vec![1])]);
+    // Removed after arrivals: nothing to report.
+    s.handle_packet(Instant::ZERO, TenantId(2), DagUid(2), 0, 0, (2, 0, 1)).unwrap();
+    s.remove_dag(DagUid(2));
+    assert_eq!(drain(&mut s), vec![]);
+}
+
 #[test]
 fn no_instance_rejected() {
     let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());

@@ -44,7 +44,7 @@ impl<B: Backend> Node<B> {
             let c = match self.store.alloc_charged(t, off..off + len) {
                 Ok(c) => c,
                 Err(e) => {
-                    self.stats.tenants[t.index()].drops[e.index()] += 1;
+                    self.stats.tenant_mut(t).drops[e.index()] += 1;
                     self.branch_back(j, b, FAILED, true, now);
                     continue;
                 }

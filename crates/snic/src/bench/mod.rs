@@ -105,6 +105,10 @@ pub struct DataplaneArgs {
     /// for instruction counting under callgrind.
     #[arg(long)]
     packets: Option<u64>,
+    /// Idle tenants registered beside the active one (each with its VNI, rule and DAG on the
+    /// same chain, and no traffic), up to 1022: what configured tenants cost the data path.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1022))]
+    idle_tenants: u16,
 }
 
 /// Options of `snic bench crypto`.
@@ -246,6 +250,7 @@ fn drf(a: DrfArgs) -> anyhow::Result<()> {
 struct DataplaneResult {
     bench: &'static str,
     chain: String,
+    idle_tenants: u16,
     packet_size: usize,
     cores: usize,
     mpps: f64,
@@ -352,8 +357,8 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
             let r = dataplane_case(&a, chain, size)?;
             emit(a.json, &r, |r| {
                 format!(
-                    "{:>6} {:>5} B  {:>6.2} Mpps  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB",
-                    r.chain, r.packet_size, r.mpps, r.gbps, r.p50_ns, r.p99_ns, r.dropped, r.allocs_during_run, r.rss_mib
+                    "{:>6} {:>5} B {:>4} idle  {:>6.2} Mpps  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB",
+                    r.chain, r.packet_size, r.idle_tenants, r.mpps, r.gbps, r.p50_ns, r.p99_ns, r.dropped, r.allocs_during_run, r.rss_mib
                 )
             })?;
         }
@@ -376,6 +381,16 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     // everything on VNI 100 goes to the peer VTEP (the far sNIC of the VPC).
     let far = Peer { addr: "192.0.2.2:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 2]) };
     one_tenant(&mut node, DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]), far);
+    if a.idle_tenants > 0 {
+        let mut mat = (*node.mat_handle().load_full()).clone();
+        for i in 0..a.idle_tenants {
+            let (t, uid) = (TenantId(i + 2), snic_core::ids::DagUid(i as u32 + 2));
+            node.set_tenant(t, 1.0);
+            node.set_dag(uid, DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
+            mat.insert(snic_dataplane::testbed::dag_rule(1000 + i as u32, t, uid));
+        }
+        node.mat_handle().store(std::sync::Arc::new(mat));
+    }
 
     let count = |node: &mut Node<Generator>, n: u64| {
         let t0 = Instant::now();
@@ -404,6 +419,7 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     Ok(DataplaneResult {
         bench: "dataplane",
         chain: chain.to_string(),
+        idle_tenants: a.idle_tenants,
         packet_size: size,
         cores: 1 + a.workers,
         mpps,
