@@ -72,6 +72,7 @@ fn http(method: &str, url: &str, body: &str) -> (u16, serde_json::Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let mut r = match method {
         "POST" => agent.post(url).header("content-type", "application/yaml").send(body.to_string()).unwrap(),
+        "DELETE" => agent.delete(url).call().unwrap(),
         _ => agent.get(url).call().unwrap(),
     };
     let status = r.status().as_u16();
@@ -274,6 +275,24 @@ fn daemon_lifecycle() {
     assert!(m.contains("snic_tenant_demand{tenant=\"blue\",resource=\"ingress\"}"), "{m}");
     assert!(!m.contains("snic_tenant_ingress_limit_pps{"), "nobody limited: {m}");
 
+    // Tenants come and go without rebuilding the node (issue 15: applies cost what they
+    // change): the running chains, their counters and the traffic are untouched.
+    let rebuilds = v["rebuilds"].as_u64().unwrap();
+    let red = "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [400], weight: 2}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {name: red-all}\nspec: {vni: 400, action: pass_through}\n";
+    let (s, r) = http("POST", &format!("{}/v1/apply", d.api), red);
+    assert_eq!(s, 200, "{r}");
+    let v = status_until(&d.api, |v| v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
+    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant is added in place: {v}");
+    assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
+    let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 250);
+    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "{v}");
+    for (kind, name) in [("rule", "red-all"), ("tenant", "red")] {
+        let (s, r) = http("DELETE", &format!("{}/v1/objects/{kind}/{name}", d.api), "");
+        assert_eq!(s, 200, "{r}");
+    }
+    let v = status_until(&d.api, |v| !v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
+    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "removed in place too: {v}");
+
     assert_eq!(stop(d), 0, "clean exit on SIGTERM");
 
     // Restart on the same state: the deployment comes back without re-applying.
@@ -282,6 +301,11 @@ fn daemon_lifecycle() {
     assert_eq!((gb.len(), gg.len()), (100, 100), "after restart");
     let (_, v) = http("GET", &format!("{}/v1/objects/tenant/blue", d.api), "");
     assert_eq!(v["spec"]["vnis"][0], 100);
+    // Only what was changed was written, deletions included: red is gone for good.
+    let (s, _) = http("GET", &format!("{}/v1/objects/tenant/red", d.api), "");
+    assert_eq!(s, 404, "a deleted tenant came back after a restart");
+    let (_, v) = http("GET", &format!("{}/v1/objects/dag", d.api), "");
+    assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(stop(d), 0);
 }
 

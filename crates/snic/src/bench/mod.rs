@@ -1,5 +1,6 @@
 //! `snic bench`: measurements printed as JSON lines.
 
+mod apply;
 mod chain;
 mod fair;
 mod launch;
@@ -49,6 +50,9 @@ pub enum BenchCmd {
     /// NT-level parallelism: 1..6 independent NTs all in parallel (fork/join), half in parallel
     /// and in sequence.
     Parallel(parallel::ParallelArgs),
+    /// What a small apply (one tenant, one rule) costs a running node against what it holds
+    /// (nothing, 10,000 firewall rules, a NAT of 2^20 flows, 1,000 tenants), through the API.
+    Apply(apply::ApplyArgs),
     /// Auto-scaling under a square-wave load against static-max and static-avg allocations
     /// (virtual clock): delivered throughput, region-time, scale events.
     Scale(scale::ScaleArgs),
@@ -155,6 +159,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Chain(a) => chain::run(a),
         BenchCmd::Launch(a) => launch::run(a),
         BenchCmd::Scale(a) => scale::run(a),
+        BenchCmd::Apply(a) => apply::run(a),
         BenchCmd::Parallel(a) => parallel::run(a),
     }
 }

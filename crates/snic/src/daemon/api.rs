@@ -147,6 +147,7 @@ fn internal(e: anyhow::Error) -> Response {
 /// outside the state lock: readers are served meanwhile, and the writer lock [`change`] holds
 /// keeps the copy current.
 fn update(s: &Shared, next: impl FnOnce(&State) -> Result<State, manifest::Error>, done: impl FnOnce(&Control) -> Response) -> Response {
+    let t0 = std::time::Instant::now();
     let (current, plan_regions) = {
         let c = s.lock();
         (c.state.clone(), c.plan_regions)
@@ -155,13 +156,25 @@ fn update(s: &Shared, next: impl FnOnce(&State) -> Result<State, manifest::Error
         Ok(n) => n,
         Err(e) => return manifest_err(e),
     };
+    let t1 = std::time::Instant::now();
     let p = match plan::plan(&next, plan_regions) {
         Ok(p) => p,
         Err(e) => return manifest_err(e),
     };
+    let t2 = std::time::Instant::now();
     let mut c = s.lock();
     match commit(&mut c, next, p) {
-        Ok(()) => done(&c),
+        Ok(times) => {
+            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+            eprintln!(
+                "snic: state changed: validated in {:.1} ms, planned in {:.1} ms, saved in {:.1} ms, deployed in {:.1} ms",
+                ms(t1 - t0),
+                ms(t2 - t1),
+                ms(times.0),
+                ms(times.1)
+            );
+            done(&c)
+        }
         Err(r) => r,
     }
 }
@@ -227,15 +240,18 @@ async fn manifest_body(headers: &axum::http::HeaderMap, body: Body, timeout: Dur
 
 /// Stores and deploys a new state and its plan; on a deployment failure the stored state is
 /// rolled back. State and plan are replaced last, once both succeeded.
-fn commit(c: &mut Control, next: State, p: Plan) -> Result<(), Response> {
-    c.db.save(&next).map_err(internal)?;
+/// Saves and deploys the next state; returns how long each took.
+fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration), Response> {
+    let t0 = std::time::Instant::now();
+    c.db.save_change(&c.state, &next).map_err(internal)?;
+    let t1 = std::time::Instant::now();
     if let Err(e) = c.dp.deploy(p.clone()) {
-        let _ = c.db.save(&c.state);
+        let _ = c.db.save_change(&next, &c.state);
         return Err(internal(e));
     }
     c.state = next;
     c.plan = p;
-    Ok(())
+    Ok((t1 - t0, t1.elapsed()))
 }
 
 async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderMap, body: Body) -> Response {

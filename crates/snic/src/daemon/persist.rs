@@ -1,10 +1,12 @@
-//! The persistent desired state, in redb. Every apply or delete rewrites the stored objects and
-//! ids in one write transaction, so a crash leaves the old state or the new, never a mix; the
-//! daemon stores only states that validated and planned.
+//! The persistent desired state, in redb. Every apply or delete writes the objects it changed
+//! (and the ids) in one write transaction, so a crash leaves the old state or the new, never a
+//! mix; the daemon stores only states that validated and planned. A change writes what it
+//! changed, not the whole state: re-serializing a firewall of 10,000 rules took 90 ms on every
+//! apply, whatever the apply was about.
 
 use anyhow::Context;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use snic_control::manifest::object_from_value;
+use snic_control::manifest::{object_from_value, Object};
 use snic_control::state::{Ids, State};
 use std::path::Path;
 
@@ -53,18 +55,42 @@ impl Db {
         State::restore(objects, ids).map_err(|e| anyhow::anyhow!("stored state is invalid: {e}"))
     }
 
-    /// Replaces the stored state with `s`, atomically.
-    pub fn save(&self, s: &State) -> anyhow::Result<()> {
+    /// Stores `new` where `old` is stored, atomically, writing only the objects that differ.
+    pub fn save_change(&self, old: &State, new: &State) -> anyhow::Result<()> {
+        let key = |o: &Object| format!("{}/{}", o.kind.as_str(), o.name);
         let txn = self.db.begin_write()?;
         {
             let mut t = txn.open_table(OBJECTS)?;
-            t.retain(|_, _| false)?;
-            for o in s.objects() {
-                let key = format!("{}/{}", o.kind.as_str(), o.name);
-                t.insert(key.as_str(), o.to_document().to_string().as_str())?;
+            let (mut a, mut b) = (old.objects().peekable(), new.objects().peekable());
+            loop {
+                match (a.peek(), b.peek()) {
+                    (None, None) => break,
+                    (Some(x), Some(y)) if (x.kind, &x.name) == (y.kind, &y.name) => {
+                        if x != y {
+                            t.insert(key(y).as_str(), y.to_document().to_string().as_str())?;
+                        }
+                        a.next();
+                        b.next();
+                    }
+                    // Both iterate in (kind, name) order: the smaller key is in one state only.
+                    (Some(x), Some(y)) if (x.kind, &x.name) < (y.kind, &y.name) => {
+                        t.remove(key(x).as_str())?;
+                        a.next();
+                    }
+                    (Some(x), None) => {
+                        t.remove(key(x).as_str())?;
+                        a.next();
+                    }
+                    (_, Some(y)) => {
+                        t.insert(key(y).as_str(), y.to_document().to_string().as_str())?;
+                        b.next();
+                    }
+                }
             }
-            let mut m = txn.open_table(META)?;
-            m.insert("ids", serde_json::to_string(s.ids())?.as_str())?;
+            if old.ids() != new.ids() {
+                let mut m = txn.open_table(META)?;
+                m.insert("ids", serde_json::to_string(new.ids())?.as_str())?;
+            }
         }
         txn.commit()?;
         Ok(())

@@ -204,12 +204,9 @@ fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result
     // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
     // puts the previous one back on the same socket — and leaves everything on queue 0.
     let steered = match cfg.rx_queues {
-        RxQueues::PerTenant => {
-            let groups: Vec<Vec<u32>> = plan.tenants.iter().map(|t| t.vnis.clone()).collect();
-            backend.steer(&groups).inspect_err(|_| {
-                let _ = backend.steer(&[]);
-            })
-        }
+        RxQueues::PerTenant => backend.steer(&steering_groups(plan)).inspect_err(|_| {
+            let _ = backend.steer(&[]);
+        }),
         RxQueues::Shared => Ok(Vec::new()),
     };
     let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
@@ -217,13 +214,60 @@ fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result
         Ok(q) => q,
         Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
     };
-    for (t, &q) in plan.tenants.iter().zip(&queues) {
+    assign_queues(&mut node, plan, &queues);
+    let r = deploy(&mut node, plan).map(|_| ());
+    Ok((node, r))
+}
+
+/// Tenants in id order (ids are assigned in order and kept: a new tenant comes last, so the
+/// others keep their receive queues).
+fn by_id(plan: &Plan) -> Vec<&snic_control::plan::TenantPlan> {
+    let mut v: Vec<_> = plan.tenants.iter().collect();
+    v.sort_by_key(|t| t.id);
+    v
+}
+
+/// Each tenant's VNIs, a group per receive queue, in tenant id order.
+fn steering_groups(plan: &Plan) -> Vec<Vec<u32>> {
+    by_id(plan).iter().map(|t| t.vnis.clone()).collect()
+}
+
+/// Tells the node which tenant each receive queue holds (`queues`: per tenant in id order, as
+/// [`steering_groups`]); queues no tenant holds any more are everyone's.
+fn assign_queues<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, plan: &Plan, queues: &[usize]) {
+    for q in 1..node.backend().rx_queues() {
+        node.set_rx_queue_tenant(q, None);
+    }
+    for (t, &q) in by_id(plan).iter().zip(queues) {
         if q > 0 {
             node.set_rx_queue_tenant(q, Some(t.id));
         }
     }
-    let r = deploy(&mut node, plan).map(|_| ());
-    Ok((node, r))
+}
+
+/// Applies a change of tenants (added, removed, weights, quotas, VNIs) to a running node: fair
+/// sharing, quotas and receive-queue steering, without rebuilding it.
+fn update_tenants(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+    // Steering first: if the kernel refuses it, nothing has changed.
+    if cfg.rx_queues == RxQueues::PerTenant && steering_groups(old) != steering_groups(new) {
+        let queues = node.backend_mut().steer(&steering_groups(new)).context("steering tenants' VNIs to their receive queues")?;
+        assign_queues(node, new, &queues);
+    }
+    let all = node.store_mut().capacity() as u32;
+    for t in &old.tenants {
+        if !new.tenants.iter().any(|n| n.id == t.id) {
+            node.remove_tenant(t.id);
+            node.store_mut().set_quota(t.id, all);
+        }
+    }
+    for t in &new.tenants {
+        if old.tenants.iter().any(|o| o == t) {
+            continue;
+        }
+        node.set_tenant(t.id, t.weight as f64);
+        node.store_mut().set_quota(t.id, t.store_buffers.unwrap_or(all));
+    }
+    Ok(())
 }
 
 /// The data socket: a reuseport group steered per tenant, or one socket.
@@ -234,8 +278,10 @@ fn bind(cfg: &NodeFile) -> std::io::Result<UdpBackend> {
     }
 }
 
-fn same_shape(a: &Plan, b: &Plan) -> bool {
-    a.chains == b.chains && a.tenants == b.tenants && a.routes == b.routes
+/// What a change needs: chains and routes as they were (tenants, DAGs and rules change in
+/// place); otherwise the node is rebuilt.
+fn in_place(a: &Plan, b: &Plan) -> bool {
+    a.chains == b.chains && a.routes == b.routes
 }
 
 impl DataPlane {
@@ -328,7 +374,10 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
 
 fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &Plan, rebuilds: &mut u64) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
-    if same_shape(old, new) {
+    if in_place(old, new) {
+        if old.tenants != new.tenants {
+            update_tenants(cfg, node, old, new)?;
+        }
         for d in &old.dags {
             if !new.dags.iter().any(|n| n.uid == d.uid) {
                 node.remove_dag(d.uid);
