@@ -58,11 +58,14 @@ pub enum Scenario {
     Engine,
     /// Weights 1 and 3 on one shared expensive NT at a few kpps.
     Weighted,
+    /// The same at Mpps: weights 1 and 3 on one shared NT of 400 ns, 3 Mpps each.
+    WeightedMpps,
 }
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 5] = [Scenario::Hol, Scenario::Expensive, Scenario::Flood64, Scenario::Engine, Scenario::Weighted];
+    pub const ALL: [Scenario; 6] =
+        [Scenario::Hol, Scenario::Expensive, Scenario::Flood64, Scenario::Engine, Scenario::Weighted, Scenario::WeightedMpps];
 
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -72,6 +75,7 @@ impl Scenario {
             Scenario::Flood64 => "flood64",
             Scenario::Engine => "engine",
             Scenario::Weighted => "weighted",
+            Scenario::WeightedMpps => "weighted-mpps",
         }
     }
 
@@ -339,6 +343,13 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
             antagonist_chain: None,
             victim: (64, 30_000.0),
             antagonist: (64, 30_000.0),
+            weights: (1.0, 3.0),
+        },
+        Scenario::WeightedMpps => Setup {
+            victim_chain: vec![synthetic(400)],
+            antagonist_chain: None,
+            victim: (64, 3_000_000.0),
+            antagonist: (64, 3_000_000.0),
             weights: (1.0, 3.0),
         },
     }

@@ -25,6 +25,10 @@ pub struct ApplyArgs {
     /// States to measure, comma-separated: empty, rules10k, nat1m, tenants1000, or all.
     #[arg(long, default_value = "all", value_delimiter = ',')]
     state: Vec<String>,
+    /// The snic binary that runs the node (default: this one), to measure another build
+    /// against this one with the same client.
+    #[arg(long)]
+    node_bin: Option<std::path::PathBuf>,
 }
 
 #[derive(Serialize)]
@@ -91,12 +95,12 @@ impl Drop for Daemon {
     }
 }
 
-fn start() -> anyhow::Result<Daemon> {
+fn start(bin: &std::path::Path) -> anyhow::Result<Daemon> {
     let dir = std::env::temp_dir().join(format!("snic-bench-apply-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let cfg = dir.join("node.yaml");
     std::fs::write(&cfg, format!("data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {}\nvtep_port: null\n", dir.join("state").display()))?;
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut child = Command::new(bin)
         .args(["run", "--config", cfg.to_str().context("temporary path")?])
         .stdout(Stdio::piped())
         .stderr(if std::env::var_os("SNIC_BENCH_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
@@ -143,9 +147,13 @@ pub fn run(a: ApplyArgs) -> anyhow::Result<()> {
     let states: Vec<&str> = if a.state.iter().any(|s| s == "all") { STATES.to_vec() } else { a.state.iter().map(String::as_str).collect() };
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let small = [doc("Tenant", "probe", "{vnis: [99]}"), doc("Rule", "probe", "{vni: 99, action: pass_through}")].concat();
+    let bin = match a.node_bin {
+        Some(b) => b,
+        None => std::env::current_exe()?,
+    };
     for state in states {
         let (manifest, objects) = state_manifest(state)?;
-        let d = start()?;
+        let d = start(&bin)?;
         let state_apply_ms = if manifest.is_empty() { 0.0 } else { post(&agent, &d.api, &manifest)? };
         let (mut applies, mut deletes) = (Vec::new(), Vec::new());
         for _ in 0..a.runs {

@@ -37,7 +37,7 @@ pub struct FairArgs {
     /// Print JSON lines.
     #[arg(long)]
     json: bool,
-    /// Scenario: fig7, hol, expensive, flood64, engine, weighted, or all.
+    /// Scenario: fig7, hol, expensive, flood64, engine, weighted, weighted-mpps, or all.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Measured seconds per run (antagonist scenarios), after the warm-up [default: 2, or 0.1
@@ -96,7 +96,7 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
     if a.seconds == Some(0.0) {
         bail!("--seconds must be more than 0");
     }
-    let all = ["fig7", "hol", "expensive", "flood64", "engine", "weighted"];
+    let all = ["fig7", "hol", "expensive", "flood64", "engine", "weighted", "weighted-mpps"];
     let chosen: Vec<&str> = match a.scenario.as_str() {
         "all" => all.to_vec(),
         s if all.contains(&s) => vec![s],
