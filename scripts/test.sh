@@ -60,7 +60,7 @@ root_log=$(mktemp)
 trap 'rm -f "$test_log" "$root_log"' EXIT
 
 step "tests (unit, property, integration, virtual-clock isolation, corpus replay)"
-cargo test --workspace --locked 2>&1 | tee "$test_log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests"
 
 if is_root; then

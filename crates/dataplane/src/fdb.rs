@@ -105,6 +105,24 @@ impl Fdb {
         Some(())
     }
 
+    /// Removes a static entry (a learned one for that MAC stays: it is not configuration).
+    pub fn remove_static(&mut self, vni: u32, mac: MacAddr) {
+        if let Some((_, true)) = self.macs.get(&(vni, mac.as_u64())) {
+            self.macs.remove(&(vni, mac.as_u64()));
+            self.recent.fill((u32::MAX, 0, 0));
+            self.gen += 1;
+        }
+    }
+
+    /// Removes a VTEP from the flood list of `vni`.
+    pub fn remove_flood(&mut self, vni: u32, peer: Peer) {
+        let Some(&id) = self.peer_ids.get(&peer) else { return };
+        if let Some(r) = self.vnis.get_mut(&vni) {
+            r.flood.retain(|&p| p != id);
+            self.gen += 1;
+        }
+    }
+
     /// Sets the VTEP for unknown or unreadable destinations of `vni`.
     pub fn set_default(&mut self, vni: u32, peer: Option<Peer>) -> Option<()> {
         let id = match peer {
@@ -226,6 +244,24 @@ mod tests {
             }
             _ => vec![],
         }
+    }
+
+    #[test]
+    fn configured_entries_come_out_again() {
+        let mut f = Fdb::new(4);
+        let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
+        f.add_static(1, b, peer(2)).unwrap();
+        f.add_flood(1, peer(1)).unwrap();
+        f.add_flood(1, peer(3)).unwrap();
+        assert_eq!(unicast(&mut f, 1, Some(b)), Some(peer(2)), "cached");
+        f.remove_static(1, b);
+        assert_eq!(flood(&mut f, 1, Some(b)), vec![peer(1), peer(3)], "unknown again: flooded, not the cached peer");
+        f.remove_flood(1, peer(1));
+        assert_eq!(flood(&mut f, 1, Some(b)), vec![peer(3)]);
+        // A learned entry is not configuration: removing a static one for that MAC leaves it.
+        f.learn(1, b, peer(3));
+        f.remove_static(1, b);
+        assert_eq!(unicast(&mut f, 1, Some(b)), Some(peer(3)));
     }
 
     #[test]

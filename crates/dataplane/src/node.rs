@@ -637,6 +637,15 @@ impl<B: Backend> Node<B> {
     /// backend steers them there): the node then takes from it no more than `t`'s ingress limit
     /// admits, and counts what is lost there as `t`'s. A backend with one queue ignores it.
     pub fn set_rx_queue_tenant(&mut self, queue: usize, t: Option<TenantId>) {
+        // The backend may have opened queues since the node started (tenants added in place).
+        let n = self.backend.rx_queues().max(1);
+        let rq = &mut self.rx_queues;
+        if rq.tenant.len() < n {
+            rq.tenant.resize(n, None);
+            rq.lost_seen.resize(n, 0);
+            rq.ready.resize(n, false);
+            rq.touched.resize(n, true);
+        }
         // One queue is everyone's: never one tenant's.
         if self.rx_queues.tenant.len() > 1 && queue < self.rx_queues.tenant.len() {
             self.rx_queues.tenant[queue] = t;

@@ -2,7 +2,7 @@
 //! the MAT and forwarding entries.
 
 use anyhow::Context;
-use snic_control::plan::{Plan, RouteEntry};
+use snic_control::plan::{Plan, RouteEntry, RoutePlan};
 use snic_core::ids::InstanceId;
 
 use snic_dataplane::backend::Backend;
@@ -55,14 +55,32 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
     compact_forms(node, plan)?;
     node.mat_handle().store(Arc::new(plan.mat()));
     for r in &plan.routes {
-        let peer = Peer { addr: r.vtep, mac: r.vtep_mac };
-        let fdb = node.fdb_mut();
-        let ok = match r.entry {
-            RouteEntry::Mac(m) => fdb.add_static(r.vni, m, peer),
-            RouteEntry::Default => fdb.set_default(r.vni, Some(peer)),
-            RouteEntry::Flood => fdb.add_flood(r.vni, peer),
-        };
-        ok.context("the forwarding table's peer table is full")?;
+        add_route(node, r)?;
     }
     Ok(chains.into_iter().map(|(_, i)| i).collect())
+}
+
+/// Installs a forwarding entry.
+pub fn add_route<B: Backend>(node: &mut Node<B>, r: &RoutePlan) -> anyhow::Result<()> {
+    let peer = Peer { addr: r.vtep, mac: r.vtep_mac };
+    let fdb = node.fdb_mut();
+    let ok = match r.entry {
+        RouteEntry::Mac(m) => fdb.add_static(r.vni, m, peer),
+        RouteEntry::Default => fdb.set_default(r.vni, Some(peer)),
+        RouteEntry::Flood => fdb.add_flood(r.vni, peer),
+    };
+    ok.context("the forwarding table's peer table is full")
+}
+
+/// Removes a forwarding entry (MACs learned meanwhile stay until relearned or the node is
+/// rebuilt).
+pub fn remove_route<B: Backend>(node: &mut Node<B>, r: &RoutePlan) {
+    let fdb = node.fdb_mut();
+    match r.entry {
+        RouteEntry::Mac(m) => fdb.remove_static(r.vni, m),
+        RouteEntry::Default => {
+            fdb.set_default(r.vni, None);
+        }
+        RouteEntry::Flood => fdb.remove_flood(r.vni, Peer { addr: r.vtep, mac: r.vtep_mac }),
+    }
 }

@@ -278,17 +278,22 @@ fn daemon_lifecycle() {
     // Tenants come and go without rebuilding the node (issue 15: applies cost what they
     // change): the running chains, their counters and the traffic are untouched.
     let rebuilds = v["rebuilds"].as_u64().unwrap();
-    let red = "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [400], weight: 2}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {name: red-all}\nspec: {vni: 400, action: pass_through}\n";
-    let (s, r) = http("POST", &format!("{}/v1/apply", d.api), red);
-    assert_eq!(s, 200, "{r}");
+    let r = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let red = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [400], weight: 2}}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 400, action: pass_through}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: red-r}}\nspec: {{vni: 400, mac: '{MAC_B}', vtep: '{}'}}\n",
+        r.local_addr().unwrap()
+    );
+    let (s, resp) = http("POST", &format!("{}/v1/apply", d.api), &red);
+    assert_eq!(s, 200, "{resp}");
+    assert_eq!(burst(d.data, 400, &r, 20), 20, "red's route (and receive queue) work at once");
     let v = status_until(&d.api, |v| v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
-    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant is added in place: {v}");
+    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant and route are added in place: {v}");
     assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
     let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 250);
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "{v}");
-    for (kind, name) in [("rule", "red-all"), ("tenant", "red")] {
-        let (s, r) = http("DELETE", &format!("{}/v1/objects/{kind}/{name}", d.api), "");
-        assert_eq!(s, 200, "{r}");
+    for (kind, name) in [("route", "red-r"), ("rule", "red-all"), ("tenant", "red")] {
+        let (s, resp) = http("DELETE", &format!("{}/v1/objects/{kind}/{name}", d.api), "");
+        assert_eq!(s, 200, "{resp}");
     }
     let v = status_until(&d.api, |v| !v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "removed in place too: {v}");

@@ -278,10 +278,22 @@ fn bind(cfg: &NodeFile) -> std::io::Result<UdpBackend> {
     }
 }
 
-/// What a change needs: chains and routes as they were (tenants, DAGs and rules change in
-/// place); otherwise the node is rebuilt.
+/// What a change needs: chains as they were (tenants, routes, DAGs and rules change in place);
+/// otherwise the node is rebuilt.
 fn in_place(a: &Plan, b: &Plan) -> bool {
-    a.chains == b.chains && a.routes == b.routes
+    a.chains == b.chains
+}
+
+/// Applies a change of forwarding entries to a running node: removed ones first (a default
+/// replaced is set again below), then the new ones.
+fn update_routes(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+    for r in old.routes.iter().filter(|r| !new.routes.contains(r)) {
+        crate::deploy::remove_route(node, r);
+    }
+    for r in new.routes.iter().filter(|r| !old.routes.contains(r)) {
+        crate::deploy::add_route(node, r)?;
+    }
+    Ok(())
 }
 
 impl DataPlane {
@@ -375,21 +387,14 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
 fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &Plan, rebuilds: &mut u64) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
     if in_place(old, new) {
-        if old.tenants != new.tenants {
-            update_tenants(cfg, node, old, new)?;
-        }
-        for d in &old.dags {
-            if !new.dags.iter().any(|n| n.uid == d.uid) {
-                node.remove_dag(d.uid);
-            }
-        }
-        // The node's chains were added in the plan's order: plan chain c is ChainId(c).
-        for d in &new.dags {
-            node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
-        }
-        crate::deploy::compact_forms(node, new)?;
-        node.mat_handle().store(Arc::new(new.mat()));
-        return Ok(());
+        let Err(e) = change_in_place(cfg, node, old, new) else { return Ok(()) };
+        // Part of the change may be in: put the old plan back whole.
+        let old_node = slot.take().context("no data plane")?;
+        let (n, r) = build(cfg, old_node.into_backend(), old)?;
+        r.context("restoring the previous deployment")?;
+        *slot = Some(n);
+        *rebuilds += 1;
+        return Err(e.context("changing the deployment in place; the previous deployment was restored"));
     }
     // Rebuild on the same socket: drain, hand the socket to a node deployed with the new plan;
     // if that deployment fails, put the old plan back on the socket.
@@ -409,6 +414,28 @@ fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &
             Err(e.context("deploying the new plan; the previous deployment was restored"))
         }
     }
+}
+
+/// A change that keeps the chains: tenants, routes, DAG routes and the MAT, on the running node.
+fn change_in_place(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+    if old.tenants != new.tenants {
+        update_tenants(cfg, node, old, new)?;
+    }
+    if old.routes != new.routes {
+        update_routes(node, old, new)?;
+    }
+    for d in &old.dags {
+        if !new.dags.iter().any(|n| n.uid == d.uid) {
+            node.remove_dag(d.uid);
+        }
+    }
+    // The node's chains were added in the plan's order: plan chain c is ChainId(c).
+    for d in &new.dags {
+        node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
+    }
+    crate::deploy::compact_forms(node, new)?;
+    node.mat_handle().store(Arc::new(new.mat()));
+    Ok(())
 }
 
 fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
