@@ -122,10 +122,13 @@ impl Stats {
         t
     }
 
-    /// Starts (a fresh histogram) or stops recording `t`'s latency.
+    /// Starts (a fresh histogram, unless it is recorded already) or stops recording `t`'s latency.
     pub fn track_latency(&mut self, t: snic_core::ids::TenantId, on: bool) {
         if let Some(h) = self.tenant_latency.get_mut(t.index()) {
-            *h = on.then(Box::default);
+            // (A tenant already tracked keeps its histogram: a weight change is not a restart.)
+            if !on || h.is_none() {
+                *h = on.then(Box::default);
+            }
         }
     }
 
