@@ -353,22 +353,17 @@ impl Fairness {
         self.epoch_start = now;
         self.next_epoch = now + self.cfg.epoch;
         self.epochs += 1;
-        if secs <= 0.0 {
-            // Nothing observed: everyone live stays live.
-            self.live.extend(self.visit.iter().copied());
-            self.live.sort_unstable();
-            self.live.dedup();
-            self.visit.iter().for_each(|&i| self.in_visit[i] = false);
-            self.visit.clear();
-            self.activated = false;
-            return &self.shares;
-        }
-        let (r, a) = (self.resources.len(), self.cfg.smoothing.clamp(0.0, 1.0));
         if !self.activated {
             // The driver did not say who was active: visit everyone.
             self.visit.clear();
             self.visit.extend(0..self.shares.len());
         }
+        if secs <= 0.0 {
+            // Nothing observed: the live set is what it was.
+            self.end_visit();
+            return &self.shares;
+        }
+        let (r, a) = (self.resources.len(), self.cfg.smoothing.clamp(0.0, 1.0));
         self.demands.resize_with(self.visit.len(), || TenantDemand { weight: 1.0, demand: Vec::new() });
         for (&i, d) in self.visit.iter().zip(&mut self.demands) {
             let s = &mut self.shares[i];
@@ -479,8 +474,6 @@ impl Fairness {
             } else {
                 self.live.push(i);
             }
-        }
-        for &i in &self.visit {
             if let Some(m) = self.in_visit.get_mut(i) {
                 *m = false;
             }
