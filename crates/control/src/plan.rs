@@ -94,7 +94,7 @@ impl Plan {
 }
 
 /// A forwarding entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RouteEntry {
     /// Static MAC.
     Mac(MacAddr),
@@ -105,7 +105,7 @@ pub enum RouteEntry {
 }
 
 /// A route.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RoutePlan {
     /// VNI.
     pub vni: u32,

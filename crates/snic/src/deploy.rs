@@ -2,7 +2,7 @@
 //! the MAT and forwarding entries.
 
 use anyhow::Context;
-use snic_control::plan::{Plan, RouteEntry, RoutePlan};
+use snic_control::plan::{Plan, RouteEntry, RoutePlan, TenantPlan};
 use snic_core::ids::InstanceId;
 
 use snic_dataplane::backend::Backend;
@@ -32,10 +32,7 @@ pub fn compact_forms<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Res
 /// NTs (it is launched when its packets arrive).
 pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<Option<InstanceId>>> {
     for t in &plan.tenants {
-        node.set_tenant(t.id, t.weight as f64);
-        if let Some(q) = t.store_buffers {
-            node.store_mut().set_quota(t.id, q);
-        }
+        set_tenant(node, t);
     }
     let mut chains = Vec::new();
     for (i, c) in plan.chains.iter().enumerate() {
@@ -58,6 +55,21 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
         add_route(node, r)?;
     }
     Ok(chains.into_iter().map(|(_, i)| i).collect())
+}
+
+/// Registers a tenant (or changes it): weight and packet-store quota (the whole store without
+/// one).
+pub fn set_tenant<B: Backend>(node: &mut Node<B>, t: &TenantPlan) {
+    node.set_tenant(t.id, t.weight as f64);
+    let all = node.store_mut().capacity() as u32;
+    node.store_mut().set_quota(t.id, t.store_buffers.unwrap_or(all));
+}
+
+/// Forgets a tenant: no weight, no limit, no quota of its own.
+pub fn remove_tenant<B: Backend>(node: &mut Node<B>, t: &TenantPlan) {
+    node.remove_tenant(t.id);
+    let all = node.store_mut().capacity() as u32;
+    node.store_mut().set_quota(t.id, all);
 }
 
 /// Installs a forwarding entry.

@@ -9,13 +9,14 @@ use super::config::{NodeFile, RxQueues};
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
-use snic_control::plan::Plan;
-use snic_core::ids::ChainId;
+use snic_control::plan::{Plan, RoutePlan, TenantPlan};
+use snic_core::ids::{ChainId, TenantId};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::{Node, NodeConfig};
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -221,7 +222,7 @@ fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result
 
 /// Tenants in id order (ids are assigned in order and kept: a new tenant comes last, so the
 /// others keep their receive queues).
-fn by_id(plan: &Plan) -> Vec<&snic_control::plan::TenantPlan> {
+fn by_id(plan: &Plan) -> Vec<&TenantPlan> {
     let mut v: Vec<_> = plan.tenants.iter().collect();
     v.sort_by_key(|t| t.id);
     v
@@ -249,23 +250,20 @@ fn assign_queues<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, plan: 
 /// sharing, quotas and receive-queue steering, without rebuilding it.
 fn update_tenants(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
     // Steering first: if the kernel refuses it, nothing has changed.
-    if cfg.rx_queues == RxQueues::PerTenant && steering_groups(old) != steering_groups(new) {
-        let queues = node.backend_mut().steer(&steering_groups(new)).context("steering tenants' VNIs to their receive queues")?;
-        assign_queues(node, new, &queues);
-    }
-    let all = node.store_mut().capacity() as u32;
-    for t in &old.tenants {
-        if !new.tenants.iter().any(|n| n.id == t.id) {
-            node.remove_tenant(t.id);
-            node.store_mut().set_quota(t.id, all);
+    if cfg.rx_queues == RxQueues::PerTenant {
+        let groups = steering_groups(new);
+        if steering_groups(old) != groups {
+            let queues = node.backend_mut().steer(&groups).context("steering tenants' VNIs to their receive queues")?;
+            assign_queues(node, new, &queues);
         }
     }
-    for t in &new.tenants {
-        if old.tenants.iter().any(|o| o == t) {
-            continue;
-        }
-        node.set_tenant(t.id, t.weight as f64);
-        node.store_mut().set_quota(t.id, t.store_buffers.unwrap_or(all));
+    let was: HashMap<TenantId, &TenantPlan> = old.tenants.iter().map(|t| (t.id, t)).collect();
+    let is: HashSet<TenantId> = new.tenants.iter().map(|t| t.id).collect();
+    for t in old.tenants.iter().filter(|t| !is.contains(&t.id)) {
+        crate::deploy::remove_tenant(node, t);
+    }
+    for t in new.tenants.iter().filter(|t| was.get(&t.id) != Some(t)) {
+        crate::deploy::set_tenant(node, t);
     }
     Ok(())
 }
@@ -287,10 +285,11 @@ fn in_place(a: &Plan, b: &Plan) -> bool {
 /// Applies a change of forwarding entries to a running node: removed ones first (a default
 /// replaced is set again below), then the new ones.
 fn update_routes(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
-    for r in old.routes.iter().filter(|r| !new.routes.contains(r)) {
+    let (was, is): (HashSet<&RoutePlan>, HashSet<&RoutePlan>) = (old.routes.iter().collect(), new.routes.iter().collect());
+    for r in old.routes.iter().filter(|r| !is.contains(r)) {
         crate::deploy::remove_route(node, r);
     }
-    for r in new.routes.iter().filter(|r| !old.routes.contains(r)) {
+    for r in new.routes.iter().filter(|r| !was.contains(r)) {
         crate::deploy::add_route(node, r)?;
     }
     Ok(())
