@@ -61,6 +61,19 @@ impl Topo {
         }
     }
 
+    /// The node and endpoints A, B on VNI 100 (10.1.0.1 and .2) and C, D on VNI 200 (the same
+    /// inner addresses), each in every flood list of its VNI, running `manifest`.
+    fn four_endpoints(tag: &str, manifest: &str) -> Topo {
+        let mut t = Topo::new(tag);
+        t.add_ns("node");
+        t.endpoint("a", 1, 100, "10.1.0.1/24");
+        t.endpoint("b", 2, 100, "10.1.0.2/24");
+        t.endpoint("c", 3, 200, "10.1.0.1/24");
+        t.endpoint("d", 4, 200, "10.1.0.2/24");
+        t.start_node(&format!("{manifest}{}{}{}{}", flood("fa", 100, 1), flood("fb", 100, 2), flood("fc", 200, 3), flood("fd", 200, 4)));
+        t
+    }
+
     /// Starts the node in its namespace and applies `manifest` once it answers.
     fn start_node(&mut self, manifest: &str) {
         let state = self.state.to_str().unwrap().to_string();
@@ -257,14 +270,8 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
-    let mut t = Topo::new("");
-    t.add_ns("node");
-    t.endpoint("a", 1, 100, "10.1.0.1/24");
-    t.endpoint("b", 2, 100, "10.1.0.2/24");
-    t.endpoint("c", 3, 200, "10.1.0.1/24");
-    t.endpoint("d", 4, 200, "10.1.0.2/24");
+    let mut t = Topo::four_endpoints("", MANIFEST);
     let state = t.state.to_str().unwrap().to_string();
-    t.start_node(&format!("{MANIFEST}{}{}{}{}", flood("fa", 100, 1), flood("fb", 100, 2), flood("fc", 200, 3), flood("fd", 200, 4)));
     // The SNAT address lives on an L2 overlay: B needs to know where it is.
     let amac = t.mac("a");
     t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
@@ -439,13 +446,7 @@ spec: {vni: 200, action: {dag: green-path}}
 fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
-    let mut t = Topo::new("w");
-    t.add_ns("node");
-    t.endpoint("a", 1, 100, "10.1.0.1/24");
-    t.endpoint("b", 2, 100, "10.1.0.2/24");
-    t.endpoint("c", 3, 200, "10.1.0.1/24");
-    t.endpoint("d", 4, 200, "10.1.0.2/24");
-    t.start_node(&format!("{WEIGHTED}{}{}{}{}", flood("fa", 100, 1), flood("fb", 100, 2), flood("fc", 200, 3), flood("fd", 200, 4)));
+    let mut t = Topo::four_endpoints("w", WEIGHTED);
     t.spawn("b", &["iperf3", "-s", "-p", "5201"]);
     t.spawn("d", &["iperf3", "-s", "-p", "5201"]);
     t.listening("b", &[5201]);
