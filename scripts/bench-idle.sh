@@ -20,21 +20,10 @@ snic=${SNIC_BIN:-$here/target/release/snic}
 for t in iperf3:iperf3 ethtool:ethtool ping:iputils-ping; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
 done
-P=bi$$
-work=$(mktemp -d)
-nslist=()
-pids=()
+. "$here/scripts/netns-lib.sh" bench-idle bi
 node_pid=
-cleanup() {
-  [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for n in "${nslist[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+before_cleanup() { [ -n "$node_pid" ] && kill "$node_pid" 2>/dev/null || true; }
 
-ns() { ip netns add "$P-$1"; nslist+=("$P-$1"); ip -n "$P-$1" link set lo up; }
 # endpoint NS I INNER: veth to the node (192.168.I.0/24), kernel VXLAN vx0 on VNI 100.
 endpoint() {
   ns "$1"
@@ -47,11 +36,6 @@ endpoint() {
   ip -n "$P-$1" link add vx0 type vxlan id 100 remote "192.168.$2.1" local "192.168.$2.2" dev "$ee" dstport 4789
   ip -n "$P-$1" link set vx0 mtu 1400
   ip -n "$P-$1" addr add "$3" dev vx0; ip -n "$P-$1" link set vx0 up
-}
-wait_for() {
-  local what=$1; shift
-  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "bench-idle: $what: not within 10 s" >&2; return 1
 }
 doc() { printf -- '---\napiVersion: snic/v1\nkind: %s\nmetadata: {name: %s}\nspec: %s\n' "$1" "$2" "$3"; }
 

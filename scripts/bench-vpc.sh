@@ -20,19 +20,8 @@ snic=${SNIC_BIN:-$here/target/release/snic}
 for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-ping; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
 done
-P=vb$$
-work=$(mktemp -d)
-nslist=()
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  for n in "${nslist[@]}"; do ip netns del "$n" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
+. "$here/scripts/netns-lib.sh" bench-vpc vb
 
-ns() { ip netns add "$P-$1"; nslist+=("$P-$1"); ip -n "$P-$1" link set lo up; }
 # link NS1 ADDR1 NS2 ADDR2 [keep-offload]: a veth pair between two namespaces (/24 addresses).
 # VXLAN underlays turn transmit offload off (inner checksums completed in software,
 # docs/endpoints.md); the routed kernel path keeps its offloads (it needs no help).
@@ -63,12 +52,6 @@ measure() {
   gbps=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["end"]["sum_received"]["bits_per_second"]/1e9)' <<<"$out")
   rtt=$(ip netns exec "$P-$s" ping -c 50 -i 0.02 -W 2 "$dst" | awk -F/ '/rtt/{print $5}')
   echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"iperf3_tcp_gbps\":$gbps,\"ping_avg_ms\":$rtt,\"seconds\":$secs}"
-}
-# wait_for WHAT CMD...: polls CMD every 50 ms until it succeeds; fails after 10 s.
-wait_for() {
-  local what=$1; shift
-  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
-  echo "bench-vpc: $what: not within 10 s" >&2; return 1
 }
 # listens NS PROTO PORT: something listens on PORT (proto t or u) in namespace NS.
 listens() { [ -n "$(ip netns exec "$P-$1" ss -Hln"$2" "sport = :$3")" ]; }

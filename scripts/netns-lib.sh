@@ -1,0 +1,31 @@
+# Shared by the namespace benches (sourced, not run): the namespaces and processes a bench
+# creates are removed when it exits, pass or fail.
+#
+#   . "$(dirname "$0")/netns-lib.sh" NAME PREFIX
+#
+# NAME goes into messages; PREFIX (two letters) and the shell's PID name the namespaces. Gives
+# $P, a scratch directory $work, the arrays nslist and pids (append what you create), ns NAME
+# (a namespace with lo up) and wait_for WHAT CMD... A bench that defines before_cleanup has it
+# called first on exit.
+bench_name=$1
+P=$2$$
+work=$(mktemp -d)
+nslist=()
+pids=()
+cleanup() {
+  if declare -F before_cleanup >/dev/null; then before_cleanup; fi
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  for n in "${nslist[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+ns() { ip netns add "$P-$1"; nslist+=("$P-$1"); ip -n "$P-$1" link set lo up; }
+
+# wait_for WHAT CMD...: polls CMD every 50 ms until it succeeds; fails after 10 s.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
+  echo "$bench_name: $what: not within 10 s" >&2; return 1
+}
