@@ -81,6 +81,13 @@ impl Autoscaler {
         &self.cfg
     }
 
+    /// Forgets what was watched of `chain` (it went away; its id may come back as another).
+    pub fn forget(&mut self, chain: ChainId) {
+        if let Some(w) = self.chains.get_mut(chain.index()) {
+            *w = Watch::default();
+        }
+    }
+
     /// `chain` carried `load` (in instances' worth of work, e.g. 1.5 = one and a half
     /// instances) on `instances` running instances at `now`; `free_region` says whether one
     /// more could be launched. Returns the scale event due, if any.

@@ -206,6 +206,27 @@ impl<T: Copy> Scheduler<T> {
         ChainId((self.chains.len() - 1) as u16)
     }
 
+    /// Declares chain `c` again with `nts` NTs, reusing the id of a chain that is no longer
+    /// used ([`Scheduler::chain_in_use`] false). False (nothing changed) if it still is.
+    pub fn reuse_chain(&mut self, c: ChainId, nts: usize) -> bool {
+        if c.index() >= self.chains.len() || self.chain_in_use(c) {
+            return false;
+        }
+        self.chains[c.index()] = Chain { nts, list: Vec::new(), tr: None };
+        true
+    }
+
+    /// True while a DAG route (however it was replaced or removed: see
+    /// [`Scheduler::remove_dag`]) steps through `c`.
+    pub fn routes_use(&self, c: ChainId) -> bool {
+        self.dags.iter().flatten().any(|e| e.route.steps().iter().any(|s| s.chain == c))
+    }
+
+    /// True while a route uses chain `c` or an instance of it exists (in any state but free).
+    pub fn chain_in_use(&self, c: ChainId) -> bool {
+        self.routes_use(c) || self.instances.iter().any(|i| i.chain == c && i.state != InstanceState::Free)
+    }
+
     /// Number of NTs in a chain.
     pub fn chain_len(&self, c: ChainId) -> usize {
         self.chains[c.index()].nts

@@ -294,6 +294,18 @@ impl Elastic {
         self.slots.iter().position(|s| s.0 == Some(inst))
     }
 
+    /// A chain goes away (or its id is reused): no saved state, no endpoint fallback, no load,
+    /// no scaling history.
+    pub(crate) fn forget_chain(&mut self, chain: ChainId) {
+        let c = chain.index();
+        if c < self.saved.len() {
+            self.saved[c].clear();
+            self.endpoint[c] = false;
+            self.load[c] = 0.0;
+        }
+        self.scaler.forget(chain);
+    }
+
     pub(crate) fn add_chain(&mut self) {
         self.saved.push(Vec::new());
         self.endpoint.push(false);

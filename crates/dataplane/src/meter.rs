@@ -272,6 +272,37 @@ impl Meter {
         self.publish_resources();
     }
 
+    /// Declares chain `chain` again (an id the node reuses after [`Meter::remove_chain`]) with
+    /// its NTs' kinds.
+    pub fn reuse_chain(&mut self, chain: ChainId, kinds: &[&str]) {
+        let c = chain.index();
+        if c >= self.chains.len() {
+            return;
+        }
+        self.nt_work[c] = vec![0.0; kinds.len()];
+        self.chain_load[c] = 0.0;
+        self.chain_arrived[c] = false;
+        self.chain_names[c] = kinds.iter().map(|k| k.to_string()).collect();
+        self.chains[c] =
+            kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect();
+        self.publish_resources();
+    }
+
+    /// A chain is gone (its instances torn down): its NTs and instances no longer count.
+    pub fn remove_chain(&mut self, chain: ChainId) {
+        let c = chain.index();
+        if c >= self.chains.len() {
+            return;
+        }
+        self.instances.retain(|i| i.chain != chain);
+        self.nt_work[c].clear();
+        self.chain_load[c] = 0.0;
+        self.chain_arrived[c] = false;
+        self.chain_names[c].clear();
+        self.chains[c].clear();
+        self.publish_resources();
+    }
+
     /// Names a chain's NTs (manifest names instead of `chainC.I:kind`).
     pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
         if let Some(n) = self.chain_names.get_mut(chain.index()) {

@@ -209,6 +209,10 @@ pub struct Node<B: Backend> {
     mat: Arc<ArcSwap<Mat>>,
     fdb: Fdb,
     chains: Vec<Vec<NtSpec>>,
+    /// Per chain: live, going away, or gone (its id free for the next [`Node::add_chain`]).
+    life: Vec<retire::Life>,
+    /// Chains going away (the poll checks them while non-zero).
+    retiring: usize,
     exec: Exec,
     stats: Stats,
     rx_idx: Vec<u32>,
@@ -268,6 +272,7 @@ mod fork;
 mod elastic;
 mod placement;
 mod rechain;
+mod retire;
 use elastic::OnDemand;
 pub use placement::{MoveError, PLACEMENT_PERIOD};
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
@@ -327,6 +332,8 @@ impl<B: Backend> Node<B> {
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
             chains: Vec::new(),
+            life: Vec::new(),
+            retiring: 0,
             exec,
             stats: Stats::default(),
             rx_idx: Vec::with_capacity(MAX_BATCH),
@@ -422,12 +429,25 @@ impl<B: Backend> Node<B> {
         &mut self.backend
     }
 
-    /// Declares a chain of NTs (not yet running anywhere).
+    /// Declares a chain of NTs (not yet running anywhere). Its id is new, or that of a chain
+    /// [`Node::remove_chain`] took away and that has gone.
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
+        let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
+        if let Some(c) = self.life.iter().position(|&l| l == retire::Life::Gone) {
+            let id = ChainId(c as u16);
+            if self.sched.reuse_chain(id, specs.len()) {
+                self.meter.reuse_chain(id, &kinds);
+                self.elastic.forget_chain(id);
+                self.chains[c] = specs;
+                self.life[c] = retire::Life::Live;
+                return id;
+            }
+        }
         let id = self.sched.add_chain(specs.len());
-        self.meter.add_chain(&specs.iter().map(NtSpec::kind).collect::<Vec<_>>());
+        self.meter.add_chain(&kinds);
         self.elastic.add_chain();
         self.chains.push(specs);
+        self.life.push(retire::Life::Live);
         id
     }
 
@@ -483,7 +503,7 @@ impl<B: Backend> Node<B> {
                 return Err(LaunchError::NoWorker(w));
             }
         }
-        let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
+        let specs = self.live_specs(chain)?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
@@ -585,6 +605,7 @@ impl<B: Backend> Node<B> {
             self.end_epoch(now);
             self.elastic_epoch(now);
             self.placement_look(now);
+            self.advance_retired();
         }
         work
     }

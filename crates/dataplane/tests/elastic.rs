@@ -362,3 +362,66 @@ fn a_node_without_elasticity_does_not_switch_forms() {
     b.run(0, 5, 2, 3);
     assert_eq!((b.lost(0), b.node.dag_form(DagUid(1))), (0, Some(Form::Planned)));
 }
+
+/// A control-plane change in place: DAG 1 moves from chain 0 to a new chain while packets are
+/// on its old route (sent to a worker, not back yet). Nothing is lost or reordered (`Bed::poll`
+/// checks every flow's order), the old chain stops once its packets are done, its region is
+/// freed and its id is reused.
+#[test]
+fn a_dag_moved_to_a_new_chain_under_traffic_loses_and_reorders_nothing_and_the_old_chain_goes() {
+    let slow = || NtSpec::Synthetic(SyntheticConfig::costing(200_000));
+    // Regions alternate between two workers, each with a virtual time of its own: chain 0 runs
+    // on worker 0, the new chain on worker 1, where it could overtake chain 0's backlog.
+    let chains = vec![vec![slow()], vec![engine(1_000_000)], vec![engine(1_000_000)]];
+    let mut b = Bed::with_workers(cfg(4, 0), chains, true, 2);
+    b.run(0, 2, 2, 3);
+    // 32 packets on the old route: dispatched to worker 0, which needs 6.4 ms of virtual time
+    // for them.
+    for k in 0..32 {
+        b.push(0, 1 + k % 4);
+    }
+    b.node.poll();
+    let new = b.node.add_chain(vec![engine(1_000_000)]);
+    assert_ne!(new, ChainId(0));
+    b.node.launch(new).unwrap();
+    b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: new, mask: NtMask::all(1) }]));
+    assert!(b.node.dag_switching(DagUid(1)), "arrivals wait while the old route has packets");
+    b.node.remove_chain(ChainId(0));
+    assert!(!b.node.is_live(ChainId(0)));
+    b.run(0, 10, 4, 10);
+    b.idle(5);
+    assert_eq!(b.lost(0), 0, "nothing lost across the change");
+    assert!(!b.node.dag_switching(DagUid(1)));
+    // The old chain is gone: no region holds it, one region is free, and its id comes back.
+    let regions = b.node.elastic().regions();
+    assert!(
+        !regions
+            .iter()
+            .any(|r| matches!(r, RegionState::Running { chain, .. } | RegionState::Victim { chain, .. } if *chain == ChainId(0))),
+        "{regions:?}"
+    );
+    assert_eq!(regions.iter().filter(|r| matches!(r, RegionState::Free)).count(), 1, "{regions:?}");
+    assert_eq!(b.node.live_chains(), 3);
+    let again = b.node.add_chain(vec![engine(1_000_000)]);
+    assert_eq!(again, ChainId(0), "a gone chain's id is reused");
+    // The reused chain runs a DAG like any other.
+    b.node.launch(again).unwrap();
+    b.node.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: again, mask: NtMask::all(1) }]));
+    b.run(1, 10, 2, 3);
+    assert_eq!(b.lost(1), 0);
+}
+
+/// A chain removed while a DAG still uses it keeps running for that DAG: removal waits for the
+/// routes that step through it.
+#[test]
+fn a_removed_chain_serves_the_routes_that_still_use_it() {
+    let mut b = Bed::new(cfg(2, 0), vec![vec![engine(1_000_000)], vec![engine(1_000_000)]], true);
+    b.node.remove_chain(ChainId(0));
+    b.run(0, 10, 2, 3);
+    assert_eq!(b.lost(0), 0, "DAG 1 still routes through chain 0");
+    // Its route replaced, it goes.
+    b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: ChainId(1), mask: NtMask::all(1) }]));
+    b.run(0, 10, 2, 3);
+    assert_eq!(b.lost(0), 0);
+    assert!(b.node.elastic().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.elastic().regions());
+}

@@ -138,7 +138,7 @@ fn build_node(receivers: &[SocketAddr; 2]) -> anyhow::Result<(Node<UdpBackend>, 
         let id = TenantId(*state.ids().tenants.get(t.name).context("the demo manifest names tenants blue and green")?);
         let dag = plan.dags.iter().find(|d| d.tenant == id).context("each demo tenant has a DAG")?;
         let chain = dag.steps.iter().map(|(c, _)| plan.chains[*c].nts.join(" → ")).collect::<Vec<_>>().join(" ⇒ ");
-        let region = instances[dag.steps[0].0].context("the demo node has a region for every chain")?;
+        let region = instances[dag.steps[0].0].1.context("the demo node has a region for every chain")?;
         placed.push(Placed { id, chain, region: region.0 });
     }
     // Routes to the in-process endpoints (their ports are the OS's choice, so not in the manifest).

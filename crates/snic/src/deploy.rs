@@ -2,8 +2,8 @@
 //! the MAT and forwarding entries.
 
 use anyhow::Context;
-use snic_control::plan::{Plan, RouteEntry, RoutePlan, TenantPlan};
-use snic_core::ids::InstanceId;
+use snic_control::plan::{ChainPlan, Plan, RouteEntry, RoutePlan, TenantPlan};
+use snic_core::ids::{ChainId, InstanceId};
 
 use snic_dataplane::backend::Backend;
 use snic_dataplane::node::LaunchError;
@@ -12,7 +12,7 @@ use snic_dataplane::Node;
 use std::sync::Arc;
 
 /// Gives each DAG that has a compact candidate ([`Plan::compact_chains`]) its compact form,
-/// on a node with elastic NTs and rechaining on (plan chain `c` is the node's `ChainId(c)`).
+/// on a node with elastic NTs and rechaining on.
 pub fn compact_forms<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<()> {
     let cfg = node.elastic().config();
     if cfg.regions == 0 || !cfg.rechain {
@@ -27,25 +27,18 @@ pub fn compact_forms<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Res
     Ok(())
 }
 
-/// Deploys `plan` on a node that runs nothing yet; returns the instance (region) pre-launched
-/// for each planned chain — `None` for a chain that found no free region on a node with elastic
-/// NTs (it is launched when its packets arrive).
-pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<Option<InstanceId>>> {
+/// A planned chain, deployed: the node's id for it and the instance (region) pre-launched —
+/// `None` for a chain that found no free region on a node with elastic NTs (it is launched when
+/// its packets arrive).
+pub type Deployed = (ChainId, Option<InstanceId>);
+
+/// Deploys `plan` on a node that runs nothing yet; returns each planned chain as deployed (in
+/// the plan's order).
+pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec<Deployed>> {
     for t in &plan.tenants {
         set_tenant(node, t);
     }
-    let mut chains = Vec::new();
-    for (i, c) in plan.chains.iter().enumerate() {
-        let id = node.add_chain(c.specs.clone());
-        node.label_chain(id, &c.nts);
-        node.set_endpoint_fallback(id, c.endpoint_fallback);
-        let inst = match node.launch(id) {
-            Ok(inst) => Some(inst),
-            Err(LaunchError::NoFreeRegion) => None,
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("launching chain {i} ({})", c.nts.join(" → ")))),
-        };
-        chains.push((id, inst));
-    }
+    let chains = plan.chains.iter().enumerate().map(|(i, c)| add_chain(node, i, c)).collect::<anyhow::Result<Vec<_>>>()?;
     for d in &plan.dags {
         node.set_dag(d.uid, d.route(|c| chains[c].0));
     }
@@ -54,7 +47,23 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
     for r in &plan.routes {
         add_route(node, r)?;
     }
-    Ok(chains.into_iter().map(|(_, i)| i).collect())
+    Ok(chains)
+}
+
+/// Declares planned chain `i` on the node and launches it (into a free region, with elastic
+/// NTs; when it has none, the chain launches when its packets arrive).
+pub fn add_chain<B: Backend>(node: &mut Node<B>, i: usize, c: &ChainPlan) -> anyhow::Result<Deployed> {
+    let id = node.add_chain(c.specs.clone());
+    node.label_chain(id, &c.nts);
+    node.set_endpoint_fallback(id, c.endpoint_fallback);
+    match node.launch(id) {
+        Ok(inst) => Ok((id, Some(inst))),
+        Err(LaunchError::NoFreeRegion) => Ok((id, None)),
+        Err(e) => {
+            node.remove_chain(id);
+            Err(anyhow::Error::new(e).context(format!("launching chain {i} ({})", c.nts.join(" → "))))
+        }
+    }
 }
 
 /// Registers a tenant (or changes it): weight and packet-store quota (the whole store without

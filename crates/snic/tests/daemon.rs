@@ -275,28 +275,44 @@ fn daemon_lifecycle() {
     assert!(m.contains("snic_tenant_demand{tenant=\"blue\",resource=\"ingress\"}"), "{m}");
     assert!(!m.contains("snic_tenant_ingress_limit_pps{"), "nobody limited: {m}");
 
-    // Tenants come and go without rebuilding the node (issue 15: applies cost what they
-    // change): the running chains, their counters and the traffic are untouched.
+    // Tenants, with their NTs and DAGs, come and go without rebuilding the node (issue 15:
+    // applies cost what they change): the running chains, their NTs' state and the traffic
+    // are untouched.
     let rebuilds = v["rebuilds"].as_u64().unwrap();
+    let nat_port = |sport: u16| {
+        let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+        a.send_to(&frame(100, L4Spec::Udp { src_port: sport, dst_port: 5001 }), d.data).unwrap();
+        parse_inner(&recv_n(&b, 1)[0][8..]).unwrap().key.src_port
+    };
+    let first = nat_port(4000);
     let r = UdpSocket::bind("127.0.0.1:0").unwrap();
     let red = format!(
-        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [400], weight: 2}}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 400, action: pass_through}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: red-r}}\nspec: {{vni: 400, mac: '{MAC_B}', vtep: '{}'}}\n",
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [400], weight: 2}}\n---\napiVersion: snic/v1\nkind: NT\nmetadata: {{name: red-counter}}\nspec: {{tenant: red, config: {{kind: counter}}}}\n---\napiVersion: snic/v1\nkind: DAG\nmetadata: {{name: red-dag}}\nspec: {{tenant: red, nodes: [red-counter]}}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 400, action: {{dag: red-dag}}}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: red-r}}\nspec: {{vni: 400, mac: '{MAC_B}', vtep: '{}'}}\n",
         r.local_addr().unwrap()
     );
     let (s, resp) = http("POST", &format!("{}/v1/apply", d.api), &red);
-    assert_eq!(s, 200, "{resp}");
-    assert_eq!(burst(d.data, 400, &r, 20), 20, "red's route (and receive queue) work at once");
-    let v = status_until(&d.api, |v| v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
-    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant and route are added in place: {v}");
+    assert_eq!((s, &resp["chains"]), (200, &serde_json::json!(3)), "{resp}");
+    assert_eq!(burst(d.data, 400, &r, 20), 20, "red's chain, route and receive queue work at once");
+    let red_region =
+        |v: &serde_json::Value| v["regions"]["instances"].as_array().into_iter().flatten().any(|r| r["chain"][0] == "red-counter");
+    let v = status_until(&d.api, |v| v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red") && red_region(v));
+    assert!(red_region(&v), "red's chain runs in a region of its own: {v}");
+    assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant, chain and route are added in place: {v}");
+    // Blue's NAT kept its mappings: a new flow gets another public port than the first flow
+    // (a rebuilt NAT would hand out its first port again).
+    assert_eq!(nat_port(4000), first, "an existing flow keeps its mapping");
+    assert_ne!(nat_port(4002), first, "the NAT's state survived red's apply");
     assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
-    let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 250);
+    let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 253);
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "{v}");
-    for (kind, name) in [("route", "red-r"), ("rule", "red-all"), ("tenant", "red")] {
+    for (kind, name) in [("route", "red-r"), ("rule", "red-all"), ("dag", "red-dag"), ("nt", "red-counter"), ("tenant", "red")] {
         let (s, resp) = http("DELETE", &format!("{}/v1/objects/{kind}/{name}", d.api), "");
         assert_eq!(s, 200, "{resp}");
     }
-    let v = status_until(&d.api, |v| !v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red"));
+    let v = status_until(&d.api, |v| !v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red") && !red_region(v));
+    assert!(!red_region(&v), "red's chain stopped and its region went: {v}");
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "removed in place too: {v}");
+    assert_ne!(nat_port(4004), first, "blue's NAT state is still there");
 
     assert_eq!(stop(d), 0, "clean exit on SIGTERM");
 

@@ -50,7 +50,7 @@ impl<B: Backend> Node<B> {
         // Timed on the node's work timer: a node on a virtual clock builds in no time, so its
         // launch time (and MONITOR_PERIOD, which follows it) does not depend on the machine.
         let t0 = self.work_timer.now_ns();
-        let specs = self.chains.get(chain.index()).ok_or(LaunchError::UnknownChain(chain))?;
+        let specs = self.live_specs(chain)?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         let ns = self.work_timer.now_ns().saturating_sub(t0);
         let e = &mut self.elastic;
@@ -91,7 +91,10 @@ impl<B: Backend> Node<B> {
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
         };
         if let Some(r) = region {
-            self.save_state(chain, r.into_nts());
+            // A chain going away keeps nothing.
+            if self.is_live(chain) {
+                self.save_state(chain, r.into_nts());
+            }
         }
         self.meter.set_active(inst, false);
         let _ = self.sched.remove_instance(inst);
@@ -144,7 +147,7 @@ impl<B: Backend> Node<B> {
     /// and last a context switch.
     #[cold]
     pub(super) fn on_demand(&mut self, chain: ChainId, now: Instant) -> OnDemand {
-        if !self.elastic.on() {
+        if !self.elastic.on() || !self.is_live(chain) {
             return OnDemand::Nothing;
         }
         let endpoint = self.elastic.endpoint.get(chain.index()).copied().unwrap_or(false);
@@ -217,8 +220,9 @@ impl<B: Backend> Node<B> {
         let mut ran = false;
         while let Some(p) = self.sched.take_parked() {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
+            let live = self.is_live(self.sched.chain_of(p));
             match self.elastic.slot_of(p) {
-                Some(slot) if !evicting && self.elastic.cfg.victims => self.elastic.launcher.deschedule(slot, now),
+                Some(slot) if !evicting && live && self.elastic.cfg.victims => self.elastic.launcher.deschedule(slot, now),
                 Some(slot) if !evicting => {
                     self.teardown(p);
                     self.elastic.launcher.free(slot);
@@ -307,6 +311,9 @@ impl<B: Backend> Node<B> {
         let a = 0.25;
         for c in 0..self.chains.len() {
             let chain = ChainId(c as u16);
+            if !self.is_live(chain) {
+                continue;
+            }
             let raw = self.meter.chain_load(chain);
             let l = &mut self.elastic.load[c];
             *l += a * (raw - *l);

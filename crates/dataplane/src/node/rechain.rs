@@ -19,13 +19,20 @@
 //! reordered within a flow, since no packet of the new route runs before the old route is
 //! empty. A switch that does not drain within [`SWITCH_TIMEOUT_PERIODS`] MONITOR_PERIODs is
 //! abandoned: the held packets go on along the old route, still in order.
+//!
+//! The control plane replacing a DAG's planned route ([`Node::set_dag`]) is handled alike: the
+//! new route gets a new internal UID, arrivals are held while packets remain on the old one,
+//! then enter the new one in order (past the timeout, they go anyway: the old route is no
+//! longer the DAG's). Replaced and removed routes leave the scheduler once empty, and their
+//! UIDs are reused (see `retire.rs`).
 
 use super::{Backend, Drop, Node};
 use crate::elastic::EventKind;
+use crate::store::Store;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid};
 use snic_core::rechain::{DagView, Form, Rechainer};
-use snic_core::sched::{InstanceState, Reject};
+use snic_core::sched::{InstanceState, Reject, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 use std::collections::VecDeque;
@@ -65,6 +72,10 @@ pub(super) struct Dags {
     pub(super) live: Vec<u32>,
     entries: Vec<Option<Entry>>,
     next: u32,
+    /// Internal route UIDs replaced or removed, still in the scheduler while packets run them.
+    retired: Vec<u32>,
+    /// Internal route UIDs free for reuse.
+    free: Vec<u32>,
     /// DAGs switching now (the poll checks them while non-zero).
     pub(super) switching: usize,
     policy: Rechainer,
@@ -83,7 +94,9 @@ struct Entry {
 
 struct Switching {
     from: u32,
-    to: Form,
+    /// The form it switches to; `None`: its planned route was replaced (a control-plane
+    /// change), arrivals wait until the old route is empty, then take the new one.
+    to: Option<Form>,
     held: VecDeque<u32>,
     since: Instant,
 }
@@ -109,6 +122,8 @@ impl Dags {
             live: Vec::new(),
             entries: Vec::new(),
             next: 0,
+            retired: Vec::new(),
+            free: Vec::new(),
             switching: 0,
             policy: Rechainer::new(monitor_period, high),
             shortfalls_seen: 0,
@@ -129,8 +144,30 @@ impl Dags {
     }
 
     fn alloc(&mut self) -> u32 {
-        self.next += 1;
-        self.next - 1
+        self.free.pop().unwrap_or_else(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+
+    /// Internal route `r` takes no new packets; it leaves the scheduler once those on it have
+    /// finished ([`Dags::free_routes`]).
+    fn retire(&mut self, r: u32) {
+        self.retired.push(r);
+    }
+
+    /// Retired routes with no packet left leave the scheduler; their UIDs are reused.
+    pub(super) fn free_routes<T: Copy>(&mut self, store: &Store, sched: &mut Scheduler<T>) {
+        let mut i = 0;
+        while i < self.retired.len() {
+            let r = self.retired[i];
+            if store.in_route(r) == 0 {
+                sched.remove_dag(DagUid(r));
+                self.free.push(self.retired.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
     }
 }
 
@@ -146,38 +183,51 @@ fn distinct_chains(route: &DagRoute) -> Vec<ChainId> {
 
 impl<B: Backend> Node<B> {
     /// Installs the route of a DAG (its planned form). Replacing a route with a different one
-    /// puts the DAG back on its planned form and forgets its compact form.
+    /// puts the DAG back on its planned form and forgets its compact form; packets already on
+    /// the old route finish it (it leaves once they have).
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
         let chains = distinct_chains(&route);
-        let internal = match self.dags.entry(uid) {
+        let internal = self.dags.alloc();
+        let mut replaced = None;
+        match self.dags.entry(uid) {
             Some(e) => {
                 if self.sched.route(DagUid(e.planned)) == Some(&route) {
+                    self.dags.free.push(internal);
                     return;
                 }
-                e.planned
+                let old = std::mem::replace(&mut e.planned, internal);
+                replaced = Some(old);
+                self.dags.retire(old);
             }
             None => {
-                let i = self.dags.alloc();
-                self.dags.set_live(uid, i);
+                self.dags.set_live(uid, internal);
                 self.dags.entries[uid.0 as usize] =
-                    Some(Entry { planned: i, planned_chains: Vec::new(), compact: None, form: Form::Planned, switch: None });
-                i
+                    Some(Entry { planned: internal, planned_chains: Vec::new(), compact: None, form: Form::Planned, switch: None });
             }
-        };
+        }
         self.sched.set_dag(DagUid(internal), route);
         self.forget_compact(uid);
-        if let Some(e) = self.dags.entry(uid) {
-            e.planned_chains = chains;
+        let Some(e) = self.dags.entry(uid) else { return };
+        e.planned_chains = chains;
+        // Packets still on the old route: arrivals wait until they have gone (no flow is
+        // reordered), as in a switch between forms.
+        if let Some(old) = replaced.filter(|&r| self.store.in_route(r) > 0) {
+            let now = self.clock.now();
+            e.switch = Some(Switching { from: old, to: None, held: VecDeque::new(), since: now });
+            self.dags.switching += 1;
+            self.dags.set_live(uid, HOLD | old);
         }
     }
 
-    /// Removes a DAG; its packets already queued still run, those held by a switch are dropped.
+    /// Removes a DAG; its packets already on a route finish it, those held by a switch are
+    /// dropped. Its compact form's chain goes too.
     pub fn remove_dag(&mut self, uid: DagUid) {
         let Some(e) = self.dags.entries.get_mut(uid.0 as usize).and_then(Option::take) else { return };
         self.dags.live[uid.0 as usize] = NONE;
-        self.sched.remove_dag(DagUid(e.planned));
-        if let Some((c, _)) = e.compact {
-            self.sched.remove_dag(DagUid(c));
+        self.dags.retire(e.planned);
+        if let Some((r, c)) = e.compact {
+            self.dags.retire(r);
+            self.remove_chain(c);
         }
         if let Some(s) = e.switch {
             self.dags.switching -= 1;
@@ -246,8 +296,10 @@ impl<B: Backend> Node<B> {
         let planned = e.planned;
         let held = e.switch.take().map(|s| s.held);
         e.form = Form::Planned;
-        if let Some((c, _)) = e.compact.take() {
-            self.sched.remove_dag(DagUid(c));
+        let compact = e.compact.take();
+        if let Some((r, c)) = compact {
+            self.dags.retire(r);
+            self.remove_chain(c);
         }
         self.dags.set_live(uid, planned);
         if let Some(held) = held {
@@ -270,7 +322,7 @@ impl<B: Backend> Node<B> {
             return false;
         }
         let from = e.live();
-        e.switch = Some(Switching { from, to, held: VecDeque::new(), since: now });
+        e.switch = Some(Switching { from, to: Some(to), held: VecDeque::new(), since: now });
         self.dags.switching += 1;
         self.dags.set_live(uid, HOLD | from);
         let first = if to == Form::Compact { compact_chain } else { self.dags.entry(uid).map_or(compact_chain, |e| e.planned_chains[0]) };
@@ -320,6 +372,14 @@ impl<B: Backend> Node<B> {
             let Some(Some(e)) = self.dags.entries.get(i) else { continue };
             let Some(s) = &e.switch else { continue };
             let uid = DagUid(i as u32);
+            if s.to.is_none() {
+                // A replaced route: past the time, the held packets go on anyway (the old route
+                // is gone from the DAG; waiting longer only grows their delay).
+                if self.store.in_route(s.from) == 0 || now.saturating_since(s.since) >= timeout {
+                    self.finish_replace(uid, now);
+                }
+                continue;
+            }
             // An old chain being launched, or evicted, has its NTs' state in hand only once that
             // is done.
             let busy = e
@@ -331,6 +391,18 @@ impl<B: Backend> Node<B> {
             } else if now.saturating_since(s.since) >= timeout {
                 self.abandon_switch(uid, now);
             }
+        }
+    }
+
+    /// The replaced route has emptied: held arrivals take the new one, in order.
+    fn finish_replace(&mut self, uid: DagUid, now: Instant) {
+        let Some(e) = self.dags.entry(uid) else { return };
+        let Some(s) = e.switch.take() else { return };
+        let to = e.planned;
+        self.dags.switching -= 1;
+        self.dags.set_live(uid, to);
+        for idx in s.held {
+            self.enter_route(idx, to, now);
         }
     }
 
@@ -348,9 +420,11 @@ impl<B: Backend> Node<B> {
 
     fn finish_switch(&mut self, uid: DagUid, now: Instant) {
         let Some(e) = self.dags.entry(uid) else { return };
+        let Some(to_form) = e.switch.as_ref().map(|s| s.to) else { return };
+        let Some(to_form) = to_form else { return self.finish_replace(uid, now) };
         let Some(s) = e.switch.take() else { return };
-        let (old, new) = (e.chains(e.form), e.chains(s.to));
-        e.form = s.to;
+        let (old, new) = (e.chains(e.form), e.chains(to_form));
+        e.form = to_form;
         let to = e.live();
         self.dags.switching -= 1;
         // The old form's NTs, with their state, in route order.
@@ -377,7 +451,7 @@ impl<B: Backend> Node<B> {
         }
         self.dags.set_live(uid, to);
         self.elastic.stats.rechains += 1;
-        self.record(now, new[0], None, EventKind::Rechained { dag: uid, to: s.to }, now.saturating_since(s.since).as_nanos() as u64);
+        self.record(now, new[0], None, EventKind::Rechained { dag: uid, to: to_form }, now.saturating_since(s.since).as_nanos() as u64);
         for idx in s.held {
             self.enter_route(idx, to, now);
         }

@@ -2,9 +2,11 @@
 //!
 //! For each deployed state (nothing; one firewall of 10,000 rules; one NAT of 2^20 flows; 1,000
 //! tenants with a rule each) a node is started (`snic run`, loopback, a temporary state
-//! directory), the state is applied, and then a small change — one tenant and one rule — is
-//! applied and deleted `runs` times through the HTTP API, as `snic apply` / `snic delete` do.
-//! Reported: the time to deploy the state, and the median and worst small apply and delete.
+//! directory), the state is applied, and then a small change is applied and deleted `runs`
+//! times through the HTTP API, as `snic apply` / `snic delete` do: one tenant and one rule
+//! (`rule`), or one tenant with an NT, a DAG of it and a rule to it (`dag`: a new chain is
+//! launched, and stopped at the delete). Reported: the time to deploy the state, and the median
+//! and worst small apply and delete.
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -25,6 +27,10 @@ pub struct ApplyArgs {
     /// States to measure, comma-separated: empty, rules10k, nat1m, tenants1000, or all.
     #[arg(long, default_value = "all", value_delimiter = ',')]
     state: Vec<String>,
+    /// Small changes to measure, comma-separated: rule (a tenant and a rule), dag (a tenant, an
+    /// NT, a DAG and a rule: a new chain).
+    #[arg(long, default_value = "rule,dag", value_delimiter = ',', value_parser = ["rule", "dag"])]
+    change: Vec<String>,
     /// The snic binary that runs the node (default: this one), to measure another build
     /// against this one with the same client.
     #[arg(long)]
@@ -37,6 +43,7 @@ struct ApplyResult {
     state: String,
     state_objects: usize,
     state_apply_ms: f64,
+    change: String,
     small_apply_ms_median: f64,
     small_apply_ms_max: f64,
     small_delete_ms_median: f64,
@@ -146,37 +153,55 @@ fn median(v: &mut [f64]) -> f64 {
 pub fn run(a: ApplyArgs) -> anyhow::Result<()> {
     let states: Vec<&str> = if a.state.iter().any(|s| s == "all") { STATES.to_vec() } else { a.state.iter().map(String::as_str).collect() };
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let small = [doc("Tenant", "probe", "{vnis: [99]}"), doc("Rule", "probe", "{vni: 99, action: pass_through}")].concat();
+    let small = |change: &str| match change {
+        "rule" => [doc("Tenant", "probe", "{vnis: [99]}"), doc("Rule", "probe", "{vni: 99, action: pass_through}")].concat(),
+        _ => [
+            doc("Tenant", "probe", "{vnis: [99]}"),
+            doc("NT", "probe", "{tenant: probe, config: {kind: counter}}"),
+            doc("DAG", "probe", "{tenant: probe, nodes: [probe]}"),
+            doc("Rule", "probe", "{vni: 99, action: {dag: probe}}"),
+        ]
+        .concat(),
+    };
+    let objects = |change: &str| if change == "rule" { &["rules", "tenants"][..] } else { &["rules", "dags", "nts", "tenants"][..] };
     let bin = match a.node_bin {
         Some(b) => b,
         None => std::env::current_exe()?,
     };
     for state in states {
-        let (manifest, objects) = state_manifest(state)?;
+        let (manifest, objects_in_state) = state_manifest(state)?;
         let d = start(&bin)?;
         let state_apply_ms = if manifest.is_empty() { 0.0 } else { post(&agent, &d.api, &manifest)? };
-        let (mut applies, mut deletes) = (Vec::new(), Vec::new());
-        for _ in 0..a.runs {
-            applies.push(post(&agent, &d.api, &small)?);
-            deletes.push(delete(&agent, &d.api, "rules", "probe")? + delete(&agent, &d.api, "tenants", "probe")?);
+        for change in &a.change {
+            let (mut applies, mut deletes) = (Vec::new(), Vec::new());
+            let body = small(change);
+            for _ in 0..a.runs {
+                applies.push(post(&agent, &d.api, &body)?);
+                let mut ms = 0.0;
+                for kind in objects(change) {
+                    ms += delete(&agent, &d.api, kind, "probe")?;
+                }
+                deletes.push(ms);
+            }
+            let max = applies.iter().copied().fold(0.0, f64::max);
+            let r = ApplyResult {
+                bench: "apply",
+                state: state.to_string(),
+                state_objects: objects_in_state,
+                state_apply_ms,
+                change: change.clone(),
+                small_apply_ms_median: median(&mut applies),
+                small_apply_ms_max: max,
+                small_delete_ms_median: median(&mut deletes),
+                runs: a.runs,
+            };
+            super::emit(a.json, &r, |r| {
+                format!(
+                    "{:<12} ({:>5} objects, deployed in {:>8.1} ms), {:>4}: small apply median {:>6.1} ms, worst {:>6.1} ms; its delete {:>6.1} ms",
+                    r.state, r.state_objects, r.state_apply_ms, r.change, r.small_apply_ms_median, r.small_apply_ms_max, r.small_delete_ms_median
+                )
+            })?;
         }
-        let max = applies.iter().copied().fold(0.0, f64::max);
-        let r = ApplyResult {
-            bench: "apply",
-            state: state.to_string(),
-            state_objects: objects,
-            state_apply_ms,
-            small_apply_ms_median: median(&mut applies),
-            small_apply_ms_max: max,
-            small_delete_ms_median: median(&mut deletes),
-            runs: a.runs,
-        };
-        super::emit(a.json, &r, |r| {
-            format!(
-                "{:<12} ({:>5} objects, deployed in {:>8.1} ms): small apply median {:>6.1} ms, worst {:>6.1} ms; its delete {:>6.1} ms",
-                r.state, r.state_objects, r.state_apply_ms, r.small_apply_ms_median, r.small_apply_ms_max, r.small_delete_ms_median
-            )
-        })?;
     }
     Ok(())
 }

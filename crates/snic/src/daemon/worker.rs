@@ -1,9 +1,11 @@
 //! The data-plane thread of the daemon: owns the node, applies plans, publishes snapshots.
 //!
-//! A new plan whose chains, tenants and routes are unchanged is applied in place: the MAT is
-//! swapped (traffic never stops) and DAG routes are updated. Otherwise the node is drained and
-//! rebuilt on the same socket with the new deployment (NT state and learned MACs start afresh;
-//! stop-and-launch with state transfer comes with elastic NTs).
+//! A new plan is applied to the running node, by what changed: tenants (weights, quotas, receive
+//! queues), forwarding entries, chains (a chain the new plan still has keeps its instances and
+//! their NTs' state; new ones are launched; those gone finish what they hold and stop), DAG
+//! routes (a packet finishes the route it entered on) and the MAT, swapped whole. Traffic never
+//! stops. If a change fails half way, the node is drained and rebuilt on the same socket with
+//! the previous deployment (NT state and learned MACs then start afresh), and the apply fails.
 
 use super::config::{NodeFile, RxQueues};
 use crate::deploy::deploy;
@@ -200,7 +202,7 @@ fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<()>)> {
+fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<ChainIds>)> {
     // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues. A
     // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
     // puts the previous one back on the same socket — and leaves everything on queue 0.
@@ -216,7 +218,7 @@ fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result
         Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
     };
     assign_queues(&mut node, plan, &queues);
-    let r = deploy(&mut node, plan).map(|_| ());
+    let r = deploy(&mut node, plan).map(|d| d.into_iter().map(|(c, _)| c).collect());
     Ok((node, r))
 }
 
@@ -276,10 +278,29 @@ fn bind(cfg: &NodeFile) -> std::io::Result<UdpBackend> {
     }
 }
 
-/// What a change needs: chains as they were (tenants, routes, DAGs and rules change in place);
-/// otherwise the node is rebuilt.
-fn in_place(a: &Plan, b: &Plan) -> bool {
-    a.chains == b.chains
+/// The node's id for each of the deployed plan's chains, by index.
+type ChainIds = Vec<ChainId>;
+
+/// The node's chains for `new`'s: those `old` had too (same NTs, same configuration) are
+/// `ids`' and taken out of `kept`; the others are added and launched.
+fn match_chains(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, kept: &mut [Option<ChainId>]) -> anyhow::Result<ChainIds> {
+    let mut out = Vec::with_capacity(new.chains.len());
+    // Plans mostly keep their chains in order (a chain added or removed shifts those after
+    // it): look where the last match was first.
+    let mut next = 0;
+    for (j, c) in new.chains.iter().enumerate() {
+        let same = |i: &usize| old.chains.get(*i) == Some(c) && kept[*i].is_some();
+        let found = Some(next).filter(same).or_else(|| (0..old.chains.len()).find(same));
+        let id = match found {
+            Some(i) => {
+                next = i + 1;
+                kept[i].take().context("matched chain")?
+            }
+            None => crate::deploy::add_chain(node, j, c)?.0,
+        };
+        out.push(id);
+    }
+    Ok(out)
 }
 
 /// Applies a change of forwarding entries to a running node: removed ones first (a default
@@ -301,14 +322,14 @@ impl DataPlane {
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.data))?;
         let addr = backend.local_addr()?;
         let (node, deployed) = build(cfg, backend, &plan)?;
-        deployed?;
+        let ids = deployed?;
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let snapshot = Arc::new(Mutex::new(Snapshot { published: Some(Instant::now()), ..Snapshot::default() }));
         let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
         let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || {
             let stopping = st.clone();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, rx, st, snap)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, ids, rx, st, snap)));
             if stopping.load(Ordering::Relaxed) {
                 return;
             }
@@ -344,7 +365,15 @@ impl DataPlane {
     }
 }
 
-fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver<Cmd>, stop: Arc<AtomicBool>, snap: Arc<Mutex<Snapshot>>) {
+fn run(
+    cfg: NodeFile,
+    node: Node<UdpBackend>,
+    mut plan: Plan,
+    mut ids: ChainIds,
+    rx: mpsc::Receiver<Cmd>,
+    stop: Arc<AtomicBool>,
+    snap: Arc<Mutex<Snapshot>>,
+) {
     let mut node = Some(node);
     let mut last_pub = Instant::now();
     let mut prev: Vec<(u64, u64)> = Vec::new();
@@ -362,7 +391,7 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
         }
         if work == 0 || polls.is_multiple_of(1024) {
             while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
-                let r = apply(&cfg, &mut node, &plan, &p, &mut rebuilds);
+                let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds);
                 if r.is_ok() {
                     plan = p;
                     prev.clear();
@@ -383,58 +412,58 @@ fn run(cfg: NodeFile, node: Node<UdpBackend>, mut plan: Plan, rx: mpsc::Receiver
     }
 }
 
-fn apply(cfg: &NodeFile, slot: &mut Option<Node<UdpBackend>>, old: &Plan, new: &Plan, rebuilds: &mut u64) -> anyhow::Result<()> {
+fn apply(
+    cfg: &NodeFile,
+    slot: &mut Option<Node<UdpBackend>>,
+    old: &Plan,
+    new: &Plan,
+    ids: &mut ChainIds,
+    rebuilds: &mut u64,
+) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
-    if in_place(old, new) {
-        let Err(e) = change_in_place(cfg, node, old, new) else { return Ok(()) };
-        // Part of the change may be in: put the old plan back whole.
-        let old_node = slot.take().context("no data plane")?;
-        let (n, r) = build(cfg, old_node.into_backend(), old)?;
-        r.context("restoring the previous deployment")?;
-        *slot = Some(n);
-        *rebuilds += 1;
-        return Err(e.context("changing the deployment in place; the previous deployment was restored"));
-    }
-    // Rebuild on the same socket: drain, hand the socket to a node deployed with the new plan;
-    // if that deployment fails, put the old plan back on the socket.
+    let e = match change(cfg, node, old, new, ids) {
+        Ok(now) => {
+            *ids = now;
+            return Ok(());
+        }
+        Err(e) => e,
+    };
+    // Part of the change may be in: put the old plan back whole, on the same socket.
     let mut old_node = slot.take().context("no data plane")?;
     old_node.drain(Duration::from_millis(200));
-    let (n, r) = build(cfg, old_node.into_backend(), new)?;
-    match r {
-        Ok(()) => {
-            *slot = Some(n);
-            *rebuilds += 1;
-            Ok(())
-        }
-        Err(e) => {
-            let (n, r) = build(cfg, n.into_backend(), old)?;
-            r.context("restoring the previous deployment")?;
-            *slot = Some(n);
-            Err(e.context("deploying the new plan; the previous deployment was restored"))
-        }
-    }
+    let (n, r) = build(cfg, old_node.into_backend(), old)?;
+    *ids = r.context("restoring the previous deployment")?;
+    *slot = Some(n);
+    *rebuilds += 1;
+    Err(e.context("changing the deployment; the previous deployment was restored"))
 }
 
-/// A change that keeps the chains: tenants, routes, DAG routes and the MAT, on the running node.
-fn change_in_place(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+/// Applies what changed from `old` to `new` to the running node (see the module docs); returns
+/// the node's chain for each of `new`'s.
+fn change(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
     if old.tenants != new.tenants {
         update_tenants(cfg, node, old, new)?;
     }
     if old.routes != new.routes {
         update_routes(node, old, new)?;
     }
+    let mut kept: Vec<Option<ChainId>> = ids.iter().copied().map(Some).collect();
+    let now = match_chains(node, old, new, &mut kept)?;
     for d in &old.dags {
         if !new.dags.iter().any(|n| n.uid == d.uid) {
             node.remove_dag(d.uid);
         }
     }
-    // The node's chains were added in the plan's order: plan chain c is ChainId(c).
     for d in &new.dags {
-        node.set_dag(d.uid, d.route(|c| ChainId(c as u16)));
+        node.set_dag(d.uid, d.route(|c| now[c]));
+    }
+    // Chains no DAG uses any more finish what they hold, then stop.
+    for c in kept.into_iter().flatten() {
+        node.remove_chain(c);
     }
     crate::deploy::compact_forms(node, new)?;
     node.mat_handle().store(Arc::new(new.mat()));
-    Ok(())
+    Ok(now)
 }
 
 fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
