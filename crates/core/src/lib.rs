@@ -15,7 +15,9 @@
 //!   when a credit for the whole chain is free, waits in its tenant's queue otherwise, and keeps
 //!   its flow on one instance (paper §4.2).
 //! - [`drf`] and [`fair`]: weighted DRF and the per-epoch fairness controller (measured demand
-//!   in, ingress limits out); [`dwrr`] and [`engine`]: FairNIC's egress and engine isolation.
+//!   in, ingress limits out); [`meter`]: the demand model that turns a node's counters into
+//!   that demand, and the ingress limiters; [`dwrr`] and [`engine`]: FairNIC's egress and
+//!   engine isolation.
 //! - [`cost`]: the paper's CapEx model (Appendix A.2) and a lifetime TCO with energy.
 //! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
@@ -50,6 +52,7 @@ pub mod ids;
 pub mod join;
 pub mod launcher;
 pub mod mat;
+pub mod meter;
 pub mod placement;
 pub mod rechain;
 pub mod sched;

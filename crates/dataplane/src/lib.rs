@@ -17,8 +17,8 @@
 //!   region between them (`node::placement`) to keep long chains apart from short ones.
 //! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
 //!   re-encapsulation toward the destination VTEP.
-//! - [`meter`]: per-epoch demand of every tenant on every resource, weighted DRF, and the
-//!   per-tenant ingress limiters that enforce it.
+//! - `snic_core::meter` decides demand, fair shares and ingress limits; the node hands it its
+//!   counters once an epoch (`node::EpochCounters`) and asks it at ingress.
 //! - [`elastic`]: regions, on-demand launch, stop-and-launch, victims and auto-scaling.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
 //! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
@@ -31,7 +31,6 @@ pub mod backend;
 pub mod egress;
 pub mod elastic;
 pub mod fdb;
-pub mod meter;
 pub mod node;
 pub mod region;
 pub mod stats;
@@ -68,7 +67,7 @@ pub enum Drop {
     Oversize,
     /// The backend could not transmit it.
     TxError,
-    /// Over the tenant's ingress limit (fair sharing, [`meter`]).
+    /// Over the tenant's ingress limit (fair sharing, `snic_core::meter`).
     RateLimit,
     /// Lost in the tenant's own receive queue before the node read it (the queue was full: the
     /// node reads a tenant's queue no faster than its ingress limit). Counted per epoch from

@@ -10,7 +10,6 @@ use crate::backend::{Backend, Framing, RxMeta, TxReq};
 use crate::egress;
 use crate::elastic::{Elastic, ElasticConfig};
 use crate::fdb::{Fdb, PeerId, Route};
-use crate::meter::Meter;
 use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Peer, Slots, Store, MAX_TENANTS};
@@ -23,6 +22,7 @@ use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
+use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::placement::PlacementConfig;
 use snic_core::sched::{Accepted, InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
@@ -248,6 +248,46 @@ pub struct Node<B: Backend> {
     placement: placement::Placement,
 }
 
+/// What the meter reads at an epoch's end: the node's counters.
+struct EpochCounters<'a> {
+    stats: &'a Stats,
+    store: &'a Store,
+    regions: &'a [Option<Arc<crate::region::RegionCounters>>],
+    /// Losses in receive queues tenants share (cumulative), and per tenant in its own this epoch.
+    lost: u64,
+    own: &'a [u64],
+}
+
+impl Counters for EpochCounters<'_> {
+    fn touched(&self) -> &[TenantId] {
+        self.stats.touched()
+    }
+    fn tenant(&self, t: TenantId) -> TenantCounters {
+        let Some(s) = self.stats.tenants.get(t.index()) else { return TenantCounters::default() };
+        TenantCounters {
+            rx_packets: s.rx_packets,
+            rx_bytes: s.rx_bytes,
+            tx_bytes: s.tx_bytes,
+            over_limit: s.drops[Drop::RateLimit.index()],
+            store_refused: s.drops[Drop::TenantQuota.index()] + s.drops[Drop::StoreFull.index()],
+        }
+    }
+    fn store_buffers(&self, t: TenantId) -> u64 {
+        self.store.occupancy(t) as u64
+    }
+    fn nt_time(&self, inst: InstanceId, nt: usize) -> (u64, u64) {
+        let Some(Some(r)) = self.regions.get(inst.index()) else { return (0, 0) };
+        let load = |v: &[std::sync::atomic::AtomicU64]| v.get(nt).map_or(0, |a| a.load(std::sync::atomic::Ordering::Relaxed));
+        (load(&r.nt_busy_ns), load(&r.nt_timed))
+    }
+    fn lost_shared(&self) -> u64 {
+        self.lost
+    }
+    fn lost_own(&self, t: TenantId) -> u64 {
+        self.own.get(t.index()).copied().unwrap_or(0)
+    }
+}
+
 /// The backend's receive queues, as the node uses them.
 struct RxQueues {
     /// Per queue: the tenant whose packets only it holds.
@@ -314,7 +354,7 @@ impl<B: Backend> Node<B> {
             }
         }
         let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0 };
-        let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers);
+        let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers, MAX_TENANTS);
         let queues = backend.rx_queues().max(1);
         Ok(Node {
             framing: backend.framing(),
@@ -704,7 +744,9 @@ impl<B: Backend> Node<B> {
             }
             shared
         };
-        self.meter.end_epoch(now, &mut self.sched, &self.store, &self.stats, lost, &self.rx_queues.lost);
+        let counters =
+            EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
+        self.meter.end_epoch(now, &mut self.sched, &counters);
         self.stats.clear_touched();
         for t in self.rx_queues.tenant.iter().flatten() {
             self.rx_queues.lost[t.index()] = 0;

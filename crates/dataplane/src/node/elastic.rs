@@ -69,7 +69,7 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
-        self.meter.add_instance(chain, inst, region.counters(), place != Place::Inline);
+        self.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Inline);
         let e = &mut self.exec;
         match place {
             Place::Inline => e.put_inline(inst.index(), region),

@@ -1,6 +1,12 @@
-//! The meter: measures each tenant's demand on every resource of the node, runs the fairness
-//! policy of `snic-core` ([`snic_core::fair`]) once per epoch, and enforces its result at
-//! ingress with one token bucket per tenant (paper §4.4).
+//! The meter: the demand model. It turns a node's counters into each tenant's demand on every
+//! resource of the node, runs the fairness policy ([`crate::fair`]) once per epoch, and enforces
+//! its result at ingress with one token bucket per tenant (paper §4.4).
+//!
+//! The driver only samples counters: it hands [`Meter::end_epoch`] a [`Counters`] view of its
+//! cumulative per-tenant and per-NT counters, the scheduler (whose per-DAG arrivals are the
+//! intended load at each NT) and timed polls ([`Meter::sample_poll`]); every decision — what is
+//! fixed and what variable demand, how losses before reception inflate it, what the dispatcher
+//! costs, how costs are smoothed — is made here, on the driver's clock, with no I/O.
 //!
 //! Resources and their units (the names are metrics labels):
 //!
@@ -15,19 +21,45 @@
 //!
 //! Arrivals for an NT are counted by the scheduler before credits (intended load); an NT's
 //! throughput is its declared capacity if it has one, otherwise 1 / its measured cost per
-//! packet (regions time their first [`crate::region::TIMED_FIRST`] batches and then one in
-//! [`crate::region::TIMED_EVERY`], NT by NT).
+//! packet (the driver times some of each region's batches NT by NT: [`Counters::nt_time`]).
 
-use crate::region::RegionCounters;
-use crate::stats::Stats;
-use crate::store::{Store, MAX_TENANTS};
-use crate::Drop;
-use snic_core::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
-use snic_core::ids::{ChainId, InstanceId, TenantId};
-use snic_core::sched::Scheduler;
-use snic_core::time::Instant;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use crate::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
+use crate::ids::{ChainId, InstanceId, TenantId};
+use crate::sched::Scheduler;
+use crate::time::Instant;
+
+/// A tenant's cumulative counters, as the driver keeps them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantCounters {
+    /// Packets received and charged to the tenant.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Bytes transmitted.
+    pub tx_bytes: u64,
+    /// Packets dropped at ingress over the tenant's limit ([`Meter::admit`] said no).
+    pub over_limit: u64,
+    /// Packets the packet store refused (the tenant's quota, or the store full).
+    pub store_refused: u64,
+}
+
+/// What the meter reads of the driver at an epoch's end: counters only.
+pub trait Counters {
+    /// Tenants whose counters may have moved since the last epoch (others are not read).
+    fn touched(&self) -> &[TenantId];
+    /// Tenant `t`'s cumulative counters.
+    fn tenant(&self, t: TenantId) -> TenantCounters;
+    /// Packet-store buffers tenant `t` holds now.
+    fn store_buffers(&self, t: TenantId) -> u64;
+    /// Instance `inst`'s NT `nt`: cumulative ns spent in it over its timed batches, and the
+    /// packets it processed in them.
+    fn nt_time(&self, inst: InstanceId, nt: usize) -> (u64, u64);
+    /// Packets lost before reception in receive queues that tenants share (cumulative).
+    fn lost_shared(&self) -> u64;
+    /// Packets tenant `t` lost this epoch in a receive queue of its own (intended load that
+    /// cost the dispatcher nothing).
+    fn lost_own(&self, t: TenantId) -> u64;
+}
 
 const INGRESS: usize = 0;
 const EGRESS: usize = 1;
@@ -138,7 +170,6 @@ struct Inst {
     chain: ChainId,
     /// Running (launched and not stopped): counts toward its NTs' capacity.
     active: bool,
-    counters: Arc<RegionCounters>,
     last_busy: Vec<u64>,
     last_timed: Vec<u64>,
 }
@@ -189,16 +220,16 @@ pub struct Meter {
 }
 
 impl Meter {
-    /// A meter for a node with a `link_bps` link, `workers` worker threads (0: regions inline)
-    /// and `store_size` packet buffers.
-    pub fn new(cfg: FairConfig, now: Instant, link_bps: f64, workers: usize, store_size: usize) -> Self {
+    /// A meter for a node with a `link_bps` link, `workers` worker threads (0: regions inline),
+    /// `store_size` packet buffers and tenant ids below `max_tenants`.
+    pub fn new(cfg: FairConfig, now: Instant, link_bps: f64, workers: usize, store_size: usize, max_tenants: usize) -> Self {
         let mut m = Meter {
             fair: Fairness::new(cfg, now),
-            buckets: vec![TokenBucket::unlimited(); MAX_TENANTS],
+            buckets: vec![TokenBucket::unlimited(); max_tenants],
             limited: 0,
-            seen: vec![Seen::default(); MAX_TENANTS],
-            epoch: vec![Epoch::default(); MAX_TENANTS],
-            row_of: vec![NO_ROW; MAX_TENANTS],
+            seen: vec![Seen::default(); max_tenants],
+            epoch: vec![Epoch::default(); max_tenants],
+            row_of: vec![NO_ROW; max_tenants],
             rows: Vec::new(),
             fixed: Vec::new(),
             chains: Vec::new(),
@@ -216,8 +247,8 @@ impl Meter {
             chain_load: Vec::new(),
             chain_arrived: Vec::new(),
             chain_names: Vec::new(),
-            held: vec![false; MAX_TENANTS],
-            visit: Vec::with_capacity(MAX_TENANTS),
+            held: vec![false; max_tenants],
+            visit: Vec::with_capacity(max_tenants),
             extra: Vec::new(),
         };
         m.publish_resources();
@@ -321,17 +352,18 @@ impl Meter {
         self.chain_names.get(chain.index()).map_or(&[], Vec::as_slice)
     }
 
-    /// A new running instance of `chain` (or a new one in a reused instance slot), whose region
-    /// reports into `counters`, on a worker thread or on the dispatcher's.
-    pub fn add_instance(&mut self, chain: ChainId, inst: InstanceId, counters: Arc<RegionCounters>, on_worker: bool) {
+    /// A new running instance of `chain` (or a new one in a reused instance slot), on a worker
+    /// thread or on the dispatcher's; `capacity_pps`: its NTs' declared throughput per
+    /// instance, if any. Its NT timings ([`Counters::nt_time`]) start from 0.
+    pub fn add_instance(&mut self, chain: ChainId, inst: InstanceId, capacity_pps: &[Option<f64>], on_worker: bool) {
         if let Some(nts) = self.chains.get_mut(chain.index()) {
-            for (n, d) in nts.iter_mut().zip(&counters.nt_capacity_pps) {
+            for (n, d) in nts.iter_mut().zip(capacity_pps) {
                 n.declared_pps = *d;
                 n.on_worker = on_worker;
             }
         }
-        let k = counters.nt_busy_ns.len();
-        let fresh = Inst { id: inst, chain, active: true, counters, last_busy: vec![0; k], last_timed: vec![0; k] };
+        let k = capacity_pps.len();
+        let fresh = Inst { id: inst, chain, active: true, last_busy: vec![0; k], last_timed: vec![0; k] };
         match self.instances.iter_mut().find(|i| i.id == inst) {
             Some(old) => *old = fresh,
             None => self.instances.push(fresh),
@@ -435,20 +467,10 @@ impl Meter {
         self.fair.due(now)
     }
 
-    /// Closes the epoch: measures, allocates, sets the limits. `lost` is the backend's
-    /// cumulative count of packets lost before reception in queues shared by tenants
-    /// ([`crate::backend::Backend::rx_dropped`]); `queue_lost[t]`, packets tenant `t` lost this
-    /// epoch in a receive queue of its own (intended load that cost the dispatcher nothing).
-    pub fn end_epoch<T: Copy>(
-        &mut self,
-        now: Instant,
-        sched: &mut Scheduler<T>,
-        store: &Store,
-        stats: &Stats,
-        lost: u64,
-        queue_lost: &[u64],
-    ) -> &[TenantShare] {
-        self.update_costs();
+    /// Closes the epoch: measures (from `counters` and the arrivals `sched` counted),
+    /// allocates, sets the limits.
+    pub fn end_epoch<T: Copy>(&mut self, now: Instant, sched: &mut Scheduler<T>, counters: &impl Counters) -> &[TenantShare] {
+        self.update_costs(counters);
         let r = self.fair.resources().len();
         let n = self.fair.shares().len();
         // Rows are zero outside an epoch (only the visited tenants' are zeroed after it): an
@@ -496,7 +518,7 @@ impl Meter {
         // The tenants this epoch visits: those whose counters moved or whose packets arrived at
         // an NT, and those the policy still accounts for (demand, a limit).
         self.visit.clear();
-        self.visit.extend(self.fair.activate(stats.touched().iter().chain(&self.extra).copied()));
+        self.visit.extend(self.fair.activate(counters.touched().iter().chain(&self.extra).copied()));
         let secs = now.saturating_since(self.last_end).as_secs_f64();
         self.last_end = now;
         for ((load, work), &arrived) in self.chain_load.iter_mut().zip(&mut self.nt_work).zip(&self.chain_arrived) {
@@ -519,6 +541,7 @@ impl Meter {
         }
         // Packets lost before reception were wanted too: a full receive queue drops without
         // regard to tenant, so each tenant lost the same fraction of what it sent.
+        let lost = counters.lost_shared();
         let lost_now = lost.saturating_sub(self.last_lost);
         self.last_lost = lost;
         // This epoch's offered and admitted load per tenant, from the node's counters: admitted
@@ -526,9 +549,8 @@ impl Meter {
         let mut offered_all = 0;
         for &tid in &self.visit {
             let t = tid.index();
-            let (st, seen) = (&stats.tenants[t], &mut self.seen[t]);
-            let over = st.drops[Drop::RateLimit.index()];
-            let refused = st.drops[Drop::TenantQuota.index()] + st.drops[Drop::StoreFull.index()];
+            let (st, seen) = (counters.tenant(tid), &mut self.seen[t]);
+            let (over, refused) = (st.over_limit, st.store_refused);
             let rx = st.rx_packets.saturating_sub(seen.rx_packets);
             let bytes = st.rx_bytes.saturating_sub(seen.rx_bytes);
             if rx > 0 {
@@ -536,7 +558,7 @@ impl Meter {
             }
             let admitted = rx + refused.saturating_sub(seen.store_refused);
             let received = admitted + over.saturating_sub(seen.over_limit);
-            let mut offered = received + queue_lost.get(t).copied().unwrap_or(0);
+            let mut offered = received + counters.lost_own(tid);
             // A tenant read from a queue of its own only up to its limit leaves its excess
             // waiting there, unseen until the queue overflows: while it is held back, it wants
             // at least HELD_MARGIN more than it was admitted (so its limit is not lifted the
@@ -583,7 +605,7 @@ impl Meter {
             // resource behind the limiter.
             row[DISPATCHER] += self.epoch[t].admitted_packets as f64 * self.proc_ns / 1e9;
             row[EGRESS] = self.epoch[t].egress_bytes as f64;
-            row[STORE] = store.occupancy(tid) as f64;
+            row[STORE] = counters.store_buffers(tid) as f64;
         }
         let (rows, fixed, row_of, epoch) = (&self.rows, &self.fixed, &self.row_of, &self.epoch);
         self.fair.end_epoch(now, |t, o| {
@@ -612,19 +634,18 @@ impl Meter {
     }
 
     /// Folds the regions' timings since the last epoch into each NT's cost per packet.
-    fn update_costs(&mut self) {
+    fn update_costs(&mut self, counters: &impl Counters) {
         let a = self.fair.config().smoothing.clamp(0.0, 1.0);
         for (c, nts) in self.chains.iter_mut().enumerate() {
             for (i, nt) in nts.iter_mut().enumerate() {
                 let (mut busy, mut timed) = (0u64, 0u64);
                 for inst in self.instances.iter_mut().filter(|x| x.chain.index() == c) {
                     // (Stopped instances' counters no longer move: their deltas are 0.)
-                    let b = inst.counters.nt_busy_ns[i].load(Ordering::Relaxed);
-                    let t = inst.counters.nt_timed[i].load(Ordering::Relaxed);
-                    busy += b - inst.last_busy[i];
-                    timed += t - inst.last_timed[i];
-                    inst.last_busy[i] = b;
-                    inst.last_timed[i] = t;
+                    let Some((lb, lt)) = inst.last_busy.get_mut(i).zip(inst.last_timed.get_mut(i)) else { continue };
+                    let (b, t) = counters.nt_time(inst.id, i);
+                    busy += b.saturating_sub(*lb);
+                    timed += t.saturating_sub(*lt);
+                    (*lb, *lt) = (b, t);
                 }
                 if nt.cost_ns == 0.0 {
                     nt.pending.0 += busy;
@@ -654,6 +675,124 @@ impl Meter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dag::{DagRoute, NtMask, Step};
+    use crate::ids::DagUid;
+    use crate::sched::SchedConfig;
+    use std::time::Duration;
+
+    /// A driver's counters, as plain values.
+    #[derive(Default)]
+    struct Fake {
+        touched: Vec<TenantId>,
+        tenants: Vec<TenantCounters>,
+        store: Vec<u64>,
+        lost_shared: u64,
+    }
+
+    impl Counters for Fake {
+        fn touched(&self) -> &[TenantId] {
+            &self.touched
+        }
+        fn tenant(&self, t: TenantId) -> TenantCounters {
+            self.tenants[t.index()]
+        }
+        fn store_buffers(&self, t: TenantId) -> u64 {
+            self.store[t.index()]
+        }
+        fn nt_time(&self, _: InstanceId, _: usize) -> (u64, u64) {
+            (0, 0)
+        }
+        fn lost_shared(&self) -> u64 {
+            self.lost_shared
+        }
+        fn lost_own(&self, _: TenantId) -> u64 {
+            0
+        }
+    }
+
+    const EPOCH: Duration = Duration::from_millis(1);
+    /// Resources: ingress, egress, store, dispatcher, then the NT (no worker threads).
+    const NT: usize = 4;
+
+    /// A meter and scheduler with one NT of 100 kpps declared, run by tenants 1 and 2 (DAGs 1
+    /// and 2); demand replaces the last (smoothing 1).
+    fn node() -> (Meter, Scheduler<u32>) {
+        let cfg = FairConfig { epoch: EPOCH, smoothing: 1.0, ..FairConfig::default() };
+        let mut m = Meter::new(cfg, Instant::ZERO, 10e9, 0, 1000, 8);
+        let mut s = Scheduler::new(SchedConfig::default());
+        m.add_chain(&["nat"]);
+        let c = s.add_chain(1);
+        let i = s.add_instance(c, 1 << 20).unwrap();
+        m.add_instance(c, i, &[Some(100_000.0)], false);
+        for t in 1..=2 {
+            m.set_tenant(TenantId(t), 1.0);
+            s.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+        }
+        (m, s)
+    }
+
+    /// One epoch in which tenant `t` had `n` packets of 1000 bytes arrive at the NT.
+    fn arrive(s: &mut Scheduler<u32>, t: u16, n: u32) {
+        for k in 0..n {
+            s.handle_packet(Instant::ZERO, TenantId(t), DagUid(t as u32), 0, k as u64, k).unwrap();
+        }
+    }
+
+    #[test]
+    fn demand_is_counter_deltas_and_arrivals_scaled_to_what_was_offered() {
+        let (mut m, mut s) = node();
+        let mut c = Fake { touched: vec![TenantId(1)], tenants: vec![TenantCounters::default(); 8], store: vec![0; 8], ..Fake::default() };
+        // The first epoch only reads the counters (their history is not one epoch's load).
+        c.tenants[1] = TenantCounters { rx_packets: 7, rx_bytes: 7000, ..TenantCounters::default() };
+        m.end_epoch(Instant::ZERO + EPOCH, &mut s, &c);
+        // Then 50 packets admitted and 50 more dropped over the limit; 40 buffers held.
+        arrive(&mut s, 1, 50);
+        c.tenants[1] = TenantCounters { rx_packets: 57, rx_bytes: 57_000, tx_bytes: 20_000, over_limit: 50, store_refused: 0 };
+        c.store[1] = 40;
+        let shares = m.end_epoch(Instant::ZERO + EPOCH * 2, &mut s, &c);
+        let d = &shares[0].demand;
+        let secs = EPOCH.as_secs_f64();
+        // Fixed: every packet offered crosses the link (the 50 over the limit too).
+        assert_eq!(shares[0].fixed[INGRESS], 100_000.0 / secs);
+        assert_eq!(d[INGRESS], 100_000.0 / secs);
+        // Variable use is what was admitted, scaled by offered ÷ admitted (2): the NT would have
+        // had 100 packets this epoch, each 1/100,000 of an instance-second.
+        assert!((d[NT] - 2.0 * 50.0 / 100_000.0 / secs).abs() < 1e-9, "{d:?}");
+        assert!((d[EGRESS] - 2.0 * 20_000.0 / secs).abs() < 1e-6, "{d:?}");
+        // A level is not a rate: the buffers held, scaled like the rest.
+        assert!((d[STORE] - 2.0 * 40.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(m.chain_load(ChainId(0)), 50.0 / 100_000.0 / secs, "what arrived, in instances' worth");
+    }
+
+    #[test]
+    fn losses_before_reception_are_shared_by_what_each_tenant_offered() {
+        let (mut m, mut s) = node();
+        let mut c = Fake {
+            touched: vec![TenantId(1), TenantId(2)],
+            tenants: vec![TenantCounters::default(); 8],
+            store: vec![0; 8],
+            ..Fake::default()
+        };
+        m.end_epoch(Instant::ZERO + EPOCH, &mut s, &c);
+        arrive(&mut s, 1, 100);
+        arrive(&mut s, 2, 300);
+        c.tenants[1] = TenantCounters { rx_packets: 100, rx_bytes: 100_000, ..TenantCounters::default() };
+        c.tenants[2] = TenantCounters { rx_packets: 300, rx_bytes: 300_000, ..TenantCounters::default() };
+        // The shared receive queue lost as many packets as were read: each tenant lost what
+        // it offered (a full queue does not choose), so each wanted twice what it got.
+        c.lost_shared = 400;
+        let shares = m.end_epoch(Instant::ZERO + EPOCH * 2, &mut s, &c);
+        let secs = EPOCH.as_secs_f64();
+        assert_eq!(shares[0].fixed[INGRESS], 200_000.0 / secs);
+        assert_eq!(shares[1].fixed[INGRESS], 600_000.0 / secs);
+        assert!((shares[1].demand[NT] - 2.0 * 300.0 / 100_000.0 / secs).abs() < 1e-9);
+        // Cumulative: the next epoch with no new loss inflates nothing.
+        arrive(&mut s, 1, 100);
+        c.tenants[1].rx_packets += 100;
+        c.tenants[1].rx_bytes += 100_000;
+        let shares = m.end_epoch(Instant::ZERO + EPOCH * 3, &mut s, &c);
+        assert_eq!(shares[0].fixed[INGRESS], 100_000.0 / secs);
+    }
 
     #[test]
     fn a_few_disturbed_polls_do_not_move_the_cost_estimate() {
