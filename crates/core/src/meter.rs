@@ -23,6 +23,7 @@
 //! throughput is its declared capacity if it has one, otherwise 1 / its measured cost per
 //! packet (the driver times some of each region's batches NT by NT: [`Counters::nt_time`]).
 
+use crate::dag::DagRoute;
 use crate::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
 use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::sched::Scheduler;
@@ -41,6 +42,21 @@ pub struct TenantCounters {
     pub over_limit: u64,
     /// Packets the packet store refused (the tenant's quota, or the store full).
     pub store_refused: u64,
+}
+
+/// Where the meter learns what arrived at each DAG's steps this epoch: the intended load at
+/// every NT (before credits). The scheduler counts it ([`Scheduler::drain_arrivals`]); a
+/// simulator may report its own.
+pub trait Arrivals {
+    /// Calls `f` once per DAG that had arrivals since the last call, with its tenant, its route
+    /// and the packets that arrived for each step, and starts counting afresh.
+    fn drain_arrivals(&mut self, f: impl FnMut(TenantId, &DagRoute, &[u64]));
+}
+
+impl<T: Copy> Arrivals for Scheduler<T> {
+    fn drain_arrivals(&mut self, f: impl FnMut(TenantId, &DagRoute, &[u64])) {
+        Scheduler::drain_arrivals(self, f)
+    }
 }
 
 /// What the meter reads of the driver at an epoch's end: counters only.
@@ -467,9 +483,9 @@ impl Meter {
         self.fair.due(now)
     }
 
-    /// Closes the epoch: measures (from `counters` and the arrivals `sched` counted),
-    /// allocates, sets the limits.
-    pub fn end_epoch<T: Copy>(&mut self, now: Instant, sched: &mut Scheduler<T>, counters: &impl Counters) -> &[TenantShare] {
+    /// Closes the epoch: measures (from `counters` and the `arrivals` at each NT), allocates,
+    /// sets the limits.
+    pub fn end_epoch(&mut self, now: Instant, arrivals: &mut impl Arrivals, counters: &impl Counters) -> &[TenantShare] {
         self.update_costs(counters);
         let r = self.fair.resources().len();
         let n = self.fair.shares().len();
@@ -485,7 +501,7 @@ impl Meter {
         let (arrived, extra) = (&mut self.chain_arrived, &mut self.extra);
         arrived.iter_mut().for_each(|a| *a = false);
         extra.clear();
-        sched.drain_arrivals(|t, route, counts| {
+        arrivals.drain_arrivals(|t, route, counts| {
             let row = row_of.get(t.index()).copied().unwrap_or(NO_ROW);
             if row != NO_ROW {
                 // (A packet re-entering between chains may belong to a tenant that received

@@ -1,13 +1,16 @@
 //! The `fairness` experiment (paper Fig. 20, the Fig. 7 scenario): tenants whose DAGs visit
-//! NTs of given throughputs, loads that step over time, and the node's fairness controller —
-//! `snic_core::fair::Fairness`, the code the data plane runs — closing the loop every epoch:
-//! each tenant offers its load, its ingress limit admits part of it, the NTs on its path see
-//! what was admitted, DRF reallocates. A fluid model: NT throughput is shared in proportion to
-//! the load admitted to it.
+//! NTs of given throughputs, loads that step over time, and the node's demand model and
+//! fairness controller — `snic_core::meter::Meter`, the code the data plane runs — closing the
+//! loop every epoch: each tenant offers its load, its ingress limit admits part of it, the NTs
+//! on its path see what was admitted, the link carries it; the meter reads the counters that
+//! result (as it reads the node's) and DRF reallocates. A fluid model: NT throughput is shared
+//! in proportion to the load admitted to it.
 
 use serde::{Deserialize, Serialize};
-use snic_core::fair::{jain, FairConfig, Fairness, Kind, Resource};
-use snic_core::ids::TenantId;
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::fair::{jain, FairConfig};
+use snic_core::ids::{ChainId, InstanceId, TenantId};
+use snic_core::meter::{Arrivals, Counters, Meter, TenantCounters};
 use snic_core::time::Instant;
 use std::time::Duration;
 
@@ -24,6 +27,14 @@ pub struct FairnessSpec {
     /// Packets per second per load unit.
     #[serde(default = "default_unit")]
     pub unit_pps: f64,
+    /// Bytes per packet (VXLAN datagram), for the link.
+    #[serde(default = "default_packet_bytes")]
+    pub packet_bytes: f64,
+    /// The node's link, Gbit/s each way, as fair sharing counts it (node.yaml's
+    /// `fairness.link_gbps`; unset: it never binds). Traffic past it is not dropped by the
+    /// model: the limits the policy sets keep tenants within it.
+    #[serde(default)]
+    pub link_gbps: Option<f64>,
     /// The NTs and their throughput (units).
     pub nts: Vec<NtSpec>,
     /// The tenants.
@@ -39,6 +50,14 @@ fn default_smoothing() -> f64 {
 fn default_unit() -> f64 {
     100_000.0
 }
+fn default_packet_bytes() -> f64 {
+    1000.0
+}
+
+/// The link when the scenario sets none: far more than any scenario offers.
+const UNBOUND_LINK_BPS: f64 = 1e15;
+/// Packet-store buffers the modelled node has (the fluid model holds none).
+const STORE_BUFFERS: usize = 65_536;
 
 /// An NT.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -108,6 +127,12 @@ impl FairnessSpec {
         if self.epoch_us == 0 || !(self.smoothing > 0.0 && self.smoothing <= 1.0) || !positive(self.unit_pps) {
             return Err("fairness: epoch_us and unit_pps must be positive, smoothing in (0, 1]".into());
         }
+        if !positive(self.packet_bytes) || self.link_gbps.is_some_and(|l| !positive(l)) {
+            return Err("fairness: packet_bytes and link_gbps must be positive".into());
+        }
+        if self.tenants.len() >= usize::from(u16::MAX) {
+            return Err("fairness: too many tenants".into());
+        }
         if self.nts.iter().any(|n| !positive(n.capacity)) {
             return Err("fairness.nts: every capacity must be positive".into());
         }
@@ -134,18 +159,28 @@ impl FairnessSpec {
     pub fn run(&self, duration_s: f64) -> FairnessResult {
         let epoch = Duration::from_micros(self.epoch_us);
         let cfg = FairConfig { epoch, smoothing: self.smoothing, ..FairConfig::default() };
-        let mut f = Fairness::new(cfg, Instant::ZERO);
-        let res =
-            self.nts.iter().map(|n| Resource { name: n.name.clone(), kind: Kind::Rate, capacity: n.capacity * self.unit_pps }).collect();
-        f.set_resources(res);
+        let link_bps = self.link_gbps.map_or(UNBOUND_LINK_BPS, |g| g * 1e9);
+        let mut m = Meter::new(cfg, Instant::ZERO, link_bps, 0, STORE_BUFFERS, self.tenants.len() + 1);
+        // Each NT is a chain of one, with one instance of its declared throughput.
+        for (i, n) in self.nts.iter().enumerate() {
+            let c = ChainId(i as u16);
+            m.add_chain(&["nt"]);
+            m.label_chain(c, std::slice::from_ref(&n.name));
+            m.add_instance(c, InstanceId(i as u16), &[Some(n.capacity * self.unit_pps)], false);
+        }
         for (i, t) in self.tenants.iter().enumerate() {
-            f.set_tenant(TenantId(i as u16 + 1), t.weight);
+            m.set_tenant(TenantId(i as u16 + 1), t.weight);
         }
         let paths: Vec<Vec<usize>> = self
             .tenants
             .iter()
             .map(|t| t.path.iter().map(|n| self.nts.iter().position(|x| &x.name == n).expect("validated")).collect())
             .collect();
+        let routes: Vec<DagRoute> = paths
+            .iter()
+            .map(|p| DagRoute::new(p.iter().map(|&n| Step { chain: ChainId(n as u16), mask: NtMask::all(1) }).collect()))
+            .collect();
+        let mut node = Fluid::new(self.tenants.len());
         let last_step = self.tenants.iter().flat_map(|t| t.load.iter().map(|l| l[0])).fold(0.0, f64::max);
         let epochs = (duration_s / epoch.as_secs_f64()).round() as u64;
         let dt = epoch.as_secs_f64();
@@ -153,8 +188,11 @@ impl FairnessSpec {
         let mut now = Instant::ZERO;
         for k in 0..epochs {
             let s = k as f64 * dt;
-            let limits: Vec<Option<f64>> = f.shares().iter().map(|x| x.limit_pps).collect();
+            let limits: Vec<Option<f64>> = m.fairness().shares().iter().map(|x| x.limit_pps).collect();
             let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
+            // Everything offered reaches the node (`link_gbps` is the link's capacity as fair
+            // sharing counts it, as the node's `fairness.link_gbps`: the limits keep tenants
+            // within it); the limits admit part of it.
             let admitted: Vec<f64> = offered.iter().zip(&limits).map(|(o, l)| l.map_or(*o, |l| o.min(l * dt))).collect();
             // Each NT serves what was admitted to it, up to its throughput, in proportion.
             let mut on_nt = vec![0.0; self.nts.len()];
@@ -164,20 +202,19 @@ impl FairnessSpec {
                 }
             }
             let served = |n: usize| (self.nts[n].capacity * self.unit_pps * dt / on_nt[n]).min(1.0);
+            let mut out = vec![0.0; self.tenants.len()];
             for (i, (p, a)) in paths.iter().zip(&admitted).enumerate() {
                 let frac = p.iter().map(|&n| served(n)).fold(1.0, f64::min);
+                out[i] = a * frac;
                 delivered[i].push(a * frac / dt / self.unit_pps);
             }
             now = now + epoch;
-            f.end_epoch(now, |t, o| {
-                let i = t.0 as usize - 1;
-                o.offered_packets = offered[i].round() as u64;
-                o.admitted_packets = admitted[i].round() as u64;
-                for &n in &paths[i] {
-                    o.amounts[n] = admitted[i];
-                }
-            });
+            node.epoch(&offered, &admitted, &out, self.packet_bytes);
+            let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
+            m.end_epoch(now, &mut arrivals, &node);
         }
+        let f = m.fairness();
+        let resource = |d: usize| f.resources()[d].name.clone();
         let avg = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
         let step_epoch = ((last_step / dt).round() as usize).min(epochs as usize);
         let tail = |from: usize, to: usize| (to.saturating_sub((to - from) / 5).max(from), to);
@@ -193,7 +230,7 @@ impl FairnessSpec {
                     tenant: t.name.clone(),
                     before_units: avg(&delivered[i][b0..b1]),
                     after_units: avg(&delivered[i][a0..a1]),
-                    dominant: sh.dominant.map(|d| self.nts[d].name.clone()),
+                    dominant: sh.dominant.map(resource),
                     dominant_share: sh.dominant_share,
                 }
             })
@@ -211,5 +248,95 @@ impl FairnessSpec {
             .map(|(t, d)| (t.name.clone(), d.iter().enumerate().map(|(k, &u)| (k as f64 * dt * 1e3, u)).collect()))
             .collect();
         FairnessResult { scheme: "snic", tenants, convergence_us, jain_dominant: jain(&shares), timeline }
+    }
+}
+
+/// The modelled node's counters, cumulative as a driver keeps them (the fluid amounts summed,
+/// rounded when read).
+struct Fluid {
+    touched: Vec<TenantId>,
+    /// Per tenant (index = tenant id): packets admitted, bytes admitted, bytes sent, packets
+    /// over the limit; and the packets admitted this epoch, which arrive at every NT of its path.
+    rx: Vec<f64>,
+    tx_bytes: Vec<f64>,
+    over: Vec<f64>,
+    arrived: Vec<u64>,
+    packet_bytes: f64,
+}
+
+impl Fluid {
+    fn new(tenants: usize) -> Self {
+        let n = tenants + 1;
+        Fluid {
+            touched: (1..n).map(|t| TenantId(t as u16)).collect(),
+            rx: vec![0.0; n],
+            tx_bytes: vec![0.0; n],
+            over: vec![0.0; n],
+            arrived: vec![0; n],
+            packet_bytes: 0.0,
+        }
+    }
+
+    /// One epoch: per tenant (by index) offered, admitted by its limit, and delivered.
+    fn epoch(&mut self, offered: &[f64], admitted: &[f64], delivered: &[f64], packet_bytes: f64) {
+        self.packet_bytes = packet_bytes;
+        for i in 0..offered.len() {
+            let t = i + 1;
+            let before = self.rx[t].round() as u64;
+            self.rx[t] += admitted[i];
+            self.arrived[t] = self.rx[t].round() as u64 - before;
+            self.tx_bytes[t] += delivered[i] * packet_bytes;
+            self.over[t] += offered[i] - admitted[i];
+        }
+    }
+}
+
+impl Counters for Fluid {
+    fn touched(&self) -> &[TenantId] {
+        &self.touched
+    }
+    fn tenant(&self, t: TenantId) -> TenantCounters {
+        let i = t.index();
+        TenantCounters {
+            rx_packets: self.rx[i].round() as u64,
+            rx_bytes: (self.rx[i] * self.packet_bytes).round() as u64,
+            tx_bytes: self.tx_bytes[i].round() as u64,
+            over_limit: self.over[i].round() as u64,
+            store_refused: 0,
+        }
+    }
+    fn store_buffers(&self, _: TenantId) -> u64 {
+        0
+    }
+    fn nt_time(&self, _: InstanceId, _: usize) -> (u64, u64) {
+        // Every NT declares its throughput: no timing needed.
+        (0, 0)
+    }
+    fn lost_shared(&self) -> u64 {
+        // The fluid node reads everything it is sent.
+        0
+    }
+    fn lost_own(&self, _: TenantId) -> u64 {
+        0
+    }
+}
+
+/// What arrived at each NT this epoch: a tenant's admitted packets, at every step of its path.
+struct FluidArrivals<'a> {
+    routes: &'a [DagRoute],
+    admitted: &'a [u64],
+    counts: Vec<u64>,
+}
+
+impl Arrivals for FluidArrivals<'_> {
+    fn drain_arrivals(&mut self, mut f: impl FnMut(TenantId, &DagRoute, &[u64])) {
+        for (i, r) in self.routes.iter().enumerate() {
+            let n = self.admitted[i + 1];
+            if n > 0 {
+                self.counts.clear();
+                self.counts.resize(r.steps().len(), n);
+                f(TenantId(i as u16 + 1), r, &self.counts);
+            }
+        }
     }
 }

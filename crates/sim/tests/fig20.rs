@@ -27,6 +27,34 @@ fn simulator_and_node_give_the_same_fig20_allocation() {
     }
 }
 
+/// The link binding: fair sharing counts a 0.8 Gbit/s link, 8.8 units of the figure's packets.
+/// Before the step, user1 offers 8 units and user2 2: the link is full, user2 within its share,
+/// so user1 is limited to what the link has left (egress binds; a flood's reception, the fixed
+/// part, cannot be throttled away). The simulator, fed the same packet size and link, must give
+/// the node's allocation.
+#[test]
+fn simulator_and_node_agree_when_the_link_binds() {
+    let bytes = snic_dataplane::testbed::datagram(100, 1000, 64).len();
+    let text = include_str!("../../../scenarios/fig20.toml")
+        .replace("unit_pps = 100000", &format!("unit_pps = 100000\npacket_bytes = {bytes}\nlink_gbps = 0.8"));
+    let s = snic_sim::Scenario::parse(&text).unwrap();
+    let r = s.run(0, |_, _| {}).unwrap();
+    let tenants = r.results[0]["tenants"].as_array().unwrap();
+    let sim: Vec<f64> = tenants.iter().map(|t| t["before_units"].as_f64().unwrap()).collect();
+    let link_units = 0.8e9 / 8.0 / (bytes as f64 * UNIT);
+    assert!((sim[0] - (link_units - 2.0)).abs() < 0.05 && (sim[1] - 2.0).abs() < 0.05, "{sim:?}, link {link_units} units");
+
+    let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
+    let mut f = Fig7::new(NodeConfig { fair, link_bps: 0.8e9, ..Default::default() }, UNIT).unwrap();
+    let step = Duration::from_micros(10);
+    f.drive([8.0, 2.0], Duration::from_millis(24), step, |_| {});
+    let got = f.drive([8.0, 2.0], Duration::from_millis(6), step, |_| {});
+    let node: Vec<f64> = got.iter().map(|&n| n as f64 / 0.006 / UNIT).collect();
+    for i in 0..2 {
+        assert!((node[i] - sim[i]).abs() / sim[i] < 0.02, "user{}: node {node:?} vs simulator {sim:?}", i + 1);
+    }
+}
+
 fn node_allocation(sim: &[f64]) -> Result<(), String> {
     let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
     let mut f = Fig7::new(NodeConfig { fair, ..Default::default() }, UNIT).unwrap();
