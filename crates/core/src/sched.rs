@@ -187,6 +187,17 @@ impl<T: Copy> Scheduler<T> {
         }
     }
 
+    /// The configuration in force.
+    pub fn config(&self) -> &SchedConfig {
+        &self.cfg
+    }
+
+    /// Says whether the caller may have other tenants' packets waiting unread (a receive queue
+    /// per tenant): see [`SchedConfig::quantum_alone`].
+    pub fn set_quantum_alone(&mut self, yes: bool) {
+        self.cfg.quantum_alone = yes;
+    }
+
     /// Sets `tenant`'s weight at shared instances: it takes `weight` items (at least 1) a turn
     /// of their round robin. From the tenant's next turn.
     pub fn set_weight(&mut self, tenant: TenantId, weight: u32) {

@@ -706,6 +706,9 @@ impl<B: Backend> Node<B> {
             rq.lost_seen.resize(n, 0);
             rq.ready.resize(n, false);
             rq.touched.resize(n, true);
+            // Other tenants' packets may now wait unread while a batch runs (as for a node
+            // started with its queues).
+            self.sched.set_quantum_alone(n > 1);
         }
         // One queue is everyone's: never one tenant's.
         if self.rx_queues.tenant.len() > 1 && queue < self.rx_queues.tenant.len() {
