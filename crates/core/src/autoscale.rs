@@ -56,6 +56,36 @@ struct Watch {
     last_event: Option<Instant>,
 }
 
+/// Weight of the newest epoch in a chain's smoothed load.
+pub const LOAD_SMOOTHING: f64 = 0.25;
+
+/// A chain's load as the auto-scaler watches it: smoothed over epochs (so that one epoch's
+/// burst or lull does not count as a trend), except that an epoch with no arrivals at all reads
+/// as idle (a smoothed load only approaches 0, and an idle chain must be seen as idle to be
+/// descheduled).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadSmoother {
+    smoothed: f64,
+}
+
+impl LoadSmoother {
+    /// Folds in one epoch's load (instances' worth; 0 only if nothing arrived) and returns the
+    /// load to watch.
+    pub fn update(&mut self, raw: f64) -> f64 {
+        self.smoothed += LOAD_SMOOTHING * (raw - self.smoothed);
+        if raw == 0.0 {
+            0.0
+        } else {
+            self.smoothed
+        }
+    }
+
+    /// The smoothed load, idle epochs included.
+    pub fn smoothed(&self) -> f64 {
+        self.smoothed
+    }
+}
+
 /// Per-chain load watch. See the module docs.
 #[derive(Debug, Clone)]
 pub struct Autoscaler {

@@ -16,7 +16,7 @@
 //! next launch (the paper's "store their states in on-board memory").
 
 use crate::node::Place;
-use snic_core::autoscale::{AutoscaleConfig, Autoscaler};
+use snic_core::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother};
 use snic_core::ids::{ChainId, DagUid, InstanceId};
 use snic_core::launcher::{Launcher, LauncherConfig};
 use snic_core::rechain::Form;
@@ -58,7 +58,7 @@ impl Default for ElasticConfig {
             autoscale: false,
             monitor_period: Duration::from_millis(5),
             high: 0.9,
-            share_below: 0.8,
+            share_below: LauncherConfig::default().share_below,
             victims: true,
             rechain: true,
         }
@@ -248,8 +248,8 @@ pub struct Elastic {
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
     /// Per chain: the tenant's endpoint can run it.
     pub(crate) endpoint: Vec<bool>,
-    /// Per chain: smoothed load (instances' worth).
-    pub(crate) load: Vec<f64>,
+    /// Per chain: its load as auto-scaling watches it (instances' worth).
+    pub(crate) load: Vec<LoadSmoother>,
     /// Smoothed build time of a chain's NTs, ns.
     pub(crate) build_ns: f64,
     pub(crate) stats: ElasticStats,
@@ -301,7 +301,7 @@ impl Elastic {
         if c < self.saved.len() {
             self.saved[c].clear();
             self.endpoint[c] = false;
-            self.load[c] = 0.0;
+            self.load[c] = LoadSmoother::default();
         }
         self.scaler.forget(chain);
     }
@@ -309,7 +309,7 @@ impl Elastic {
     pub(crate) fn add_chain(&mut self) {
         self.saved.push(Vec::new());
         self.endpoint.push(false);
-        self.load.push(0.0);
+        self.load.push(LoadSmoother::default());
     }
 
     /// The configuration.

@@ -24,7 +24,7 @@
 use crate::fluid::{Delays, Server};
 use crate::workload::{Spikes, Workload};
 use serde::{Deserialize, Serialize};
-use snic_core::autoscale::{AutoscaleConfig, Autoscaler, Scale};
+use snic_core::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother, Scale};
 use snic_core::ids::ChainId;
 use snic_core::launcher::{Launcher, LauncherConfig, RegionState};
 use snic_core::time::Instant;
@@ -345,7 +345,7 @@ struct RackPool {
     scaler: Autoscaler,
     /// static-max, static-avg, snic, as-instant.
     servers: [Server; 4],
-    smoothed: f64,
+    load: LoadSmoother,
     events: u64,
     most: usize,
 }
@@ -354,7 +354,7 @@ const CHAIN: ChainId = ChainId(0);
 
 impl RackPool {
     fn new(spec: &AutoscaleSpec, k_max: usize, k_avg: usize, regions: usize, launch: Duration) -> Self {
-        let mut launcher = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
+        let mut launcher = Launcher::new(LauncherConfig { launch_time: launch, ..LauncherConfig::default() }, regions);
         let scaler = Autoscaler::new(AutoscaleConfig {
             monitor_period: Duration::from_secs_f64(spec.monitor_period_ms / 1e3),
             high: spec.high,
@@ -364,7 +364,7 @@ impl RackPool {
         });
         launcher.prelaunch(CHAIN, Instant::ZERO);
         launcher.tick(Instant::ZERO + launch);
-        RackPool { k_max, k_avg, regions, launcher, scaler, servers: Default::default(), smoothed: 0.0, events: 0, most: 0 }
+        RackPool { k_max, k_avg, regions, launcher, scaler, servers: Default::default(), load: LoadSmoother::default(), events: 0, most: 0 }
     }
 
     /// One bin of `total` bytes arriving at the rack's pool.
@@ -394,11 +394,11 @@ impl RackPool {
                 *opex += k as f64 * bin_s;
             }
         }
-        // The load the chain carries, in instances' worth (smoothed as the node does).
-        self.smoothed += 0.25 * (total / per_inst - self.smoothed);
+        // The load the chain carries, in instances' worth, watched as the node watches it.
+        let load = self.load.update(total / per_inst);
         let active =
             self.launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
-        match self.scaler.observe(now, CHAIN, self.smoothed, active, self.launcher.has_room()) {
+        match self.scaler.observe(now, CHAIN, load, active, self.launcher.has_room()) {
             Some(Scale::Out(_)) if self.launcher.scale_out(CHAIN, now).is_some() => self.events += 1,
             Some(Scale::In(_)) => {
                 // The most recently started instance stops (it stays loaded, a victim).

@@ -182,7 +182,7 @@ impl VictimSpec {
         let per_region = self.instance_gbps * 1e9 / 8.0 * bin_s;
         let bound = per_region * self.buffer_ms / bin_ms;
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
-        let mut l = Launcher::new(LauncherConfig { share_below: 0.8, launch_time: launch }, regions);
+        let mut l = Launcher::new(LauncherConfig { launch_time: launch, ..LauncherConfig::default() }, regions);
         let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
         let n = load.len();
         let (mut queue, mut silent_since) = (vec![Server::default(); n], vec![0usize; n]);

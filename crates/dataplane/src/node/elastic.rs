@@ -308,18 +308,12 @@ impl<B: Backend> Node<B> {
         if !self.elastic.on() {
             return;
         }
-        let a = 0.25;
         for c in 0..self.chains.len() {
             let chain = ChainId(c as u16);
             if !self.is_live(chain) {
                 continue;
             }
-            let raw = self.meter.chain_load(chain);
-            let l = &mut self.elastic.load[c];
-            *l += a * (raw - *l);
-            // Smoothed, but an epoch with no arrivals at all reads as idle (a smoothed load only
-            // approaches 0).
-            let load = if raw == 0.0 { 0.0 } else { *l };
+            let load = self.elastic.load[c].update(self.meter.chain_load(chain));
             let insts = self.sched.instances_of(chain).len();
             for &inst in self.sched.instances_of(chain) {
                 if let Some(s) = self.elastic.slot_of(inst) {

@@ -507,7 +507,7 @@ impl<B: Backend> Node<B> {
                 dag: DagUid(i as u32),
                 form: e.form,
                 planned_chains: e.planned_chains.len(),
-                compact_load: chains.iter().map(|c| self.elastic.load[c.index()]).sum(),
+                compact_load: chains.iter().map(|c| self.elastic.load[c.index()].smoothed()).sum(),
                 ready,
             });
         }
