@@ -186,6 +186,8 @@ pub struct ElasticStats {
     pub moves: u64,
     /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
     pub events: VecDeque<Event>,
+    /// Events recorded since the start (the last `events.len()` of them are in `events`).
+    pub recorded: u64,
 }
 
 impl ElasticStats {
@@ -213,6 +215,7 @@ impl ElasticStats {
             self.events.pop_front();
         }
         self.events.push_back(e);
+        self.recorded += 1;
     }
 }
 

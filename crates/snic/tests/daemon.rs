@@ -5,7 +5,7 @@
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,6 +34,11 @@ fn start(dir: &std::path::Path) -> Daemon {
 
 /// A daemon whose node configuration ends with `extra` (YAML).
 fn start_with(dir: &std::path::Path, extra: &str) -> Daemon {
+    launch(dir, extra, &[], Stdio::inherit())
+}
+
+/// A daemon as [`start_with`], with more `snic run` arguments and its stderr going to `stderr`.
+fn launch(dir: &std::path::Path, extra: &str, args: &[&str], stderr: Stdio) -> Daemon {
     let cfg = dir.join("node.yaml");
     std::fs::write(
         &cfg,
@@ -42,8 +47,9 @@ fn start_with(dir: &std::path::Path, extra: &str) -> Daemon {
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_snic"))
         .args(["run", "--config", cfg.to_str().unwrap()])
+        .args(args)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -328,6 +334,54 @@ fn daemon_lifecycle() {
     let (_, v) = http("GET", &format!("{}/v1/objects/dag", d.api), "");
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(stop(d), 0);
+}
+
+/// The daemon tells what it does in its log (issue 16 item 7), as JSON lines with
+/// `--log-format json`: start, state changes with where their time went, chains added, changes
+/// refused, shutdown — and nothing per packet.
+#[test]
+fn the_daemon_logs_what_it_does_as_json_lines_and_nothing_per_packet() {
+    let dir = std::env::temp_dir().join(format!("snic-daemon-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut d = launch(&dir, "", &["--log-format", "json", "--log", "info"], Stdio::piped());
+    let err = d.child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = BufReader::new(err).read_to_string(&mut s);
+        s
+    });
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "{v}");
+    let (gb, gg) = traffic(d.data, &b, &g, 200);
+    assert_eq!((gb.len(), gg.len()), (200, 200));
+    let (s, _) = http(
+        "POST",
+        &format!("{}/v1/apply", d.api),
+        "apiVersion: snic/v1\nkind: DAG\nmetadata: {name: x}\nspec: {tenant: nobody, nodes: [y]}\n",
+    );
+    assert_eq!(s, 422);
+    assert_eq!(stop(d), 0);
+    let text = reader.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l}"))).collect();
+    let find = |m: &str| lines.iter().filter(|l| l["message"] == m).collect::<Vec<_>>();
+    assert!(lines.iter().all(|l| l["level"].is_string() && l["timestamp"].is_string()), "{text}");
+    assert_eq!(find("starting").len(), 1, "{text}");
+    assert_eq!(find("serving").len(), 1, "{text}");
+    let changed = find("state changed");
+    assert_eq!(changed.len(), 1, "{text}");
+    assert!(changed[0]["deploy_ms"].is_number() && changed[0]["validate_ms"].is_number(), "{text}");
+    assert_eq!(changed[0]["chains"], 2);
+    let added: Vec<&str> = find("chain added").iter().map(|l| l["chain"].as_str().unwrap()).collect();
+    assert_eq!(added, ["blue-firewall → blue-nat", "green-counter → green-vpc-map"], "{text}");
+    assert_eq!(find("change refused").len(), 1, "{text}");
+    assert_eq!(find("shutting down").len(), 1, "{text}");
+    // 620 packets went through: a line per packet would show.
+    assert!(lines.len() < 20, "{} log lines: {text}", lines.len());
 }
 
 /// Hostile and careless requests: each is refused with its stable code, changes nothing, costs

@@ -154,24 +154,32 @@ fn update(s: &Shared, next: impl FnOnce(&State) -> Result<State, manifest::Error
     };
     let next = match next(&current) {
         Ok(n) => n,
-        Err(e) => return manifest_err(e),
+        Err(e) => {
+            tracing::info!(reason = %e, "change refused");
+            return manifest_err(e);
+        }
     };
     let t1 = std::time::Instant::now();
     let p = match plan::plan(&next, plan_regions) {
         Ok(p) => p,
-        Err(e) => return manifest_err(e),
+        Err(e) => {
+            tracing::info!(reason = %e, "change refused");
+            return manifest_err(e);
+        }
     };
     let t2 = std::time::Instant::now();
     let mut c = s.lock();
     match commit(&mut c, next, p) {
         Ok(times) => {
-            let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-            eprintln!(
-                "snic: state changed: validated in {:.1} ms, planned in {:.1} ms, saved in {:.1} ms, deployed in {:.1} ms",
-                ms(t1 - t0),
-                ms(t2 - t1),
-                ms(times.0),
-                ms(times.1)
+            let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+            tracing::info!(
+                validate_ms = ms(t1 - t0),
+                plan_ms = ms(t2 - t1),
+                save_ms = ms(times.0),
+                deploy_ms = ms(times.1),
+                objects = c.state.objects().count(),
+                chains = c.plan.chains.len(),
+                "state changed"
             );
             done(&c)
         }
@@ -191,7 +199,7 @@ async fn change(shared: &SharedRef, f: impl FnOnce(&Shared) -> Response + Send +
     match r {
         Ok(Ok(resp)) => resp,
         Ok(Err(_)) | Err(_) => {
-            eprintln!("snic: a request panicked; it was refused and the state is unchanged");
+            tracing::error!("a request panicked; it was refused and the state is unchanged");
             err(StatusCode::INTERNAL_SERVER_ERROR, "internal", "", "", "", "the request failed inside the node; nothing was changed")
         }
     }
@@ -243,10 +251,14 @@ async fn manifest_body(headers: &axum::http::HeaderMap, body: Body, timeout: Dur
 /// Saves and deploys the next state; returns how long each took.
 fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration), Response> {
     let t0 = std::time::Instant::now();
-    c.db.save_change(&c.state, &next).map_err(internal)?;
+    c.db.save_change(&c.state, &next).map_err(|e| {
+        tracing::error!(error = %format!("{e:#}"), "saving the state failed; nothing changed");
+        internal(e)
+    })?;
     let t1 = std::time::Instant::now();
     if let Err(e) = c.dp.deploy(p.clone()) {
         let _ = c.db.save_change(&next, &c.state);
+        tracing::error!(error = %format!("{e:#}"), "deploying the change failed; the stored state was rolled back");
         return Err(internal(e));
     }
     c.state = next;

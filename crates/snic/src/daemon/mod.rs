@@ -2,6 +2,11 @@
 //! — the paper's SoftCore — serves the HTTP/JSON API (`api`) and Prometheus metrics (`metrics`),
 //! keeps the desired state (persisted with redb, `persist`) and hands each new plan to the data
 //! plane. SIGINT and SIGTERM stop both cleanly.
+//!
+//! What happens inside is logged with `tracing` to stderr (text, or JSON lines with
+//! `--log-format json`), at the level `--log` / `RUST_LOG` sets: the configuration, every change
+//! of state and what it did to the node, launches and context switches, moves, tenants limited
+//! and freed by fair sharing, failures. Nothing is logged per packet.
 
 pub mod api;
 pub mod config;
@@ -10,7 +15,7 @@ pub mod persist;
 pub mod worker;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use snic_control::plan;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,10 +35,43 @@ pub struct RunArgs {
     /// Directory of the persistent state.
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// What to log: a level (error, warn, info, debug, trace) or per-module directives
+    /// (`info,snic::daemon::worker=debug`). Launches and scale events are debug; context
+    /// switches, moves, changes and fair-sharing limits info.
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    log: String,
+    /// Log lines as text (for a terminal) or JSON, one object a line (for journald or a log
+    /// shipper).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object a line.
+    Json,
+}
+
+/// Sends `tracing` events to stderr, filtered by `filter`.
+fn init_logs(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).with_context(|| format!("--log / RUST_LOG `{filter}`"))?;
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let r = match format {
+        LogFormat::Text => b.with_ansi(std::io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => b.json().flatten_event(true).with_current_span(false).try_init(),
+    };
+    // (Already set: a test that runs the daemon in-process twice keeps the first.)
+    let _ = r;
+    Ok(())
 }
 
 /// Runs the daemon until SIGINT/SIGTERM.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
+    init_logs(&a.log, a.log_format)?;
     let mut cfg = match &a.config {
         Some(p) => config::NodeFile::load(p)?,
         None => config::NodeFile::default(),
@@ -47,8 +85,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     if let Some(v) = a.state_dir {
         cfg.state_dir = v;
     }
+    tracing::info!(
+        config = a.config.as_ref().map_or_else(|| "(defaults)".into(), |p| p.display().to_string()),
+        data = %cfg.data,
+        api = %cfg.api,
+        state_dir = %cfg.state_dir.display(),
+        regions = cfg.regions,
+        workers = cfg.workers,
+        rx_queues = ?cfg.rx_queues,
+        elastic = cfg.elastic.enabled,
+        link_gbps = cfg.fairness.link_gbps,
+        "starting"
+    );
     let db = persist::Db::open(&cfg.state_dir)?;
     let state = db.load()?;
+    tracing::info!(objects = state.objects().count(), "state loaded");
     let plan = plan::plan(&state, cfg.elastic.plan_regions(cfg.regions)).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -62,9 +113,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         let api_addr = listener.local_addr()?;
         // One line a supervisor or a test can read to learn the bound addresses.
         println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}", cfg.state_dir.display());
+        tracing::info!(data = %data_addr, api = %api_addr, "serving");
         let app = api::router(served);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
-        eprintln!("snic: shutting down");
+        tracing::info!("shutting down");
         anyhow::Ok(())
     })?;
     let ctl = Arc::try_unwrap(ctl).map_err(|_| anyhow::anyhow!("API still running"))?.into_inner();

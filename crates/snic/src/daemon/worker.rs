@@ -16,6 +16,7 @@ use snic_core::ids::{ChainId, TenantId};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Backend;
+use snic_dataplane::elastic::{Event, EventKind};
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::{Node, NodeConfig};
 use std::collections::{HashMap, HashSet};
@@ -296,7 +297,11 @@ fn match_chains(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, kept: &mut 
                 next = i + 1;
                 kept[i].take().context("matched chain")?
             }
-            None => crate::deploy::add_chain(node, j, c)?.0,
+            None => {
+                let (id, inst) = crate::deploy::add_chain(node, j, c)?;
+                tracing::info!(chain = c.nts.join(" → "), instance = inst.map(|i| i.0), "chain added");
+                id
+            }
         };
         out.push(id);
     }
@@ -338,7 +343,7 @@ impl DataPlane {
             // Exit, so that the supervisor restarts the node. (A panic's message and place were
             // printed by the panic hook. A thread the kernel kills outright cannot say so:
             // `snic status` then reports the data plane down, see `health`.)
-            eprintln!("snic: the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
+            tracing::error!("the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
             std::process::exit(70);
         })?;
         Ok((DataPlane { tx, stop, join: Some(join), snapshot }, addr))
@@ -379,9 +384,10 @@ fn run(
     let mut prev: Vec<(u64, u64)> = Vec::new();
     let mut rebuilds = 0;
     let mut polls = 0u32;
+    let mut logged = Logged::default();
     while !stop.load(Ordering::Relaxed) {
         let Some(n) = node.as_mut() else {
-            eprintln!("snic: the data plane could not be rebuilt and has stopped");
+            tracing::error!("the data plane could not be rebuilt and has stopped");
             return;
         };
         let work = n.poll();
@@ -403,6 +409,7 @@ fn run(
             if last_pub.elapsed() >= Duration::from_millis(250) {
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
+                log_news(n, &plan, &mut logged);
                 let s = Snapshot { published: Some(last_pub), ..snapshot(n, &plan, &mut prev, dt, rebuilds) };
                 if let Ok(mut g) = snap.lock() {
                     *g = s;
@@ -429,6 +436,7 @@ fn apply(
         Err(e) => e,
     };
     // Part of the change may be in: put the old plan back whole, on the same socket.
+    tracing::warn!(error = %format!("{e:#}"), "a change failed half way; rebuilding the previous deployment (NT state starts afresh)");
     let mut old_node = slot.take().context("no data plane")?;
     old_node.drain(Duration::from_millis(200));
     let (n, r) = build(cfg, old_node.into_backend(), old)?;
@@ -459,6 +467,7 @@ fn change(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, i
     }
     // Chains no DAG uses any more finish what they hold, then stop.
     for c in kept.into_iter().flatten() {
+        tracing::info!(chain = chain_name(node, c), "chain removed: it finishes what it holds, then stops");
         node.remove_chain(c);
     }
     crate::deploy::compact_forms(node, new)?;
@@ -527,17 +536,77 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
 /// Events shown by `snic status`.
 const EVENTS_SHOWN: usize = 32;
 
-fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
-    use snic_dataplane::elastic::EventKind;
-    let e = node.elastic();
-    let st = e.stats();
-    let name = |c: ChainId| node.meter().chain_names(c).join(" → ");
+/// A chain, by its NTs' names.
+fn chain_name(node: &Node<UdpBackend>, c: ChainId) -> String {
+    node.meter().chain_names(c).join(" → ")
+}
+
+/// What an elastic event says, in words (`snic status` and the log).
+fn describe(node: &Node<UdpBackend>, plan: &Plan, ev: &Event) -> String {
     let dag_name =
         |u: snic_core::ids::DagUid| plan.dags.iter().find(|d| d.uid == u).map_or_else(|| format!("#{}", u.0), |d| d.name.clone());
     let form = |f: snic_core::rechain::Form| match f {
         snic_core::rechain::Form::Planned => "planned",
         snic_core::rechain::Form::Compact => "compact",
     };
+    match ev.kind {
+        EventKind::ContextSwitch { evicted } => format!("context switch (evicted {})", chain_name(node, evicted)),
+        EventKind::Running { after } => format!("running ({after:?})").to_lowercase(),
+        EventKind::Rechain { dag, to } => format!("DAG {} switching to its {} form", dag_name(dag), form(to)),
+        EventKind::Rechained { dag, to } => format!("DAG {} runs its {} form", dag_name(dag), form(to)),
+        EventKind::RechainAbandoned { dag } => format!("DAG {}'s switch abandoned (old route did not drain)", dag_name(dag)),
+        EventKind::Moved { instance, to } => format!("instance {} moved to {}", instance.0, place_name(to)),
+        EventKind::MoveFailed { instance, to } => format!("instance {} lost moving to {} (worker died)", instance.0, place_name(to)),
+        k => format!("{k:?}").to_lowercase(),
+    }
+}
+
+/// What the data plane has logged so far: events, and which tenants fair sharing limits.
+#[derive(Default)]
+struct Logged {
+    events: u64,
+    limited: HashMap<TenantId, bool>,
+}
+
+/// Logs the elastic events recorded since the last call, and tenants that fair sharing began
+/// or stopped limiting. Runs with the snapshot (every 250 ms), never per packet.
+fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
+    let st = node.elastic().stats();
+    let new = st.recorded - logged.events;
+    if new > st.events.len() as u64 {
+        tracing::warn!(missed = new - st.events.len() as u64, "more elastic events than the log keeps up with; see snic status");
+    }
+    for ev in st.events.iter().skip(st.events.len().saturating_sub(new as usize)) {
+        let (what, chain, region, took_us) = (describe(node, plan, ev), chain_name(node, ev.chain), ev.region, ev.took_ns as f64 / 1e3);
+        match ev.kind {
+            EventKind::ContextSwitch { .. }
+            | EventKind::Rechain { .. }
+            | EventKind::Rechained { .. }
+            | EventKind::RechainAbandoned { .. }
+            | EventKind::Moved { .. }
+            | EventKind::EndpointFallback => tracing::info!(chain, region, took_us, "{what}"),
+            EventKind::MoveFailed { .. } => tracing::error!(chain, region, "{what}"),
+            _ => tracing::debug!(chain, region, took_us, "{what}"),
+        }
+    }
+    logged.events = st.recorded;
+    for t in &plan.tenants {
+        let limit = node.meter().limit(t.id);
+        let was = logged.limited.insert(t.id, limit.is_some()).unwrap_or(false);
+        match limit {
+            Some(pps) if !was => {
+                let f = fair_snap(node, t.id);
+                tracing::info!(tenant = %t.name, limit_pps = pps.round(), dominant = f.dominant.as_deref().unwrap_or("-"), "fair sharing limits the tenant");
+            }
+            None if was => tracing::info!(tenant = %t.name, "fair sharing no longer limits the tenant"),
+            _ => {}
+        }
+    }
+}
+
+fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
+    let e = node.elastic();
+    let st = e.stats();
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
         enabled: e.config().regions > 0,
@@ -560,20 +629,9 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
         events: events
             .map(|ev| EventSnap {
                 at_ms: ev.at_ns as f64 / 1e6,
-                chain: name(ev.chain),
+                chain: chain_name(node, ev.chain),
                 region: ev.region,
-                event: match ev.kind {
-                    EventKind::ContextSwitch { evicted } => format!("context switch (evicted {})", name(evicted)),
-                    EventKind::Running { after } => format!("running ({after:?})").to_lowercase(),
-                    EventKind::Rechain { dag, to } => format!("DAG {} switching to its {} form", dag_name(dag), form(to)),
-                    EventKind::Rechained { dag, to } => format!("DAG {} runs its {} form", dag_name(dag), form(to)),
-                    EventKind::RechainAbandoned { dag } => format!("DAG {}'s switch abandoned (old route did not drain)", dag_name(dag)),
-                    EventKind::Moved { instance, to } => format!("instance {} moved to {}", instance.0, place_name(to)),
-                    EventKind::MoveFailed { instance, to } => {
-                        format!("instance {} lost moving to {} (worker died)", instance.0, place_name(to))
-                    }
-                    k => format!("{k:?}").to_lowercase(),
-                },
+                event: describe(node, plan, ev),
                 took_us: ev.took_ns as f64 / 1e3,
             })
             .collect(),
