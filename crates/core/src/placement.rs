@@ -158,6 +158,25 @@ impl Placer {
     }
 }
 
+/// Quanta of work an instance may have in flight on a worker it shares with other instances.
+pub const WORKER_INFLIGHT_QUANTA: f64 = 4.0;
+
+/// Each instance's cap on work in flight, ns (0: no cap), from the worker each active instance
+/// runs on (`None`: inactive, or on the dispatcher's thread). A worker runs the batches handed
+/// to it in order: where several active instances share one, each may have at most
+/// [`WORKER_INFLIGHT_QUANTA`] quanta of work in flight there, so that a costly chain cannot put
+/// milliseconds of its work ahead of the others'. An instance alone on its worker keeps every
+/// credit (no one to protect; full pipelining).
+pub fn inflight_caps(on: &[Option<usize>], quantum_ns: f64, caps: &mut Vec<f64>) {
+    // (No allocation: the driver calls this every epoch. Instances are few.)
+    let shared = |w: usize| on.iter().filter(|&&x| x == Some(w)).nth(1).is_some();
+    caps.clear();
+    caps.extend(on.iter().map(|w| match w {
+        Some(w) if shared(*w) => WORKER_INFLIGHT_QUANTA * quantum_ns,
+        _ => 0.0,
+    }));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +283,16 @@ mod tests {
         assert_eq!(p.decide(&v, 1), None);
         assert_eq!(p.decide(&v, 1), None);
         assert!(p.decide(&v, 1).is_some());
+    }
+
+    #[test]
+    fn only_instances_sharing_a_worker_are_capped() {
+        let mut caps = Vec::new();
+        // Instances 0 and 2 share worker 0; 1 is alone on worker 1; 3 is inactive (or inline).
+        inflight_caps(&[Some(0), Some(1), Some(0), None], 10_000.0, &mut caps);
+        assert_eq!(caps, vec![40_000.0, 0.0, 40_000.0, 0.0]);
+        // One of the two goes: the other has its worker to itself again.
+        inflight_caps(&[Some(0), Some(1), None, None], 10_000.0, &mut caps);
+        assert_eq!(caps, vec![0.0; 4]);
     }
 }

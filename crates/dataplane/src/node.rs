@@ -183,6 +183,9 @@ struct Exec {
     workers: Vec<WorkerHandle>,
     placement: Vec<Place>,
     next: usize,
+    /// Scratch for the in-flight caps, per instance: its worker if active there, and its cap.
+    on_worker: Vec<Option<usize>>,
+    caps: Vec<f64>,
 }
 
 impl Exec {
@@ -326,9 +329,6 @@ fn process_cores() -> &'static [core_affinity::CoreId] {
     CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
 
-/// Quanta of work an instance may have in flight on a worker it shares with other instances.
-const WORKER_INFLIGHT_QUANTA: f64 = 4.0;
-
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
 
@@ -353,7 +353,7 @@ impl<B: Backend> Node<B> {
                 core_affinity::set_for_current(*c);
             }
         }
-        let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0 };
+        let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() };
         let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers, MAX_TENANTS);
         let queues = backend.rx_queues().max(1);
         Ok(Node {
@@ -761,30 +761,25 @@ impl<B: Backend> Node<B> {
         self.bound_shared_workers();
     }
 
-    /// A worker runs the batches handed to it in order: where several active instances share
-    /// one, each may have at most [`WORKER_INFLIGHT_QUANTA`] quanta of work in flight there, so
-    /// that a costly chain cannot put milliseconds of its work ahead of the others'. An
-    /// instance alone on its worker keeps every credit (no one to protect; full pipelining).
+    /// Caps the work in flight of instances that share a worker (the policy:
+    /// [`snic_core::placement::inflight_caps`]).
     fn bound_shared_workers(&mut self) {
-        let w = self.exec.workers.len();
-        if w == 0 {
+        if self.exec.workers.is_empty() {
             return;
         }
         let active = |s: &Scheduler<u32>, i: usize| {
             matches!(s.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
         };
-        let mut on = vec![0usize; w];
-        for (i, p) in self.exec.placement.iter().enumerate() {
-            if let Place::Worker(k) = p {
-                if active(&self.sched, i) {
-                    on[*k] += 1;
-                }
-            }
-        }
-        let cap = WORKER_INFLIGHT_QUANTA * self.cfg.dispatch_quantum.as_nanos() as f64;
-        for i in 0..self.exec.placement.len() {
-            if let Place::Worker(k) = self.exec.placement[i] {
-                self.sched.set_inflight_cap(InstanceId(i as u16), if on[k] > 1 { cap } else { 0.0 });
+        let (sched, e) = (&self.sched, &mut self.exec);
+        e.on_worker.clear();
+        e.on_worker.extend(e.placement.iter().enumerate().map(|(i, p)| match p {
+            Place::Worker(k) if active(sched, i) => Some(*k),
+            _ => None,
+        }));
+        snic_core::placement::inflight_caps(&e.on_worker, self.cfg.dispatch_quantum.as_nanos() as f64, &mut e.caps);
+        for (i, (cap, p)) in self.exec.caps.iter().zip(&self.exec.placement).enumerate() {
+            if matches!(p, Place::Worker(_)) {
+                self.sched.set_inflight_cap(InstanceId(i as u16), *cap);
             }
         }
     }
