@@ -425,3 +425,32 @@ fn a_removed_chain_serves_the_routes_that_still_use_it() {
     assert_eq!(b.lost(0), 0);
     assert!(b.node.elastic().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.elastic().regions());
 }
+
+/// The same with a DAG that runs its compact form: its arrivals took the compact route, so a
+/// new planned route waits for the compact route's packets (not the planned one's, which has
+/// none).
+#[test]
+fn a_dag_in_its_compact_form_waits_for_its_compact_route_when_replaced() {
+    use snic_core::rechain::Form;
+    let slow = || NtSpec::Synthetic(SyntheticConfig::costing(200_000));
+    let chains = vec![vec![slow()], vec![engine(1_000_000)], vec![engine(1_000_000)]];
+    // (No rechaining policy: the form is switched by hand and must stay.)
+    let mut b = Bed::with_workers(ElasticConfig { launch_delay: MS, rechain: false, ..cfg(4, 0) }, chains, true, 2);
+    b.node.remove_dag(DagUid(2));
+    let planned = DagRoute::new(vec![Step { chain: ChainId(0), mask: NtMask::all(1) }, Step { chain: ChainId(1), mask: NtMask::all(1) }]);
+    b.node.set_dag(DagUid(1), planned);
+    b.node.set_compact_form(DagUid(1), vec![slow(), engine(1_000_000)], &["slow".into(), "engine".into()]).unwrap();
+    assert!(b.node.switch_form(DagUid(1), Form::Compact));
+    b.run(0, 2, 2, 10);
+    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact));
+    for k in 0..32 {
+        b.push(0, 1 + k % 4);
+    }
+    b.node.poll();
+    b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: ChainId(2), mask: NtMask::all(1) }]));
+    assert!(b.node.dag_switching(DagUid(1)), "arrivals wait for the compact route's packets");
+    b.run(0, 10, 4, 10);
+    b.idle(5);
+    assert_eq!(b.lost(0), 0);
+    assert!(!b.node.dag_switching(DagUid(1)));
+}

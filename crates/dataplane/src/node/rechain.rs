@@ -195,8 +195,10 @@ impl<B: Backend> Node<B> {
                     self.dags.free.push(internal);
                     return;
                 }
+                // The route its arrivals took (its compact one, if it ran that form): the
+                // packets to wait for.
+                replaced = Some(e.live());
                 let old = std::mem::replace(&mut e.planned, internal);
-                replaced = Some(old);
                 self.dags.retire(old);
             }
             None => {
