@@ -309,14 +309,13 @@ impl Meter {
 
     /// Declares a chain with its NTs' kinds.
     pub fn add_chain(&mut self, kinds: &[&str]) {
-        let c = self.chains.len();
-        self.nt_work.push(vec![0.0; kinds.len()]);
+        let c = ChainId(self.chains.len() as u16);
+        self.nt_work.push(Vec::new());
         self.chain_load.push(0.0);
         self.chain_arrived.push(false);
-        self.chain_names.push(kinds.iter().map(|k| k.to_string()).collect());
-        self.chains
-            .push(kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect());
-        self.publish_resources();
+        self.chain_names.push(Vec::new());
+        self.chains.push(Vec::new());
+        self.reuse_chain(c, kinds);
     }
 
     /// Declares chain `chain` again (an id the node reuses after [`Meter::remove_chain`]) with

@@ -476,8 +476,8 @@ impl<B: Backend> Node<B> {
         if let Some(c) = self.life.iter().position(|&l| l == retire::Life::Gone) {
             let id = ChainId(c as u16);
             if self.sched.reuse_chain(id, specs.len()) {
+                // (Its elastic state was forgotten when it was removed.)
                 self.meter.reuse_chain(id, &kinds);
-                self.elastic.forget_chain(id);
                 self.chains[c] = specs;
                 self.life[c] = retire::Life::Live;
                 return id;

@@ -180,7 +180,7 @@ impl FairnessSpec {
             .iter()
             .map(|p| DagRoute::new(p.iter().map(|&n| Step { chain: ChainId(n as u16), mask: NtMask::all(1) }).collect()))
             .collect();
-        let mut node = Fluid::new(self.tenants.len());
+        let mut node = Fluid::new(self.tenants.len(), self.packet_bytes);
         let last_step = self.tenants.iter().flat_map(|t| t.load.iter().map(|l| l[0])).fold(0.0, f64::max);
         let epochs = (duration_s / epoch.as_secs_f64()).round() as u64;
         let dt = epoch.as_secs_f64();
@@ -209,7 +209,7 @@ impl FairnessSpec {
                 delivered[i].push(a * frac / dt / self.unit_pps);
             }
             now = now + epoch;
-            node.epoch(&offered, &admitted, &out, self.packet_bytes);
+            node.epoch(&offered, &admitted, &out);
             let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
             m.end_epoch(now, &mut arrivals, &node);
         }
@@ -265,7 +265,7 @@ struct Fluid {
 }
 
 impl Fluid {
-    fn new(tenants: usize) -> Self {
+    fn new(tenants: usize, packet_bytes: f64) -> Self {
         let n = tenants + 1;
         Fluid {
             touched: (1..n).map(|t| TenantId(t as u16)).collect(),
@@ -273,19 +273,18 @@ impl Fluid {
             tx_bytes: vec![0.0; n],
             over: vec![0.0; n],
             arrived: vec![0; n],
-            packet_bytes: 0.0,
+            packet_bytes,
         }
     }
 
     /// One epoch: per tenant (by index) offered, admitted by its limit, and delivered.
-    fn epoch(&mut self, offered: &[f64], admitted: &[f64], delivered: &[f64], packet_bytes: f64) {
-        self.packet_bytes = packet_bytes;
+    fn epoch(&mut self, offered: &[f64], admitted: &[f64], delivered: &[f64]) {
         for i in 0..offered.len() {
             let t = i + 1;
             let before = self.rx[t].round() as u64;
             self.rx[t] += admitted[i];
             self.arrived[t] = self.rx[t].round() as u64 - before;
-            self.tx_bytes[t] += delivered[i] * packet_bytes;
+            self.tx_bytes[t] += delivered[i] * self.packet_bytes;
             self.over[t] += offered[i] - admitted[i];
         }
     }

@@ -32,7 +32,7 @@ use crate::store::Store;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid};
 use snic_core::rechain::{DagView, Form, Rechainer};
-use snic_core::sched::{InstanceState, Reject, Scheduler};
+use snic_core::sched::{Reject, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 use std::collections::VecDeque;
@@ -422,8 +422,8 @@ impl<B: Backend> Node<B> {
 
     fn finish_switch(&mut self, uid: DagUid, now: Instant) {
         let Some(e) = self.dags.entry(uid) else { return };
-        let Some(to_form) = e.switch.as_ref().map(|s| s.to) else { return };
-        let Some(to_form) = to_form else { return self.finish_replace(uid, now) };
+        // (A replaced route has no form to switch to: see `finish_replace`.)
+        let Some(Some(to_form)) = e.switch.as_ref().map(|s| s.to) else { return self.finish_replace(uid, now) };
         let Some(s) = e.switch.take() else { return };
         let (old, new) = (e.chains(e.form), e.chains(to_form));
         e.form = to_form;
@@ -433,7 +433,7 @@ impl<B: Backend> Node<B> {
         let mut nts: Vec<Box<dyn Nt>> = Vec::new();
         let mut moved = true;
         for &c in &old {
-            self.stop_for_rechain(c);
+            self.stop_chain(c);
             match self.chain_nts(c) {
                 Ok((mut n, _)) => nts.append(&mut n),
                 Err(_) => moved = false,
@@ -456,26 +456,6 @@ impl<B: Backend> Node<B> {
         self.record(now, new[0], None, EventKind::Rechained { dag: uid, to: to_form }, now.saturating_since(s.since).as_nanos() as u64);
         for idx in s.held {
             self.enter_route(idx, to, now);
-        }
-    }
-
-    /// Stops and takes down every instance of `chain` (running idle, or a victim), saving its
-    /// NTs' state and freeing its region.
-    fn stop_for_rechain(&mut self, chain: ChainId) {
-        let insts: Vec<_> = self.elastic.slots.iter().filter_map(|s| s.0).filter(|&i| self.sched.chain_of(i) == chain).collect();
-        for inst in insts {
-            if self.sched.state(inst) == InstanceState::Running {
-                let _ = self.sched.stop_instance(inst);
-                self.meter.set_active(inst, false);
-            }
-            if self.sched.state(inst) != InstanceState::Parked {
-                continue;
-            }
-            let slot = self.elastic.slot_of(inst);
-            self.teardown(inst);
-            if let Some(s) = slot {
-                self.elastic.launcher.free(s);
-            }
         }
     }
 

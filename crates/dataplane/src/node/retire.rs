@@ -74,28 +74,34 @@ impl<B: Backend> Node<B> {
             if launching {
                 continue;
             }
-            for inst in self.sched.instances_of(chain).to_vec() {
-                // (Refused while the chain's instances change: tried again next epoch.)
-                if self.sched.state(inst) == InstanceState::Running && self.sched.stop_instance(inst).is_ok() {
-                    self.meter.set_active(inst, false);
-                }
-            }
-            // Victims and stopped instances that kept their region.
-            let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
-                .filter_map(|(s, r)| r.0.map(|i| (s, i)))
-                .filter(|&(_, i)| self.sched.chain_of(i) == chain && self.sched.state(i) == InstanceState::Parked)
-                .collect();
-            for (slot, inst) in parked {
-                self.teardown(inst);
-                self.elastic.launcher.free(slot);
-            }
+            // (A stop refused while the chain's instances change is tried again next epoch.)
+            self.stop_chain(chain);
             if !self.sched.chain_in_use(chain) {
                 self.life[c] = Life::Gone;
                 self.retiring -= 1;
                 self.chains[c] = Vec::new();
                 self.meter.remove_chain(chain);
-                self.elastic.forget_chain(chain);
             }
+        }
+    }
+
+    /// Stops every running instance of `chain` and takes down those that are parked in a
+    /// region (idle, or victims), freeing the region; their NTs' state is saved for the chain's
+    /// next launch if it is live (see [`Node::teardown`]). Instances still draining are taken
+    /// down once parked.
+    pub(super) fn stop_chain(&mut self, chain: ChainId) {
+        for inst in self.sched.instances_of(chain).to_vec() {
+            if self.sched.state(inst) == InstanceState::Running && self.sched.stop_instance(inst).is_ok() {
+                self.meter.set_active(inst, false);
+            }
+        }
+        let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
+            .filter_map(|(s, r)| r.0.map(|i| (s, i)))
+            .filter(|&(_, i)| self.sched.chain_of(i) == chain && self.sched.state(i) == InstanceState::Parked)
+            .collect();
+        for (slot, inst) in parked {
+            self.teardown(inst);
+            self.elastic.launcher.free(slot);
         }
     }
 }

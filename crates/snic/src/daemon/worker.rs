@@ -577,16 +577,19 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
         tracing::warn!(missed = new - st.events.len() as u64, "more elastic events than the log keeps up with; see snic status");
     }
     for ev in st.events.iter().skip(st.events.len().saturating_sub(new as usize)) {
-        let (what, chain, region, took_us) = (describe(node, plan, ev), chain_name(node, ev.chain), ev.region, ev.took_ns as f64 / 1e3);
+        // (The macros format their fields only at a level that is logged.)
+        let (region, took_us) = (ev.region, ev.took_ns as f64 / 1e3);
         match ev.kind {
             EventKind::ContextSwitch { .. }
             | EventKind::Rechain { .. }
             | EventKind::Rechained { .. }
             | EventKind::RechainAbandoned { .. }
             | EventKind::Moved { .. }
-            | EventKind::EndpointFallback => tracing::info!(chain, region, took_us, "{what}"),
-            EventKind::MoveFailed { .. } => tracing::error!(chain, region, "{what}"),
-            _ => tracing::debug!(chain, region, took_us, "{what}"),
+            | EventKind::EndpointFallback => {
+                tracing::info!(chain = chain_name(node, ev.chain), region, took_us, "{}", describe(node, plan, ev))
+            }
+            EventKind::MoveFailed { .. } => tracing::error!(chain = chain_name(node, ev.chain), region, "{}", describe(node, plan, ev)),
+            _ => tracing::debug!(chain = chain_name(node, ev.chain), region, took_us, "{}", describe(node, plan, ev)),
         }
     }
     logged.events = st.recorded;
