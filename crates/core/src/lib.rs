@@ -25,6 +25,8 @@
 //!   in on load held for a whole MONITOR_PERIOD; [`rechain`]: which of a DAG's chain
 //!   candidates it runs as (its planned chains, or one compact chain when regions are short);
 //!   [`placement`]: which core an instance runs on (long chains apart from short ones).
+//! - [`walk`]: a packet's walk along its route — after each step: the next, a fork, a join,
+//!   egress or a drop; the on-demand path when a step has no instance.
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
@@ -57,3 +59,4 @@ pub mod placement;
 pub mod rechain;
 pub mod sched;
 pub mod time;
+pub mod walk;

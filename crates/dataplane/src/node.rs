@@ -16,7 +16,6 @@ use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
-use snic_core::dag::NtMask;
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
@@ -24,8 +23,9 @@ use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::placement::PlacementConfig;
-use snic_core::sched::{Accepted, InstanceState, Reject, SchedConfig, Scheduler};
+use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
+use snic_core::walk::{Entered, Ran, Skip, Walk};
 pub use snic_nt::WorkTimer;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
@@ -894,14 +894,13 @@ impl<B: Backend> Node<B> {
         d.meta.len = len as u16;
         d.meta.vni = vni;
         d.meta.tenant = tenant;
-        d.pos = 0;
         d.src = src;
         d.flow_hash = flow_hash;
         d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
         d.verdict = None;
         d.charged = true;
         let Some(uid) = dag else {
-            d.dag = DagUid::default();
+            d.walk = Walk::start(DagUid::default());
             return self.egress(idx);
         };
         // The route its arrivals take now (node-internal UID), unless the DAG is switching
@@ -910,30 +909,44 @@ impl<B: Backend> Node<B> {
         if route & rechain::HOLD != 0 {
             return self.hold(idx, uid);
         }
-        d.dag = DagUid(route);
+        d.walk = Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
-        match self.sched.handle_packet(now, tenant, DagUid(route), 0, flow_hash, idx) {
-            Ok(a) => self.accepted(idx, a, now),
-            Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
-            Err(e) => self.drop_charged(idx, tenant, Drop::Sched(e)),
+        self.enter(idx, now);
+    }
+
+    /// `idx` enters the step its walk is at.
+    #[inline(always)]
+    fn enter(&mut self, idx: u32, now: Instant) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        let e = d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode);
+        self.entered(idx, e, now);
+    }
+
+    /// Does what entering a step came to: queued (and forked, if the step starts a parallel
+    /// group), the on-demand path, egress, or a drop.
+    #[inline(always)]
+    fn entered(&mut self, idx: u32, e: Entered, now: Instant) {
+        match e {
+            Entered::Queued { branches: 0 } => {}
+            Entered::Queued { branches } => self.fork(idx, branches, now),
+            Entered::OnDemand => self.enter_on_demand(idx, now),
+            Entered::Out => self.egress(idx),
+            Entered::Refused(why) => self.refuse(idx, Drop::Sched(why), now),
         }
     }
 
-    /// The scheduler accepted `idx` at its step: record what it runs there, and fork copies if
-    /// a parallel group starts there.
-    #[inline(always)]
-    fn accepted(&mut self, idx: u32, a: Accepted, now: Instant) {
-        // SAFETY: the dispatcher owns `idx` (queued, not dispatched yet).
+    /// Drops `idx` before it ran its step. A branch of a parallel group also tells the join, so
+    /// that the packet's other branches are not held for it.
+    #[cold]
+    #[inline(never)]
+    fn refuse(&mut self, idx: u32, why: Drop, now: Instant) {
+        // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        d.mask = a.mask;
-        d.last = a.last;
-        d.join_at = a.join_at;
-        if self.cfg.panic_mode {
-            // One NT per visit: the first of the step's.
-            d.mask = a.mask.first();
-        }
-        if a.branches > 0 {
-            self.fork(idx, a.branches, now);
+        let (t, branch, slot) = (d.meta.tenant, d.walk.branch, d.walk.join_slot().filter(|_| d.walk.join_at != 0));
+        self.drop_charged(idx, t, why);
+        if let Some(j) = slot {
+            self.branch_failed(j, branch, now);
         }
     }
 
@@ -944,11 +957,9 @@ impl<B: Backend> Node<B> {
     fn panic_next(&mut self, inst: InstanceId, idx: u32) -> bool {
         // SAFETY: the dispatcher owns `idx` (its batch came back).
         let (_, d) = unsafe { self.slots.get(idx) };
-        if d.verdict.is_some() {
+        if d.verdict.is_some() || !d.walk.panic_next(&self.sched) {
             return false;
         }
-        let Some(next) = self.sched.panic_next(d.dag, d.pos, d.mask) else { return false };
-        d.mask = next;
         let t = d.meta.tenant;
         if let Err(e) = self.sched.requeue(inst, t, idx) {
             self.drop_charged(idx, t, Drop::Sched(e));
@@ -966,44 +977,36 @@ impl<B: Backend> Node<B> {
         loop {
             // SAFETY: the dispatcher owns `idx`.
             let (_, d) = unsafe { slots.get(idx) };
-            let (t, dag, pos, hash) = (d.meta.tenant, d.dag, d.pos, d.flow_hash);
-            let Some(chain) = self.sched.chain_at(dag, pos) else {
-                return self.drop_charged(idx, t, Drop::Sched(Reject::UnknownDag));
+            let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else {
+                return self.refuse(idx, Drop::Sched(Reject::UnknownDag), now);
             };
             match self.on_demand(chain, now) {
                 OnDemand::Retry => {
                     // Packets that waited for this chain go first.
                     self.release_waiting(Some(chain), now);
-                    return match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
-                        Ok(a) => self.accepted(idx, a, now),
-                        Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
+                    let e = match d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode) {
+                        Entered::OnDemand => Entered::Refused(Reject::NoInstance),
+                        e => e,
                     };
+                    return self.entered(idx, e, now);
                 }
                 OnDemand::Wait if self.elastic.waiting.len() < 4 * self.cfg.max_queue_per_tenant => {
                     return self.elastic.waiting.push_back(idx);
                 }
-                OnDemand::Wait | OnDemand::Nothing => return self.drop_charged(idx, t, Drop::Sched(Reject::NoInstance)),
-                // (`join_at` is only meaningful once the scheduler accepted the packet: ask the
-                // route.)
-                OnDemand::Endpoint if self.sched.fork_at(dag, pos).1 != 0 => {
-                    // A branch of a parallel group: it ran nothing; it joins the others.
-                    d.mask = NtMask(0);
-                    return self.join_arrive(idx, now);
-                }
-                OnDemand::Endpoint => {
-                    // Past this chain: the next one, or out.
-                    if self.sched.chain_at(dag, pos + 1).is_none() {
-                        return self.egress(idx);
+                OnDemand::Wait | OnDemand::Nothing => return self.refuse(idx, Drop::Sched(Reject::NoInstance), now),
+                OnDemand::Endpoint => match d.walk.skip(&self.sched) {
+                    Skip::Fork { branches } => {
+                        // Its copies run the group's other branches; it joins them.
+                        self.fork(idx, branches, now);
+                        return self.join_arrive(idx, now);
                     }
-                    d.pos = pos + 1;
-                    match self.sched.handle_packet(now, t, dag, pos + 1, hash, idx) {
-                        Ok(a) => {
-                            return self.accepted(idx, a, now);
-                        }
-                        Err(Reject::NoInstance) => continue,
-                        Err(e) => return self.drop_charged(idx, t, Drop::Sched(e)),
-                    }
-                }
+                    Skip::Join => return self.join_arrive(idx, now),
+                    Skip::Out => return self.egress(idx),
+                    Skip::Next => match d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode) {
+                        Entered::OnDemand => continue,
+                        e => return self.entered(idx, e, now),
+                    },
+                },
             }
         }
     }
@@ -1126,26 +1129,15 @@ impl<B: Backend> Node<B> {
             }
             // SAFETY: the batch came back to the dispatcher, which owns it again.
             let (_, d) = unsafe { self.slots.get(idx) };
-            let t = d.meta.tenant;
-            if d.join_at != 0 {
-                self.join_arrive(idx, now);
-            } else if let Some(r) = d.verdict {
-                self.drop_charged(idx, t, Drop::Nt(r));
-            } else if d.last {
-                self.egress(idx);
-            } else {
-                let pos = d.pos + 1;
-                match self.sched.handle_packet(now, t, d.dag, pos, d.flow_hash, idx) {
-                    Ok(a) => {
-                        d.pos = pos;
-                        self.accepted(idx, a, now);
-                    }
-                    Err(Reject::NoInstance) => {
-                        d.pos = pos;
-                        self.enter_on_demand(idx, now);
-                    }
-                    Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
+            match d.walk.ran(d.verdict.is_some()) {
+                Ran::Join => self.join_arrive(idx, now),
+                Ran::Drop => {
+                    // (`ran` says Drop only for a packet with a verdict.)
+                    let why = d.verdict.map_or(Drop::StoreFull, Drop::Nt);
+                    self.drop_charged(idx, d.meta.tenant, why)
                 }
+                Ran::Out => self.egress(idx),
+                Ran::Next => self.enter(idx, now),
             }
         }
     }

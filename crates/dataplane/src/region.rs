@@ -163,7 +163,7 @@ impl Region {
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
                 let (buf, d) = unsafe { slots.get(idx) };
-                if d.verdict.is_some() || !d.mask.runs(i) {
+                if d.verdict.is_some() || !d.walk.mask.runs(i) {
                     continue;
                 }
                 ran += 1;

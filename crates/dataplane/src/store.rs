@@ -12,8 +12,8 @@
 //! *that* tenant is dropped — a packet already stored is never evicted for another tenant.
 
 use crate::Drop;
-use snic_core::dag::NtMask;
-use snic_core::ids::{DagUid, InstanceId, TenantId};
+use snic_core::ids::{InstanceId, TenantId};
+use snic_core::walk::Walk;
 use snic_nt::PktMeta;
 use snic_wire::ethernet::MacAddr;
 use std::cell::UnsafeCell;
@@ -60,23 +60,11 @@ impl Default for Peer {
 pub struct Desc {
     /// What NTs may read and change.
     pub meta: PktMeta,
-    /// The DAG the MAT chose.
-    pub dag: DagUid,
-    /// Position in the DAG's route.
-    pub pos: u8,
-    /// NTs of the current chain this packet runs.
-    pub mask: NtMask,
+    /// Where it is on its DAG's route (the node's internal route UID, the step, the NTs it
+    /// runs there, its parallel-group fields): what the core's walk decides on.
+    pub walk: Walk,
     /// Instance it was dispatched to.
     pub instance: InstanceId,
-    /// True if the current chain is the DAG's last.
-    pub last: bool,
-    /// In a parallel group: the position after it, where the packet's copies join (0: not in
-    /// one).
-    pub join_at: u8,
-    /// In a parallel group: this copy's branch number.
-    pub branch: u8,
-    /// In a parallel group: the join slot.
-    pub join: u32,
     /// Sending VTEP.
     pub src: Peer,
     /// Flow hash (inner 5-tuple at ingress).
@@ -93,14 +81,8 @@ impl Default for Desc {
     fn default() -> Self {
         Desc {
             meta: PktMeta { off: 0, len: 0, vni: 0, tenant: TenantId(0), inner: None },
-            dag: DagUid(0),
-            pos: 0,
-            mask: NtMask(0),
+            walk: Walk::default(),
             instance: InstanceId(0),
-            last: true,
-            join_at: 0,
-            branch: 0,
-            join: 0,
             src: Peer::default(),
             flow_hash: 0,
             rx_ns: 0,

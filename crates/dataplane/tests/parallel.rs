@@ -49,14 +49,19 @@ fn node(group: Vec<NtSpec>, workers: usize) -> Node<MemPort> {
         steps.push(Step { chain: c, mask: NtMask::all(1) });
     }
     let n = steps.len() - 1;
-    node.set_dag(DagUid(1), DagRoute::with_groups(steps, &[(0, n)]).unwrap());
+    serve(&mut node, DagRoute::with_groups(steps, &[(0, n)]).unwrap());
+    node
+}
+
+/// Installs `route` as DAG 1, VNI 100's, and sends VNIs 100 and 300 out to one peer.
+fn serve(node: &mut Node<MemPort>, route: DagRoute) {
+    node.set_dag(DagUid(1), route);
     let mut mat = Mat::new();
     mat.insert(dag_rule(100, TenantId(1), DagUid(1)));
     node.mat_handle().store(Arc::new(mat));
     for vni in [100, 300] {
         node.fdb_mut().set_default(vni, Some(Peer { addr: SocketAddr::from(([192, 0, 2, 9], 4789)), ..Default::default() }));
     }
-    node
 }
 
 /// Sends `per_flow` packets on each source port of `ports` (sequence numbers in the payload),
@@ -129,4 +134,61 @@ fn writes_of_two_branches_are_merged() {
     }
     in_order(&out);
     assert_eq!(n.store().charged(), 0);
+}
+
+/// One region, a DAG that is one parallel group (a firewall denying port 666 ∥ a VNI map), and
+/// the chain of branch `skipped` left to the tenant's endpoint: the other branch's chain holds
+/// the only region.
+fn one_region_and_a_branch_for_the_endpoint(skipped: usize) -> Node<MemPort> {
+    let elastic = snic_dataplane::elastic::ElasticConfig { regions: 1, launch_delay: Duration::ZERO, ..Default::default() };
+    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
+    let mut steps = Vec::new();
+    let mut chains = Vec::new();
+    for spec in [firewall_denying_port(666), remap(100, 300)] {
+        let c = node.add_chain(vec![spec]);
+        chains.push(c);
+        steps.push(Step { chain: c, mask: NtMask::all(1) });
+    }
+    node.launch(chains[1 - skipped]).unwrap();
+    node.set_endpoint_fallback(chains[skipped], true);
+    serve(&mut node, DagRoute::with_groups(steps, &[(0, 2)]).unwrap());
+    node
+}
+
+#[test]
+fn a_branch_left_to_the_endpoint_joins_the_others_having_run_nothing() {
+    for skipped in [0, 1] {
+        let mut n = one_region_and_a_branch_for_the_endpoint(skipped);
+        let out = run(&mut n, &[1000, 666], 50);
+        // Every packet comes out once, having run the other branch only: VNI remapped if the
+        // map ran, port 666 not denied when the firewall was left to the endpoint.
+        let want_vni = if skipped == 1 { 100 } else { 300 };
+        let denied = if skipped == 1 { 50 } else { 0 };
+        assert_eq!(out.len(), 100 - denied, "branch {skipped} skipped");
+        assert!(out.iter().all(|&(vni, ..)| vni == want_vni), "branch {skipped} skipped: {:?}", &out[..1]);
+        assert!(n.elastic().stats().endpoint_packets > 0);
+        in_order(&out);
+        assert_eq!(n.store().charged(), 0, "every copy freed (branch {skipped} skipped)");
+    }
+}
+
+#[test]
+fn a_branch_with_no_instance_drops_its_packet_once_and_holds_nothing() {
+    // No elasticity, and the VNI map's chain never launched: the copy for that branch finds no
+    // instance. Its packet is dropped once (the join learns of the failed branch) and every
+    // buffer comes back.
+    let cfg = NodeConfig { vtep_port: None, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
+    let fw = node.add_chain(vec![firewall_denying_port(666)]);
+    node.launch(fw).unwrap();
+    let map = node.add_chain(vec![remap(100, 300)]);
+    let steps = [fw, map].map(|chain| Step { chain, mask: NtMask::all(1) }).to_vec();
+    serve(&mut node, DagRoute::with_groups(steps, &[(0, 2)]).unwrap());
+    let out = run(&mut node, &[1000, 1001], 20);
+    assert!(out.is_empty());
+    let drops = node.stats().tenants[1].drops;
+    assert_eq!(drops[Drop::Sched(snic_core::sched::Reject::NoInstance).index()], 40);
+    assert_eq!(drops.iter().sum::<u64>(), 40, "each packet counted once");
+    assert_eq!(node.store().charged(), 0);
 }

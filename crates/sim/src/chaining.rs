@@ -30,6 +30,7 @@ use snic_core::ids::{DagUid, InstanceId, TenantId};
 use snic_core::join::{JoinId, JoinTable};
 use snic_core::sched::{SchedConfig, Scheduler};
 use snic_core::time::Instant;
+use snic_core::walk::{Entered, Ran, Walk};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
@@ -224,18 +225,11 @@ struct Pkt {
     /// Index over every tenant's flows.
     flow: u32,
     seq: u32,
-    pos: u8,
-    mask: NtMask,
-    last: bool,
-    join_at: u8,
-    join: u32,
-    branch: u8,
+    /// Where it is on its route: the node's walk, the same decisions.
+    walk: Walk,
     /// PANIC: the instance it returns to for its step's next NT.
     back_to: Option<InstanceId>,
 }
-
-/// No join slot: the packet runs its first branch and is dropped at the join.
-const NO_SLOT: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
@@ -399,7 +393,7 @@ impl Run {
             return;
         };
         let p = self.pkts[i as usize];
-        let k = if p.back_to.is_some() { 1 } else { self.sched.fork_at(DAG, p.pos).0.max(1) as u64 };
+        let k = if p.back_to.is_some() { 1 } else { self.sched.fork_at(DAG, p.walk.pos).0.max(1) as u64 };
         let t = k as f64 * spec.sched_ns;
         self.sched_busy += t;
         self.visits += k;
@@ -417,39 +411,30 @@ impl Run {
             return;
         }
         let hash = self.hashes[p.flow as usize];
-        match self.sched.handle_packet(Instant::ZERO + Duration::from_nanos(now), tenant, DAG, p.pos, hash, i) {
-            Ok(a) => {
-                let q = &mut self.pkts[i as usize];
-                q.mask = if self.mode == Mode::Panic { a.mask.first() } else { a.mask };
-                q.last = a.last;
-                q.join_at = a.join_at;
-                if a.branches > 0 {
-                    self.fork(i, a.branches, now);
-                }
-            }
-            Err(_) => self.drop_pkt(i),
+        let mut w = p.walk;
+        let e = w.enter(&mut self.sched, Instant::ZERO + Duration::from_nanos(now), tenant, hash, i, self.mode == Mode::Panic);
+        self.pkts[i as usize].walk = w;
+        match e {
+            Entered::Queued { branches: 0 } => {}
+            Entered::Queued { branches } => self.fork(i, branches, now),
+            Entered::Out => self.deliver(i, now),
+            Entered::OnDemand | Entered::Refused(_) => self.drop_pkt(i),
         }
     }
 
     /// `i` starts a parallel group of `branches` steps: a copy for each other step (the
     /// decision's time included them).
     fn fork(&mut self, i: u32, branches: u8, now: u64) {
-        let Some(j) = self.joins.open(branches) else {
-            self.pkts[i as usize].join = NO_SLOT;
-            return;
-        };
-        self.pkts[i as usize].join = j.0;
-        self.pkts[i as usize].branch = 0;
+        let Some(j) = self.pkts[i as usize].walk.fork(&mut self.joins, branches) else { return };
         for b in 1..branches {
             let p = self.pkts[i as usize];
-            let c = self.alloc(Pkt { pos: p.pos + b, branch: b, ..p });
+            let c = self.alloc(Pkt { walk: p.walk.branch_copy(b), ..p });
             let at = Instant::ZERO + Duration::from_nanos(now);
-            match self.sched.handle_packet(at, TenantId(p.tenant), DAG, p.pos + b, self.hashes[p.flow as usize], c) {
-                Ok(a) => self.pkts[c as usize].mask = a.mask,
-                Err(_) => {
-                    // Counted once, when the join sees the drop.
-                    self.branch_back(j, b, c, true, now);
-                }
+            let mut w = self.pkts[c as usize].walk;
+            match w.enter(&mut self.sched, at, TenantId(p.tenant), self.hashes[p.flow as usize], c, self.mode == Mode::Panic) {
+                Entered::Queued { .. } => self.pkts[c as usize].walk = w,
+                // Counted once, when the join sees the drop.
+                _ => self.branch_back(j, b, c, true, now),
             }
         }
     }
@@ -459,7 +444,7 @@ impl Run {
         let mut out = std::mem::take(&mut self.out);
         while let Some(inst) = self.sched.poll_dispatch(&mut out, 32) {
             for &i in &out {
-                let cost = self.pkts[i as usize].mask.count() as u64 * spec.nt_ns as u64;
+                let cost = self.pkts[i as usize].walk.mask.count() as u64 * spec.nt_ns as u64;
                 let start = self.free_at[inst.index()].max(now + spec.hop_ns as u64);
                 self.free_at[inst.index()] = start + cost;
                 self.at(start + cost, Ev::Done(inst, i));
@@ -472,28 +457,27 @@ impl Run {
     fn done(&mut self, spec: &ChainingSpec, inst: InstanceId, i: u32, now: u64) {
         self.sched.handle_completion(inst, 1);
         let back = now + spec.hop_ns as u64;
-        let p = self.pkts[i as usize];
+        let mut w = self.pkts[i as usize].walk;
         if self.mode == Mode::Panic {
-            if let Some(next) = self.sched.panic_next(DAG, p.pos, p.mask) {
+            if w.panic_next(&self.sched) {
                 let q = &mut self.pkts[i as usize];
-                q.mask = next;
+                q.walk = w;
                 q.back_to = Some(inst);
                 return self.visit(i, back);
             }
             self.pkts[i as usize].back_to = None;
         }
-        if p.join_at != 0 {
-            if p.join == NO_SLOT {
-                return self.drop_pkt(i);
-            }
+        let ran = w.ran(false);
+        self.pkts[i as usize].walk = w;
+        match ran {
             // Branches join at the scheduler's synchronization buffer.
-            return self.branch_back(JoinId(p.join), p.branch, i, false, back);
-        }
-        if p.last {
-            self.deliver(i, now);
-        } else {
-            self.pkts[i as usize].pos += 1;
-            self.visit(i, back);
+            Ran::Join => match w.join_slot() {
+                Some(j) => self.branch_back(j, w.branch, i, false, back),
+                None => self.drop_pkt(i),
+            },
+            Ran::Drop => self.drop_pkt(i),
+            Ran::Out => self.deliver(i, now),
+            Ran::Next => self.visit(i, back),
         }
     }
 
@@ -509,10 +493,9 @@ impl Run {
         if joined.dropped {
             return self.drop_pkt(orig);
         }
-        let p = &mut self.pkts[orig as usize];
-        p.pos = p.join_at;
-        p.join_at = 0;
-        if p.pos as usize == self.steps {
+        let w = &mut self.pkts[orig as usize].walk;
+        w.joined();
+        if w.at_end(&self.sched) {
             self.deliver(orig, now);
         } else {
             // Steps after the group: the scheduler decides the next one (it is at hand).
@@ -555,19 +538,7 @@ impl Run {
                     let flow = tenant as u32 * spec.flows + rng.random_range(0..spec.flows);
                     let seq = next_seq[flow as usize];
                     next_seq[flow as usize] += 1;
-                    let i = self.alloc(Pkt {
-                        arrival: t,
-                        tenant,
-                        flow,
-                        seq,
-                        pos: 0,
-                        mask: NtMask(0),
-                        last: false,
-                        join_at: 0,
-                        join: NO_SLOT,
-                        branch: 0,
-                        back_to: None,
-                    });
+                    let i = self.alloc(Pkt { arrival: t, tenant, flow, seq, walk: Walk::start(DAG), back_to: None });
                     offered += 1;
                     self.reach(spec, i, t, true);
                     if let Source::Poisson(mean_gap) = source {

@@ -7,7 +7,7 @@ use crate::region::Region;
 use snic_core::autoscale::Scale;
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
-use snic_core::sched::{InstanceState, Reject};
+use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use snic_nt::Nt;
 
@@ -289,16 +289,11 @@ impl<B: Backend> Node<B> {
         for idx in all {
             // SAFETY: the dispatcher owns waiting packets.
             let (_, d) = unsafe { self.slots.get(idx) };
-            let (t, dag, pos, hash) = (d.meta.tenant, d.dag, d.pos, d.flow_hash);
-            if chain.is_some() && self.sched.chain_at(dag, pos) != chain {
+            if chain.is_some() && self.sched.chain_at(d.walk.dag, d.walk.pos) != chain {
                 self.elastic.waiting.push_back(idx);
                 continue;
             }
-            match self.sched.handle_packet(now, t, dag, pos, hash, idx) {
-                Ok(a) => self.accepted(idx, a, now),
-                Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
-                Err(e) => self.drop_charged(idx, t, super::Drop::Sched(e)),
-            }
+            self.enter(idx, now);
         }
     }
 

@@ -11,7 +11,6 @@
 use super::{Backend, Node};
 use crate::Drop;
 use snic_core::join::JoinId;
-use snic_core::sched::Reject;
 use snic_core::time::Instant;
 use snic_nt::Access;
 use snic_wire::vxlan;
@@ -19,8 +18,6 @@ use snic_wire::vxlan;
 /// A branch that never ran (no buffer, or refused by the scheduler): its drop is already
 /// counted.
 const FAILED: u32 = u32::MAX;
-/// The join slot of a packet that could not be forked (no slot free).
-const NO_SLOT: u32 = u32::MAX;
 
 impl<B: Backend> Node<B> {
     /// `idx` was just queued for the first step of a parallel group of `branches` steps: copy
@@ -32,20 +29,17 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx` (queued, not dispatched yet: only its descriptor's
         // join fields are written, which no region reads).
         let (buf, d) = unsafe { slots.get(idx) };
-        d.branch = 0;
-        let Some(j) = self.joins.open(branches) else {
+        let Some(j) = d.walk.fork(&mut self.joins, branches) else {
             // No room to join: the packet runs its first branch and is dropped at the join.
-            d.join = NO_SLOT;
             return;
         };
-        d.join = j.0;
-        let (t, pos, off, len) = (d.meta.tenant, d.pos, d.meta.off as usize, d.meta.len as usize);
+        let (t, off, len) = (d.meta.tenant, d.meta.off as usize, d.meta.len as usize);
         for b in 1..branches {
             let c = match self.store.alloc_charged(t, off..off + len) {
                 Ok(c) => c,
                 Err(e) => {
                     self.stats.tenant_mut(t).drops[e.index()] += 1;
-                    self.branch_back(j, b, FAILED, true, now);
+                    self.branch_failed(j, b, now);
                     continue;
                 }
             };
@@ -53,19 +47,17 @@ impl<B: Backend> Node<B> {
             let (cb, cd) = unsafe { slots.get(c) };
             cb[off..off + len].copy_from_slice(&buf[off..off + len]);
             *cd = *d;
-            cd.branch = b;
-            cd.pos = pos + b;
-            self.store.tag_route(c, cd.dag.0);
-            match self.sched.handle_packet(now, t, cd.dag, cd.pos, cd.flow_hash, c) {
-                // (A group's other steps start no group: `accepted` forks nothing here.)
-                Ok(a) => self.accepted(c, a, now),
-                Err(Reject::NoInstance) => self.enter_on_demand(c, now),
-                Err(e) => {
-                    self.drop_charged(c, t, Drop::Sched(e));
-                    self.branch_back(j, b, FAILED, true, now);
-                }
-            }
+            cd.walk = d.walk.branch_copy(b);
+            self.store.tag_route(c, cd.walk.dag.0);
+            // (A group's other steps start no group: this forks nothing; a refused copy tells
+            // the join.)
+            self.enter(c, now);
         }
+    }
+
+    /// Branch `b` of the packet joining at `j` could not run (its drop is counted).
+    pub(super) fn branch_failed(&mut self, j: JoinId, b: u8, now: Instant) {
+        self.branch_back(j, b, FAILED, true, now);
     }
 
     /// A copy finished its branch (or its branch was skipped for the endpoint).
@@ -74,11 +66,11 @@ impl<B: Backend> Node<B> {
     pub(super) fn join_arrive(&mut self, idx: u32, now: Instant) {
         // SAFETY: the batch came back to the dispatcher, which owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        if d.join == NO_SLOT {
+        let Some(j) = d.walk.join_slot() else {
             return self.drop_charged(idx, d.meta.tenant, Drop::StoreFull);
-        }
+        };
         let dropped = d.verdict.is_some();
-        self.branch_back(JoinId(d.join), d.branch, idx, dropped, now);
+        self.branch_back(j, d.walk.branch, idx, dropped, now);
     }
 
     fn branch_back(&mut self, j: JoinId, branch: u8, idx: u32, dropped: bool, now: Instant) {
@@ -135,18 +127,8 @@ impl<B: Backend> Node<B> {
             vxlan::set_vni(&mut buf[off..off + vxlan::HEADER_LEN], v);
             d.meta.vni = v;
         }
-        let next = d.join_at;
-        d.join_at = 0;
-        d.branch = 0;
-        if self.sched.chain_at(d.dag, next).is_none() {
-            return self.egress(keep);
-        }
-        d.pos = next;
-        match self.sched.handle_packet(now, t, d.dag, next, d.flow_hash, keep) {
-            Ok(a) => self.accepted(keep, a, now),
-            Err(Reject::NoInstance) => self.enter_on_demand(keep, now),
-            Err(e) => self.drop_charged(keep, t, Drop::Sched(e)),
-        }
+        d.walk.joined();
+        self.enter(keep, now);
     }
 
     /// What the NTs a copy just ran (its chain, its mask) write.
@@ -156,6 +138,6 @@ impl<B: Backend> Node<B> {
         let chain = self.sched.chain_of(d.instance);
         self.chains
             .get(chain.index())
-            .map_or(0, |specs| specs.iter().enumerate().filter(|(i, _)| d.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes))
+            .map_or(0, |specs| specs.iter().enumerate().filter(|(i, _)| d.walk.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes))
     }
 }

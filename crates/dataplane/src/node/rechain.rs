@@ -356,15 +356,9 @@ impl<B: Backend> Node<B> {
     fn enter_route(&mut self, idx: u32, route: u32, now: Instant) {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        d.dag = DagUid(route);
-        d.pos = 0;
+        d.walk = snic_core::walk::Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
-        let (t, hash) = (d.meta.tenant, d.flow_hash);
-        match self.sched.handle_packet(now, t, DagUid(route), 0, hash, idx) {
-            Ok(a) => self.accepted(idx, a, now),
-            Err(Reject::NoInstance) => self.enter_on_demand(idx, now),
-            Err(e) => self.drop_charged(idx, t, Drop::Sched(e)),
-        }
+        self.enter(idx, now);
     }
 
     /// Switches whose old route has emptied complete; those past their time are abandoned.
