@@ -346,6 +346,17 @@ impl Fairness {
         now >= self.next_epoch
     }
 
+    /// When the current epoch ends.
+    pub fn next_epoch(&self) -> Instant {
+        self.next_epoch
+    }
+
+    /// True if no tenant has demand, a limit or a window of epochs under way, and none is to be
+    /// visited: an epoch would change nothing until the driver sees traffic again.
+    pub fn quiet(&self) -> bool {
+        self.live.is_empty() && self.visit.is_empty()
+    }
+
     /// Closes the epoch at `now`: `observe` fills each tenant's observations, then demand is
     /// smoothed, DRF runs and the limits are set. Returns the tenants' new shares.
     pub fn end_epoch(&mut self, now: Instant, mut observe: impl FnMut(TenantId, &mut Observed<'_>)) -> &[TenantShare] {

@@ -482,6 +482,17 @@ impl Meter {
         self.fair.due(now)
     }
 
+    /// When the current epoch ends: the driver must close it then ([`Meter::end_epoch`]) unless
+    /// [`Meter::quiet`] and it saw no traffic since the last.
+    pub fn next_epoch(&self) -> Instant {
+        self.fair.next_epoch()
+    }
+
+    /// True if no tenant is limited or still accounted for (see [`Fairness::quiet`]).
+    pub fn quiet(&self) -> bool {
+        self.limited == 0 && self.fair.quiet()
+    }
+
     /// Closes the epoch: measures (from `counters` and the `arrivals` at each NT), allocates,
     /// sets the limits.
     pub fn end_epoch(&mut self, now: Instant, arrivals: &mut impl Arrivals, counters: &impl Counters) -> &[TenantShare] {

@@ -580,12 +580,54 @@ impl<B: Backend> Node<B> {
         self.backend
     }
 
-    /// Runs until `stop` is set, idling in the backend's wait when there is no work.
+    /// Runs until `stop` is set, idling in the backend's wait when there is no work (at most
+    /// 1 ms at a time: nothing wakes it when `stop` is set).
     pub fn run(&mut self, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             if self.poll() == 0 {
-                self.backend.wait(Duration::from_millis(1));
+                self.idle(Duration::from_millis(1));
             }
+        }
+    }
+
+    /// How long the node may go without a poll if nothing arrives: zero while worker threads
+    /// hold batches; 1 ms while the backend pushes back on transmit; until the next fair-sharing
+    /// epoch while an epoch has anything to do (tenants with demand or limits, traffic since the
+    /// last epoch, elastic instances that may scale in or be descheduled, chains or routes going
+    /// away, DAGs switching forms, a move, launches under way); otherwise `None`: only
+    /// traffic or a control command needs it.
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        if self.exec.workers.iter().any(|w| w.outstanding() > 0) {
+            return Some(Duration::ZERO);
+        }
+        if self.tx_backlogged || !self.txq.is_empty() {
+            return Some(Duration::from_millis(1));
+        }
+        let now = self.clock.now();
+        let epoch = self.meter.next_epoch().saturating_since(now);
+        let launch = self.elastic.pending.iter().map(|p| p.ready_at.saturating_since(now)).min();
+        let busy = !self.meter.quiet()
+            || !self.stats.touched().is_empty()
+            || !self.elastic.waiting.is_empty()
+            || self.sched.has_parked()
+            || self.dags.switching > 0
+            || self.dags.retiring()
+            || self.retiring > 0
+            || self.placement.moving()
+            || (self.elastic.on()
+                && (0..self.sched.instance_count()).any(|i| self.sched.state(InstanceId(i as u16)) == InstanceState::Running));
+        match (busy.then_some(epoch), launch) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Waits in the backend for traffic, a wake-up ([`Backend::waker`]) or the node's
+    /// [`Node::poll_timeout`], at most `most`.
+    pub fn idle(&mut self, most: Duration) {
+        let t = self.poll_timeout().map_or(most, |t| t.min(most));
+        if !t.is_zero() {
+            self.backend.wait(t);
         }
     }
 

@@ -612,3 +612,53 @@ fn queues_opened_after_start_bound_batches_as_at_start() {
     assert!(snic_dataplane::backend::Backend::rx_queues(node.backend()) > 1);
     assert!(node.sched().config().quantum_alone, "a queue per tenant: batches are bounded to a quantum");
 }
+
+#[test]
+fn a_quiet_node_asks_for_no_timer_and_one_with_traffic_for_its_next_epoch() {
+    let clock = snic_dataplane::testbed::ManualClock::default();
+    let cfg = NodeConfig { vtep_port: None, ..Default::default() };
+    let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
+    assert_eq!(node.poll_timeout(), None, "an empty node waits for traffic or a command only");
+    let c = node.add_chain(vec![NtSpec::Counter]);
+    node.launch(c).unwrap();
+    node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    let mut mat = Mat::new();
+    mat.insert(rule(100, 1, 1));
+    node.mat_handle().store(Arc::new(mat));
+    node.fdb_mut().set_default(100, Some(Peer { addr: ep(1), mac: MacAddr::default() }));
+    node.set_tenant(TenantId(1), 1.0);
+    let epoch = snic_core::fair::FairConfig::default().epoch;
+    for sport in 0..64 {
+        let d =
+            datagram(100, MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]), "10.0.0.1", "10.0.0.2", udp(1000 + sport, 80), 16, 0);
+        node.backend_mut().rx.push_back((d, ep(2)));
+    }
+    while node.poll() > 0 {}
+    assert_eq!(node.backend_mut().tx.len(), 64);
+    // Traffic: the epoch that measures it must run.
+    let t = node.poll_timeout().expect("an epoch to close");
+    assert!(t <= epoch, "{t:?}");
+    // Epoch by epoch, the tenant's demand decays to nothing; then no timer is asked for.
+    let mut epochs = 0;
+    while node.poll_timeout().is_some() {
+        assert!(epochs < 100_000, "still asking for a timer after {epochs} idle epochs");
+        clock.advance(epoch);
+        node.poll();
+        epochs += 1;
+    }
+}
+
+#[test]
+fn a_woken_backend_stops_waiting() {
+    use snic_dataplane::backend::Backend;
+    let mut b = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let w = b.waker().expect("a UDP backend can be woken");
+    for _ in 0..2 {
+        let (t0, wake) = (std::time::Instant::now(), w.clone());
+        let t = std::thread::spawn(move || wake.wake());
+        // Nothing arrives: only the wake-up ends this wait before its minute is up.
+        b.wait(Duration::from_secs(60));
+        t.join().unwrap();
+        assert!(t0.elapsed() < Duration::from_secs(60), "the wait ran its full minute");
+    }
+}

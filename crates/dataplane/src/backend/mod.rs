@@ -117,8 +117,56 @@ pub trait Backend: Send {
         0
     }
 
-    /// Blocks up to `timeout` for something to receive (the idle path). The default sleeps.
+    /// Blocks up to `timeout` for something to receive, or until its [`Waker`] is woken (the
+    /// idle path). The default sleeps.
     fn wait(&mut self, timeout: Duration) {
         std::thread::sleep(timeout);
+    }
+
+    /// A handle that ends [`Backend::wait`] early, from another thread (the control plane, after
+    /// handing the data plane a command); `None` if the backend cannot be woken: then its
+    /// waits must stay short.
+    fn waker(&mut self) -> Option<Waker> {
+        None
+    }
+}
+
+/// Wakes a data-plane thread blocked in [`Backend::wait`]: an eventfd the backend's wait also
+/// watches.
+#[derive(Debug, Clone)]
+pub struct Waker(std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl Waker {
+    /// A new eventfd.
+    pub fn new() -> std::io::Result<Waker> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no preconditions; a non-negative result is a new descriptor we own.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just opened and is owned by nothing else.
+        Ok(Waker(std::sync::Arc::new(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })))
+    }
+
+    /// Wakes the waiting thread (or its next wait, if it is not waiting now).
+    pub fn wake(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64 to a descriptor we own. A full counter
+        // (EAGAIN) already means "woken".
+        let _ = unsafe { libc::write(self.fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    /// Takes the wake-up, so that the next wait blocks again.
+    pub fn clear(&self) {
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a live u64 from a descriptor we own (non-blocking).
+        let _ = unsafe { libc::read(self.fd(), (&mut n as *mut u64).cast(), 8) };
+    }
+
+    /// The eventfd, to watch.
+    pub fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
     }
 }

@@ -101,7 +101,12 @@ pub struct UdpBackend {
     /// did, on every poll of the node).
     epoll: std::os::fd::OwnedFd,
     events: Vec<libc::epoll_event>,
+    /// Ends a wait early (watched by `epoll` as [`WAKE`]), once asked for.
+    waker: Option<super::Waker>,
 }
+
+/// The epoll event data of the waker (queues are 0..MAX_QUEUES).
+const WAKE: usize = usize::MAX;
 
 /// Adds `fd` to epoll instance `ep`, reporting `q` when it is readable.
 fn epoll_add(ep: i32, fd: i32, q: usize) -> io::Result<()> {
@@ -178,7 +183,9 @@ impl UdpBackend {
             gso: true,
             rx_dropped: Drops::default(),
             epoll,
-            events: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_QUEUES],
+            // (One more for the waker.)
+            events: vec![libc::epoll_event { events: 0, u64: 0 }; MAX_QUEUES + 1],
+            waker: None,
         })
     }
 
@@ -523,6 +530,22 @@ impl Backend for UdpBackend {
     }
 
     fn wait(&mut self, timeout: Duration) {
-        self.epoll_wait(timeout.as_millis().clamp(1, i32::MAX as u128) as i32);
+        // Rounded up to whole milliseconds (epoll's unit).
+        let ms = timeout.as_nanos().div_ceil(1_000_000).clamp(1, i32::MAX as u128) as i32;
+        let k = self.epoll_wait(ms);
+        if k > 0 && self.events[..k as usize].iter().any(|e| e.u64 == WAKE as u64) {
+            if let Some(w) = &self.waker {
+                w.clear();
+            }
+        }
+    }
+
+    fn waker(&mut self) -> Option<super::Waker> {
+        if self.waker.is_none() {
+            let w = super::Waker::new().ok()?;
+            epoll_add(self.epoll.as_raw_fd(), w.fd(), WAKE).ok()?;
+            self.waker = Some(w);
+        }
+        self.waker.clone()
     }
 }

@@ -152,6 +152,11 @@ impl Dags {
 
     /// Internal route `r` takes no new packets; it leaves the scheduler once those on it have
     /// finished ([`Dags::free_routes`]).
+    /// True while replaced or removed routes wait for their packets to leave.
+    pub(super) fn retiring(&self) -> bool {
+        !self.retired.is_empty()
+    }
+
     fn retire(&mut self, r: u32) {
         self.retired.push(r);
     }

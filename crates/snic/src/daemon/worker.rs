@@ -15,7 +15,7 @@ use snic_control::plan::{Plan, RoutePlan, TenantPlan};
 use snic_core::ids::{ChainId, TenantId};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
-use snic_dataplane::backend::Backend;
+use snic_dataplane::backend::{Backend, Waker};
 use snic_dataplane::elastic::{Event, EventKind};
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::{Node, NodeConfig};
@@ -130,6 +130,9 @@ pub struct Snapshot {
     pub published: Option<Instant>,
 }
 
+/// How often the data plane publishes its snapshot.
+const PUBLISH_EVERY: Duration = Duration::from_millis(250);
+
 /// A data plane that has not published for this long is reported down.
 pub const STALE_AFTER: Duration = Duration::from_secs(2);
 
@@ -181,6 +184,8 @@ enum Cmd {
 /// Handle on the data-plane thread.
 pub struct DataPlane {
     tx: mpsc::Sender<Cmd>,
+    /// Ends the data plane's idle wait, so that a command does not wait for traffic or a timer.
+    waker: Option<Waker>,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
     /// Last published snapshot.
@@ -326,8 +331,9 @@ impl DataPlane {
     pub fn start(cfg: &NodeFile, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.data))?;
         let addr = backend.local_addr()?;
-        let (node, deployed) = build(cfg, backend, &plan)?;
+        let (mut node, deployed) = build(cfg, backend, &plan)?;
         let ids = deployed?;
+        let waker = node.backend_mut().waker();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let snapshot = Arc::new(Mutex::new(Snapshot { published: Some(Instant::now()), ..Snapshot::default() }));
@@ -346,13 +352,14 @@ impl DataPlane {
             tracing::error!("the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
             std::process::exit(70);
         })?;
-        Ok((DataPlane { tx, stop, join: Some(join), snapshot }, addr))
+        Ok((DataPlane { tx, waker, stop, join: Some(join), snapshot }, addr))
     }
 
     /// Hands a plan to the data plane and waits until it runs.
     pub fn deploy(&self, plan: Plan) -> anyhow::Result<()> {
         let (ack, done) = mpsc::channel();
         self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| anyhow::anyhow!("the data plane has stopped"))?;
+        self.wake();
         done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
     }
 
@@ -361,9 +368,16 @@ impl DataPlane {
         self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
+    fn wake(&self) {
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
     /// Stops the thread.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.wake();
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
@@ -372,13 +386,16 @@ impl DataPlane {
 
 fn run(
     cfg: NodeFile,
-    node: Node<UdpBackend>,
+    mut node: Node<UdpBackend>,
     mut plan: Plan,
     mut ids: ChainIds,
     rx: mpsc::Receiver<Cmd>,
     stop: Arc<AtomicBool>,
     snap: Arc<Mutex<Snapshot>>,
 ) {
+    // With a waker (made at start), an idle wait may last until the next snapshot: a command
+    // ends it. Without one, waits stay at 1 ms.
+    let waker = node.backend_mut().waker().is_some();
     let mut node = Some(node);
     let mut last_pub = Instant::now();
     let mut prev: Vec<(u64, u64)> = Vec::new();
@@ -393,7 +410,9 @@ fn run(
         let work = n.poll();
         polls = polls.wrapping_add(1);
         if work == 0 {
-            n.backend_mut().wait(Duration::from_millis(1));
+            // Until traffic, a command (the waker), the node's next timer, or the next snapshot.
+            let most = if waker { PUBLISH_EVERY.saturating_sub(last_pub.elapsed()) } else { Duration::from_millis(1) };
+            n.idle(most);
         }
         if work == 0 || polls.is_multiple_of(1024) {
             while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
@@ -406,7 +425,7 @@ fn run(
             }
         }
         if let Some(n) = node.as_ref() {
-            if last_pub.elapsed() >= Duration::from_millis(250) {
+            if last_pub.elapsed() >= PUBLISH_EVERY {
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
                 log_news(n, &plan, &mut logged);
