@@ -4,10 +4,10 @@
 //! **Model.** Time runs in bins. Each endpoint sends bytes per bin ([`crate::workload`]); its
 //! traffic needs one NT whose instance (a region) serves `instance_gbps`. A *server* (an
 //! endpoint's own NIC, or the rack's pool) has a capacity per bin and a FIFO fluid queue bounded
-//! by `buffer_ms` of that capacity (bytes beyond it are dropped). The bytes arriving in a bin wait
-//! on average for the backlog ahead of them and half the bin's own arrivals: delay =
-//! (backlog + arrivals / 2) ÷ capacity. Slowdown is a scheme's mean delay over bytes divided by
-//! no disaggregation's.
+//! by `buffer_ms` of that capacity (bytes beyond it are dropped). Within a bin bytes arrive
+//! evenly and wait for the backlog they find, then pay their packet's service at an instance
+//! ([`crate::fluid`]). Slowdown is a scheme's mean delay over bytes divided by no
+//! disaggregation's.
 //!
 //! **Schemes.** `no-disaggregation`: each endpoint has its own instances, enough for its own
 //! peak bin. `multi-host-nic`: the same capacity in one rack device, each endpoint on its fixed
@@ -62,6 +62,10 @@ pub struct AutoscaleSpec {
     /// multi-host NICs and own NICs pay none).
     #[serde(default = "pool_hop_us")]
     pub pool_hop_us: f64,
+    /// The packet the bytes travel in, bytes: its service at one instance is every scheme's
+    /// latency without queueing (default 1500).
+    #[serde(default = "crate::fluid::packet_bytes")]
+    pub packet_bytes: f64,
 }
 
 /// Default rest of the way: a round trip within a rack.
@@ -174,7 +178,15 @@ impl AutoscaleSpec {
         if !non_neg(self.path_us) || !non_neg(self.pool_hop_us) {
             return Err("autoscale: path_us and pool_hop_us must be zero or more".into());
         }
+        if !pos(self.packet_bytes) {
+            return Err("autoscale.packet_bytes must be positive".into());
+        }
         Ok(())
+    }
+
+    /// A packet's service at one instance, ms.
+    fn service_ms(&self) -> f64 {
+        crate::fluid::service_ms(self.packet_bytes, self.instance_gbps)
     }
 
     /// Runs every scheme on each correlation variant of `workload` (`racks` racks of
@@ -272,7 +284,7 @@ impl AutoscaleSpec {
             tick(1, b);
             for ((srv, &a), &k) in own_srv.iter_mut().zip(row).zip(&own) {
                 let cap = k as f64 * per_inst;
-                srv.bin(a, cap, per_inst, bound(cap), bin_ms, &mut d_own);
+                srv.bin(a, cap, per_inst, bound(cap), bin_ms, self.service_ms(), &mut d_own);
                 if a > 0.0 {
                     opex_own += k as f64 * bin_s;
                 }
@@ -389,7 +401,7 @@ impl RackPool {
             self.servers.iter_mut().zip(d.iter_mut()).zip(opex.iter_mut()).zip([self.k_max, self.k_avg, k_snic, k_inst])
         {
             let cap = k as f64 * per_inst;
-            srv.bin(total, cap, per_inst, cap * spec.buffer_ms / bin_ms, bin_ms, d);
+            srv.bin(total, cap, per_inst, cap * spec.buffer_ms / bin_ms, bin_ms, spec.service_ms(), d);
             if total > 0.0 || srv.backlog > 0.0 {
                 *opex += k as f64 * bin_s;
             }

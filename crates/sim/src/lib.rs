@@ -267,8 +267,10 @@ impl Scenario {
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: slowdown vs OpEx", self.name),
                     x: "OpEx (instance-time, vs static-max)".into(),
-                    y: "slowdown vs no disaggregation".into(),
+                    y: "slowdown vs no disaggregation (log)".into(),
                     points: rows.iter().map(|r| (format!("{} c={}", r.scheme, r.correlation), r.opex_vs_static_max, r.slowdown)).collect(),
+                    // From 1 (provisioned for the peak) to hundreds (for the average).
+                    log_y: true,
                 };
                 Ok(self.report(seed, Some(n), &rows, figure))
             }
@@ -297,6 +299,7 @@ impl Scenario {
                             )
                         })
                         .collect(),
+                    log_y: false,
                 };
                 Ok(self.report(seed, Some(t.endpoints_per_rack), &rows, figure))
             }

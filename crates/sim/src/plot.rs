@@ -28,6 +28,8 @@ pub enum Figure {
         y: String,
         /// (label, x, y).
         points: Vec<(String, f64, f64)>,
+        /// A logarithmic Y axis (values must be positive).
+        log_y: bool,
     },
     /// One line per label.
     Lines {
@@ -91,29 +93,23 @@ impl Figure {
                     .map_err(err)?;
                 root.present().map_err(err)?;
             }
-            Figure::Scatter { title, x, y, points } => {
+            Figure::Scatter { title, x, y, points, log_y } => {
                 let root = SVGBackend::with_string(&mut out, (720, 480)).into_drawing_area();
                 root.fill(&WHITE).map_err(err)?;
                 let fin = |v: f64| if v.is_finite() { v } else { 0.0 };
-                let (x1, y1) = points.iter().fold((0.0f64, 0.0f64), |(a, b), p| (a.max(fin(p.1)), b.max(fin(p.2))));
-                let mut chart = ChartBuilder::on(&root)
-                    .caption(title, ("sans-serif", 18))
-                    .margin(16)
-                    .x_label_area_size(40)
-                    .y_label_area_size(50)
-                    .build_cartesian_2d(0.0..(x1 * 1.15).max(f64::MIN_POSITIVE), 0.0..(y1 * 1.15).max(f64::MIN_POSITIVE))
-                    .map_err(err)?;
-                chart.configure_mesh().x_desc(x.as_str()).y_desc(y.as_str()).draw().map_err(err)?;
-                for (i, (label, px, py)) in points.iter().enumerate() {
-                    let color = Palette99::pick(i).to_rgba();
-                    let at = (fin(*px), fin(*py));
-                    chart
-                        .draw_series([Circle::new(at, 4, color.filled())])
-                        .map_err(err)?
-                        .label(label.as_str())
-                        .legend(move |(a, b)| Circle::new((a + 8, b), 4, color.filled()));
+                let (x1, y0, y1) =
+                    points.iter().fold((0.0f64, f64::INFINITY, 0.0f64), |(a, lo, hi), p| (a.max(fin(p.1)), lo.min(p.2), hi.max(fin(p.2))));
+                let mut builder = ChartBuilder::on(&root);
+                builder.caption(title, ("sans-serif", 18)).margin(16).x_label_area_size(40).y_label_area_size(50);
+                let xr = 0.0..(x1 * 1.15).max(f64::MIN_POSITIVE);
+                if *log_y {
+                    let lo = if y0.is_finite() && y0 > 0.0 { y0 / 1.5 } else { 1e-3 };
+                    let chart = builder.build_cartesian_2d(xr, (lo..(y1 * 1.5).max(lo * 10.0)).log_scale()).map_err(err)?;
+                    draw_points(chart, x, y, points)?;
+                } else {
+                    let chart = builder.build_cartesian_2d(xr, 0.0..(y1 * 1.15).max(f64::MIN_POSITIVE)).map_err(err)?;
+                    draw_points(chart, x, y, points)?;
                 }
-                chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
                 root.present().map_err(err)?;
             }
             Figure::Lines { title, x, y, lines, log_y } => {
@@ -167,12 +163,36 @@ where
     Ok(())
 }
 
+/// Labelled points on `chart` (a non-finite coordinate at 0), with a legend.
+fn draw_points<'a, Y>(
+    mut chart: ChartContext<'a, SVGBackend<'a>, Cartesian2d<plotters::coord::types::RangedCoordf64, Y>>,
+    x: &str,
+    y: &str,
+    points: &[(String, f64, f64)],
+) -> Result<(), PlotError>
+where
+    Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+{
+    let fin = |v: f64| if v.is_finite() { v } else { 0.0 };
+    chart.configure_mesh().x_desc(x).y_desc(y).draw().map_err(err)?;
+    for (i, (label, px, py)) in points.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series([Circle::new((fin(*px), fin(*py)), 4, color.filled())])
+            .map_err(err)?
+            .label(label.as_str())
+            .legend(move |(a, b)| Circle::new((a + 8, b), 4, color.filled()));
+    }
+    chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn draws_bars_and_lines_as_svg() {
+    fn draws_bars_lines_and_points_as_svg() {
         let b = Figure::Bars { title: "t".into(), y: "Gbit/s".into(), bars: vec![("a".into(), 2.0), ("b".into(), 1.0)] };
         let svg = b.svg().unwrap().unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("Gbit/s"));
@@ -186,6 +206,12 @@ mod tests {
         };
         let svg = l.svg().unwrap().unwrap();
         assert!(svg.contains("user1") && svg.contains("<polyline"));
+        for log_y in [false, true] {
+            let points = vec![("static-max".into(), 1.0, 1.0), ("static-avg".into(), 0.2, 500.0)];
+            let p = Figure::Scatter { title: "t".into(), x: "OpEx".into(), y: "slowdown".into(), points, log_y };
+            let svg = p.svg().unwrap().unwrap();
+            assert!(svg.contains("static-avg") && svg.matches("<circle").count() >= 2, "log_y {log_y}");
+        }
         assert_eq!(Figure::None.svg().unwrap(), None);
     }
 }

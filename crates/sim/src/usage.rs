@@ -42,8 +42,10 @@ pub struct UsageFigures {
     pub consolidated_instance_s: f64,
     /// `consolidated_instance_s ÷ separate_instance_s`.
     pub usage_ratio: f64,
-    /// The consolidated node's queueing delay relative to separate NTs.
+    /// The consolidated node's NT-stage delay relative to separate NTs'.
     pub consolidated_slowdown: f64,
+    /// The same on the byte's whole way (the `autoscale` experiment's `e2e_slowdown`).
+    pub consolidated_e2e_slowdown: f64,
 }
 
 impl UsageSpec {
@@ -73,6 +75,7 @@ impl UsageSpec {
                     correlations: Vec::new(),
                     path_us: crate::autoscale::path_us(),
                     pool_hop_us: crate::autoscale::pool_hop_us(),
+                    packet_bytes: crate::fluid::packet_bytes(),
                 };
                 let rows = spec.run(workload, seed, 1, k, bins, bin_ms, flow, |_, _| {});
                 let get = |s: &str| rows.iter().find(|r| r.scheme == s).expect("every scheme runs");
@@ -87,6 +90,7 @@ impl UsageSpec {
                     consolidated_instance_s: con.opex_instance_s,
                     usage_ratio: if sep.opex_instance_s > 0.0 { con.opex_instance_s / sep.opex_instance_s } else { 1.0 },
                     consolidated_slowdown: con.slowdown,
+                    consolidated_e2e_slowdown: con.e2e_slowdown,
                 });
             }
         }

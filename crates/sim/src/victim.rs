@@ -63,6 +63,10 @@ pub struct VictimSpec {
     /// Queue bound per chain, ms of a region's capacity.
     #[serde(default = "fifty")]
     pub buffer_ms: f64,
+    /// The packet the bytes travel in, bytes: its service at a region is the latency without
+    /// queueing (default 1500).
+    #[serde(default = "crate::fluid::packet_bytes")]
+    pub packet_bytes: f64,
 }
 
 fn fifty() -> f64 {
@@ -112,6 +116,9 @@ impl VictimSpec {
         }
         if self.keep_ratios.is_empty() || self.keep_ratios.iter().any(|k| !(0.0..=1.0).contains(k)) {
             return Err("victim_cache.keep_ratios: at least one, each in [0, 1]".into());
+        }
+        if !pos(self.packet_bytes) {
+            return Err("victim_cache.packet_bytes must be positive".into());
         }
         Ok(())
     }
@@ -180,6 +187,7 @@ impl VictimSpec {
     ) -> VictimFigures {
         let bin_s = bin_ms / 1e3;
         let per_region = self.instance_gbps * 1e9 / 8.0 * bin_s;
+        let service = crate::fluid::service_ms(self.packet_bytes, self.instance_gbps);
         let bound = per_region * self.buffer_ms / bin_ms;
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
         let mut l = Launcher::new(LauncherConfig { launch_time: launch, ..LauncherConfig::default() }, regions);
@@ -216,7 +224,7 @@ impl VictimSpec {
                 }
                 // The fluid queue the `autoscale` experiment uses too; with no region running
                 // (a launch under way), bytes wait.
-                queue[c].bin(a, cap, per_region, bound, bin_ms, &mut d);
+                queue[c].bin(a, cap, per_region, bound, bin_ms, service, &mut d);
                 if a > 0.0 || backlog > 0.0 {
                     silent_since[c] = b;
                 } else if let Some(r) = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain)) {

@@ -92,7 +92,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         if r.get("usage_ratio").is_some() {
             println!(
-                "  {} endpoints per node, NTs of {} Gbit/s: separate {} instances, {:.1} inst·s; consolidated ≤ {} instances, {:.1} inst·s ({:.1}%); slowdown {:.2}",
+                "  {} endpoints per node, NTs of {} Gbit/s: separate {} instances, {:.1} inst·s; consolidated ≤ {} instances, {:.1} inst·s ({:.1}%); slowdown {:.2} (end to end {:.2})",
                 r["endpoints_per_node"],
                 f(&r["nt_gbps"]),
                 r["separate_instances"],
@@ -100,7 +100,8 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 r["consolidated_instances"],
                 f(&r["consolidated_instance_s"]),
                 100.0 * f(&r["usage_ratio"]),
-                f(&r["consolidated_slowdown"])
+                f(&r["consolidated_slowdown"]),
+                f(&r["consolidated_e2e_slowdown"])
             );
         }
         if r.get("keep_ratio").is_some() {
