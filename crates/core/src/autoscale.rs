@@ -1,5 +1,8 @@
-//! NT auto-scaling (paper 000 §4.4): add an instance of a chain when its load has exceeded what
-//! its instances carry for a whole MONITOR_PERIOD and a region is free; remove one when the load
+//! NT auto-scaling (paper 000 §4.4): add instances of a chain when its load has exceeded what
+//! its instances carry for a whole MONITOR_PERIOD and a region is free — as many as that load
+//! needs (the paper's monitor identifies "the load they are expected to handle"), so a spike of
+//! several instances' worth is met after one period, not one period per instance; remove one
+//! when the load
 //! has fit one instance fewer for a whole MONITOR_PERIOD. Persistent changes only — a spike
 //! shorter than the period changes nothing — and at most one scale event per chain per period,
 //! so the instance count cannot oscillate faster than launches complete (MONITOR_PERIOD is never
@@ -42,8 +45,9 @@ impl Default for AutoscaleConfig {
 /// A decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
-    /// Launch one more instance of the chain.
-    Out(ChainId),
+    /// Launch this many more instances of the chain (at least one: enough for its load at
+    /// `high` per instance; the driver launches as many as it has regions for).
+    Out(ChainId, usize),
     /// Stop one instance of the chain (its flows move to the others; the last instance of an
     /// idle chain is descheduled).
     In(ChainId),
@@ -143,7 +147,8 @@ impl Autoscaler {
         }
         let held = |since: Option<Instant>| since.is_some_and(|t| now.saturating_since(t) >= period);
         let event = if held(w.over_since) && free_region {
-            Some(Scale::Out(chain))
+            let need = (load / high).ceil() as usize;
+            Some(Scale::Out(chain, need.saturating_sub(instances).max(1)))
         } else if held(w.under_since) {
             Some(Scale::In(chain))
         } else {
@@ -180,7 +185,7 @@ mod tests {
             assert_eq!(s.observe(Instant(t * MS), C, 1.5, 1, true), None, "not yet a whole period");
         }
         assert_eq!(s.observe(Instant(10 * MS), C, 1.5, 1, false), None, "no free region");
-        assert_eq!(s.observe(Instant(11 * MS), C, 1.5, 1, true), Some(Scale::Out(C)));
+        assert_eq!(s.observe(Instant(11 * MS), C, 1.5, 1, true), Some(Scale::Out(C, 1)));
         // A spike shorter than the period changes nothing.
         let mut s = scaler();
         for t in 0..9 {
@@ -219,7 +224,7 @@ mod tests {
             let load = if (t / 25) % 2 == 0 { 1.6 } else { 0.4 };
             if let Some(e) = s.observe(Instant(t * MS), C, load, instances, instances < 4) {
                 instances = match e {
-                    Scale::Out(_) => instances + 1,
+                    Scale::Out(_, n) => instances + n,
                     Scale::In(_) => instances - 1,
                 };
                 events.push((t, e));
@@ -234,6 +239,18 @@ mod tests {
         // Constant load right at the threshold: no events at all.
         let mut s = scaler();
         assert!((0..1000).all(|t| s.observe(Instant(t * MS), C, 0.9, 1, true).is_none()));
+    }
+
+    #[test]
+    fn a_spike_of_several_instances_worth_gets_them_after_one_period() {
+        // One instance, then a held load of 4.5 instances' worth: ceil(4.5 / 0.9) = 5 needed.
+        let mut s = scaler();
+        let ev = (0..=10).filter_map(|t| s.observe(Instant(t * MS), C, 4.5, 1, true)).next();
+        assert_eq!(ev, Some(Scale::Out(C, 4)));
+        // Just over what the instances carry: one more.
+        let mut s = scaler();
+        let ev = (0..=10).filter_map(|t| s.observe(Instant(t * MS), C, 2.0, 2, true)).next();
+        assert_eq!(ev, Some(Scale::Out(C, 1)));
     }
 
     #[test]

@@ -411,7 +411,15 @@ impl RackPool {
         let active =
             self.launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
         match self.scaler.observe(now, CHAIN, load, active, self.launcher.has_room()) {
-            Some(Scale::Out(_)) if self.launcher.scale_out(CHAIN, now).is_some() => self.events += 1,
+            Some(Scale::Out(_, n)) => {
+                // As many as the pool has regions for.
+                for _ in 0..n {
+                    if self.launcher.scale_out(CHAIN, now).is_none() {
+                        break;
+                    }
+                    self.events += 1;
+                }
+            }
             Some(Scale::In(_)) => {
                 // The most recently started instance stops (it stays loaded, a victim).
                 if let Some(r) = self.launcher.regions().iter().rposition(|r| matches!(r, RegionState::Running { .. })) {

@@ -67,7 +67,7 @@ fn scale_bench_puts_autoscaling_between_static_max_and_static_avg() {
     // Provisioned for the peak: everything delivered, the most region-time.
     assert!(f(&max, "delivered_frac") > 0.99, "{max}");
     // The auto-scaler delivers more than the average allocation, for less region-time than the
-    // peak allocation, and never scales twice within a MONITOR_PERIOD.
+    // peak allocation, and never decides to scale twice within a MONITOR_PERIOD.
     assert!(f(&auto, "delivered_frac") > f(&avg, "delivered_frac"), "{auto} vs {avg}");
     assert!(f(&auto, "region_ms") < 0.8 * f(&max, "region_ms"), "{auto} vs {max}");
     assert!(auto["scale_outs"].as_u64().unwrap() >= 2 && auto["scale_ins"].as_u64().unwrap() >= 2, "{auto}");

@@ -320,7 +320,14 @@ impl<B: Backend> Node<B> {
             }
             let room = self.elastic.launcher.has_room();
             match self.elastic.scaler.observe(now, chain, load, insts, room) {
-                Some(Scale::Out(_)) => self.scale_out(chain, now),
+                Some(Scale::Out(_, n)) => {
+                    // As many as there are regions for (each launch takes one).
+                    for _ in 0..n {
+                        if !self.scale_out(chain, now) {
+                            break;
+                        }
+                    }
+                }
                 Some(Scale::In(_)) => self.scale_in(chain, now),
                 None => {}
             }
@@ -328,26 +335,31 @@ impl<B: Backend> Node<B> {
         self.rechain_epoch(now);
     }
 
-    fn scale_out(&mut self, chain: ChainId, now: Instant) {
+    /// Adds one instance of `chain` (resumed, or launched into a region); false if none could
+    /// be.
+    fn scale_out(&mut self, chain: ChainId, now: Instant) -> bool {
         match self.elastic.launcher.scale_out(chain, now) {
             Some(Decision::Resume { region }) => {
-                let Some(inst) = self.elastic.slots[region].0 else { return };
-                if self.sched.resume_instance(inst).is_ok() {
-                    self.meter.set_active(inst, true);
-                    self.record(now, chain, Some(region), EventKind::Resume, 0);
-                    self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
+                let Some(inst) = self.elastic.slots[region].0 else { return false };
+                if self.sched.resume_instance(inst).is_err() {
+                    return false;
                 }
+                self.meter.set_active(inst, true);
+                self.record(now, chain, Some(region), EventKind::Resume, 0);
+                self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
+                true
             }
             Some(Decision::Launch { region }) | Some(Decision::ContextSwitch { region, .. }) => {
                 let Ok((nts, build)) = self.chain_nts(chain) else {
                     self.elastic.launcher.free(region);
-                    return;
+                    return false;
                 };
                 let evict = self.elastic.slots[region].0;
                 let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, ready_at: now, evict, requested: now };
                 self.start(p, EventKind::ScaleOut, build);
+                true
             }
-            _ => {}
+            _ => false,
         }
     }
 

@@ -80,7 +80,8 @@ struct ScaleResult {
     scale_ins: u64,
     /// Scale-outs served by resuming a victim (no launch).
     resumes: u64,
-    /// Shortest time between two scale events, ms (null with fewer than two).
+    /// Shortest time between two scale decisions, ms (null with fewer than two; the instances
+    /// one scale-out adds together are one decision).
     min_gap_ms: Option<f64>,
     monitor_period_ms: f64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -173,8 +174,9 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         }
     }
     let st = node.elastic().stats();
-    let times: Vec<u64> =
+    let mut times: Vec<u64> =
         st.events.iter().filter(|e| matches!(e.kind, EventKind::ScaleOut | EventKind::ScaleIn)).map(|e| e.at_ns).collect();
+    times.dedup();
     let min_gap_ms = times.windows(2).map(|w| (w[1] - w[0]) as f64 / 1e6).reduce(f64::min);
     Ok(ScaleResult {
         bench: "scale",
