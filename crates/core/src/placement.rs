@@ -23,7 +23,7 @@ use crate::ids::InstanceId;
 
 /// Where a region runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Slot {
+pub enum Place {
     /// On the dispatcher's thread.
     Dispatcher,
     /// On worker thread `n`.
@@ -60,7 +60,7 @@ pub struct View {
     /// Its load, in cores (busy fraction of one core).
     pub load: f64,
     /// Where it runs now.
-    pub at: Slot,
+    pub at: Place,
 }
 
 /// A proposed move.
@@ -69,7 +69,7 @@ pub struct Move {
     /// The instance to move.
     pub id: InstanceId,
     /// Its new place.
-    pub to: Slot,
+    pub to: Place,
 }
 
 /// The placement policy's state: each instance's class and how long it has kept it.
@@ -138,11 +138,11 @@ impl Placer {
             let share = if total > 0.0 { short_load / total } else { 0.5 };
             ((share * workers as f64).round() as usize).clamp(1, workers - 1)
         };
-        let allowed = |long: bool, s: Slot| match s {
-            Slot::Dispatcher => !long,
-            Slot::Worker(w) => (w >= short_workers) == long,
+        let allowed = |long: bool, s: Place| match s {
+            Place::Dispatcher => !long,
+            Place::Worker(w) => (w >= short_workers) == long,
         };
-        let load_at = |s: Slot| views.iter().filter(|v| v.at == s).map(|v| v.load).sum::<f64>();
+        let load_at = |s: Place| views.iter().filter(|v| v.at == s).map(|v| v.load).sum::<f64>();
         let v = views.iter().find(|v| {
             let (long, looks) = self.streak[v.id.index()];
             looks >= self.cfg.hold && !allowed(long, v.at)
@@ -150,9 +150,9 @@ impl Placer {
         let long = self.streak[v.id.index()].0;
         let to = if long || short_workers > 0 {
             let range = if long { short_workers..workers } else { 0..short_workers };
-            range.map(Slot::Worker).min_by(|a, b| load_at(*a).total_cmp(&load_at(*b)))?
+            range.map(Place::Worker).min_by(|a, b| load_at(*a).total_cmp(&load_at(*b)))?
         } else {
-            Slot::Dispatcher
+            Place::Dispatcher
         };
         Some(Move { id: v.id, to })
     }
@@ -181,7 +181,7 @@ pub fn inflight_caps(on: &[Option<usize>], quantum_ns: f64, caps: &mut Vec<f64>)
 mod tests {
     use super::*;
 
-    fn view(id: u16, cost_ns: f64, load: f64, at: Slot) -> View {
+    fn view(id: u16, cost_ns: f64, load: f64, at: Place) -> View {
         View { id: InstanceId(id), cost_ns, load, at }
     }
 
@@ -199,41 +199,41 @@ mod tests {
     fn one_worker_short_goes_to_the_dispatcher_after_hold_looks() {
         let mut p = Placer::new(PlacementConfig::default());
         // Both on the one worker: the short one moves to the dispatcher's thread.
-        let v = [view(0, 200.0, 0.2, Slot::Worker(0)), view(1, 20_000.0, 0.5, Slot::Worker(0))];
+        let v = [view(0, 200.0, 0.2, Place::Worker(0)), view(1, 20_000.0, 0.5, Place::Worker(0))];
         let (k, m) = look(&mut p, &v, 1, 10);
-        assert_eq!(m, Some(Move { id: InstanceId(0), to: Slot::Dispatcher }));
+        assert_eq!(m, Some(Move { id: InstanceId(0), to: Place::Dispatcher }));
         assert_eq!(k, 3, "moved on the third look, not before");
         // Once apart, nothing more moves.
-        let v = [view(0, 200.0, 0.2, Slot::Dispatcher), view(1, 20_000.0, 0.5, Slot::Worker(0))];
+        let v = [view(0, 200.0, 0.2, Place::Dispatcher), view(1, 20_000.0, 0.5, Place::Worker(0))];
         assert_eq!(look(&mut p, &v, 1, 10).1, None);
     }
 
     #[test]
     fn long_instance_leaves_the_dispatcher() {
         let mut p = Placer::new(PlacementConfig::default());
-        let v = [view(0, 200.0, 0.2, Slot::Dispatcher), view(1, 20_000.0, 0.5, Slot::Dispatcher)];
-        assert_eq!(look(&mut p, &v, 1, 10).1, Some(Move { id: InstanceId(1), to: Slot::Worker(0) }));
+        let v = [view(0, 200.0, 0.2, Place::Dispatcher), view(1, 20_000.0, 0.5, Place::Dispatcher)];
+        assert_eq!(look(&mut p, &v, 1, 10).1, Some(Move { id: InstanceId(1), to: Place::Worker(0) }));
     }
 
     #[test]
     fn nothing_moves_without_workers_or_with_one_class() {
         let mut p = Placer::new(PlacementConfig::default());
-        let mixed = [view(0, 200.0, 0.2, Slot::Dispatcher), view(1, 20_000.0, 0.5, Slot::Dispatcher)];
+        let mixed = [view(0, 200.0, 0.2, Place::Dispatcher), view(1, 20_000.0, 0.5, Place::Dispatcher)];
         assert_eq!(look(&mut p, &mixed, 0, 10).1, None, "no worker thread to move to");
         let mut p = Placer::new(PlacementConfig::default());
-        let all_long = [view(0, 20_000.0, 0.2, Slot::Worker(0)), view(1, 30_000.0, 0.5, Slot::Worker(0))];
+        let all_long = [view(0, 20_000.0, 0.2, Place::Worker(0)), view(1, 30_000.0, 0.5, Place::Worker(0))];
         assert_eq!(look(&mut p, &all_long, 1, 10).1, None, "alike chains share as before");
-        let all_short = [view(0, 200.0, 0.2, Slot::Worker(0)), view(1, 1_500.0, 0.5, Slot::Worker(0))];
+        let all_short = [view(0, 200.0, 0.2, Place::Worker(0)), view(1, 1_500.0, 0.5, Place::Worker(0))];
         assert_eq!(look(&mut p, &all_short, 1, 10).1, None);
         // 6 µs is over long_ns but only 3× the cheapest: not long.
-        let close = [view(0, 2_000.0, 0.2, Slot::Worker(0)), view(1, 6_000.0, 0.5, Slot::Worker(0))];
+        let close = [view(0, 2_000.0, 0.2, Place::Worker(0)), view(1, 6_000.0, 0.5, Place::Worker(0))];
         assert_eq!(look(&mut p, &close, 1, 10).1, None);
     }
 
     #[test]
     fn unmeasured_costs_count_short_and_do_not_set_the_scale() {
         let mut p = Placer::new(PlacementConfig::default());
-        let v = [view(0, 0.0, 0.0, Slot::Worker(0)), view(1, 20_000.0, 0.5, Slot::Worker(0))];
+        let v = [view(0, 0.0, 0.0, Place::Worker(0)), view(1, 20_000.0, 0.5, Place::Worker(0))];
         assert_eq!(look(&mut p, &v, 1, 10).1, None, "one measured instance: nothing to compare with");
     }
 
@@ -242,7 +242,7 @@ mod tests {
         let mut p = Placer::new(PlacementConfig::default());
         for k in 0..20 {
             let c = if k % 2 == 0 { 4_000.0 } else { 6_000.0 };
-            let v = [view(0, 200.0, 0.2, Slot::Dispatcher), view(1, c, 0.5, Slot::Dispatcher)];
+            let v = [view(0, 200.0, 0.2, Place::Dispatcher), view(1, c, 0.5, Place::Dispatcher)];
             assert_eq!(p.decide(&v, 1), None, "look {k}");
         }
     }
@@ -252,10 +252,10 @@ mod tests {
         let mut p = Placer::new(PlacementConfig::default());
         // 4 workers, short load 1.0 and long load 1.0: workers 0-1 short, 2-3 long.
         let mut v = vec![
-            view(0, 300.0, 0.5, Slot::Worker(0)),
-            view(1, 300.0, 0.5, Slot::Worker(1)),
-            view(2, 50_000.0, 0.5, Slot::Worker(0)),
-            view(3, 50_000.0, 0.5, Slot::Worker(1)),
+            view(0, 300.0, 0.5, Place::Worker(0)),
+            view(1, 300.0, 0.5, Place::Worker(1)),
+            view(2, 50_000.0, 0.5, Place::Worker(0)),
+            view(3, 50_000.0, 0.5, Place::Worker(1)),
         ];
         let mut moves = Vec::new();
         for _ in 0..20 {
@@ -266,16 +266,16 @@ mod tests {
         }
         assert_eq!(
             moves,
-            vec![Move { id: InstanceId(2), to: Slot::Worker(2) }, Move { id: InstanceId(3), to: Slot::Worker(3) }],
+            vec![Move { id: InstanceId(2), to: Place::Worker(2) }, Move { id: InstanceId(3), to: Place::Worker(3) }],
             "each long one to the least loaded long worker; short ones stay"
         );
-        assert!(v.iter().all(|x| x.at != Slot::Dispatcher));
+        assert!(v.iter().all(|x| x.at != Place::Dispatcher));
     }
 
     #[test]
     fn forgotten_instance_starts_its_streak_again() {
         let mut p = Placer::new(PlacementConfig::default());
-        let v = [view(0, 200.0, 0.2, Slot::Worker(0)), view(1, 20_000.0, 0.5, Slot::Worker(0))];
+        let v = [view(0, 200.0, 0.2, Place::Worker(0)), view(1, 20_000.0, 0.5, Place::Worker(0))];
         p.decide(&v, 1);
         p.decide(&v, 1);
         p.forget(InstanceId(0));

@@ -264,7 +264,7 @@ pub(crate) const SAVED_PER_CHAIN: usize = 4;
 impl Elastic {
     /// Regions placed on the dispatcher's thread without workers, else on the workers in turn.
     pub(crate) fn new(cfg: ElasticConfig, workers: usize) -> Self {
-        let place = |i: usize| if workers == 0 { Place::Inline } else { Place::Worker(i % workers) };
+        let place = |i: usize| if workers == 0 { Place::Dispatcher } else { Place::Worker(i % workers) };
         Elastic {
             launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
             scaler: Autoscaler::new(AutoscaleConfig {

@@ -22,6 +22,7 @@ use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::meter::{Counters, Meter, TenantCounters};
+pub use snic_core::placement::Place;
 use snic_core::placement::PlacementConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
@@ -165,15 +166,6 @@ pub enum LaunchError {
     /// Every region is taken (the chain is launched when its first packet arrives).
     #[error("no free region")]
     NoFreeRegion,
-}
-
-/// Where a region runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// On the dispatcher's thread, run-to-completion within its poll.
-    Inline,
-    /// On worker thread `n` (fed through an SPSC ring).
-    Worker(usize),
 }
 
 /// The regions: those on the dispatcher's thread, the worker threads, and where each instance
@@ -526,7 +518,7 @@ impl<B: Backend> Node<B> {
             return self.prelaunch(chain)?.ok_or(LaunchError::NoFreeRegion);
         }
         let place = if self.exec.workers.is_empty() {
-            Place::Inline
+            Place::Dispatcher
         } else {
             self.exec.next += 1;
             Place::Worker((self.exec.next - 1) % self.exec.workers.len())
@@ -1075,7 +1067,7 @@ impl<B: Backend> Node<B> {
                 d.verdict = None;
                 d.instance = inst;
             }
-            let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline);
+            let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher);
             let Place::Worker(w) = place else {
                 if defer {
                     self.deferred.push(Work::new(inst, &batch, now, 0));

@@ -175,8 +175,8 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     assert_eq!(b.node.place_of(b.short), Some(Place::Worker(0)), "both launched on the one worker");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)));
     // Flows 1-3 until the move (measured costs, three 10 ms looks: tens of ms).
-    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
-    assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "the short chain moved to the dispatcher's thread");
+    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Dispatcher) && b.sent_of(3) >= 20);
+    assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher), "the short chain moved to the dispatcher's thread");
     assert_eq!(b.node.place_of(long), Some(Place::Worker(0)), "the long chain stays on the worker");
     // Two new flows after the move: the NAT kept its table and hands out the next ports.
     b.traffic(Duration::from_secs(1), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
@@ -185,7 +185,7 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     // Once apart, they stay apart: one move, no thrash.
     let st = b.node.elastic().stats();
     assert_eq!(st.moves, 1, "{:?}", st.events);
-    assert!(st.events.iter().any(|e| e.kind == EventKind::Moved { instance: b.short, to: Place::Inline }));
+    assert!(st.events.iter().any(|e| e.kind == EventKind::Moved { instance: b.short, to: Place::Dispatcher }));
 }
 
 #[test]
@@ -194,13 +194,13 @@ fn moves_by_hand_and_refusals() {
     let i = b.short;
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Already(i)));
     assert_eq!(b.node.move_instance(i, Place::Worker(3)), Err(MoveError::NoWorker(3)));
-    assert_eq!(b.node.move_instance(InstanceId(9), Place::Inline), Err(MoveError::NotRunning(InstanceId(9))));
+    assert_eq!(b.node.move_instance(InstanceId(9), Place::Dispatcher), Err(MoveError::NotRunning(InstanceId(9))));
     b.traffic(Duration::from_secs(1), 1..=2, |b| b.sent_of(2) >= 20);
     // To the dispatcher's thread while packets flow; a second move waits its turn.
-    b.node.move_instance(i, Place::Inline).unwrap();
+    b.node.move_instance(i, Place::Dispatcher).unwrap();
     assert_eq!(b.node.move_instance(i, Place::Worker(0)), Err(MoveError::Busy));
-    b.traffic(Duration::from_secs(1), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
-    assert_eq!(b.node.place_of(i), Some(Place::Inline));
+    b.traffic(Duration::from_secs(1), 3..=3, |b| b.node.place_of(b.short) == Some(Place::Dispatcher) && b.sent_of(3) >= 20);
+    assert_eq!(b.node.place_of(i), Some(Place::Dispatcher));
     // And back, with another new flow on each side of the move.
     b.node.move_instance(i, Place::Worker(0)).unwrap();
     b.traffic(Duration::from_secs(1), 4..=4, |b| b.node.place_of(b.short) == Some(Place::Worker(0)) && b.sent_of(4) >= 20);
@@ -220,7 +220,7 @@ fn nothing_moves_without_worker_threads() {
     b.traffic(Duration::from_millis(100), 1..=3, |_| false);
     b.drain_losing_nothing();
     assert_eq!(b.node.elastic().stats().moves, 0);
-    assert_eq!(b.node.place_of(b.short), Some(Place::Inline));
+    assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher));
 }
 
 #[test]
@@ -230,8 +230,8 @@ fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
     // its tenant sends again; the NAT's table comes back with it.
     let elastic = ElasticConfig { regions: 2, victims: false, ..ElasticConfig::default() };
     let mut b = Bed::with_elastic(1, true, true, elastic);
-    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Inline) && b.sent_of(3) >= 20);
-    assert_eq!(b.node.place_of(b.short), Some(Place::Inline), "{:?}", b.node.elastic().stats().events);
+    b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Dispatcher) && b.sent_of(3) >= 20);
+    assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher), "{:?}", b.node.elastic().stats().events);
     let stopped = |b: &Bed| b.node.sched().state(b.short) != snic_core::sched::InstanceState::Running;
     b.traffic_of(Duration::from_secs(1), None, stopped);
     assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);

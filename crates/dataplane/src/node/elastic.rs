@@ -69,14 +69,14 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
-        self.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Inline);
+        self.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
         let e = &mut self.exec;
         match place {
-            Place::Inline => e.put_inline(inst.index(), region),
+            Place::Dispatcher => e.put_inline(inst.index(), region),
             Place::Worker(w) => e.workers[w].install(region)?,
         }
         if e.placement.len() <= inst.index() {
-            e.placement.resize(inst.index() + 1, Place::Inline);
+            e.placement.resize(inst.index() + 1, Place::Dispatcher);
         }
         e.placement[inst.index()] = place;
         Ok(())
@@ -86,8 +86,8 @@ impl<B: Backend> Node<B> {
     /// launch, and its region is empty.
     pub(super) fn teardown(&mut self, inst: InstanceId) {
         let chain = self.sched.chain_of(inst);
-        let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Inline) {
-            Place::Inline => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
+        let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher) {
+            Place::Dispatcher => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
         };
         if let Some(r) = region {

@@ -13,7 +13,7 @@ use super::{Backend, Node, Place};
 use crate::elastic::EventKind;
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
-use snic_core::placement::{PlacementConfig, Placer, Slot, View};
+use snic_core::placement::{PlacementConfig, Placer, View};
 use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use std::sync::mpsc;
@@ -65,24 +65,6 @@ impl Placement {
     #[inline]
     pub(super) fn moving(&self) -> bool {
         self.moving.is_some()
-    }
-}
-
-impl From<Place> for Slot {
-    fn from(p: Place) -> Slot {
-        match p {
-            Place::Inline => Slot::Dispatcher,
-            Place::Worker(w) => Slot::Worker(w),
-        }
-    }
-}
-
-impl From<Slot> for Place {
-    fn from(s: Slot) -> Place {
-        match s {
-            Slot::Dispatcher => Place::Inline,
-            Slot::Worker(w) => Place::Worker(w),
-        }
     }
 }
 
@@ -146,7 +128,7 @@ impl<B: Backend> Node<B> {
         let i = inst.index();
         let from = self.exec.placement[i];
         let region = match from {
-            Place::Inline => self.exec.inline.get_mut(i).and_then(Option::take),
+            Place::Dispatcher => self.exec.inline.get_mut(i).and_then(Option::take),
             Place::Worker(w) => {
                 let rx = self.exec.workers[w].remove_later(inst)?;
                 self.wait_for_worker(rx, now)?
@@ -154,14 +136,14 @@ impl<B: Backend> Node<B> {
         };
         let Some(region) = region else { return Err(WorkerError::Gone) };
         match to {
-            Place::Inline => self.exec.put_inline(i, region),
+            Place::Dispatcher => self.exec.put_inline(i, region),
             Place::Worker(w) => {
                 let rx = self.exec.workers[w].install_later(region)?;
                 self.wait_for_worker(rx, now)?;
             }
         }
         self.exec.placement[i] = to;
-        self.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Inline);
+        self.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Dispatcher);
         self.placement.placer.forget(inst);
         Ok(())
     }
@@ -199,12 +181,12 @@ impl<B: Backend> Node<B> {
             }
             let chain = self.sched.chain_of(id);
             let n = self.sched.instances_of(chain).len().max(1) as f64;
-            let at = self.exec.placement.get(i).copied().unwrap_or(Place::Inline);
-            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at: at.into() });
+            let at = self.exec.placement.get(i).copied().unwrap_or(Place::Dispatcher);
+            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at });
         }
         if let Some(m) = p.placer.decide(&p.views, self.exec.workers.len()) {
             // The policy proposes running instances, existing workers and new places only.
-            let r = self.move_instance(m.id, m.to.into());
+            let r = self.move_instance(m.id, m.to);
             debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");
         }
     }

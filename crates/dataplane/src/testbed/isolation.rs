@@ -428,7 +428,7 @@ pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
         node.set_rx_queue_tenant(0, Some(TenantId(1)));
         node.set_rx_queue_tenant(1, Some(TenantId(2)));
     }
-    let (victim_at, antagonist_at) = if p.isolate { (Some(Place::Inline), Some(Place::Worker(0))) } else { (None, None) };
+    let (victim_at, antagonist_at) = if p.isolate { (Some(Place::Dispatcher), Some(Place::Worker(0))) } else { (None, None) };
     let c1 = node.add_chain(setup.victim_chain.clone());
     let i1 = match victim_at {
         Some(at) => node.launch_on(c1, at)?,
@@ -518,7 +518,7 @@ fn outcome(
 /// "dispatcher", "worker N" or "none".
 pub fn place_name(p: Option<Place>) -> String {
     match p {
-        Some(Place::Inline) => "dispatcher".into(),
+        Some(Place::Dispatcher) => "dispatcher".into(),
         Some(Place::Worker(w)) => format!("worker {w}"),
         None => "none".into(),
     }

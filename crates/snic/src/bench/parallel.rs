@@ -93,7 +93,7 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
     let mut next = 0usize;
     let mut place = || {
         let p = match next % (a.workers + 1) {
-            0 => Place::Inline,
+            0 => Place::Dispatcher,
             w => Place::Worker(w - 1),
         };
         next += 1;

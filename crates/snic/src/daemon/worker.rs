@@ -662,7 +662,7 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
 
 fn place_name(p: Place) -> String {
     match p {
-        Place::Inline => "the data-plane thread".into(),
+        Place::Dispatcher => "the data-plane thread".into(),
         Place::Worker(w) => format!("worker {w}"),
     }
 }
