@@ -504,7 +504,13 @@ impl<T: Copy> Scheduler<T> {
             let mut pre_taken = 0;
             if n == 1 {
                 let tq = &mut inst.queues[0];
-                out.extend(tq.q.drain(..budget));
+                // Copied as (up to) two slices, then dropped from the front: the queue's
+                // draining iterator moved items one by one (~35 instructions a packet).
+                let (a, b) = tq.q.as_slices();
+                let from_a = budget.min(a.len());
+                out.extend_from_slice(&a[..from_a]);
+                out.extend_from_slice(&b[..budget - from_a]);
+                tq.q.drain(..budget);
                 pre_taken = tq.pre.min(budget);
                 tq.pre -= pre_taken;
             } else {
