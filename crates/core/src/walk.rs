@@ -99,7 +99,7 @@ impl Walk {
                 Entered::Queued { branches: a.branches }
             }
             Err(Reject::NoInstance) => Entered::OnDemand,
-            Err(Reject::BadPosition) if self.pos > 0 && self.past_end(sched) => Entered::Out,
+            Err(Reject::BadPosition) if self.pos > 0 && self.at_end(sched) => Entered::Out,
             Err(e) => Entered::Refused(e),
         }
     }
@@ -110,11 +110,6 @@ impl Walk {
         self.mask = if panic { a.mask.first() } else { a.mask };
         self.last = a.last;
         self.join_at = a.join_at;
-    }
-
-    /// True if `pos` is just past the route's last step.
-    fn past_end<T: Copy>(&self, sched: &Scheduler<T>) -> bool {
-        sched.route(self.dag).is_some_and(|r| r.steps().len() == self.pos as usize)
     }
 
     /// The packet's region ran it; `dropped` if an NT dropped it.
@@ -174,9 +169,9 @@ impl Walk {
         self.join = NO_SLOT;
     }
 
-    /// True if the packet's route has no step at `pos` (it has run its last).
+    /// True if `pos` is just past the last step of the packet's route (it has run them all).
     pub fn at_end<T: Copy>(&self, sched: &Scheduler<T>) -> bool {
-        sched.chain_at(self.dag, self.pos).is_none()
+        sched.route(self.dag).is_some_and(|r| r.steps().len() == self.pos as usize)
     }
 
     /// Skips the step at `pos` (its chain left to the tenant's endpoint). A packet at the first
@@ -221,21 +216,22 @@ pub enum Skip {
 mod tests {
     use super::*;
     use crate::dag::{DagRoute, Step};
-    use crate::ids::InstanceId;
 
-    fn two_steps_then_a_group() -> (Scheduler<u32>, [InstanceId; 4]) {
+    fn two_steps_then_a_group() -> Scheduler<u32> {
         let mut s = Scheduler::new(Default::default());
         let chains: Vec<_> = (0..4).map(|_| s.add_chain(2)).collect();
-        let inst = [0, 1, 2, 3].map(|c| s.add_instance(chains[c], 8).unwrap());
+        for &c in &chains {
+            s.add_instance(c, 8).unwrap();
+        }
         let steps = chains.iter().map(|&chain| Step { chain, mask: NtMask::all(2) }).collect();
         // Steps 0, 1 in sequence; 2 and 3 a parallel group that ends the route.
         s.set_dag(DagUid(1), DagRoute::with_groups(steps, &[(2, 4)]).unwrap());
-        (s, inst)
+        s
     }
 
     #[test]
     fn a_packet_walks_its_steps_then_forks_joins_and_leaves() {
-        let (mut s, _) = two_steps_then_a_group();
+        let mut s = two_steps_then_a_group();
         let mut w = Walk::start(DagUid(1));
         assert_eq!(w.enter(&mut s, Instant::ZERO, TenantId(0), 7, 1, false), Entered::Queued { branches: 0 });
         assert_eq!((w.mask, w.last), (NtMask::all(2), false));
@@ -259,7 +255,7 @@ mod tests {
 
     #[test]
     fn drops_and_the_last_step_end_the_walk() {
-        let (mut s, _) = two_steps_then_a_group();
+        let mut s = two_steps_then_a_group();
         let mut w = Walk::start(DagUid(1));
         w.enter(&mut s, Instant::ZERO, TenantId(0), 7, 1, false);
         assert_eq!(w.ran(true), Ran::Drop);
@@ -279,7 +275,7 @@ mod tests {
 
     #[test]
     fn a_full_join_table_forks_nothing_and_the_packet_is_dropped_at_the_join() {
-        let (mut s, _) = two_steps_then_a_group();
+        let mut s = two_steps_then_a_group();
         let mut w = Walk { pos: 2, ..Walk::start(DagUid(1)) };
         assert_eq!(w.enter(&mut s, Instant::ZERO, TenantId(0), 7, 1, false), Entered::Queued { branches: 2 });
         let mut joins: JoinTable<u32> = JoinTable::new(0);
@@ -290,7 +286,7 @@ mod tests {
 
     #[test]
     fn panic_mode_runs_one_nt_per_visit() {
-        let (mut s, _) = two_steps_then_a_group();
+        let mut s = two_steps_then_a_group();
         let mut w = Walk::start(DagUid(1));
         w.enter(&mut s, Instant::ZERO, TenantId(0), 7, 1, true);
         assert_eq!(w.mask, NtMask(1));
@@ -302,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_skipped_step_moves_on_or_joins() {
-        let (s, _) = two_steps_then_a_group();
+        let s = two_steps_then_a_group();
         let mut w = Walk::start(DagUid(1));
         assert_eq!(w.skip(&s), Skip::Next);
         assert_eq!(w.pos, 1);

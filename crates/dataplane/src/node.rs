@@ -951,10 +951,16 @@ impl<B: Backend> Node<B> {
     /// `idx` enters the step its walk is at.
     #[inline(always)]
     fn enter(&mut self, idx: u32, now: Instant) {
+        let e = self.walk_enter(idx, now);
+        self.entered(idx, e, now);
+    }
+
+    /// Asks the walk of `idx` to enter its step (the scheduler queues it, or says why not).
+    #[inline(always)]
+    fn walk_enter(&mut self, idx: u32, now: Instant) -> Entered {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        let e = d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode);
-        self.entered(idx, e, now);
+        d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode)
     }
 
     /// Does what entering a step came to: queued (and forked, if the step starts a parallel
@@ -1018,7 +1024,7 @@ impl<B: Backend> Node<B> {
                 OnDemand::Retry => {
                     // Packets that waited for this chain go first.
                     self.release_waiting(Some(chain), now);
-                    let e = match d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode) {
+                    let e = match self.walk_enter(idx, now) {
                         Entered::OnDemand => Entered::Refused(Reject::NoInstance),
                         e => e,
                     };
@@ -1036,7 +1042,7 @@ impl<B: Backend> Node<B> {
                     }
                     Skip::Join => return self.join_arrive(idx, now),
                     Skip::Out => return self.egress(idx),
-                    Skip::Next => match d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode) {
+                    Skip::Next => match self.walk_enter(idx, now) {
                         Entered::OnDemand => continue,
                         e => return self.entered(idx, e, now),
                     },
