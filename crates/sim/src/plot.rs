@@ -103,8 +103,7 @@ impl Figure {
                 builder.caption(title, ("sans-serif", 18)).margin(16).x_label_area_size(40).y_label_area_size(50);
                 let xr = 0.0..(x1 * 1.15).max(f64::MIN_POSITIVE);
                 if *log_y {
-                    let lo = if y0.is_finite() && y0 > 0.0 { y0 / 1.5 } else { 1e-3 };
-                    let chart = builder.build_cartesian_2d(xr, (lo..(y1 * 1.5).max(lo * 10.0)).log_scale()).map_err(err)?;
+                    let chart = builder.build_cartesian_2d(xr, log_range(y0, y1).log_scale()).map_err(err)?;
                     draw_points(chart, x, y, points)?;
                 } else {
                     let chart = builder.build_cartesian_2d(xr, 0.0..(y1 * 1.15).max(f64::MIN_POSITIVE)).map_err(err)?;
@@ -126,8 +125,7 @@ impl Figure {
                 let x1 = if lines.len() > 6 { x1 + (x1 - x0) * 0.6 } else { x1 };
                 let xr = x0..x1.max(x0 + f64::MIN_POSITIVE);
                 if *log_y {
-                    let lo = if y0.is_finite() && y0 > 0.0 { y0 / 1.5 } else { 1e-3 };
-                    let chart = builder.build_cartesian_2d(xr, (lo..(y1 * 1.5).max(lo * 10.0)).log_scale()).map_err(err)?;
+                    let chart = builder.build_cartesian_2d(xr, log_range(y0, y1).log_scale()).map_err(err)?;
                     draw_lines(chart, x, y, lines)?;
                 } else {
                     let chart = builder.build_cartesian_2d(xr, 0.0..(y1 * 1.1).max(f64::MIN_POSITIVE)).map_err(err)?;
@@ -138,6 +136,13 @@ impl Figure {
         }
         Ok(Some(out))
     }
+}
+
+/// A logarithmic Y axis's range for values from `y0` to `y1` (a smallest value of 0 or less
+/// cannot be drawn: the axis then starts at 0.001), with room above and below.
+fn log_range(y0: f64, y1: f64) -> std::ops::Range<f64> {
+    let lo = if y0.is_finite() && y0 > 0.0 { y0 / 1.5 } else { 1e-3 };
+    lo..(y1 * 1.5).max(lo * 10.0)
 }
 
 /// One line per label on `chart`, with a legend.
