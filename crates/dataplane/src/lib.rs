@@ -8,7 +8,7 @@
 //!              → node: next chain or egress → fdb (route, learn) → egress (encap) → backend (tx)
 //! ```
 //!
-//! - [`backend`]: where packets come from and go: in-memory rings (tests, benchmarks) and batched
+//! - [`backend`]: where packets come from and go: an in-memory port (tests) and batched
 //!   UDP sockets (`recvmmsg`/`sendmmsg`), behind the [`backend::Backend`] trait so AF_XDP can be
 //!   added.
 //! - [`store`]: the fixed packet store and descriptors, with per-tenant quotas.
@@ -22,12 +22,13 @@
 //! - [`elastic`]: regions, on-demand launch, stop-and-launch, victims and auto-scaling.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
 //! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
-//! - [`testbed`]: canonical experiment setups (the paper's Fig. 7) for tests and benchmarks.
+//! - [`clock`]: the monotonic clock, and a manual one for virtual time.
 //!
 //! The per-packet path does not allocate: every buffer, queue and table is sized at start.
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod clock;
 pub mod egress;
 pub mod elastic;
 pub mod fdb;
@@ -35,7 +36,6 @@ pub mod node;
 pub mod region;
 pub mod stats;
 pub mod store;
-pub mod testbed;
 pub mod worker;
 
 pub use node::{Node, NodeConfig};

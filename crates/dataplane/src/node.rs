@@ -7,6 +7,7 @@
 //! tenant is known.
 
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
+pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 use crate::egress;
 use crate::elastic::{Elastic, ElasticConfig};
 use crate::fdb::{Fdb, PeerId, Route};
@@ -44,36 +45,6 @@ fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
     match *a {
         std::net::IpAddr::V4(v) => std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from(v))),
         std::net::IpAddr::V6(v) => std::net::IpAddr::V6(v),
-    }
-}
-
-/// A source of time for the data plane.
-pub trait Clock: Send {
-    /// Now.
-    fn now(&self) -> Instant;
-
-    /// What times the work of NTs (their cost per packet, which fair sharing and placement
-    /// weigh): the real clock, unless the node runs on a virtual one — then the same virtual
-    /// time, so that the costs and the rates they are multiplied by are in one time.
-    fn work_timer(&self) -> WorkTimer {
-        WorkTimer::Real
-    }
-}
-
-/// The monotonic clock, with its origin at construction.
-#[derive(Debug, Clone, Copy)]
-pub struct MonotonicClock(std::time::Instant);
-
-impl Default for MonotonicClock {
-    fn default() -> Self {
-        MonotonicClock(std::time::Instant::now())
-    }
-}
-
-impl Clock for MonotonicClock {
-    #[inline]
-    fn now(&self) -> Instant {
-        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
     }
 }
 

@@ -10,11 +10,12 @@ use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
 use snic_dataplane::node::LaunchError;
+use snic_dataplane::node::ManualClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, ManualClock};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
+use snic_perf::testbed::dag_rule;
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
 use std::collections::HashMap;
@@ -41,7 +42,7 @@ fn engine(pps: u64) -> NtSpec {
 }
 
 fn nat() -> NtSpec {
-    snic_dataplane::testbed::snat()
+    snic_perf::testbed::snat()
 }
 
 impl Bed {
@@ -81,7 +82,7 @@ impl Bed {
     fn push(&mut self, i: usize, sport: u16) {
         let vni = 100 + i as u32;
         let seq = self.seq.entry((vni, sport)).or_insert(0);
-        let mut b = snic_dataplane::testbed::datagram(vni, sport, 4);
+        let mut b = snic_perf::testbed::datagram(vni, sport, 4);
         let n = b.len();
         b[n - 4..].copy_from_slice(&seq.to_be_bytes());
         *seq += 1;

@@ -3,8 +3,8 @@
 
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::TenantId;
-use snic_dataplane::testbed::Fig7;
 use snic_dataplane::{Drop, NodeConfig};
+use snic_perf::testbed::Fig7;
 use std::time::Duration;
 
 const UNIT: f64 = 1000.0; // packets per second per unit of the figure
@@ -90,11 +90,12 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     use snic_core::mat::Mat;
     use snic_dataplane::backend::mem::MemPort;
     use snic_dataplane::backend::Framing;
+    use snic_dataplane::node::ManualClock;
     use snic_dataplane::store::Peer;
-    use snic_dataplane::testbed::{datagram, ManualClock};
     use snic_dataplane::Node;
     use snic_nt::synthetic::SyntheticConfig;
     use snic_nt::{DropReason, NtSpec};
+    use snic_perf::testbed::datagram;
     use std::sync::Arc;
 
     let clock = ManualClock::default();
@@ -107,7 +108,7 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
     let mut mat = Mat::new();
     for t in 1..=2u16 {
         node.set_dag(DagUid(t as u32), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
-        mat.insert(snic_dataplane::testbed::dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
+        mat.insert(snic_perf::testbed::dag_rule(100 * t as u32, TenantId(t), DagUid(t as u32)));
         let peer = Peer { addr: "192.0.2.9:4789".parse().unwrap(), mac: Default::default() };
         node.fdb_mut().set_default(100 * t as u32, Some(peer));
         node.set_tenant(TenantId(t), 1.0);
@@ -154,11 +155,12 @@ fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
     use snic_core::dag::{DagRoute, NtMask, Step};
     use snic_core::ids::DagUid;
     use snic_core::mat::Mat;
-    use snic_dataplane::backend::paced::{IoCost, Paced, StreamSpec};
     use snic_dataplane::backend::Backend;
-    use snic_dataplane::testbed::isolation::run_virtual;
-    use snic_dataplane::testbed::{dag_rule, datagram, ManualClock};
+    use snic_dataplane::node::ManualClock;
     use snic_dataplane::Node;
+    use snic_perf::paced::{IoCost, Paced, StreamSpec};
+    use snic_perf::testbed::isolation::run_virtual;
+    use snic_perf::testbed::{dag_rule, datagram};
     let run = |queues: bool| {
         let src = "192.0.2.1:4789".parse().unwrap();
         let streams = vec![
@@ -216,7 +218,7 @@ fn the_cores_handed_out_follow_core_target() {
 /// epoch. Weighted DRF gives them 6.25 and 18.75 kpps of it.
 struct LowRate {
     node: snic_dataplane::Node<snic_dataplane::backend::mem::MemPort>,
-    clock: snic_dataplane::testbed::ManualClock,
+    clock: snic_dataplane::node::ManualClock,
     owed: [f64; 2],
     seq: u16,
     rng: u64,
@@ -229,10 +231,11 @@ impl LowRate {
         use snic_core::mat::Mat;
         use snic_dataplane::backend::mem::MemPort;
         use snic_dataplane::backend::Framing;
+        use snic_dataplane::node::ManualClock;
         use snic_dataplane::store::Peer;
-        use snic_dataplane::testbed::{dag_rule, ManualClock};
         use snic_nt::synthetic::SyntheticConfig;
         use snic_nt::NtSpec;
+        use snic_perf::testbed::dag_rule;
         let clock = ManualClock::default();
         let cfg = NodeConfig { vtep_port: None, fair, ..Default::default() };
         let mut node = snic_dataplane::Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
@@ -252,7 +255,7 @@ impl LowRate {
 
     /// Offers `pps` per tenant for `dur` in 50 µs steps; the packets each got through.
     fn drive(&mut self, pps: [f64; 2], dur: Duration) -> [u64; 2] {
-        use snic_dataplane::testbed::datagram;
+        use snic_perf::testbed::datagram;
         let before = [1, 2].map(|t| self.node.stats().tenants[t].tx_packets);
         use snic_dataplane::node::Clock;
         let end = self.clock.now() + dur;

@@ -8,7 +8,7 @@
 //! Each test also runs the scenario with the mechanism it relies on switched off and asserts
 //! that the victim then suffers: the scenario has teeth, and the property is the mechanism's.
 
-use snic_dataplane::testbed::isolation::{run, Mode, Outcome, Params, Scenario};
+use snic_perf::testbed::isolation::{run, Mode, Outcome, Params, Scenario};
 
 fn outcome(s: Scenario, m: Mode, tweak: impl FnOnce(&mut Params)) -> Outcome {
     let mut p = Params::virtual_for(s);

@@ -51,7 +51,7 @@ fn udp(sp: u16, dp: u16) -> L4Spec {
 }
 
 fn rule(vni: u32, tenant: u16, dag: u32) -> Rule {
-    snic_dataplane::testbed::dag_rule(vni, TenantId(tenant), DagUid(dag))
+    snic_perf::testbed::dag_rule(vni, TenantId(tenant), DagUid(dag))
 }
 
 fn fw_nat() -> Vec<NtSpec> {
@@ -67,7 +67,7 @@ fn fw_nat() -> Vec<NtSpec> {
             }],
             ..Default::default()
         }),
-        snic_dataplane::testbed::snat(),
+        snic_perf::testbed::snat(),
     ]
 }
 
@@ -533,7 +533,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     for (vni, n) in [(100u32, 5), (101, 5), (200, 7), (300, 3)] {
         for _ in 0..n {
-            tx.send_to(&snic_dataplane::testbed::datagram(vni, 1000, 16), to).unwrap();
+            tx.send_to(&snic_perf::testbed::datagram(vni, 1000, 16), to).unwrap();
         }
     }
     let store = snic_dataplane::store::Store::new(256, 32);
@@ -564,7 +564,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     assert_eq!(vnis(&mut be, 2, 7), (7, vec![200]));
     assert_eq!(vnis(&mut be, 0, 3), (3, vec![300]));
     // A flood of one tenant is lost in its own queue, counted there.
-    let d = snic_dataplane::testbed::datagram(200, 1000, 200);
+    let d = snic_perf::testbed::datagram(200, 1000, 200);
     for _ in 0..30_000 {
         let _ = tx.send_to(&d, to);
     }
@@ -577,7 +577,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     let mut ready = vec![false; many.rx_queues()];
     assert!(many.ready_queues(&mut ready));
     assert!(ready.iter().all(|r| !r), "{ready:?}");
-    tx.send_to(&snic_dataplane::testbed::datagram(1003, 1000, 16), many.local_addr().unwrap()).unwrap();
+    tx.send_to(&snic_perf::testbed::datagram(1003, 1000, 16), many.local_addr().unwrap()).unwrap();
     let t0 = std::time::Instant::now();
     while many.ready_queues(&mut ready) && !ready.iter().any(|&r| r) {
         assert!(t0.elapsed() < Duration::from_secs(5), "the datagram never arrived");
@@ -615,7 +615,7 @@ fn queues_opened_after_start_bound_batches_as_at_start() {
 
 #[test]
 fn a_quiet_node_asks_for_no_timer_and_one_with_traffic_for_its_next_epoch() {
-    let clock = snic_dataplane::testbed::ManualClock::default();
+    let clock = snic_dataplane::node::ManualClock::default();
     let cfg = NodeConfig { vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
     assert_eq!(node.poll_timeout(), None, "an empty node waits for traffic or a command only");

@@ -4,8 +4,8 @@
 
 use snic_core::fair::FairConfig;
 use snic_core::ids::TenantId;
-use snic_dataplane::testbed::Fig7;
 use snic_dataplane::NodeConfig;
+use snic_perf::testbed::Fig7;
 use std::time::Duration;
 
 const UNIT: f64 = 100_000.0;
@@ -34,7 +34,7 @@ fn simulator_and_node_give_the_same_fig20_allocation() {
 /// the node's allocation.
 #[test]
 fn simulator_and_node_agree_when_the_link_binds() {
-    let bytes = snic_dataplane::testbed::datagram(100, 1000, 64).len();
+    let bytes = snic_perf::testbed::datagram(100, 1000, 64).len();
     let text = include_str!("../../../scenarios/fig20.toml")
         .replace("unit_pps = 100000", &format!("unit_pps = 100000\npacket_bytes = {bytes}\nlink_gbps = 0.8"));
     let s = snic_sim::Scenario::parse(&text).unwrap();

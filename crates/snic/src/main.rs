@@ -2,10 +2,8 @@
 //!
 //! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status` (its API), `plan` (offline
 //! placement), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
-//! `--json`), `cost` (the paper's cost model) and `sim` (the simulator).
+//! `--json`, run by the `snic-bench` binary beside this one), `cost` (the paper's cost model) and `sim` (the simulator).
 
-mod alloc_count;
-mod bench;
 mod client;
 mod cost_cmd;
 mod daemon;
@@ -14,10 +12,9 @@ mod deploy;
 mod plan_cmd;
 mod sim_cmd;
 
-use clap::{Parser, Subcommand};
-
-#[global_allocator]
-static ALLOC: alloc_count::Counting = alloc_count::Counting;
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
 
 /// snic: a software SuperNIC — tenants' network tasks consolidated on a shared pool of nodes.
 #[derive(Parser)]
@@ -30,8 +27,10 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Measure snic (and its limits) on this machine. Prints one JSON object per case with --json.
-    #[command(subcommand)]
-    Bench(bench::BenchCmd),
+    ///
+    /// `snic bench --help` lists the benchmarks; they run in the snic-bench binary beside snic.
+    #[command(disable_help_flag = true)]
+    Bench(BenchArgs),
     /// Run a node with two tenants and in-process endpoints on loopback, and show what happens.
     Demo(demo::DemoArgs),
     /// Validate manifests and show how a node would place them (chains, regions, DAG routes).
@@ -68,7 +67,7 @@ fn run() -> anyhow::Result<()> {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Bench(b) => bench::run(b),
+        Cmd::Bench(b) => bench(b),
         Cmd::Demo(d) => demo::run(d),
         Cmd::Plan(p) => plan_cmd::run(p),
         Cmd::Cost(c) => cost_cmd::run(c),
@@ -79,4 +78,28 @@ fn run() -> anyhow::Result<()> {
         Cmd::Delete(a) => client::delete(a),
         Cmd::Status(a) => client::status(a),
     }
+}
+
+/// `snic bench …`: everything after `bench`, for the snic-bench binary.
+#[derive(Args)]
+struct BenchArgs {
+    /// The benchmark and its options (`snic bench --help` lists them).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+/// Runs `snic-bench` from the directory this binary is in, in this process's place. The
+/// benchmarks live outside the daemon's binary, with the counting allocator they report from.
+fn bench(b: BenchArgs) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("finding the snic binary's directory")?;
+    let bench = exe.with_file_name("snic-bench");
+    if !bench.is_file() {
+        anyhow::bail!(
+            "`snic bench` runs the snic-bench binary, which is not beside {} (cargo build --release -p snic builds both)",
+            exe.display()
+        );
+    }
+    let e = std::process::Command::new(&bench).args(&b.args).exec();
+    Err(e).with_context(|| format!("running {}", bench.display()))
 }

@@ -57,6 +57,26 @@ fn bad_arguments_are_rejected_with_help() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown chain"));
 }
 
+/// `snic bench` hands its arguments, `--help` included, to the snic-bench binary beside it, and
+/// says what is missing when that binary is not there.
+#[test]
+fn bench_runs_the_bench_binary_beside_snic_and_says_so_when_it_is_missing() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "--help"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: snic bench") && help.contains("dataplane"), "{help}");
+
+    let dir = std::env::temp_dir().join(format!("snic-alone-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let alone = dir.join("snic");
+    std::fs::copy(env!("CARGO_BIN_EXE_snic"), &alone).unwrap();
+    let out = Command::new(&alone).args(["bench", "crypto"]).output().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("snic-bench binary, which is not beside"), "{err}");
+}
+
 #[test]
 fn plan_shows_placement_and_rejects_bad_manifests_by_name() {
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/demo.yaml");

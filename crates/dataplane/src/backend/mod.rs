@@ -7,7 +7,6 @@
 //! sockets).
 
 pub mod mem;
-pub mod paced;
 pub mod udp;
 
 use crate::store::Slots;

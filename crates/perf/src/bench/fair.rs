@@ -14,20 +14,20 @@
 //!   socket group steering each tenant to its own queue): the node takes from each only what the
 //!   tenant's limit admits.
 //!
-//! The scenarios are `snic_dataplane::testbed::isolation`'s. By default they run on the real
+//! The scenarios are `crate::testbed::isolation`'s. By default they run on the real
 //! clock and measure this machine (figures differ 1.5–3× between machines of one kind and with
 //! their load: compare runs taken together). With `--virtual` they run on a virtual clock with a
 //! machine model instead: exact, the same on any machine — what the tests assert on.
 
 use super::emit;
+use crate::paced::IoCost;
+use crate::testbed::isolation::{self, Machine, Mode, Outcome, Params, Scenario, Timing};
+use crate::testbed::Fig7;
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::TenantId;
-use snic_dataplane::backend::paced::IoCost;
-use snic_dataplane::testbed::isolation::{self, Machine, Mode, Outcome, Params, Scenario, Timing};
-use snic_dataplane::testbed::Fig7;
 use snic_dataplane::{Node, NodeConfig};
 use std::time::Duration;
 

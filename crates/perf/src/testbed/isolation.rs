@@ -26,18 +26,19 @@
 //! - **virtual**: a [`Machine`] model — the NTs' costs are synthetic (the engine is a
 //!   synthetic one with a cost per byte), receiving and transmitting a packet cost the
 //!   dispatcher [`Machine::io`], an empty poll [`Machine::idle_poll`], and each worker thread is a
-//!   virtual core of its own ([`crate::worker`]). The real data path runs, and the outcome is
+//!   virtual core of its own ([`snic_dataplane::worker`]). The real data path runs, and the outcome is
 //!   exact and the same on any machine, however loaded: what the tests assert on.
 
-use super::{dag_rule, datagram, spin, ManualClock, TestbedError, KEY};
-use crate::backend::paced::{IoCost, Paced, StreamSpec};
-use crate::node::{Clock, MonotonicClock, Place};
-use crate::store::Peer;
-use crate::{Node, NodeConfig};
+use super::{dag_rule, datagram, spin, TestbedError, KEY};
+use crate::paced::{IoCost, Paced, StreamSpec};
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_dataplane::node::ManualClock;
+use snic_dataplane::node::{Clock, MonotonicClock, Place};
+use snic_dataplane::store::Peer;
+use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
@@ -370,7 +371,7 @@ impl RunClock {
     }
 
     /// Drives `node` for `d`; returns the time that passed.
-    fn drive<B: crate::backend::Backend>(&self, node: &mut Node<B>, d: Duration) -> Duration {
+    fn drive<B: snic_dataplane::backend::Backend>(&self, node: &mut Node<B>, d: Duration) -> Duration {
         match self {
             RunClock::Real(_) => spin(node, d),
             RunClock::Virtual(c, idle) => {
@@ -384,7 +385,7 @@ impl RunClock {
 
 /// Drives a node on virtual clock `clock` for `d`: polls, and moves time on by `idle` whenever
 /// a poll finds nothing to do (the node's work moves it otherwise).
-pub fn run_virtual<B: crate::backend::Backend>(node: &mut Node<B>, clock: &ManualClock, d: Duration, idle: Duration) {
+pub fn run_virtual<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, clock: &ManualClock, d: Duration, idle: Duration) {
     let end = clock.now() + d;
     while clock.now() < end {
         if node.poll() == 0 {

@@ -5,14 +5,14 @@
 //! receive ring to transmission.
 
 use super::{emit, paced_latency};
+use crate::paced::{Paced, StreamSpec};
+use crate::testbed::{datagram, one_tenant};
 use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_dataplane::backend::paced::{Paced, StreamSpec};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{datagram, one_tenant};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::NtSpec;
 use snic_wire::ethernet::MacAddr;

@@ -8,6 +8,7 @@
 //! oscillation).
 
 use super::emit;
+use crate::testbed::{datagram, one_tenant};
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
@@ -16,8 +17,8 @@ use snic_core::sched::InstanceState;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind};
+use snic_dataplane::node::ManualClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{datagram, one_tenant, ManualClock};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;

@@ -1,60 +1,36 @@
 //! Canonical experiment setups shared by tests, `snic bench` and (later) `snic sim`, so that
 //! each reports on the same scenario instead of its own copy of it.
 //!
-//! - [`ManualClock`]: a clock the driver advances (virtual time for the node).
 //! - [`Fig7`]: the paper's Fig. 7 / Fig. 20 fairness scenario on an in-memory port.
 //! - [`isolation`]: FairNIC's isolation scenarios (head-of-line blocking, three antagonists),
 //!   on the real clock or on a virtual one with a machine model.
 
 pub mod isolation;
 
-use crate::backend::mem::MemPort;
-use crate::backend::Framing;
-use crate::node::{Clock, LaunchError, WorkTimer};
-use crate::store::Peer;
-use crate::worker::WorkerError;
-use crate::{Node, NodeConfig};
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::TenantShare;
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::{Action, Mat, PortRange, Rule};
-use snic_core::time::Instant;
+use snic_dataplane::backend::mem::MemPort;
+use snic_dataplane::backend::Framing;
+use snic_dataplane::node::{Clock, LaunchError, ManualClock};
+use snic_dataplane::store::Peer;
+use snic_dataplane::worker::WorkerError;
+use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A clock that only moves when told to (nanoseconds in the shared cell).
-#[derive(Debug, Clone, Default)]
-pub struct ManualClock(pub Arc<AtomicU64>);
-
-impl ManualClock {
-    /// Moves time forward.
-    pub fn advance(&self, d: Duration) {
-        self.0.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Instant {
-        Instant(self.0.load(Ordering::Relaxed))
-    }
-
-    fn work_timer(&self) -> WorkTimer {
-        WorkTimer::Virtual(self.0.clone())
-    }
-}
 
 /// The AES-128 key the benchmarks' and scenarios' AES-GCM senders use.
 pub const KEY: &str = "000102030405060708090a0b0c0d0e0f";
 
 /// Polls `node` flat out for about `d` of real time (the clock is read every 256 polls);
 /// returns the time it took.
-pub fn spin<B: crate::backend::Backend>(node: &mut Node<B>, d: Duration) -> Duration {
+pub fn spin<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, d: Duration) -> Duration {
     let t0 = std::time::Instant::now();
     loop {
         for _ in 0..256 {
@@ -104,7 +80,7 @@ pub fn dag_rule(vni: u32, tenant: TenantId, dag: DagUid) -> Rule {
 
 /// Deploys the one-tenant setup benchmarks use: tenant 1 (weight 1) on VNI 100 runs DAG 1 along
 /// `route`, and everything on VNI 100 leaves for the VTEP `out`.
-pub fn one_tenant<B: crate::backend::Backend>(node: &mut Node<B>, route: DagRoute, out: Peer) {
+pub fn one_tenant<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, route: DagRoute, out: Peer) {
     node.set_tenant(TenantId(1), 1.0);
     node.set_dag(DagUid(1), route);
     let mut mat = Mat::new();

@@ -8,18 +8,18 @@ mod parallel;
 mod scale;
 
 use crate::alloc_count;
+use crate::gen::Generator;
+pub(crate) use crate::testbed::spin;
+use crate::testbed::{one_tenant, KEY};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::TenantId;
 use snic_core::mat::PortRange;
-use snic_dataplane::backend::mem::Generator;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-pub(crate) use snic_dataplane::testbed::spin;
-use snic_dataplane::testbed::{one_tenant, KEY};
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::crypto::{CryptoConfig, Direction, TenantKey};
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
@@ -131,7 +131,7 @@ pub struct CryptoArgs {
 
 /// Warms a node fed by a paced source up for half a second, then measures for `seconds`: the
 /// first stream's latency p50 and p99 (ns) and packets delivered.
-pub(crate) fn paced_latency(node: &mut Node<snic_dataplane::backend::paced::Paced>, seconds: f64) -> (u64, u64, u64) {
+pub(crate) fn paced_latency(node: &mut Node<crate::paced::Paced>, seconds: f64) -> (u64, u64, u64) {
     spin(node, Duration::from_millis(500));
     node.backend_mut().reset_stats();
     spin(node, Duration::from_secs_f64(seconds));
@@ -392,7 +392,7 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
             let (t, uid) = (TenantId(i + 2), snic_core::ids::DagUid(i as u32 + 2));
             node.set_tenant(t, 1.0);
             node.set_dag(uid, DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }]));
-            mat.insert(snic_dataplane::testbed::dag_rule(1000 + i as u32, t, uid));
+            mat.insert(crate::testbed::dag_rule(1000 + i as u32, t, uid));
         }
         node.mat_handle().store(std::sync::Arc::new(mat));
     }

@@ -11,16 +11,16 @@
 //! is full; the arrivals that cannot fit are counted without being generated, so an overloaded
 //! node does not pay for packets it could never have received.
 //!
-//! On the real clock ([`crate::node::MonotonicClock`]) it measures the node's real costs. On a
-//! virtual clock ([`crate::testbed::ManualClock`]) the node's work takes only the time it
+//! On the real clock ([`snic_dataplane::node::MonotonicClock`]) it measures the node's real costs. On a
+//! virtual clock ([`snic_dataplane::node::ManualClock`]) the node's work takes only the time it
 //! spends: give the backend [`IoCost`]s and receiving and transmitting each packet cost the
 //! dispatcher that much of its core, so that the node is a deterministic model of a machine with
-//! those costs (`crate::testbed::isolation`).
+//! those costs ([`crate::testbed::isolation`]).
 
-use super::{Backend, Framing, RxMeta, TxReq, TxResult};
-use crate::node::{Clock, WorkTimer};
-use crate::stats::Histogram;
-use crate::store::{Slots, BUF_SIZE};
+use snic_dataplane::backend::{Backend, Framing, RxMeta, TxReq, TxResult};
+use snic_dataplane::node::{Clock, WorkTimer};
+use snic_dataplane::stats::Histogram;
+use snic_dataplane::store::{Slots, BUF_SIZE};
 use snic_nt::HEADROOM;
 use std::collections::VecDeque;
 use std::net::SocketAddr;

@@ -15,6 +15,7 @@
 //! `warm_compact` a packet through each form once it runs.
 
 use super::{chain_specs, emit};
+use crate::testbed::{dag_rule, datagram};
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
@@ -26,7 +27,6 @@ use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::ElasticConfig;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
-use snic_dataplane::testbed::{dag_rule, datagram};
 use snic_dataplane::{Node, NodeConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
