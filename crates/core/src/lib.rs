@@ -22,7 +22,8 @@
 //! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
 //!   launch, remote, endpoint, stop-and-launch (paper §4.3–§4.4); [`autoscale`]: scale out and
-//!   in on load held for a whole MONITOR_PERIOD; [`rechain`]: which of a DAG's chain
+//!   in on load held for a whole MONITOR_PERIOD; [`elastic`]: the two composed into one node's
+//!   elasticity policy (loads in once an epoch, launches, resumes and stops out); [`rechain`]: which of a DAG's chain
 //!   candidates it runs as (its planned chains, or one compact chain when regions are short);
 //!   [`placement`]: which core an instance runs on (long chains apart from short ones).
 //! - [`walk`]: a packet's walk along its route — after each step: the next, a fork, a join,
@@ -48,6 +49,7 @@ pub mod cost;
 pub mod dag;
 pub mod drf;
 pub mod dwrr;
+pub mod elastic;
 pub mod engine;
 pub mod fair;
 pub mod ids;

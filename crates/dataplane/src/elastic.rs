@@ -2,8 +2,8 @@
 //! at deploy, launched on demand when their first packet arrives, context-switched with
 //! stop-and-launch, kept as victims, and auto-scaled with load.
 //!
-//! The policy is `snic-core`'s ([`Launcher`] for where a chain runs, [`Autoscaler`] for when an
-//! instance is added or removed, the scheduler's instance lifecycle for moving flows without
+//! The policy is `snic-core`'s ([`Elasticity`]: where a chain runs, when an instance is added
+//! or removed, which one stops; the scheduler's instance lifecycle for moving flows without
 //! loss or reordering); this module holds the node's side of it — which instance is in which
 //! region, launches under way, NT state saved by stopped chains — and what happened, for
 //! `snic status`. The node drives it (`node::elastic`).
@@ -16,54 +16,16 @@
 //! next launch (the paper's "store their states in on-board memory").
 
 use crate::node::Place;
-use snic_core::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother};
+use snic_core::elastic::Elasticity;
 use snic_core::ids::{ChainId, DagUid, InstanceId};
-use snic_core::launcher::{Launcher, LauncherConfig};
 use snic_core::rechain::Form;
 use snic_core::time::Instant;
 use snic_nt::Nt;
 use std::collections::VecDeque;
 use std::time::Duration;
 
-/// Elasticity parameters (the node config's `elastic:` block).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ElasticConfig {
-    /// Regions on the node. 0: no region limit and no elasticity (every launch gets its own
-    /// region, nothing is launched on demand or scaled).
-    pub regions: usize,
-    /// Emulated reconfiguration delay added to every launch (0; 5 ms = the paper's PR).
-    pub launch_delay: Duration,
-    /// Scale chains out and in with their load. (Idle chains are descheduled either way: a
-    /// chain with no load for a whole MONITOR_PERIOD becomes a victim.)
-    pub autoscale: bool,
-    /// MONITOR_PERIOD: how long an overload or underload must last before a scale event (never
-    /// shorter than a launch).
-    pub monitor_period: Duration,
-    /// Load per instance (fraction of its throughput) above which it counts as overloaded.
-    pub high: f64,
-    /// A running instance below this load is shared with a new tenant rather than launching.
-    pub share_below: f64,
-    /// Keep descheduled chains loaded as victims (the victim cache); off: tear them down.
-    pub victims: bool,
-    /// Switch DAGs that have a compact form between it and their planned chains with the
-    /// pressure on regions (`snic_core::rechain`).
-    pub rechain: bool,
-}
-
-impl Default for ElasticConfig {
-    fn default() -> Self {
-        ElasticConfig {
-            regions: 0,
-            launch_delay: Duration::ZERO,
-            autoscale: false,
-            monitor_period: Duration::from_millis(5),
-            high: 0.9,
-            share_below: LauncherConfig::default().share_below,
-            victims: true,
-            rechain: true,
-        }
-    }
-}
+/// Elasticity parameters (the node config's `elastic:` block): the core's.
+pub use snic_core::elastic::ElasticConfig;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,20 +201,18 @@ pub(crate) struct Pending {
 /// The node's elastic state. See the module docs.
 pub struct Elastic {
     pub(crate) cfg: ElasticConfig,
-    pub(crate) launcher: Launcher,
-    pub(crate) scaler: Autoscaler,
+    /// The policy: regions, on-demand order, scale events.
+    pub(crate) policy: Elasticity,
     /// Per region: its instance and where it runs.
     pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
     pub(crate) pending: Vec<Pending>,
+    /// The policy's acts of one epoch (kept to reuse its room).
+    pub(crate) acts: Vec<snic_core::elastic::Act>,
     /// Packets whose chain found every region mid-launch, in arrival order (bounded): they
     /// enter again as soon as a launch completes.
     pub(crate) waiting: VecDeque<u32>,
     /// Per chain: NT state saved by evicted instances, most recent last (bounded).
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
-    /// Per chain: the tenant's endpoint can run it.
-    pub(crate) endpoint: Vec<bool>,
-    /// Per chain: its load as auto-scaling watches it (instances' worth).
-    pub(crate) load: Vec<LoadSmoother>,
     /// Smoothed build time of a chain's NTs, ns.
     pub(crate) build_ns: f64,
     pub(crate) stats: ElasticStats,
@@ -266,20 +226,12 @@ impl Elastic {
     pub(crate) fn new(cfg: ElasticConfig, workers: usize) -> Self {
         let place = |i: usize| if workers == 0 { Place::Dispatcher } else { Place::Worker(i % workers) };
         Elastic {
-            launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
-            scaler: Autoscaler::new(AutoscaleConfig {
-                monitor_period: cfg.monitor_period,
-                high: cfg.high,
-                launch_time: cfg.launch_delay,
-                deschedule_idle: true,
-                scale: cfg.autoscale,
-            }),
+            policy: Elasticity::new(cfg),
             slots: (0..cfg.regions).map(|i| (None, place(i))).collect(),
             pending: Vec::new(),
+            acts: Vec::new(),
             waiting: VecDeque::new(),
             saved: Vec::new(),
-            endpoint: Vec::new(),
-            load: Vec::new(),
             build_ns: 0.0,
             stats: ElasticStats::default(),
             cfg,
@@ -300,19 +252,15 @@ impl Elastic {
     /// A chain goes away (or its id is reused): no saved state, no endpoint fallback, no load,
     /// no scaling history.
     pub(crate) fn forget_chain(&mut self, chain: ChainId) {
-        let c = chain.index();
-        if c < self.saved.len() {
-            self.saved[c].clear();
-            self.endpoint[c] = false;
-            self.load[c] = LoadSmoother::default();
+        if let Some(saved) = self.saved.get_mut(chain.index()) {
+            saved.clear();
         }
-        self.scaler.forget(chain);
+        self.policy.add_chain(chain);
     }
 
-    pub(crate) fn add_chain(&mut self) {
+    pub(crate) fn add_chain(&mut self, chain: ChainId) {
         self.saved.push(Vec::new());
-        self.endpoint.push(false);
-        self.load.push(LoadSmoother::default());
+        self.policy.add_chain(chain);
     }
 
     /// The configuration.
@@ -327,7 +275,7 @@ impl Elastic {
 
     /// The regions, as the launch policy sees them.
     pub fn regions(&self) -> &[snic_core::launcher::RegionState] {
-        self.launcher.regions()
+        self.policy.regions()
     }
 
     /// The instance in each region.
@@ -342,6 +290,6 @@ impl Elastic {
 
     /// The effective MONITOR_PERIOD.
     pub fn monitor_period(&self) -> Duration {
-        self.scaler.config().monitor_period
+        self.policy.monitor_period()
     }
 }

@@ -448,7 +448,7 @@ impl<B: Backend> Node<B> {
         }
         let id = self.sched.add_chain(specs.len());
         self.meter.add_chain(&kinds);
-        self.elastic.add_chain();
+        self.elastic.add_chain(id);
         self.chains.push(specs);
         self.life.push(retire::Life::Live);
         id

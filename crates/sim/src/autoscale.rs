@@ -13,7 +13,7 @@
 //! peak bin. `multi-host-nic`: the same capacity in one rack device, each endpoint on its fixed
 //! sub-link (the sum of peaks; no sharing). `static-max`: the rack's pool with enough instances
 //! for the rack's peak bin; `static-avg`: for its average. `snic`: the rack's pool scaled by
-//! `snic-core`'s auto-scaler and launcher — the daemon's code — with launches taking
+//! `snic-core`'s elasticity policy (auto-scaler and launcher) — the daemon's code — with launches taking
 //! `launch_ms`, descheduled instances kept as victims; `as-instant`: the instances the load
 //! needs, every bin, at no cost (the unrealistic bound).
 //!
@@ -24,9 +24,9 @@
 use crate::fluid::{Delays, Server};
 use crate::workload::{Spikes, Workload};
 use serde::{Deserialize, Serialize};
-use snic_core::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother, Scale};
+use snic_core::elastic::{Act, ElasticConfig, Elasticity};
 use snic_core::ids::ChainId;
-use snic_core::launcher::{Launcher, LauncherConfig, RegionState};
+use snic_core::launcher::RegionState;
 use snic_core::time::Instant;
 use std::time::Duration;
 
@@ -347,17 +347,16 @@ struct Shape {
     bin_ms: f64,
 }
 
-/// One rack's pool: its queue under each pooled scheme, and the snic scheme's launcher and
-/// auto-scaler (`snic-core`'s, the daemon's code).
+/// One rack's pool: its queue under each pooled scheme, and the snic scheme's elasticity policy
+/// (`snic-core`'s [`Elasticity`], the one the daemon's node drives).
 struct RackPool {
     k_max: usize,
     k_avg: usize,
     regions: usize,
-    launcher: Launcher,
-    scaler: Autoscaler,
+    policy: Elasticity,
+    acts: Vec<Act>,
     /// static-max, static-avg, snic, as-instant.
     servers: [Server; 4],
-    load: LoadSmoother,
     events: u64,
     most: usize,
 }
@@ -366,17 +365,20 @@ const CHAIN: ChainId = ChainId(0);
 
 impl RackPool {
     fn new(spec: &AutoscaleSpec, k_max: usize, k_avg: usize, regions: usize, launch: Duration) -> Self {
-        let mut launcher = Launcher::new(LauncherConfig { launch_time: launch, ..LauncherConfig::default() }, regions);
-        let scaler = Autoscaler::new(AutoscaleConfig {
+        let mut policy = Elasticity::new(ElasticConfig {
+            regions,
+            launch_delay: launch,
+            autoscale: true,
+            // The rack's chain always has its first instance.
+            deschedule_idle: false,
             monitor_period: Duration::from_secs_f64(spec.monitor_period_ms / 1e3),
             high: spec.high,
-            launch_time: launch,
-            deschedule_idle: false,
-            scale: true,
+            ..ElasticConfig::default()
         });
-        launcher.prelaunch(CHAIN, Instant::ZERO);
-        launcher.tick(Instant::ZERO + launch);
-        RackPool { k_max, k_avg, regions, launcher, scaler, servers: Default::default(), load: LoadSmoother::default(), events: 0, most: 0 }
+        policy.add_chain(CHAIN);
+        policy.prelaunch(CHAIN, Instant::ZERO);
+        policy.tick(Instant::ZERO + launch);
+        RackPool { k_max, k_avg, regions, policy, acts: Vec::new(), servers: Default::default(), events: 0, most: 0 }
     }
 
     /// One bin of `total` bytes arriving at the rack's pool.
@@ -392,9 +394,8 @@ impl RackPool {
         opex: &mut [f64; 4],
     ) {
         let bin_s = bin_ms / 1e3;
-        let running = |l: &Launcher| l.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
-        self.launcher.tick(now);
-        let k_snic = running(&self.launcher);
+        self.policy.tick(now);
+        let k_snic = self.policy.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
         let k_inst = ((total / per_inst / spec.high).ceil() as usize).max(1);
         self.most = self.most.max(k_inst);
         for (((srv, d), opex), k) in
@@ -406,28 +407,14 @@ impl RackPool {
                 *opex += k as f64 * bin_s;
             }
         }
-        // The load the chain carries, in instances' worth, watched as the node watches it.
-        let load = self.load.update(total / per_inst);
-        let active =
-            self.launcher.regions().iter().filter(|r| matches!(r, RegionState::Running { .. } | RegionState::Launching { .. })).count();
-        match self.scaler.observe(now, CHAIN, load, active, self.launcher.has_room()) {
-            Some(Scale::Out(_, n)) => {
-                // As many as the pool has regions for.
-                for _ in 0..n {
-                    if self.launcher.scale_out(CHAIN, now).is_none() {
-                        break;
-                    }
-                    self.events += 1;
-                }
+        // The load the chain carries, in instances' worth, to the policy the node runs.
+        self.policy.epoch(now, CHAIN, total / per_inst, &mut self.acts);
+        for act in self.acts.drain(..) {
+            self.events += 1;
+            if let Act::Stop { region, .. } = act {
+                // A fluid instance has nothing to finish: it stays loaded, a victim.
+                self.policy.stopped(region, now, true);
             }
-            Some(Scale::In(_)) => {
-                // The most recently started instance stops (it stays loaded, a victim).
-                if let Some(r) = self.launcher.regions().iter().rposition(|r| matches!(r, RegionState::Running { .. })) {
-                    self.launcher.deschedule(r, now);
-                    self.events += 1;
-                }
-            }
-            _ => {}
         }
     }
 }

@@ -4,7 +4,7 @@
 //! **Model.** Each endpoint of the rack is a tenant with a chain of its own; it alternates
 //! between active periods (sending its workload's bytes) and silent ones (exponential lengths,
 //! `on_ms` / `off_ms`). The rack's pool has `regions` regions, fewer than chains (area
-//! over-commitment). A chain with bytes and no region is placed by `snic-core`'s launcher — the
+//! over-commitment). A chain with bytes and no region is placed by `snic-core`'s elasticity policy — the
 //! daemon's code — in the paper's order (resume a victim, launch into a free region, else stop
 //! the least loaded chain); a launch takes `launch_ms`, during which its bytes wait. A chain
 //! silent for `idle_ms` is descheduled: kept as a victim with probability `keep_ratio`, deleted
@@ -16,8 +16,9 @@ use crate::workload::Workload;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
+use snic_core::elastic::{Act, ElasticConfig, Elasticity};
 use snic_core::ids::ChainId;
-use snic_core::launcher::{Decision, Launcher, LauncherConfig, RegionState};
+use snic_core::launcher::{Decision, RegionState};
 use snic_core::time::Instant;
 use std::time::Duration;
 
@@ -190,13 +191,24 @@ impl VictimSpec {
         let service = crate::fluid::service_ms(self.packet_bytes, self.instance_gbps);
         let bound = per_region * self.buffer_ms / bin_ms;
         let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
-        let mut l = Launcher::new(LauncherConfig { launch_time: launch, ..LauncherConfig::default() }, regions);
+        // The node's elasticity policy: no scaling, a chain idle for `idle_ms` descheduled.
+        let mut l = Elasticity::new(ElasticConfig {
+            regions,
+            launch_delay: launch,
+            autoscale: false,
+            deschedule_idle: true,
+            monitor_period: Duration::from_secs_f64(self.idle_ms / 1e3),
+            ..ElasticConfig::default()
+        });
         let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
         let n = load.len();
+        for c in 0..n {
+            l.add_chain(ChainId(c as u16));
+        }
         let (mut queue, mut silent_since) = (vec![Server::default(); n], vec![0usize; n]);
         let mut d = Delays::default();
         let (mut launches, mut resumes, mut opex) = (0u64, 0u64, 0.0);
-        let idle_bins = (self.idle_ms / bin_ms).ceil() as usize;
+        let mut acts = Vec::new();
         for b in 0..bins {
             let now = Instant::ZERO + Duration::from_secs_f64(b as f64 * bin_s);
             l.tick(now);
@@ -204,36 +216,28 @@ impl VictimSpec {
                 let a = if active[c][b] { load[c][b] } else { 0.0 };
                 let backlog = queue[c].backlog;
                 let chain = ChainId(c as u16);
-                let held = |l: &Launcher| {
-                    l.regions().iter().position(
-                        |r| matches!(*r, RegionState::Running { chain: x, .. } | RegionState::Launching { chain: x, .. } if x == chain),
-                    )
-                };
-                if (a > 0.0 || backlog > 0.0) && held(&l).is_none() {
-                    match l.place(chain, now, false, false) {
+                if (a > 0.0 || backlog > 0.0) && l.instances(chain) == 0 {
+                    match l.on_demand(chain, now, false) {
                         Decision::Resume { .. } => resumes += 1,
                         Decision::Launch { .. } | Decision::ContextSwitch { .. } => launches += 1,
                         _ => {}
                     }
                 }
-                let at = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain));
-                let cap = if at.is_some() { per_region } else { 0.0 };
-                if let Some(r) = at {
-                    // The measured load the launcher weighs when it must stop a chain.
-                    l.set_load(r, (a + backlog) / per_region);
-                }
+                let running = l.regions().iter().any(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain));
+                let cap = if running { per_region } else { 0.0 };
                 // The fluid queue the `autoscale` experiment uses too; with no region running
                 // (a launch under way), bytes wait.
                 queue[c].bin(a, cap, per_region, bound, bin_ms, service, &mut d);
                 if a > 0.0 || backlog > 0.0 {
                     silent_since[c] = b;
-                } else if let Some(r) = l.regions().iter().position(|r| matches!(*r, RegionState::Running { chain: x, .. } if x == chain)) {
-                    if b - silent_since[c] >= idle_bins {
-                        if coin.random::<f64>() < keep {
-                            l.deschedule(r, now);
-                        } else {
-                            l.free(r);
-                        }
+                }
+                // Its load (which the launcher weighs when it must stop a chain) and its
+                // silence, to the policy: idle for a period, it is descheduled.
+                l.epoch(now, chain, (a + backlog) / per_region, &mut acts);
+                for act in acts.drain(..) {
+                    if let Act::Stop { region, .. } = act {
+                        // Kept as a victim with probability `keep`, deleted otherwise.
+                        l.stopped(region, now, coin.random::<f64>() < keep);
                     }
                 }
             }

@@ -4,7 +4,7 @@
 use super::{Backend, LaunchError, Node, Place};
 use crate::elastic::{Elastic, Event, EventKind, Launched, Pending, SAVED_PER_CHAIN};
 use crate::region::Region;
-use snic_core::autoscale::Scale;
+use snic_core::elastic::Act;
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
 use snic_core::sched::InstanceState;
@@ -32,9 +32,7 @@ impl<B: Backend> Node<B> {
     /// Declares that the tenant's endpoint can run `chain` itself: when no region can be found
     /// for it (and before resorting to a context switch), its packets are sent on unprocessed.
     pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
-        if let Some(e) = self.elastic.endpoint.get_mut(chain.index()) {
-            *e = yes;
-        }
+        self.elastic.policy.set_endpoint_fallback(chain, yes);
     }
 
     pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
@@ -56,9 +54,8 @@ impl<B: Backend> Node<B> {
         let e = &mut self.elastic;
         e.build_ns = if e.build_ns == 0.0 { ns as f64 } else { e.build_ns + 0.25 * (ns as f64 - e.build_ns) };
         let expected = e.cfg.launch_delay + std::time::Duration::from_nanos(e.build_ns as u64);
-        e.launcher.set_launch_time(expected);
         // MONITOR_PERIOD is never shorter than a launch, as measured.
-        e.scaler.set_launch_time(expected);
+        e.policy.set_launch_time(expected);
         Ok((nts, ns))
     }
 
@@ -118,7 +115,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
-        let Some(slot) = self.elastic.launcher.prelaunch(chain, now) else {
+        let Some(slot) = self.elastic.policy.prelaunch(chain, now) else {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
@@ -150,23 +147,16 @@ impl<B: Backend> Node<B> {
         if !self.elastic.on() || !self.is_live(chain) {
             return OnDemand::Nothing;
         }
-        let endpoint = self.elastic.endpoint.get(chain.index()).copied().unwrap_or(false);
         // The pool hook: no peers yet, so never remote.
-        // A shortfall: no region free or holding a victim (evicting a victim costs nobody).
-        let room = self.elastic.launcher.has_room();
-        let decision = self.elastic.launcher.place(chain, now, false, endpoint);
-        if !room && matches!(decision, Decision::ContextSwitch { .. } | Decision::Endpoint | Decision::Busy) {
-            self.elastic.stats.region_shortfalls += 1;
-        }
+        let decision = self.elastic.policy.on_demand(chain, now, false);
+        self.elastic.stats.region_shortfalls = self.elastic.policy.shortfalls();
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
-                let Some(inst) = self.elastic.slots[region].0 else { return OnDemand::Nothing };
-                if self.sched.resume_instance(inst).is_err() {
-                    return OnDemand::Nothing;
+                if self.resume(chain, region, now, false) {
+                    OnDemand::Retry
+                } else {
+                    OnDemand::Nothing
                 }
-                self.meter.set_active(inst, true);
-                self.record(now, chain, Some(region), EventKind::Resume, 0);
-                OnDemand::Retry
             }
             Decision::Launch { region } => self.launch_into(chain, region, None, now, EventKind::Launch),
             Decision::ContextSwitch { region, evicted } => {
@@ -190,7 +180,7 @@ impl<B: Backend> Node<B> {
     /// instance), stopping `evict` first if the region holds it.
     fn launch_into(&mut self, chain: ChainId, region: usize, evict: Option<InstanceId>, now: Instant, kind: EventKind) -> OnDemand {
         let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.elastic.launcher.free(region);
+            self.elastic.policy.free(region);
             return OnDemand::Nothing;
         };
         let Ok(inst) = self.sched.add_launching(chain, self.cfg.credits) else {
@@ -222,10 +212,10 @@ impl<B: Backend> Node<B> {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
             let live = self.is_live(self.sched.chain_of(p));
             match self.elastic.slot_of(p) {
-                Some(slot) if !evicting && live && self.elastic.cfg.victims => self.elastic.launcher.deschedule(slot, now),
                 Some(slot) if !evicting => {
-                    self.teardown(p);
-                    self.elastic.launcher.free(slot);
+                    if !self.elastic.policy.stopped(slot, now, live) {
+                        self.teardown(p);
+                    }
                 }
                 _ => self.teardown(p),
             }
@@ -263,14 +253,14 @@ impl<B: Backend> Node<B> {
             let place = self.elastic.slots[slot].1;
             if self.install(chain, inst, p.nts, place).is_err() {
                 // A worker that does not answer: the instance cannot run anywhere.
-                self.elastic.launcher.free(slot);
+                self.elastic.policy.free(slot);
                 continue;
             }
             self.elastic.slots[slot].0 = Some(inst);
             if p.inst.is_some() {
                 let _ = self.sched.set_running(inst);
             }
-            self.elastic.launcher.set_running(slot);
+            self.elastic.policy.running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
             self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
             ran = true;
@@ -297,82 +287,65 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Per epoch: each chain's load goes to the launch policy (who has spare bandwidth) and to
-    /// the auto-scaler, whose decisions are carried out here.
+    /// Per epoch: each chain's load goes to the elasticity policy, whose acts are carried out
+    /// here.
     pub(super) fn elastic_epoch(&mut self, now: Instant) {
         if !self.elastic.on() {
             return;
         }
+        let mut acts = std::mem::take(&mut self.elastic.acts);
         for c in 0..self.chains.len() {
             let chain = ChainId(c as u16);
-            if !self.is_live(chain) {
-                continue;
-            }
-            let load = self.elastic.load[c].update(self.meter.chain_load(chain));
-            let insts = self.sched.instances_of(chain).len();
-            for &inst in self.sched.instances_of(chain) {
-                if let Some(s) = self.elastic.slot_of(inst) {
-                    self.elastic.launcher.set_load(s, load / insts.max(1) as f64);
-                }
-            }
-            if insts == 0 || self.elastic.pending.iter().any(|p| p.chain == chain) {
-                continue;
-            }
-            let room = self.elastic.launcher.has_room();
-            match self.elastic.scaler.observe(now, chain, load, insts, room) {
-                Some(Scale::Out(_, n)) => {
-                    // As many as there are regions for (each launch takes one).
-                    for _ in 0..n {
-                        if !self.scale_out(chain, now) {
-                            break;
-                        }
-                    }
-                }
-                Some(Scale::In(_)) => self.scale_in(chain, now),
-                None => {}
+            if self.is_live(chain) {
+                self.elastic.policy.epoch(now, chain, self.meter.chain_load(chain), &mut acts);
             }
         }
+        for act in acts.drain(..) {
+            match act {
+                Act::Resume { chain, region } => {
+                    self.resume(chain, region, now, true);
+                }
+                Act::Launch { chain, region, .. } => self.scale_out(chain, region, now),
+                Act::Stop { chain, region, last } => self.scale_in(chain, region, last, now),
+            }
+        }
+        self.elastic.acts = acts;
         self.rechain_epoch(now);
     }
 
-    /// Adds one instance of `chain` (resumed, or launched into a region); false if none could
-    /// be.
-    fn scale_out(&mut self, chain: ChainId, now: Instant) -> bool {
-        match self.elastic.launcher.scale_out(chain, now) {
-            Some(Decision::Resume { region }) => {
-                let Some(inst) = self.elastic.slots[region].0 else { return false };
-                if self.sched.resume_instance(inst).is_err() {
-                    return false;
-                }
-                self.meter.set_active(inst, true);
-                self.record(now, chain, Some(region), EventKind::Resume, 0);
-                self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
-                true
-            }
-            Some(Decision::Launch { region }) | Some(Decision::ContextSwitch { region, .. }) => {
-                let Ok((nts, build)) = self.chain_nts(chain) else {
-                    self.elastic.launcher.free(region);
-                    return false;
-                };
-                let evict = self.elastic.slots[region].0;
-                let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, ready_at: now, evict, requested: now };
-                self.start(p, EventKind::ScaleOut, build);
-                true
-            }
-            _ => false,
+    /// The victim in `region` runs again (on demand, or `scaling` out); false if it cannot.
+    fn resume(&mut self, chain: ChainId, region: usize, now: Instant, scaling: bool) -> bool {
+        let Some(inst) = self.elastic.slots[region].0 else { return false };
+        if self.sched.resume_instance(inst).is_err() {
+            return false;
         }
+        self.meter.set_active(inst, true);
+        self.record(now, chain, Some(region), EventKind::Resume, 0);
+        if scaling {
+            self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
+        }
+        true
     }
 
-    fn scale_in(&mut self, chain: ChainId, now: Instant) {
-        // The most recently added instance goes (the others keep most of their flows).
-        let Some(&inst) = self.sched.instances_of(chain).last() else { return };
-        let last = self.sched.instances_of(chain).len() == 1;
+    /// One more instance of `chain`, launched into `region` (after the victim it holds, if any).
+    fn scale_out(&mut self, chain: ChainId, region: usize, now: Instant) {
+        let Ok((nts, build)) = self.chain_nts(chain) else {
+            self.elastic.policy.free(region);
+            return;
+        };
+        let evict = self.elastic.slots[region].0;
+        let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, ready_at: now, evict, requested: now };
+        self.start(p, EventKind::ScaleOut, build);
+    }
+
+    /// The instance of `chain` in `region` stops; its flows move to the others.
+    fn scale_in(&mut self, chain: ChainId, region: usize, last: bool, now: Instant) {
+        let Some(inst) = self.elastic.slots[region].0 else { return };
         if self.sched.stop_instance(inst).is_err() {
             return;
         }
         self.meter.set_active(inst, false);
-        let region = self.elastic.slot_of(inst);
-        self.record(now, chain, region, if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
+        self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
         self.advance_elastic(now);
     }
 }

@@ -467,7 +467,7 @@ impl<B: Backend> Node<B> {
         let shortfalls = self.elastic.stats.region_shortfalls;
         let pressure = shortfalls > self.dags.shortfalls_seen;
         self.dags.shortfalls_seen = shortfalls;
-        let unused = self.elastic.launcher.unused();
+        let unused = self.elastic.policy.unused();
         // Per chain: the DAGs whose forms use it (a chain shared with another DAG cannot move).
         let mut users = vec![0u32; self.chains.len()];
         for e in self.dags.entries.iter().flatten() {
@@ -488,7 +488,7 @@ impl<B: Backend> Node<B> {
                 dag: DagUid(i as u32),
                 form: e.form,
                 planned_chains: e.planned_chains.len(),
-                compact_load: chains.iter().map(|c| self.elastic.load[c.index()].smoothed()).sum(),
+                compact_load: chains.iter().map(|c| self.elastic.policy.smoothed_load(*c)).sum(),
                 ready,
             });
         }

@@ -101,7 +101,7 @@ impl<B: Backend> Node<B> {
             .collect();
         for (slot, inst) in parked {
             self.teardown(inst);
-            self.elastic.launcher.free(slot);
+            self.elastic.policy.free(slot);
         }
     }
 }

@@ -1,0 +1,411 @@
+//! One node's elasticity policy (paper 000 §4.3–§4.4): its regions, where a chain runs when
+//! packets need it, and when a chain gets an instance more or one fewer.
+//!
+//! [`Elasticity`] composes the [`Launcher`] (what each region holds; the on-demand order) and
+//! the [`Autoscaler`] (scale events on load held for a whole MONITOR_PERIOD) with what both
+//! need from a node: each chain's load, smoothed ([`LoadSmoother`]), split over the regions
+//! that run it; which chains the tenant's endpoint can run; and which instance a scale-in
+//! stops. The daemon's data plane and the simulator drive this one machine: they report loads
+//! once an epoch and a chain's region emptying, and carry out the [`Act`]s it returns (build
+//! and start a region, resume a victim, stop an instance). What they keep is what only they
+//! have: the regions' NTs and their state, the packets, the threads.
+//!
+//! The rules a driver used to make on its own, now made here once:
+//! - a chain's instances, for the auto-scaler, are the regions running it or launching it (a
+//!   launch under way counts as capacity on its way, so a load it will carry is not asked for
+//!   twice);
+//! - a scale-in stops the chain's most recently started region (the longer-lived instances keep
+//!   their flows);
+//! - a region whose chain has stopped becomes a victim or is freed ([`Elasticity::stopped`]).
+
+use crate::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother, Scale};
+use crate::ids::ChainId;
+use crate::launcher::{Decision, Launcher, LauncherConfig, RegionState};
+use crate::time::Instant;
+use core::time::Duration;
+
+/// Elasticity parameters (node.yaml's `elastic:` block; a scenario's region and launch keys).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ElasticConfig {
+    /// Regions on the node. 0: no region limit and no elasticity (every launch gets its own
+    /// region, nothing is launched on demand or scaled).
+    pub regions: usize,
+    /// Emulated reconfiguration delay added to every launch (0; 5 ms = the paper's PR).
+    pub launch_delay: Duration,
+    /// Scale chains out and in with their load.
+    pub autoscale: bool,
+    /// Deschedule a chain with no load at all for a whole MONITOR_PERIOD (its last instance
+    /// stops; a victim if `victims`).
+    pub deschedule_idle: bool,
+    /// MONITOR_PERIOD: how long an overload or underload must last before a scale event (never
+    /// shorter than a launch).
+    pub monitor_period: Duration,
+    /// Load per instance (fraction of its throughput) above which it counts as overloaded.
+    pub high: f64,
+    /// A running instance below this load is shared with a new tenant rather than launching.
+    pub share_below: f64,
+    /// Keep descheduled chains loaded as victims (the victim cache); off: free their regions.
+    pub victims: bool,
+    /// Switch DAGs that have a compact form between it and their planned chains with the
+    /// pressure on regions (`crate::rechain`).
+    pub rechain: bool,
+}
+
+impl Default for ElasticConfig {
+    fn default() -> Self {
+        let scale = AutoscaleConfig::default();
+        ElasticConfig {
+            regions: 0,
+            launch_delay: Duration::ZERO,
+            autoscale: false,
+            deschedule_idle: scale.deschedule_idle,
+            monitor_period: scale.monitor_period,
+            high: scale.high,
+            share_below: LauncherConfig::default().share_below,
+            victims: true,
+            rechain: true,
+        }
+    }
+}
+
+/// What the driver must do after an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Scale out by resuming the chain's victim in `region` (no launch).
+    Resume {
+        /// The chain.
+        chain: ChainId,
+        /// Its region.
+        region: usize,
+    },
+    /// Scale out by launching the chain into `region`; if `evict` names a chain, that chain's
+    /// victim holds the region and goes first.
+    Launch {
+        /// The chain.
+        chain: ChainId,
+        /// The region.
+        region: usize,
+        /// A victim to evict from the region first.
+        evict: Option<ChainId>,
+    },
+    /// Stop the chain's instance in `region` (its flows move to the others); report the region
+    /// with [`Elasticity::stopped`] once it has finished what it held. `last`: it was the
+    /// chain's only instance (an idle chain descheduled).
+    Stop {
+        /// The chain.
+        chain: ChainId,
+        /// The region.
+        region: usize,
+        /// The chain's last instance.
+        last: bool,
+    },
+}
+
+/// One node's elasticity policy. See the module docs.
+#[derive(Debug, Clone)]
+pub struct Elasticity {
+    cfg: ElasticConfig,
+    launcher: Launcher,
+    scaler: Autoscaler,
+    /// Per chain: its load as auto-scaling watches it (instances' worth).
+    load: Vec<LoadSmoother>,
+    /// Per chain: the tenant's endpoint can run it.
+    endpoint: Vec<bool>,
+    /// Per region: when its chain last started (launch asked for, or resumed).
+    started: Vec<Instant>,
+    shortfalls: u64,
+}
+
+impl Elasticity {
+    /// A node's regions, all free.
+    pub fn new(cfg: ElasticConfig) -> Self {
+        Elasticity {
+            launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
+            scaler: Autoscaler::new(AutoscaleConfig {
+                monitor_period: cfg.monitor_period,
+                high: cfg.high,
+                launch_time: cfg.launch_delay,
+                deschedule_idle: cfg.deschedule_idle,
+                scale: cfg.autoscale,
+            }),
+            load: Vec::new(),
+            endpoint: Vec::new(),
+            started: vec![Instant::ZERO; cfg.regions],
+            shortfalls: 0,
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ElasticConfig {
+        &self.cfg
+    }
+
+    /// True when regions are limited and chains come and go.
+    #[inline]
+    pub fn on(&self) -> bool {
+        self.cfg.regions > 0
+    }
+
+    /// The regions, as the launch policy sees them.
+    pub fn regions(&self) -> &[RegionState] {
+        self.launcher.regions()
+    }
+
+    /// The effective MONITOR_PERIOD (never shorter than a launch, as measured).
+    pub fn monitor_period(&self) -> Duration {
+        self.scaler.config().monitor_period
+    }
+
+    /// Times packets needed a region and none was free (a context switch, the endpoint
+    /// fallback, or nothing at all): the pressure on regions.
+    pub fn shortfalls(&self) -> u64 {
+        self.shortfalls
+    }
+
+    /// True if a launch could take a region without stopping a running chain.
+    pub fn has_room(&self) -> bool {
+        self.launcher.has_room()
+    }
+
+    /// Regions a launch could take without stopping a running chain.
+    pub fn unused(&self) -> usize {
+        self.launcher.unused()
+    }
+
+    /// A chain id comes into use (or back into use): no load, no fallback, no scaling history.
+    pub fn add_chain(&mut self, chain: ChainId) {
+        let c = chain.index();
+        if self.load.len() <= c {
+            self.load.resize(c + 1, LoadSmoother::default());
+            self.endpoint.resize(c + 1, false);
+        }
+        self.load[c] = LoadSmoother::default();
+        self.endpoint[c] = false;
+        self.scaler.forget(chain);
+    }
+
+    /// Declares whether the tenant's endpoint can run `chain` itself (its packets are then sent
+    /// on unprocessed when no region can be found, before resorting to a context switch).
+    pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
+        if let Some(e) = self.endpoint.get_mut(chain.index()) {
+            *e = yes;
+        }
+    }
+
+    /// A launch is expected to take `t` (measured build plus the emulated delay): launches are
+    /// planned with it and MONITOR_PERIOD never falls below it.
+    pub fn set_launch_time(&mut self, t: Duration) {
+        self.launcher.set_launch_time(t);
+        self.scaler.set_launch_time(t);
+    }
+
+    /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).
+    pub fn prelaunch(&mut self, chain: ChainId, now: Instant) -> Option<usize> {
+        let region = self.launcher.prelaunch(chain, now)?;
+        self.started[region] = now;
+        Some(region)
+    }
+
+    /// Packets need `chain`, which has no active instance: the paper's on-demand order (share
+    /// or resume what is loaded, a free region, the pool, the tenant's endpoint, last a context
+    /// switch), applied to the regions. `remote`: a peer has room for it.
+    pub fn on_demand(&mut self, chain: ChainId, now: Instant, remote: bool) -> Decision {
+        let endpoint = self.endpoint.get(chain.index()).copied().unwrap_or(false);
+        let room = self.launcher.has_room();
+        let decision = self.launcher.place(chain, now, remote, endpoint);
+        match decision {
+            Decision::ContextSwitch { .. } | Decision::Remote | Decision::Endpoint | Decision::Busy if !room => self.shortfalls += 1,
+            _ => {}
+        }
+        if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = decision {
+            self.started[region] = now;
+        }
+        decision
+    }
+
+    /// Launches that were due by `now` run (for a driver whose launches take exactly the
+    /// launch time, as the simulator's do).
+    pub fn tick(&mut self, now: Instant) {
+        self.launcher.tick(now);
+    }
+
+    /// The driver finished launching `region`.
+    pub fn running(&mut self, region: usize) {
+        self.launcher.set_running(region);
+    }
+
+    /// `region` is empty again (its launch failed, or its chain went away).
+    pub fn free(&mut self, region: usize) {
+        self.launcher.free(region);
+    }
+
+    /// The instance in `region` stopped and finished what it held: it stays loaded as a victim
+    /// if victims are kept and the driver would `keep` it (its chain is still wanted), else the
+    /// region is freed. Returns true if it is a victim.
+    pub fn stopped(&mut self, region: usize, now: Instant, keep: bool) -> bool {
+        if keep && self.cfg.victims {
+            self.launcher.deschedule(region, now);
+            true
+        } else {
+            self.launcher.free(region);
+            false
+        }
+    }
+
+    /// `chain`'s smoothed load, idle epochs included (instances' worth).
+    pub fn smoothed_load(&self, chain: ChainId) -> f64 {
+        self.load.get(chain.index()).map_or(0.0, LoadSmoother::smoothed)
+    }
+
+    /// The regions running or launching `chain`: its instances, as the auto-scaler counts them.
+    pub fn instances(&self, chain: ChainId) -> usize {
+        self.regions()
+            .iter()
+            .filter(|r| matches!(**r, RegionState::Running { chain: c, .. } | RegionState::Launching { chain: c, .. } if c == chain))
+            .count()
+    }
+
+    /// One epoch of `chain`: `load` is what it carried, in instances' worth (0 only if nothing
+    /// arrived). Smooths it, gives each region running the chain its share (the launch policy
+    /// weighs it), asks the auto-scaler, and pushes what is to be done onto `acts`.
+    pub fn epoch(&mut self, now: Instant, chain: ChainId, load: f64, acts: &mut Vec<Act>) {
+        let Some(smoother) = self.load.get_mut(chain.index()) else { return };
+        let load = smoother.update(load);
+        let instances = self.instances(chain);
+        if instances == 0 {
+            // Nothing runs it: packets that come launch it on demand.
+            return;
+        }
+        let share = load / instances as f64;
+        for region in 0..self.regions().len() {
+            if matches!(self.regions()[region], RegionState::Running { chain: c, .. } if c == chain) {
+                self.launcher.set_load(region, share);
+            }
+        }
+        match self.scaler.observe(now, chain, load, instances, self.launcher.has_room()) {
+            // As many as there are regions for (each launch takes one).
+            Some(Scale::Out(_, n)) => {
+                for _ in 0..n {
+                    let act = match self.launcher.scale_out(chain, now) {
+                        Some(Decision::Resume { region }) => Act::Resume { chain, region },
+                        Some(Decision::Launch { region }) => Act::Launch { chain, region, evict: None },
+                        Some(Decision::ContextSwitch { region, evicted }) => Act::Launch { chain, region, evict: Some(evicted) },
+                        _ => break,
+                    };
+                    let (Act::Resume { region, .. } | Act::Launch { region, .. } | Act::Stop { region, .. }) = act;
+                    self.started[region] = now;
+                    acts.push(act);
+                }
+            }
+            Some(Scale::In(_)) => {
+                let newest = (0..self.regions().len())
+                    .filter(|&r| matches!(self.regions()[r], RegionState::Running { chain: c, .. } if c == chain))
+                    .max_by_key(|&r| (self.started[r], r));
+                if let Some(region) = newest {
+                    acts.push(Act::Stop { chain, region, last: instances == 1 });
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: ChainId = ChainId(0);
+    const B: ChainId = ChainId(1);
+    const MS: u64 = 1_000_000;
+
+    fn elastic(regions: usize) -> Elasticity {
+        let mut e = Elasticity::new(ElasticConfig {
+            regions,
+            autoscale: true,
+            monitor_period: Duration::from_millis(5),
+            ..ElasticConfig::default()
+        });
+        e.add_chain(A);
+        e.add_chain(B);
+        e
+    }
+
+    /// Runs epochs of 1 ms from `from` with a constant load until an act comes out.
+    fn until_act(e: &mut Elasticity, from: u64, chain: ChainId, load: f64) -> (u64, Vec<Act>) {
+        let mut acts = Vec::new();
+        for t in from..from + 100 {
+            e.epoch(Instant(t * MS), chain, load, &mut acts);
+            if !acts.is_empty() {
+                return (t, acts);
+            }
+        }
+        panic!("no act in 100 epochs");
+    }
+
+    #[test]
+    fn an_overload_held_a_period_launches_what_it_needs_and_a_launch_under_way_counts() {
+        let mut e = elastic(4);
+        let r0 = e.prelaunch(A, Instant::ZERO).unwrap();
+        e.running(r0);
+        // 2.5 instances' worth on one: two more, after one period (the smoothing ramps up).
+        let (t, acts) = until_act(&mut e, 0, A, 2.5);
+        assert_eq!(acts.len(), 2, "{acts:?}");
+        assert!(acts.iter().all(|a| matches!(a, Act::Launch { chain: A, evict: None, .. })));
+        assert_eq!(e.instances(A), 3, "launching regions count as instances");
+        // While they launch, the same load asks for nothing more: three instances carry it.
+        let mut more = Vec::new();
+        for u in t + 1..t + 30 {
+            e.epoch(Instant(u * MS), A, 2.5, &mut more);
+        }
+        assert!(more.is_empty(), "{more:?}");
+    }
+
+    #[test]
+    fn a_scale_in_stops_the_most_recently_started_region_and_keeps_it_as_a_victim() {
+        let mut e = elastic(4);
+        let r0 = e.prelaunch(A, Instant::ZERO).unwrap();
+        e.running(r0);
+        let (t, acts) = until_act(&mut e, 0, A, 1.5);
+        let Act::Launch { region: r1, .. } = acts[0] else { panic!("{acts:?}") };
+        e.running(r1);
+        // The load falls to fit one instance: the newer region stops.
+        let (t, acts) = until_act(&mut e, t + 1, A, 0.3);
+        assert_eq!(acts, vec![Act::Stop { chain: A, region: r1, last: false }]);
+        assert!(e.stopped(r1, Instant(t * MS), true));
+        assert!(matches!(e.regions()[r1], RegionState::Victim { chain: A, .. }));
+        // Idle for a period: the last one is descheduled too.
+        let (_, acts) = until_act(&mut e, t + 1, A, 0.0);
+        assert_eq!(acts, vec![Act::Stop { chain: A, region: r0, last: true }]);
+    }
+
+    #[test]
+    fn scale_out_resumes_a_victim_of_the_chain_before_launching_and_evicts_another_chains_last() {
+        let mut e = elastic(2);
+        let ra = e.prelaunch(A, Instant::ZERO).unwrap();
+        let rb = e.prelaunch(B, Instant::ZERO).unwrap();
+        e.running(ra);
+        e.running(rb);
+        // B goes idle and becomes a victim; A then needs a second instance: B's region.
+        let (t, acts) = until_act(&mut e, 0, B, 0.0);
+        assert_eq!(acts, vec![Act::Stop { chain: B, region: rb, last: true }]);
+        e.stopped(rb, Instant(t * MS), true);
+        let (_, acts) = until_act(&mut e, 0, A, 1.5);
+        assert_eq!(acts, vec![Act::Launch { chain: A, region: rb, evict: Some(B) }]);
+    }
+
+    #[test]
+    fn on_demand_counts_a_shortfall_only_when_no_region_is_free_and_honours_the_endpoint() {
+        let mut e = elastic(1);
+        assert_eq!(e.on_demand(A, Instant::ZERO, false), Decision::Launch { region: 0 });
+        e.running(0);
+        assert_eq!(e.shortfalls(), 0);
+        e.set_endpoint_fallback(B, true);
+        assert_eq!(e.on_demand(B, Instant(MS), false), Decision::Endpoint);
+        assert_eq!(e.shortfalls(), 1);
+        assert_eq!(e.on_demand(B, Instant(MS), true), Decision::Remote, "a peer with room comes before the endpoint");
+        e.set_endpoint_fallback(B, false);
+        assert_eq!(e.on_demand(B, Instant(2 * MS), false), Decision::ContextSwitch { region: 0, evicted: A });
+        assert_eq!(e.shortfalls(), 3);
+    }
+}
