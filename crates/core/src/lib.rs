@@ -18,6 +18,8 @@
 //!   in, ingress limits out); [`meter`]: the demand model that turns a node's counters into
 //!   that demand, and the ingress limiters; [`dwrr`] and [`engine`]: FairNIC's egress and
 //!   engine isolation.
+//! - [`config`]: node.yaml's tree (sections, defaults, validation), which the daemon reads and
+//!   a simulator scenario embeds; each machine is built from its own section.
 //! - [`cost`]: the paper's CapEx model (Appendix A.2) and a lifetime TCO with energy.
 //! - [`join`]: the synchronization buffer where a packet forked to parallel NTs joins again.
 //! - [`launcher`]: where a chain runs when packets need it — share, victim-cache resume,
@@ -45,6 +47,7 @@
 #![warn(missing_docs)]
 
 pub mod autoscale;
+pub mod config;
 pub mod cost;
 pub mod dag;
 pub mod drf;

@@ -96,24 +96,26 @@ pub struct NodeConfig {
 }
 
 impl Default for NodeConfig {
+    /// node.yaml's defaults (`snic_core::config`) where node.yaml has the setting.
     fn default() -> Self {
+        let file = snic_core::config::NodeSettings::default();
         NodeConfig {
-            store_buffers: 8192,
+            store_buffers: file.store_buffers,
             batch: 32,
             credits: 256,
             max_queue_per_tenant: 1024,
             local: Peer::default(),
-            workers: 0,
+            workers: file.workers,
             pin_cores: false,
             max_learned_macs: 65536,
-            vtep_port: Some(vxlan::PORT),
+            vtep_port: file.vtep_port,
             fair: FairConfig::default(),
-            link_bps: 25e9,
+            link_bps: file.fairness.link_gbps * 1e9,
             dispatch_quantum: Duration::from_micros(10),
             engine_buckets: true,
             elastic: ElasticConfig::default(),
             panic_mode: false,
-            auto_place: true,
+            auto_place: file.auto_place,
             placement: PlacementConfig::default(),
         }
     }

@@ -13,8 +13,8 @@
 //! peak bin. `multi-host-nic`: the same capacity in one rack device, each endpoint on its fixed
 //! sub-link (the sum of peaks; no sharing). `static-max`: the rack's pool with enough instances
 //! for the rack's peak bin; `static-avg`: for its average. `snic`: the rack's pool scaled by
-//! `snic-core`'s elasticity policy (auto-scaler and launcher) — the daemon's code — with launches taking
-//! `launch_ms`, descheduled instances kept as victims; `as-instant`: the instances the load
+//! `snic-core`'s elasticity policy (auto-scaler and launcher) — the daemon's code — with the
+//! scenario's `[node.elastic]` (launches taking `launch_delay_ms`), descheduled instances kept as victims; `as-instant`: the instances the load
 //! needs, every bin, at no cost (the unrealistic bound).
 //!
 //! **Costs.** CapEx: instances provisioned (for `snic`, the regions it may use). OpEx:
@@ -36,15 +36,6 @@ use std::time::Duration;
 pub struct AutoscaleSpec {
     /// Throughput of one NT instance, Gbit/s.
     pub instance_gbps: f64,
-    /// Launch time (the paper's PR: 5 ms).
-    #[serde(default = "crate::five_ms")]
-    pub launch_ms: f64,
-    /// MONITOR_PERIOD.
-    #[serde(default = "crate::five_ms")]
-    pub monitor_period_ms: f64,
-    /// Load per instance above which it is overloaded.
-    #[serde(default = "high")]
-    pub high: f64,
     /// Regions of the rack's pool (default: static-max's instances).
     #[serde(default)]
     pub regions: Option<usize>,
@@ -79,10 +70,6 @@ pub(crate) fn pool_hop_us() -> f64 {
 }
 
 /// Default overload threshold per instance (the node's).
-pub(crate) fn high() -> f64 {
-    0.9
-}
-
 /// Default queue bound, ms of a server's capacity.
 pub(crate) fn buffer() -> f64 {
     10.0
@@ -163,11 +150,8 @@ impl AutoscaleSpec {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
         use crate::{non_negative as non_neg, positive as pos};
-        if !pos(self.instance_gbps) || !pos(self.buffer_ms) || !non_neg(self.launch_ms) || !non_neg(self.monitor_period_ms) {
-            return Err("autoscale: instance_gbps and buffer_ms must be positive, launch_ms and monitor_period_ms zero or more".into());
-        }
-        if !(self.high > 0.0 && self.high <= 1.0) {
-            return Err("autoscale.high must be in (0, 1]".into());
+        if !pos(self.instance_gbps) || !pos(self.buffer_ms) {
+            return Err("autoscale: instance_gbps and buffer_ms must be positive".into());
         }
         if self.correlations.iter().any(|c| !(0.0..=1.0).contains(c)) {
             return Err("autoscale.correlations must lie in [0, 1]".into());
@@ -190,13 +174,15 @@ impl AutoscaleSpec {
     }
 
     /// Runs every scheme on each correlation variant of `workload` (`racks` racks of
-    /// `per_rack` endpoints, each rack with its own pool; `bins` bins of `bin_ms`), at request
+    /// `per_rack` endpoints, each rack with its own pool whose `snic` scheme follows `elastic`,
+    /// the scenario's `[node.elastic]`; `bins` bins of `bin_ms`), at request
     /// granularity (`flow` false: every request drawn) or flow granularity. `progress(done,
     /// total)` is called about every 1% of the run.
     #[allow(clippy::too_many_arguments)] // the run's dimensions, each one number
     pub fn run(
         &self,
         workload: &Workload,
+        elastic: &ElasticConfig,
         seed: u64,
         racks: usize,
         per_rack: usize,
@@ -233,7 +219,7 @@ impl AutoscaleSpec {
                     progress((2 * k + pass) * bins + b, total);
                 }
             };
-            let shape = Shape { racks, per_rack, bins, bin_ms };
+            let shape = Shape { racks, per_rack, bins, bin_ms, elastic: *elastic };
             if flow {
                 out.extend(self.schemes(&Bins::Flow { workload: w, seed }, shape, corr, &mut tick));
             } else {
@@ -246,7 +232,7 @@ impl AutoscaleSpec {
     }
 
     fn schemes(&self, src: &Bins<'_>, shape: Shape, corr: f64, tick: &mut dyn FnMut(usize, usize)) -> Vec<SchemeFigures> {
-        let Shape { racks, per_rack, bins, bin_ms } = shape;
+        let Shape { racks, per_rack, bins, bin_ms, elastic } = shape;
         let endpoints = racks * per_rack;
         let per_inst = self.instance_gbps * 1e9 / 8.0 * bin_ms / 1e3; // bytes per bin
         let bound = |cap: f64| cap * self.buffer_ms / bin_ms;
@@ -267,11 +253,11 @@ impl AutoscaleSpec {
             }
         });
         let own: Vec<usize> = own_peak.iter().map(|&p| need(p)).collect();
-        let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
+        let launch = elastic.launch_delay;
         let mut pools: Vec<RackPool> = (0..racks)
             .map(|r| {
                 let k_max = need(peak[r]);
-                RackPool::new(self, k_max, need(sum[r] / bins.max(1) as f64), self.regions.unwrap_or(k_max), launch)
+                RackPool::new(&elastic, k_max, need(sum[r] / bins.max(1) as f64), self.regions.unwrap_or(k_max))
             })
             .collect();
         // Pass 2: every scheme on the same bins.
@@ -345,6 +331,8 @@ struct Shape {
     per_rack: usize,
     bins: usize,
     bin_ms: f64,
+    /// The scenario's `[node.elastic]`.
+    elastic: ElasticConfig,
 }
 
 /// One rack's pool: its queue under each pooled scheme, and the snic scheme's elasticity policy
@@ -364,16 +352,14 @@ struct RackPool {
 const CHAIN: ChainId = ChainId(0);
 
 impl RackPool {
-    fn new(spec: &AutoscaleSpec, k_max: usize, k_avg: usize, regions: usize, launch: Duration) -> Self {
+    fn new(elastic: &ElasticConfig, k_max: usize, k_avg: usize, regions: usize) -> Self {
+        let launch = elastic.launch_delay;
         let mut policy = Elasticity::new(ElasticConfig {
             regions,
-            launch_delay: launch,
             autoscale: true,
             // The rack's chain always has its first instance.
             deschedule_idle: false,
-            monitor_period: Duration::from_secs_f64(spec.monitor_period_ms / 1e3),
-            high: spec.high,
-            ..ElasticConfig::default()
+            ..*elastic
         });
         policy.add_chain(CHAIN);
         policy.prelaunch(CHAIN, Instant::ZERO);
@@ -396,7 +382,7 @@ impl RackPool {
         let bin_s = bin_ms / 1e3;
         self.policy.tick(now);
         let k_snic = self.policy.regions().iter().filter(|r| matches!(r, RegionState::Running { .. })).count();
-        let k_inst = ((total / per_inst / spec.high).ceil() as usize).max(1);
+        let k_inst = ((total / per_inst / self.policy.config().high).ceil() as usize).max(1);
         self.most = self.most.max(k_inst);
         for (((srv, d), opex), k) in
             self.servers.iter_mut().zip(d.iter_mut()).zip(opex.iter_mut()).zip([self.k_max, self.k_avg, k_snic, k_inst])

@@ -7,46 +7,29 @@
 //! in proportion to the load admitted to it.
 
 use serde::{Deserialize, Serialize};
+use snic_core::config::Config;
 use snic_core::dag::{DagRoute, NtMask, Step};
-use snic_core::fair::{jain, FairConfig};
+use snic_core::fair::jain;
 use snic_core::ids::{ChainId, InstanceId, TenantId};
 use snic_core::meter::{Arrivals, Counters, Meter, TenantCounters};
 use snic_core::time::Instant;
-use std::time::Duration;
 
 /// The scenario's `[fairness]` section.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct FairnessSpec {
-    /// EPOCH_LEN, µs.
-    #[serde(default = "default_epoch")]
-    pub epoch_us: u64,
-    /// Weight of the newest epoch in the demand average.
-    #[serde(default = "default_smoothing")]
-    pub smoothing: f64,
     /// Packets per second per load unit.
     #[serde(default = "default_unit")]
     pub unit_pps: f64,
     /// Bytes per packet (VXLAN datagram), for the link.
     #[serde(default = "default_packet_bytes")]
     pub packet_bytes: f64,
-    /// The node's link, Gbit/s each way, as fair sharing counts it (node.yaml's
-    /// `fairness.link_gbps`; unset: it never binds). Traffic past it is not dropped by the
-    /// model: the limits the policy sets keep tenants within it.
-    #[serde(default)]
-    pub link_gbps: Option<f64>,
     /// The NTs and their throughput (units).
     pub nts: Vec<NtSpec>,
     /// The tenants.
     pub tenants: Vec<TenantSpec>,
 }
 
-fn default_epoch() -> u64 {
-    100
-}
-fn default_smoothing() -> f64 {
-    FairConfig::default().smoothing
-}
 fn default_unit() -> f64 {
     100_000.0
 }
@@ -54,8 +37,6 @@ fn default_packet_bytes() -> f64 {
     1000.0
 }
 
-/// The link when the scenario sets none: far more than any scenario offers.
-const UNBOUND_LINK_BPS: f64 = 1e15;
 /// Packet-store buffers the modelled node has (the fluid model holds none).
 const STORE_BUFFERS: usize = 65_536;
 
@@ -124,11 +105,8 @@ impl FairnessSpec {
     /// Checks names and ranges.
     pub fn validate(&self) -> Result<(), String> {
         use crate::{non_negative, positive};
-        if self.epoch_us == 0 || !(self.smoothing > 0.0 && self.smoothing <= 1.0) || !positive(self.unit_pps) {
-            return Err("fairness: epoch_us and unit_pps must be positive, smoothing in (0, 1]".into());
-        }
-        if !positive(self.packet_bytes) || self.link_gbps.is_some_and(|l| !positive(l)) {
-            return Err("fairness: packet_bytes and link_gbps must be positive".into());
+        if !positive(self.unit_pps) || !positive(self.packet_bytes) {
+            return Err("fairness: unit_pps and packet_bytes must be positive".into());
         }
         if self.tenants.len() >= usize::from(u16::MAX) {
             return Err("fairness: too many tenants".into());
@@ -155,12 +133,11 @@ impl FairnessSpec {
         t.load.iter().filter(|[ts, _]| *ts <= s).max_by(|a, b| a[0].total_cmp(&b[0])).map_or(0.0, |l| l[1])
     }
 
-    /// Runs `duration_s` of epochs.
-    pub fn run(&self, duration_s: f64) -> FairnessResult {
-        let epoch = Duration::from_micros(self.epoch_us);
-        let cfg = FairConfig { epoch, smoothing: self.smoothing, ..FairConfig::default() };
-        let link_bps = self.link_gbps.map_or(UNBOUND_LINK_BPS, |g| g * 1e9);
-        let mut m = Meter::new(cfg, Instant::ZERO, link_bps, 0, STORE_BUFFERS, self.tenants.len() + 1);
+    /// Runs `duration_s` of epochs on a node configured by `node` (the scenario's `[node]`:
+    /// its fairness section and link).
+    pub fn run(&self, duration_s: f64, node: &Config) -> FairnessResult {
+        let epoch = node.fair.epoch;
+        let mut m = Meter::new(node.fair, Instant::ZERO, node.link_bps, 0, STORE_BUFFERS, self.tenants.len() + 1);
         // Each NT is a chain of one, with one instance of its declared throughput.
         for (i, n) in self.nts.iter().enumerate() {
             let c = ChainId(i as u16);
@@ -190,9 +167,9 @@ impl FairnessSpec {
             let s = k as f64 * dt;
             let limits: Vec<Option<f64>> = m.fairness().shares().iter().map(|x| x.limit_pps).collect();
             let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
-            // Everything offered reaches the node (`link_gbps` is the link's capacity as fair
-            // sharing counts it, as the node's `fairness.link_gbps`: the limits keep tenants
-            // within it); the limits admit part of it.
+            // Everything offered reaches the node (`[node.fairness]`'s `link_gbps` is the
+            // link's capacity as fair sharing counts it: the limits keep tenants within it);
+            // the limits admit part of it.
             let admitted: Vec<f64> = offered.iter().zip(&limits).map(|(o, l)| l.map_or(*o, |l| o.min(l * dt))).collect();
             // Each NT serves what was admitted to it, up to its throughput, in proportion.
             let mut on_nt = vec![0.0; self.nts.len()];

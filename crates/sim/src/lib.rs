@@ -29,6 +29,7 @@ pub mod victim;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
+use snic_core::config::{Config, NodeSettings};
 use snic_core::cost::peak_ratio;
 use workload::{Workload, WorkloadError};
 
@@ -74,6 +75,14 @@ pub struct Scenario {
     /// NT sequences, deployments and loads (`chaining`).
     #[serde(default)]
     pub chaining: Option<chaining::ChainingSpec>,
+    /// The simulated nodes' configuration: node.yaml's tree, defaults and checks
+    /// (`snic_core::config`), as `[node]`, `[node.elastic]`, `[node.fairness]`. The experiments
+    /// take their policy settings from it: `autoscale`, `victim_cache` and
+    /// `consolidation_usage` the elastic section's launch delay, MONITOR_PERIOD, `high`,
+    /// `share_below` and `victims` (their region counts and whether they scale are the
+    /// experiment's); `fairness` the fairness section.
+    #[serde(default)]
+    pub node: NodeSettings,
 }
 
 fn default_bin() -> f64 {
@@ -88,11 +97,6 @@ pub(crate) fn positive(v: f64) -> bool {
 /// A finite value of zero or more.
 pub(crate) fn non_negative(v: f64) -> bool {
     v.is_finite() && v >= 0.0
-}
-
-/// 5 ms: the paper's reconfiguration time, the default launch time and MONITOR_PERIOD.
-pub(crate) fn five_ms() -> f64 {
-    5.0
 }
 
 /// How finely the workload is simulated.
@@ -235,6 +239,7 @@ impl Scenario {
         if !positive(self.duration_s) {
             return Err(SimError::Range("duration_s must be positive".into()));
         }
+        let node: Config = self.node.clone().validate().map_err(|e| SimError::Range(format!("[node]: {e}")))?;
         match self.experiment.as_str() {
             "consolidation" => {
                 let (t, w, _) = self.inputs("[topology] and [workload]", true, || Ok(()))?;
@@ -245,7 +250,7 @@ impl Scenario {
                     return Err(SimError::Range("fairness needs a [fairness] section".into()));
                 };
                 spec.validate().map_err(SimError::Range)?;
-                let r = spec.run(self.duration_s);
+                let r = spec.run(self.duration_s, &node);
                 let figure = plot::Figure::Lines {
                     title: format!("{}: delivered load per tenant", self.name),
                     x: "time (ms)".into(),
@@ -263,7 +268,7 @@ impl Scenario {
                 // Each rack: its endpoints and its pool.
                 let n = t.racks * t.endpoints_per_rack;
                 let flow = self.granularity == Granularity::Flow;
-                let rows = spec.run(&w, seed, t.racks, t.endpoints_per_rack, bins, self.bin_ms, flow, progress);
+                let rows = spec.run(&w, &node.elastic, seed, t.racks, t.endpoints_per_rack, bins, self.bin_ms, flow, progress);
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: slowdown vs OpEx", self.name),
                     x: "OpEx (instance-time, vs static-max)".into(),
@@ -284,7 +289,7 @@ impl Scenario {
                     }
                 })?;
                 let spec = spec.expect("checked by inputs");
-                let rows = spec.run(&w, seed, t.endpoints_per_rack, bins, self.bin_ms);
+                let rows = spec.run(&w, &node.elastic, seed, t.endpoints_per_rack, bins, self.bin_ms);
                 let figure = plot::Figure::Scatter {
                     title: format!("{}: victim cache — slowdown vs OpEx", self.name),
                     x: "OpEx (vs no victim cache)".into(),
@@ -308,7 +313,7 @@ impl Scenario {
                 let (_, w, bins) = self
                     .inputs("[topology], [workload] and [consolidation_usage]", spec.is_some(), || spec.map_or(Ok(()), |s| s.validate()))?;
                 let spec = spec.expect("checked by inputs");
-                let rows = spec.run(&w, seed, bins, self.bin_ms, self.granularity == Granularity::Flow);
+                let rows = spec.run(&w, &node.elastic, seed, bins, self.bin_ms, self.granularity == Granularity::Flow);
                 let figure = plot::Figure::Bars {
                     title: format!("{}: NT usage consolidated ÷ separate", self.name),
                     y: "instance-time ratio".into(),

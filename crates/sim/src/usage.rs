@@ -6,6 +6,7 @@
 use crate::autoscale::AutoscaleSpec;
 use crate::workload::Workload;
 use serde::{Deserialize, Serialize};
+use snic_core::elastic::ElasticConfig;
 
 /// The scenario's `[consolidation_usage]` section.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -15,12 +16,6 @@ pub struct UsageSpec {
     pub endpoints_per_node: Vec<usize>,
     /// NT instance speeds, Gbit/s, one case each.
     pub nt_gbps: Vec<f64>,
-    /// Launch time, ms.
-    #[serde(default = "crate::five_ms")]
-    pub launch_ms: f64,
-    /// MONITOR_PERIOD, ms.
-    #[serde(default = "crate::five_ms")]
-    pub monitor_period_ms: f64,
 }
 
 /// One case.
@@ -61,15 +56,13 @@ impl UsageSpec {
     }
 
     /// Every (endpoints per node, NT speed) case.
-    pub fn run(&self, workload: &Workload, seed: u64, bins: usize, bin_ms: f64, flow: bool) -> Vec<UsageFigures> {
+    /// The node follows `elastic` (the scenario's `[node.elastic]`).
+    pub fn run(&self, workload: &Workload, elastic: &ElasticConfig, seed: u64, bins: usize, bin_ms: f64, flow: bool) -> Vec<UsageFigures> {
         let mut out = Vec::new();
         for &k in &self.endpoints_per_node {
             for &g in &self.nt_gbps {
                 let spec = AutoscaleSpec {
                     instance_gbps: g,
-                    launch_ms: self.launch_ms,
-                    monitor_period_ms: self.monitor_period_ms,
-                    high: crate::autoscale::high(),
                     regions: None,
                     buffer_ms: crate::autoscale::buffer(),
                     correlations: Vec::new(),
@@ -77,7 +70,7 @@ impl UsageSpec {
                     pool_hop_us: crate::autoscale::pool_hop_us(),
                     packet_bytes: crate::fluid::packet_bytes(),
                 };
-                let rows = spec.run(workload, seed, 1, k, bins, bin_ms, flow, |_, _| {});
+                let rows = spec.run(workload, elastic, seed, 1, k, bins, bin_ms, flow, |_, _| {});
                 let get = |s: &str| rows.iter().find(|r| r.scheme == s).expect("every scheme runs");
                 let (sep, con) = (get("no-disaggregation"), get("snic"));
                 out.push(UsageFigures {

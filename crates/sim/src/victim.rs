@@ -6,8 +6,8 @@
 //! `on_ms` / `off_ms`). The rack's pool has `regions` regions, fewer than chains (area
 //! over-commitment). A chain with bytes and no region is placed by `snic-core`'s elasticity policy — the
 //! daemon's code — in the paper's order (resume a victim, launch into a free region, else stop
-//! the least loaded chain); a launch takes `launch_ms`, during which its bytes wait. A chain
-//! silent for `idle_ms` is descheduled: kept as a victim with probability `keep_ratio`, deleted
+//! the least loaded chain); a launch takes `[node.elastic]`'s `launch_delay_ms`, during which its bytes
+//! wait. A chain silent for its `monitor_period_ms` is descheduled: kept as a victim with probability `keep_ratio`, deleted
 //! otherwise. Each chain has a FIFO fluid queue (`fluid`, as in the `autoscale` experiment). OpEx counts
 //! regions serving or being launched (reconfiguration costs power too).
 
@@ -49,12 +49,6 @@ pub struct VictimSpec {
     /// Also run with these region counts (area over-commitment: chains ÷ regions).
     #[serde(default)]
     pub regions_sweep: Vec<usize>,
-    /// Launch time, ms.
-    #[serde(default = "crate::five_ms")]
-    pub launch_ms: f64,
-    /// Silence after which a chain is descheduled, ms.
-    #[serde(default = "crate::five_ms")]
-    pub idle_ms: f64,
     /// Mean active period of a tenant, ms.
     pub on_ms: f64,
     /// Mean silent period of a tenant, ms.
@@ -108,12 +102,12 @@ pub struct VictimFigures {
 impl VictimSpec {
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), String> {
-        use crate::{non_negative as non_neg, positive as pos};
+        use crate::positive as pos;
         if !pos(self.instance_gbps) || !pos(self.on_ms) || !pos(self.off_ms) || !pos(self.buffer_ms) {
             return Err("victim_cache: instance_gbps, on_ms, off_ms and buffer_ms must be positive".into());
         }
-        if !non_neg(self.launch_ms) || !non_neg(self.idle_ms) || self.regions == 0 || self.regions_sweep.contains(&0) {
-            return Err("victim_cache: launch_ms and idle_ms must be zero or more, regions at least 1".into());
+        if self.regions == 0 || self.regions_sweep.contains(&0) {
+            return Err("victim_cache: regions at least 1".into());
         }
         if self.keep_ratios.is_empty() || self.keep_ratios.iter().any(|k| !(0.0..=1.0).contains(k)) {
             return Err("victim_cache.keep_ratios: at least one, each in [0, 1]".into());
@@ -127,7 +121,17 @@ impl VictimSpec {
     /// Runs each keep ratio on the same workload (`tenants` chains, `bins` bins of `bin_ms`).
     /// A replayed trace that names tenants gives one chain per tenant instead, carrying its
     /// endpoints' bytes (of the first `tenants` endpoints), active in the bins it sends in.
-    pub fn run(&self, workload: &Workload, seed: u64, tenants: usize, bins: usize, bin_ms: f64) -> Vec<VictimFigures> {
+    /// The pool follows `elastic` (the scenario's `[node.elastic]`: launch delay, and the
+    /// MONITOR_PERIOD of silence after which a chain is descheduled).
+    pub fn run(
+        &self,
+        workload: &Workload,
+        elastic: &ElasticConfig,
+        seed: u64,
+        tenants: usize,
+        bins: usize,
+        bin_ms: f64,
+    ) -> Vec<VictimFigures> {
         let bin_s = bin_ms / 1e3;
         let load = workload.series(seed, tenants, bins, bin_s, |_| {});
         let (load, active) = match workload {
@@ -142,7 +146,7 @@ impl VictimSpec {
         let mut out = Vec::new();
         for regions in counts {
             let mut rows: Vec<VictimFigures> =
-                self.keep_ratios.iter().map(|&k| self.one(k, regions, seed, &load, &active, bins, bin_ms)).collect();
+                self.keep_ratios.iter().map(|&k| self.one(elastic, k, regions, seed, &load, &active, bins, bin_ms)).collect();
             let base = rows.iter().find(|r| r.keep_ratio == 0.0).map(|r| (r.mean_delay_ms, r.opex_region_s));
             for r in &mut rows {
                 let (d, o) = base.unwrap_or((r.mean_delay_ms, r.opex_region_s));
@@ -178,6 +182,7 @@ impl VictimSpec {
     #[allow(clippy::too_many_arguments)] // one run's dimensions
     fn one(
         &self,
+        elastic: &ElasticConfig,
         keep: f64,
         regions: usize,
         seed: u64,
@@ -190,16 +195,9 @@ impl VictimSpec {
         let per_region = self.instance_gbps * 1e9 / 8.0 * bin_s;
         let service = crate::fluid::service_ms(self.packet_bytes, self.instance_gbps);
         let bound = per_region * self.buffer_ms / bin_ms;
-        let launch = Duration::from_secs_f64(self.launch_ms / 1e3);
-        // The node's elasticity policy: no scaling, a chain idle for `idle_ms` descheduled.
-        let mut l = Elasticity::new(ElasticConfig {
-            regions,
-            launch_delay: launch,
-            autoscale: false,
-            deschedule_idle: true,
-            monitor_period: Duration::from_secs_f64(self.idle_ms / 1e3),
-            ..ElasticConfig::default()
-        });
+        // The node's elasticity policy: no scaling, a chain idle for a MONITOR_PERIOD
+        // descheduled.
+        let mut l = Elasticity::new(ElasticConfig { regions, autoscale: false, deschedule_idle: true, ..*elastic });
         let mut coin = Pcg64::seed_from_u64(seed ^ 0x71c7);
         let n = load.len();
         for c in 0..n {

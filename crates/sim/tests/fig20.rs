@@ -36,7 +36,8 @@ fn simulator_and_node_give_the_same_fig20_allocation() {
 fn simulator_and_node_agree_when_the_link_binds() {
     let bytes = snic_perf::testbed::datagram(100, 1000, 64).len();
     let text = include_str!("../../../scenarios/fig20.toml")
-        .replace("unit_pps = 100000", &format!("unit_pps = 100000\npacket_bytes = {bytes}\nlink_gbps = 0.8"));
+        .replace("unit_pps = 100000", &format!("unit_pps = 100000\npacket_bytes = {bytes}"))
+        .replace("epoch_us = 100", "epoch_us = 100\nlink_gbps = 0.8");
     let s = snic_sim::Scenario::parse(&text).unwrap();
     let r = s.run(0, |_, _| {}).unwrap();
     let tenants = r.results[0]["tenants"].as_array().unwrap();

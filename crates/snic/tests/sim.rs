@@ -60,5 +60,15 @@ fn scenarios_that_cannot_run_say_why() {
     std::fs::write(&f, "name = 1").unwrap();
     let (ok, _, err) = sim(&[f.to_str().unwrap()]);
     assert!(!ok && err.contains("invalid scenario"), "{err}");
+    // The node's sections are checked as node.yaml's are, and name the setting.
+    let autoscale = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sim-small-autoscale.toml");
+    let text = std::fs::read_to_string(autoscale).unwrap();
+    std::fs::write(&f, text.replace("monitor_period_ms = 5.0", "monitor_period_ms = 5.0\nhigh = 1.5")).unwrap();
+    let (ok, _, err) = sim(&[f.to_str().unwrap()]);
+    assert!(!ok && err.contains("[node]: elastic.high must be in (0, 1]"), "{err}");
+    // A policy key in an experiment's section is refused: it belongs to [node.elastic].
+    std::fs::write(&f, text.replace("instance_gbps = 2.0", "instance_gbps = 2.0\nlaunch_ms = 5.0")).unwrap();
+    let (ok, _, err) = sim(&[f.to_str().unwrap()]);
+    assert!(!ok && err.contains("unknown field `launch_ms`"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -72,47 +72,50 @@ fn init_logs(filter: &str, format: LogFormat) -> anyhow::Result<()> {
 /// Runs the daemon until SIGINT/SIGTERM.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     init_logs(&a.log, a.log_format)?;
-    let mut cfg = match &a.config {
-        Some(p) => config::NodeFile::load(p)?,
-        None => config::NodeFile::default(),
+    let mut settings = match &a.config {
+        Some(p) => config::load(p)?,
+        None => config::NodeSettings::default(),
     };
     if let Some(v) = a.api {
-        cfg.api = v.parse().context("--api")?;
+        settings.api = v.parse().context("--api")?;
     }
     if let Some(v) = a.data {
-        cfg.data = v.parse().context("--data")?;
+        settings.data = v.parse().context("--data")?;
     }
     if let Some(v) = a.state_dir {
-        cfg.state_dir = v;
+        settings.state_dir = v;
     }
+    let where_from = a.config.as_ref().map_or_else(|| "(defaults)".into(), |p| p.display().to_string());
+    let cfg = settings.validate().with_context(|| format!("{where_from}: invalid node configuration"))?;
+    let s = &cfg.settings;
     tracing::info!(
-        config = a.config.as_ref().map_or_else(|| "(defaults)".into(), |p| p.display().to_string()),
-        data = %cfg.data,
-        api = %cfg.api,
-        state_dir = %cfg.state_dir.display(),
-        regions = cfg.regions,
-        workers = cfg.workers,
-        rx_queues = ?cfg.rx_queues,
-        elastic = cfg.elastic.enabled,
-        link_gbps = cfg.fairness.link_gbps,
+        config = where_from,
+        data = %s.data,
+        api = %s.api,
+        state_dir = %s.state_dir.display(),
+        regions = s.regions,
+        workers = s.workers,
+        rx_queues = ?s.rx_queues,
+        elastic = s.elastic.enabled,
+        link_gbps = s.fairness.link_gbps,
         "starting"
     );
-    let db = persist::Db::open(&cfg.state_dir)?;
+    let db = persist::Db::open(&s.state_dir)?;
     let state = db.load()?;
     tracing::info!(objects = state.objects().count(), "state loaded");
-    let plan = plan::plan(&state, cfg.elastic.plan_regions(cfg.regions)).context("the stored state no longer fits this node")?;
+    let plan = plan::plan(&state, cfg.plan_regions()).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let ctl = api::Shared::new(
-        api::Control { state, plan, db, regions: cfg.regions, plan_regions: cfg.elastic.plan_regions(cfg.regions), dp },
-        std::time::Duration::from_millis(cfg.api_body_timeout_ms),
+        api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp },
+        std::time::Duration::from_millis(s.api_body_timeout_ms),
     );
     let served = ctl.clone();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(cfg.api).await.with_context(|| format!("binding the API on {}", cfg.api))?;
+        let listener = tokio::net::TcpListener::bind(s.api).await.with_context(|| format!("binding the API on {}", s.api))?;
         let api_addr = listener.local_addr()?;
         // One line a supervisor or a test can read to learn the bound addresses.
-        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}", cfg.state_dir.display());
+        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}", s.state_dir.display());
         tracing::info!(data = %data_addr, api = %api_addr, "serving");
         let app = api::router(served);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;

@@ -7,7 +7,7 @@
 //! stops. If a change fails half way, the node is drained and rebuilt on the same socket with
 //! the previous deployment (NT state and learned MACs then start afresh), and the apply fails.
 
-use super::config::{NodeFile, RxQueues};
+use super::config::{Config, RxQueues};
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
@@ -192,33 +192,36 @@ pub struct DataPlane {
     pub snapshot: Arc<Mutex<Snapshot>>,
 }
 
-fn node_config(cfg: &NodeFile) -> anyhow::Result<NodeConfig> {
-    Ok(NodeConfig {
-        store_buffers: cfg.store_buffers,
-        workers: cfg.workers,
-        auto_place: cfg.auto_place,
-        vtep_port: cfg.vtep_port,
-        fair: cfg.fairness.to_config()?,
-        link_bps: cfg.fairness.link_gbps * 1e9,
-        elastic: cfg.elastic.to_config(cfg.regions)?,
+/// The data plane's configuration: node.yaml's validated sections and the data plane's own
+/// defaults for what node.yaml does not set.
+fn node_config(cfg: &Config) -> NodeConfig {
+    let s = &cfg.settings;
+    NodeConfig {
+        store_buffers: s.store_buffers,
+        workers: s.workers,
+        auto_place: s.auto_place,
+        vtep_port: s.vtep_port,
+        fair: cfg.fair,
+        link_bps: cfg.link_bps,
+        elastic: cfg.elastic,
         ..Default::default()
-    })
+    }
 }
 
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build(cfg: &NodeFile, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<ChainIds>)> {
+fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<ChainIds>)> {
     // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues. A
     // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
     // puts the previous one back on the same socket — and leaves everything on queue 0.
-    let steered = match cfg.rx_queues {
+    let steered = match cfg.settings.rx_queues {
         RxQueues::PerTenant => backend.steer(&steering_groups(plan)).inspect_err(|_| {
             let _ = backend.steer(&[]);
         }),
         RxQueues::Shared => Ok(Vec::new()),
     };
-    let mut node = Node::new(node_config(cfg)?, backend, Box::new(MonotonicClock::default()))?;
+    let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
     let queues = match steered {
         Ok(q) => q,
         Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
@@ -256,9 +259,9 @@ fn assign_queues<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, plan: 
 
 /// Applies a change of tenants (added, removed, weights, quotas, VNIs) to a running node: fair
 /// sharing, quotas and receive-queue steering, without rebuilding it.
-fn update_tenants(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+fn update_tenants(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
     // Steering first: if the kernel refuses it, nothing has changed.
-    if cfg.rx_queues == RxQueues::PerTenant {
+    if cfg.settings.rx_queues == RxQueues::PerTenant {
         let groups = steering_groups(new);
         if steering_groups(old) != groups {
             let queues = node.backend_mut().steer(&groups).context("steering tenants' VNIs to their receive queues")?;
@@ -277,10 +280,10 @@ fn update_tenants(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: 
 }
 
 /// The data socket: a reuseport group steered per tenant, or one socket.
-fn bind(cfg: &NodeFile) -> std::io::Result<UdpBackend> {
-    match cfg.rx_queues {
-        RxQueues::PerTenant => UdpBackend::bind_steered(cfg.data),
-        RxQueues::Shared => UdpBackend::bind(cfg.data),
+fn bind(cfg: &Config) -> std::io::Result<UdpBackend> {
+    match cfg.settings.rx_queues {
+        RxQueues::PerTenant => UdpBackend::bind_steered(cfg.settings.data),
+        RxQueues::Shared => UdpBackend::bind(cfg.settings.data),
     }
 }
 
@@ -328,8 +331,8 @@ fn update_routes(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow:
 
 impl DataPlane {
     /// Binds the data socket, deploys `plan` and starts the thread.
-    pub fn start(cfg: &NodeFile, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
-        let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.data))?;
+    pub fn start(cfg: &Config, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
+        let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
         let addr = backend.local_addr()?;
         let (mut node, deployed) = build(cfg, backend, &plan)?;
         let ids = deployed?;
@@ -385,7 +388,7 @@ impl DataPlane {
 }
 
 fn run(
-    cfg: NodeFile,
+    cfg: Config,
     mut node: Node<UdpBackend>,
     mut plan: Plan,
     mut ids: ChainIds,
@@ -439,7 +442,7 @@ fn run(
 }
 
 fn apply(
-    cfg: &NodeFile,
+    cfg: &Config,
     slot: &mut Option<Node<UdpBackend>>,
     old: &Plan,
     new: &Plan,
@@ -467,7 +470,7 @@ fn apply(
 
 /// Applies what changed from `old` to `new` to the running node (see the module docs); returns
 /// the node's chain for each of `new`'s.
-fn change(cfg: &NodeFile, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
+fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
     if old.tenants != new.tenants {
         update_tenants(cfg, node, old, new)?;
     }

@@ -1,0 +1,297 @@
+//! The node's configuration tree: node.yaml's sections, their defaults, and their validation,
+//! in one place.
+//!
+//! [`NodeSettings`] is node.yaml as written (every field has a default; unknown fields are
+//! errors). [`NodeSettings::validate`] checks it once and gives [`Config`]: each machine's
+//! own typed section — [`FairConfig`] and the link for the meter, [`ElasticConfig`] for the
+//! elasticity policy — built from the section of the same name. The daemon reads node.yaml into
+//! it; a simulator scenario embeds the same tree under `[node]` (`[node.elastic]`,
+//! `[node.fairness]`), so that a scenario and a node.yaml read alike and a node's defaults are
+//! a scenario's.
+
+use crate::elastic::ElasticConfig;
+use crate::fair::FairConfig;
+use core::time::Duration;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Why a configuration was refused: the setting, and what it must be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+fn ensure(ok: bool, msg: &str) -> Result<(), ConfigError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(ConfigError(msg.to_string()))
+    }
+}
+
+/// node.yaml. See docs/operations.md for each setting.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NodeSettings {
+    /// UDP address endpoints send VXLAN to (their VXLAN device's `remote`).
+    pub data: SocketAddr,
+    /// HTTP/JSON API and /metrics. Keep it on a management network.
+    pub api: SocketAddr,
+    /// Time an API client has to send a request's whole body, ms (a body that stops arriving
+    /// gets 408 and its connection is closed).
+    pub api_body_timeout_ms: u64,
+    /// Where the applied objects are stored.
+    pub state_dir: PathBuf,
+    /// Regions (chain instances) the node may run.
+    pub regions: usize,
+    /// Worker threads for regions (0: on the data-plane thread).
+    pub workers: usize,
+    /// With workers: move regions between cores so that long chains (≥ 5 µs and 10× the
+    /// cheapest per packet) run apart from short ones and never on the data-plane thread.
+    pub auto_place: bool,
+    /// Packet-store buffers.
+    pub store_buffers: usize,
+    /// UDP port learned endpoints are answered on (kernel VXLAN: 4789); null answers the
+    /// datagram's source port.
+    pub vtep_port: Option<u16>,
+    /// Fair sharing (weighted DRF on measured demand, enforced at ingress).
+    pub fairness: FairnessSection,
+    /// Receive queues: `per_tenant` (a socket per tenant on the data address, the kernel
+    /// steering each datagram by its VNI, so that one tenant's flood waits and is dropped in its
+    /// own queue) or `shared` (one socket for everyone).
+    pub rx_queues: RxQueues,
+    /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
+    pub elastic: ElasticSection,
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        NodeSettings {
+            data: SocketAddr::from(([0, 0, 0, 0], snic_wire::vxlan::PORT)),
+            api: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            api_body_timeout_ms: 10_000,
+            state_dir: PathBuf::from("snic-state"),
+            regions: 8,
+            workers: 0,
+            auto_place: true,
+            store_buffers: 8192,
+            vtep_port: Some(snic_wire::vxlan::PORT),
+            fairness: FairnessSection::default(),
+            rx_queues: RxQueues::PerTenant,
+            elastic: ElasticSection::default(),
+        }
+    }
+}
+
+/// How datagrams are received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RxQueues {
+    /// A socket per tenant (SO_REUSEPORT group steered by VNI).
+    PerTenant,
+    /// One socket.
+    Shared,
+}
+
+/// The `fairness:` section.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FairnessSection {
+    /// EPOCH_LEN in microseconds: how often demand is measured and DRF re-run.
+    pub epoch_us: u64,
+    /// Weight of the newest epoch in the demand average (0 < x ≤ 1; 1: no smoothing).
+    pub smoothing: f64,
+    /// Burst an ingress limiter admits, as microseconds at its rate.
+    pub burst_us: u64,
+    /// Apply the limits (false: measure and report only).
+    pub enforce: bool,
+    /// The link speed in Gbit/s: capacity of the ingress and egress resources.
+    pub link_gbps: f64,
+    /// The share of each core handed out to tenants, in (0, 1] (docs/fairness.md, Tuning).
+    pub core_target: f64,
+}
+
+impl Default for FairnessSection {
+    fn default() -> Self {
+        let f = FairConfig::default();
+        FairnessSection {
+            epoch_us: f.epoch.as_micros() as u64,
+            smoothing: f.smoothing,
+            burst_us: f.burst.as_micros() as u64,
+            enforce: f.enforce,
+            link_gbps: 25.0,
+            core_target: f.core_target,
+        }
+    }
+}
+
+impl FairnessSection {
+    /// The fairness controller's configuration and the link's speed (bit/s), after checking
+    /// the ranges.
+    pub fn validate(&self) -> Result<(FairConfig, f64), ConfigError> {
+        ensure(self.epoch_us >= 1, "fairness.epoch_us must be at least 1")?;
+        ensure(self.smoothing > 0.0 && self.smoothing <= 1.0, "fairness.smoothing must be in (0, 1]")?;
+        ensure(self.link_gbps.is_finite() && self.link_gbps > 0.0, "fairness.link_gbps must be positive")?;
+        ensure(self.core_target > 0.0 && self.core_target <= 1.0, "fairness.core_target must be in (0, 1]")?;
+        let cfg = FairConfig {
+            epoch: Duration::from_micros(self.epoch_us),
+            smoothing: self.smoothing,
+            burst: Duration::from_micros(self.burst_us),
+            enforce: self.enforce,
+            core_target: self.core_target,
+            ..FairConfig::default()
+        };
+        Ok((cfg, self.link_gbps * 1e9))
+    }
+}
+
+/// The `elastic:` section.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ElasticSection {
+    /// On: `regions` is a pool chains come and go from — chains that do not fit are launched
+    /// when their packets arrive (stop-and-launch as the last resort), idle chains are kept as
+    /// victims. Off: one region per chain, fixed at deploy, and a plan needing more is refused.
+    pub enabled: bool,
+    /// Emulated reconfiguration delay added to every launch, in milliseconds (5 reproduces the
+    /// paper's partial reconfiguration).
+    pub launch_delay_ms: f64,
+    /// Scale chains out and in with their load.
+    pub autoscale: bool,
+    /// MONITOR_PERIOD in milliseconds: an overload or underload must last this long before a
+    /// scale event, and a chain with no load this long is descheduled (raised to the launch
+    /// time if shorter).
+    pub monitor_period_ms: f64,
+    /// Load per instance (fraction of its throughput) above which it is overloaded.
+    pub high: f64,
+    /// A running instance below this load is shared with a new tenant rather than launching
+    /// another.
+    pub share_below: f64,
+    /// Keep descheduled chains loaded as victims.
+    pub victims: bool,
+    /// Switch a DAG whose NTs are spread over chains of its own to one compact chain while
+    /// regions are short, and back when they are not (see docs/elastic.md).
+    pub rechain: bool,
+}
+
+impl Default for ElasticSection {
+    fn default() -> Self {
+        let e = ElasticConfig::default();
+        ElasticSection {
+            enabled: false,
+            launch_delay_ms: e.launch_delay.as_secs_f64() * 1e3,
+            autoscale: e.autoscale,
+            monitor_period_ms: e.monitor_period.as_secs_f64() * 1e3,
+            high: e.high,
+            share_below: e.share_below,
+            victims: e.victims,
+            rechain: e.rechain,
+        }
+    }
+}
+
+impl ElasticSection {
+    /// The elasticity policy's configuration for a node of `regions` regions, after checking
+    /// the ranges.
+    pub fn validate(&self, regions: usize) -> Result<ElasticConfig, ConfigError> {
+        let ms = |name: &str, v: f64| {
+            ensure(v.is_finite() && (0.0..=60_000.0).contains(&v), &format!("elastic.{name} must be between 0 and 60000 ms"))?;
+            Ok(Duration::from_secs_f64(v / 1e3))
+        };
+        ensure(self.high > 0.0 && self.high <= 1.0, "elastic.high must be in (0, 1]")?;
+        ensure(self.share_below >= 0.0 && self.share_below <= 1.0, "elastic.share_below must be in [0, 1]")?;
+        ensure(!self.autoscale || self.enabled, "elastic.autoscale needs elastic.enabled")?;
+        ensure(!self.enabled || regions > 0, "elastic.enabled needs at least one region")?;
+        Ok(ElasticConfig {
+            regions: if self.enabled { regions } else { 0 },
+            launch_delay: ms("launch_delay_ms", self.launch_delay_ms)?,
+            autoscale: self.autoscale,
+            monitor_period: ms("monitor_period_ms", self.monitor_period_ms)?,
+            high: self.high,
+            share_below: self.share_below,
+            victims: self.victims,
+            rechain: self.rechain,
+            ..ElasticConfig::default()
+        })
+    }
+}
+
+/// A node's configuration, validated: the settings as given, and each machine's typed section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// node.yaml as given (addresses, paths, counts).
+    pub settings: NodeSettings,
+    /// The fairness controller's section.
+    pub fair: FairConfig,
+    /// The link's speed, bit/s each way (the meter's ingress and egress capacity).
+    pub link_bps: f64,
+    /// The elasticity policy's section.
+    pub elastic: ElasticConfig,
+}
+
+impl NodeSettings {
+    /// Checks every section once and builds each machine's configuration from its own.
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let (fair, link_bps) = self.fairness.validate()?;
+        let elastic = self.elastic.validate(self.regions)?;
+        Ok(Config { fair, link_bps, elastic, settings: self })
+    }
+}
+
+impl Config {
+    /// The region limit the planner applies: none when chains come and go.
+    pub fn plan_regions(&self) -> usize {
+        if self.settings.elastic.enabled {
+            usize::MAX
+        } else {
+            self.settings.regions
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_machines_defaults_and_validate() {
+        let c = NodeSettings::default().validate().unwrap();
+        assert_eq!(c.fair, FairConfig::default());
+        assert_eq!(c.elastic, ElasticConfig::default(), "elastic off: no region limit");
+        assert_eq!(c.plan_regions(), 8);
+    }
+
+    #[test]
+    fn each_section_is_checked_and_names_the_setting() {
+        let bad = |f: fn(&mut NodeSettings)| {
+            let mut s = NodeSettings::default();
+            f(&mut s);
+            s.validate().unwrap_err().0
+        };
+        assert!(bad(|s| s.fairness.smoothing = 0.0).contains("fairness.smoothing"));
+        assert!(bad(|s| s.fairness.link_gbps = f64::NAN).contains("fairness.link_gbps"));
+        assert!(bad(|s| s.elastic.autoscale = true).contains("elastic.autoscale needs elastic.enabled"));
+        assert!(bad(|s| s.elastic.high = 1.5).contains("elastic.high"));
+        assert!(bad(|s| s.elastic.launch_delay_ms = -1.0).contains("elastic.launch_delay_ms"));
+        assert!(bad(|s| {
+            s.elastic.enabled = true;
+            s.regions = 0
+        })
+        .contains("at least one region"));
+    }
+
+    #[test]
+    fn an_elastic_node_gets_its_regions_and_its_policy_the_section() {
+        let s = NodeSettings {
+            regions: 4,
+            elastic: ElasticSection { enabled: true, autoscale: true, launch_delay_ms: 5.0, monitor_period_ms: 2.0, ..Default::default() },
+            ..Default::default()
+        };
+        let c = s.validate().unwrap();
+        assert_eq!(c.elastic.regions, 4);
+        assert_eq!(c.elastic.launch_delay, Duration::from_millis(5));
+        assert_eq!(c.elastic.monitor_period, Duration::from_millis(2));
+        assert!(c.elastic.autoscale);
+        assert_eq!(c.plan_regions(), usize::MAX);
+    }
+}
