@@ -15,9 +15,9 @@
 //! memory: a victim keeps its whole region; an evicted chain's NTs are saved and restored at its
 //! next launch (the paper's "store their states in on-board memory").
 
-use crate::node::Place;
 use snic_core::elastic::Elasticity;
 use snic_core::ids::{ChainId, DagUid, InstanceId};
+use snic_core::placement::Place;
 use snic_core::rechain::Form;
 use snic_core::time::Instant;
 use snic_nt::Nt;

@@ -8,20 +8,36 @@
 //!              → node: next chain or egress → fdb (route, learn) → egress (encap) → backend (tx)
 //! ```
 //!
+//! The modules are layered along that path, the driver on top; each imports only the layers
+//! below it, and nothing imports the node:
+//!
+//! ```text
+//! node (the driver: node.rs, node/*)                      — applies snic-core's decisions
+//! ├─ receive / transmit: backend (udp, mem)                — I/O
+//! ├─ execute: worker → region; elastic (regions' contents) — chains on threads
+//! ├─ transmit: egress → fdb                                — routes and outer headers
+//! ├─ stats                                                 — counters
+//! └─ store (buffers, descriptors, batch size) → drops      — the packet store
+//! clock                                                    — time, for the driver
+//! ```
+//!
 //! - [`backend`]: where packets come from and go: an in-memory port (tests) and batched
 //!   UDP sockets (`recvmmsg`/`sendmmsg`), behind the [`backend::Backend`] trait so AF_XDP can be
 //!   added.
 //! - [`store`]: the fixed packet store and descriptors, with per-tenant quotas.
 //! - [`region`] and [`worker`]: regions run one chain instance each over batches of descriptors,
 //!   inline on the dispatcher thread or on worker threads fed by SPSC rings; the node moves a
-//!   region between them (`node::placement`) to keep long chains apart from short ones.
+//!   region between them (`node::placement`, as `snic_core::placement` decides) to keep long
+//!   chains apart from short ones.
 //! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
 //!   re-encapsulation toward the destination VTEP.
+//! - [`elastic`]: what the regions hold (instances, launches under way, saved NT state) and what
+//!   happened; `snic_core::elastic` decides launches, resumes, scale events and victims.
 //! - `snic_core::meter` decides demand, fair shares and ingress limits; the node hands it its
-//!   counters once an epoch (`node::EpochCounters`) and asks it at ingress.
-//! - [`elastic`]: regions, on-demand launch, stop-and-launch, victims and auto-scaling.
+//!   counters once an epoch (`node::EpochCounters`) and asks it at ingress. `snic_core::walk`
+//!   decides a packet's next step.
 //! - [`node`]: the dispatcher that ties them together, one `poll(now)` at a time.
-//! - [`stats`]: counters per tenant and per drop reason, and a latency histogram.
+//! - [`stats`]: counters per tenant and per drop reason ([`Drop`]), and a latency histogram.
 //! - [`clock`]: the monotonic clock, and a manual one for virtual time.
 //!
 //! The per-packet path does not allocate: every buffer, queue and table is sized at start.
@@ -29,6 +45,7 @@
 
 pub mod backend;
 pub mod clock;
+mod drops;
 pub mod egress;
 pub mod elastic;
 pub mod fdb;
@@ -38,120 +55,5 @@ pub mod stats;
 pub mod store;
 pub mod worker;
 
+pub use drops::Drop;
 pub use node::{Node, NodeConfig};
-
-use snic_core::sched::Reject;
-use snic_nt::DropReason;
-use snic_wire::ParseError;
-
-/// Why the data plane dropped a packet. Every drop is counted under one of these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Drop {
-    /// Malformed or unsupported headers.
-    Parse(ParseError),
-    /// No MAT rule matched.
-    NoRule,
-    /// A MAT rule said drop.
-    MatDrop,
-    /// The packet store is full.
-    StoreFull,
-    /// The tenant is at its packet-store quota.
-    TenantQuota,
-    /// The scheduler refused it.
-    Sched(Reject),
-    /// An NT dropped it.
-    Nt(DropReason),
-    /// Egress has no route for its VNI and destination.
-    NoRoute,
-    /// Larger than a packet buffer allows.
-    Oversize,
-    /// The backend could not transmit it.
-    TxError,
-    /// Over the tenant's ingress limit (fair sharing, `snic_core::meter`).
-    RateLimit,
-    /// Lost in the tenant's own receive queue before the node read it (the queue was full: the
-    /// node reads a tenant's queue no faster than its ingress limit). Counted per epoch from
-    /// the backend's counters, not per packet.
-    RxQueue,
-    /// On a tenant's VNI from an outer source that is not one of the tenant's VTEPs (its
-    /// Routes' or declared endpoints): spoofed or misdirected, never processed or learned from.
-    ForeignVtep,
-}
-
-const N_PARSE: usize = ParseError::ALL.len();
-const N_SCHED: usize = 4;
-const N_NT: usize = DropReason::ALL.len();
-
-impl Drop {
-    /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 6;
-
-    /// Dense index for counter arrays.
-    pub fn index(self) -> usize {
-        match self {
-            Drop::Parse(e) => e.index(),
-            Drop::NoRule => N_PARSE,
-            Drop::MatDrop => N_PARSE + 1,
-            Drop::StoreFull => N_PARSE + 2,
-            Drop::TenantQuota => N_PARSE + 3,
-            Drop::Sched(r) => {
-                N_PARSE
-                    + 4
-                    + match r {
-                        Reject::UnknownDag => 0,
-                        Reject::BadPosition => 1,
-                        Reject::NoInstance => 2,
-                        Reject::QueueFull => 3,
-                    }
-            }
-            Drop::Nt(r) => N_PARSE + 4 + N_SCHED + r.index(),
-            Drop::NoRoute => N_PARSE + 4 + N_SCHED + N_NT,
-            Drop::Oversize => N_PARSE + 4 + N_SCHED + N_NT + 1,
-            Drop::TxError => N_PARSE + 4 + N_SCHED + N_NT + 2,
-            Drop::RateLimit => N_PARSE + 4 + N_SCHED + N_NT + 3,
-            Drop::RxQueue => N_PARSE + 4 + N_SCHED + N_NT + 4,
-            Drop::ForeignVtep => N_PARSE + 4 + N_SCHED + N_NT + 5,
-        }
-    }
-
-    /// Stable snake_case name of the reason at `index` (metrics label).
-    pub fn name(index: usize) -> &'static str {
-        const SCHED: [&str; N_SCHED] = ["unknown_dag", "bad_dag_position", "no_instance", "queue_full"];
-        match index {
-            i if i < N_PARSE => ParseError::ALL[i].as_str(),
-            i if i == N_PARSE => "no_rule",
-            i if i == N_PARSE + 1 => "mat_drop",
-            i if i == N_PARSE + 2 => "store_full",
-            i if i == N_PARSE + 3 => "tenant_quota",
-            i if i < N_PARSE + 4 + N_SCHED => SCHED[i - N_PARSE - 4],
-            i if i < N_PARSE + 4 + N_SCHED + N_NT => DropReason::ALL[i - N_PARSE - 4 - N_SCHED].as_str(),
-            i if i == N_PARSE + 4 + N_SCHED + N_NT => "no_route",
-            i if i == N_PARSE + 4 + N_SCHED + N_NT + 1 => "oversize",
-            i if i == N_PARSE + 4 + N_SCHED + N_NT + 2 => "tx_error",
-            i if i == N_PARSE + 4 + N_SCHED + N_NT + 3 => "rate_limit",
-            i if i == N_PARSE + 4 + N_SCHED + N_NT + 4 => "rx_queue_full",
-            i if i == N_PARSE + 4 + N_SCHED + N_NT + 5 => "foreign_vtep",
-            _ => "unknown",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn drop_indices_are_dense_and_named() {
-        let mut all: Vec<Drop> = ParseError::ALL.iter().map(|e| Drop::Parse(*e)).collect();
-        all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
-        all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
-        all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
-        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit, Drop::RxQueue, Drop::ForeignVtep]);
-        assert_eq!(all.len(), Drop::COUNT);
-        let mut names = std::collections::HashSet::new();
-        for (i, d) in all.iter().enumerate() {
-            assert_eq!(d.index(), i);
-            assert!(names.insert(Drop::name(i)), "duplicate name {}", Drop::name(i));
-        }
-    }
-}

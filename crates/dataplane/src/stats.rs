@@ -1,8 +1,8 @@
 //! Counters and a latency histogram. The dispatcher is their only writer; readers get
 //! snapshots (`Clone`).
 
+use crate::drops::Drop;
 use crate::store::MAX_TENANTS;
-use crate::Drop;
 
 /// Per-tenant counters.
 #[derive(Debug, Clone)]

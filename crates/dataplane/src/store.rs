@@ -11,7 +11,7 @@
 //! buffers, and when a tenant is at its quota, or the store is full, the arriving packet of
 //! *that* tenant is dropped — a packet already stored is never evicted for another tenant.
 
-use crate::Drop;
+use crate::drops::Drop;
 use snic_core::ids::{InstanceId, TenantId};
 use snic_core::walk::Walk;
 use snic_nt::PktMeta;
@@ -22,6 +22,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 /// Size of one packet buffer: headroom, a 1500-byte inner MTU frame with VXLAN and outer
 /// headers, the crypto overhead, and slack.
 pub const BUF_SIZE: usize = 2048;
+
+/// Most descriptors in one batch (received, dispatched to a region, transmitted).
+pub const MAX_BATCH: usize = 64;
 
 /// Where a packet came from (the sending VTEP), as learned at ingress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

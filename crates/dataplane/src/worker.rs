@@ -24,8 +24,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Most descriptors in one batch.
-pub const MAX_BATCH: usize = 64;
+pub use crate::store::MAX_BATCH;
 
 /// A batch of descriptors for one region.
 #[derive(Clone, Copy)]

@@ -24,8 +24,7 @@
 //! the daemon's data plane died under a flood that way.
 
 use super::{Backend, Framing, RxMeta, TxReq, TxResult};
-use crate::store::{Slots, BUF_SIZE};
-use crate::worker::MAX_BATCH;
+use crate::store::{Slots, BUF_SIZE, MAX_BATCH};
 use snic_nt::HEADROOM;
 use std::io;
 use std::mem::{size_of, zeroed};
