@@ -24,6 +24,17 @@ pub struct FairnessSpec {
     /// Bytes per packet (VXLAN datagram), for the link.
     #[serde(default = "default_packet_bytes")]
     pub packet_bytes: f64,
+    /// The modelled machine's dispatcher (one core), ns per packet: receiving it (every packet
+    /// read, over its limit or not) and the rest of an admitted packet's way (classify,
+    /// schedule, transmit; NT time excluded) — the costs a node on a virtual clock is given
+    /// (`snic bench fair --virtual`'s `--rx-ns`/`--tx-ns`). The dispatcher reads what it has
+    /// time for; a shared receive queue loses the rest, each tenant the same fraction. 0 (the
+    /// default): the dispatcher is never the bottleneck.
+    #[serde(default)]
+    pub rx_ns: f64,
+    /// See `rx_ns`.
+    #[serde(default)]
+    pub rest_ns: f64,
     /// The NTs and their throughput (units).
     pub nts: Vec<NtSpec>,
     /// The tenants.
@@ -108,6 +119,9 @@ impl FairnessSpec {
         if !positive(self.unit_pps) || !positive(self.packet_bytes) {
             return Err("fairness: unit_pps and packet_bytes must be positive".into());
         }
+        if !non_negative(self.rx_ns) || !non_negative(self.rest_ns) {
+            return Err("fairness: rx_ns and rest_ns must be zero or more".into());
+        }
         if self.tenants.len() >= usize::from(u16::MAX) {
             return Err("fairness: too many tenants".into());
         }
@@ -126,6 +140,29 @@ impl FairnessSpec {
             }
         }
         Ok(())
+    }
+
+    /// The fraction of what was `offered` the dispatcher reads in an epoch of `epoch_ns` on its
+    /// one core, each tenant admitting up to its budget: all of it, or as much as fills the
+    /// epoch (the same fraction of every tenant's: one shared receive queue, read in order).
+    fn dispatcher_reads(&self, offered: &[f64], budgets: &[Option<f64>], epoch_ns: f64) -> f64 {
+        let cost = |f: f64| -> f64 {
+            offered.iter().zip(budgets).map(|(o, b)| self.rx_ns * f * o + self.rest_ns * b.map_or(f * o, |b| (f * o).min(b))).sum()
+        };
+        if cost(1.0) <= epoch_ns {
+            return 1.0;
+        }
+        // The cost grows with the fraction read: bisect for the one that fills the epoch.
+        let (mut lo, mut hi) = (0.0, 1.0);
+        for _ in 0..60 {
+            let mid = 0.5 * (lo + hi);
+            if cost(mid) <= epoch_ns {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     fn load_at(t: &TenantSpec, s: f64) -> f64 {
@@ -168,9 +205,12 @@ impl FairnessSpec {
             let limits: Vec<Option<f64>> = m.fairness().shares().iter().map(|x| x.limit_pps).collect();
             let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
             // Everything offered reaches the node (`[node.fairness]`'s `link_gbps` is the
-            // link's capacity as fair sharing counts it: the limits keep tenants within it);
-            // the limits admit part of it.
-            let admitted: Vec<f64> = offered.iter().zip(&limits).map(|(o, l)| l.map_or(*o, |l| o.min(l * dt))).collect();
+            // link's capacity as fair sharing counts it: the limits keep tenants within it); the
+            // dispatcher reads what its core has time for, and the limits admit part of that.
+            let budgets: Vec<Option<f64>> = limits.iter().map(|l| l.map(|l| l * dt)).collect();
+            let read = self.dispatcher_reads(&offered, &budgets, dt * 1e9);
+            let received: Vec<f64> = offered.iter().map(|o| o * read).collect();
+            let admitted: Vec<f64> = received.iter().zip(&budgets).map(|(r, b)| b.map_or(*r, |b| r.min(b))).collect();
             // Each NT serves what was admitted to it, up to its throughput, in proportion.
             let mut on_nt = vec![0.0; self.nts.len()];
             for (p, a) in paths.iter().zip(&admitted) {
@@ -186,7 +226,19 @@ impl FairnessSpec {
                 delivered[i].push(a * frac / dt / self.unit_pps);
             }
             now = now + epoch;
-            node.epoch(&offered, &admitted, &out);
+            node.epoch(&received, &admitted, &out);
+            node.lost += offered.iter().sum::<f64>() * (1.0 - read);
+            if self.rx_ns > 0.0 || self.rest_ns > 0.0 {
+                // The node times its polls; here one poll per epoch, at the model's costs.
+                let (r, a) = (received.iter().sum::<f64>(), admitted.iter().sum::<f64>());
+                m.sample_poll(
+                    (r * self.rx_ns).round() as u64,
+                    r.round() as usize,
+                    1,
+                    (a * self.rest_ns).round() as u64,
+                    a.round() as usize,
+                );
+            }
             let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
             m.end_epoch(now, &mut arrivals, &node);
         }
@@ -239,6 +291,8 @@ struct Fluid {
     over: Vec<f64>,
     arrived: Vec<u64>,
     packet_bytes: f64,
+    /// Packets lost in the shared receive queue (the dispatcher had no time for them).
+    lost: f64,
 }
 
 impl Fluid {
@@ -251,18 +305,19 @@ impl Fluid {
             over: vec![0.0; n],
             arrived: vec![0; n],
             packet_bytes,
+            lost: 0.0,
         }
     }
 
-    /// One epoch: per tenant (by index) offered, admitted by its limit, and delivered.
-    fn epoch(&mut self, offered: &[f64], admitted: &[f64], delivered: &[f64]) {
-        for i in 0..offered.len() {
+    /// One epoch: per tenant (by index) received, admitted by its limit, and delivered.
+    fn epoch(&mut self, received: &[f64], admitted: &[f64], delivered: &[f64]) {
+        for i in 0..received.len() {
             let t = i + 1;
             let before = self.rx[t].round() as u64;
             self.rx[t] += admitted[i];
             self.arrived[t] = self.rx[t].round() as u64 - before;
             self.tx_bytes[t] += delivered[i] * self.packet_bytes;
-            self.over[t] += offered[i] - admitted[i];
+            self.over[t] += received[i] - admitted[i];
         }
     }
 }
@@ -289,8 +344,7 @@ impl Counters for Fluid {
         (0, 0)
     }
     fn lost_shared(&self) -> u64 {
-        // The fluid node reads everything it is sent.
-        0
+        self.lost.round() as u64
     }
     fn lost_own(&self, _: TenantId) -> u64 {
         0
