@@ -1,9 +1,10 @@
 //! One node's elasticity policy (paper 000 §4.3–§4.4): its regions, where a chain runs when
 //! packets need it, and when a chain gets an instance more or one fewer.
 //!
-//! [`Elasticity`] composes the [`Launcher`] (what each region holds; the on-demand order) and
-//! the [`Autoscaler`] (scale events on load held for a whole MONITOR_PERIOD) with what both
-//! need from a node: each chain's load, smoothed ([`LoadSmoother`]), split over the regions
+//! [`Elasticity`] composes the [`Launcher`] (what each region holds; the on-demand order), the
+//! [`Autoscaler`] (scale events on load held for a whole MONITOR_PERIOD) and the
+//! [`Rechainer`] (which of a DAG's chain candidates it runs as, with the pressure on regions)
+//! with what they need from a node, on one MONITOR_PERIOD: each chain's load, smoothed ([`LoadSmoother`]), split over the regions
 //! that run it; which chains the tenant's endpoint can run; and which instance a scale-in
 //! stops. The daemon's data plane and the simulator drive this one machine: they report loads
 //! once an epoch and a chain's region emptying, and carry out the [`Act`]s it returns (build
@@ -21,6 +22,7 @@
 use crate::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother, Scale};
 use crate::ids::ChainId;
 use crate::launcher::{Decision, Launcher, LauncherConfig, RegionState};
+use crate::rechain::{DagView, Rechainer, Switch};
 use crate::time::Instant;
 use core::time::Duration;
 
@@ -114,12 +116,19 @@ pub struct Elasticity {
     /// Per region: when its chain last started (launch asked for, or resumed).
     started: Vec<Instant>,
     shortfalls: u64,
+    rechainer: Rechainer,
+    /// `shortfalls` at the last rechaining epoch.
+    shortfalls_seen: u64,
 }
 
 impl Elasticity {
     /// A node's regions, all free.
     pub fn new(cfg: ElasticConfig) -> Self {
+        // MONITOR_PERIOD, as the auto-scaler raises it (never shorter than a launch).
+        let period = cfg.monitor_period.max(cfg.launch_delay);
         Elasticity {
+            rechainer: Rechainer::new(period, cfg.high),
+            shortfalls_seen: 0,
             launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
             scaler: Autoscaler::new(AutoscaleConfig {
                 monitor_period: cfg.monitor_period,
@@ -198,6 +207,26 @@ impl Elasticity {
     pub fn set_launch_time(&mut self, t: Duration) {
         self.launcher.set_launch_time(t);
         self.scaler.set_launch_time(t);
+        self.rechainer.set_monitor_period(self.scaler.config().monitor_period);
+    }
+
+    /// One epoch of rechaining: `dags` are the DAGs that have a compact form. The pressure on
+    /// regions is the shortfalls since the last call. Returns the switch due, if any.
+    pub fn rechain(&mut self, now: Instant, dags: &[DagView]) -> Option<Switch> {
+        let pressure = self.shortfalls > self.shortfalls_seen;
+        self.shortfalls_seen = self.shortfalls;
+        self.rechainer.observe(now, pressure, self.launcher.unused(), dags)
+    }
+
+    /// A switch the policy did not decide (an operator's) happened at `now`: the next waits a
+    /// whole MONITOR_PERIOD.
+    pub fn switched(&mut self, now: Instant) {
+        self.rechainer.switched(now);
+    }
+
+    /// True while the node counts as short of regions (for rechaining).
+    pub fn under_pressure(&self) -> bool {
+        self.rechainer.under_pressure()
     }
 
     /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).

@@ -356,7 +356,7 @@ impl<B: Backend> Node<B> {
             elastic: Elastic::new(cfg.elastic, cfg.workers),
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
-            dags: rechain::Dags::new(cfg.elastic.monitor_period, cfg.elastic.high),
+            dags: rechain::Dags::new(),
             rx_queues: RxQueues {
                 tenant: vec![None; queues],
                 lost_seen: vec![0; queues],

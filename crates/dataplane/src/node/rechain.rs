@@ -1,5 +1,6 @@
 //! The node's DAG table, and a DAG's run-time switch between its chain candidates (the policy
-//! is `snic-core`'s [`Rechainer`]; see [`snic_core::rechain`]).
+//! is `snic-core`'s `Rechainer`, inside the node's [`snic_core::elastic::Elasticity`]; see
+//! [`snic_core::rechain`]).
 //!
 //! Every deployed DAG has a *planned* route (the planner's chains); a DAG given a *compact*
 //! form ([`Node::set_compact_form`]) can also run as one chain holding all its NTs. Each form
@@ -31,7 +32,7 @@ use crate::elastic::EventKind;
 use crate::store::Store;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid};
-use snic_core::rechain::{DagView, Form, Rechainer};
+use snic_core::rechain::{DagView, Form};
 use snic_core::sched::{Reject, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
@@ -78,9 +79,6 @@ pub(super) struct Dags {
     free: Vec<u32>,
     /// DAGs switching now (the poll checks them while non-zero).
     pub(super) switching: usize,
-    policy: Rechainer,
-    /// `ElasticStats::region_shortfalls` at the last epoch.
-    shortfalls_seen: u64,
 }
 
 struct Entry {
@@ -117,17 +115,8 @@ impl Entry {
 }
 
 impl Dags {
-    pub(super) fn new(monitor_period: Duration, high: f64) -> Self {
-        Dags {
-            live: Vec::new(),
-            entries: Vec::new(),
-            next: 0,
-            retired: Vec::new(),
-            free: Vec::new(),
-            switching: 0,
-            policy: Rechainer::new(monitor_period, high),
-            shortfalls_seen: 0,
-        }
+    pub(super) fn new() -> Self {
+        Dags { live: Vec::new(), entries: Vec::new(), next: 0, retired: Vec::new(), free: Vec::new(), switching: 0 }
     }
 
     fn set_live(&mut self, uid: DagUid, v: u32) {
@@ -291,7 +280,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let started = self.begin_switch(uid, to, now);
         if started {
-            self.dags.policy.switched(now);
+            self.elastic.policy.switched(now);
         }
         started
     }
@@ -368,7 +357,7 @@ impl<B: Backend> Node<B> {
 
     /// Switches whose old route has emptied complete; those past their time are abandoned.
     pub(super) fn advance_switches(&mut self, now: Instant) {
-        let timeout = (self.dags.policy_period() * SWITCH_TIMEOUT_PERIODS).max(Duration::from_millis(100));
+        let timeout = (self.elastic.monitor_period() * SWITCH_TIMEOUT_PERIODS).max(Duration::from_millis(100));
         for i in 0..self.dags.entries.len() {
             let Some(Some(e)) = self.dags.entries.get(i) else { continue };
             let Some(s) = &e.switch else { continue };
@@ -464,10 +453,6 @@ impl<B: Backend> Node<B> {
         if !self.elastic.cfg.rechain || self.dags.entries.iter().flatten().all(|e| e.compact.is_none()) {
             return;
         }
-        let shortfalls = self.elastic.stats.region_shortfalls;
-        let pressure = shortfalls > self.dags.shortfalls_seen;
-        self.dags.shortfalls_seen = shortfalls;
-        let unused = self.elastic.policy.unused();
         // Per chain: the DAGs whose forms use it (a chain shared with another DAG cannot move).
         let mut users = vec![0u32; self.chains.len()];
         for e in self.dags.entries.iter().flatten() {
@@ -492,8 +477,7 @@ impl<B: Backend> Node<B> {
                 ready,
             });
         }
-        self.dags.policy.set_monitor_period(self.elastic.monitor_period());
-        if let Some(s) = self.dags.policy.observe(now, pressure, unused, &views) {
+        if let Some(s) = self.elastic.policy.rechain(now, &views) {
             self.begin_switch(s.dag, s.to, now);
         }
     }
@@ -503,11 +487,5 @@ fn other(f: Form) -> Form {
     match f {
         Form::Planned => Form::Compact,
         Form::Compact => Form::Planned,
-    }
-}
-
-impl Dags {
-    fn policy_period(&self) -> Duration {
-        self.policy.monitor_period()
     }
 }
