@@ -119,7 +119,19 @@ pub struct Elasticity {
     rechainer: Rechainer,
     /// `shortfalls` at the last rechaining epoch.
     shortfalls_seen: u64,
+    /// Smoothed time to build a chain's NTs, ns (0 until one is built).
+    build_ns: f64,
 }
+
+/// Weight of the newest build in the smoothed build time.
+const BUILD_SMOOTHING: f64 = 0.25;
+
+/// A DAG's switch between chain candidates not drained after this many MONITOR_PERIODs (and
+/// at least [`SWITCH_TIMEOUT_FLOOR`]) is given up.
+pub const SWITCH_TIMEOUT_PERIODS: u32 = 20;
+
+/// The shortest time a switch is given to drain.
+pub const SWITCH_TIMEOUT_FLOOR: Duration = Duration::from_millis(100);
 
 impl Elasticity {
     /// A node's regions, all free.
@@ -129,6 +141,7 @@ impl Elasticity {
         Elasticity {
             rechainer: Rechainer::new(period, cfg.high),
             shortfalls_seen: 0,
+            build_ns: 0.0,
             launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
             scaler: Autoscaler::new(AutoscaleConfig {
                 monitor_period: cfg.monitor_period,
@@ -202,8 +215,27 @@ impl Elasticity {
         }
     }
 
-    /// A launch is expected to take `t` (measured build plus the emulated delay): launches are
-    /// planned with it and MONITOR_PERIOD never falls below it.
+    /// A chain's NTs were built in `ns` (measured on the node's work timer): a launch is
+    /// expected to take the smoothed build time plus the emulated delay, and MONITOR_PERIOD
+    /// never falls below it.
+    pub fn built(&mut self, ns: u64) {
+        let ns = ns as f64;
+        self.build_ns = if self.build_ns == 0.0 { ns } else { self.build_ns + BUILD_SMOOTHING * (ns - self.build_ns) };
+        self.set_launch_time(self.cfg.launch_delay + Duration::from_nanos(self.build_ns as u64));
+    }
+
+    /// The smoothed build time of a chain's NTs, ns.
+    pub fn build_ns(&self) -> f64 {
+        self.build_ns
+    }
+
+    /// How long a DAG's switch between chain candidates may take to drain before it is given up.
+    pub fn switch_timeout(&self) -> Duration {
+        (self.monitor_period() * SWITCH_TIMEOUT_PERIODS).max(SWITCH_TIMEOUT_FLOOR)
+    }
+
+    /// A launch is expected to take `t`: launches are planned with it and MONITOR_PERIOD never
+    /// falls below it.
     pub fn set_launch_time(&mut self, t: Duration) {
         self.launcher.set_launch_time(t);
         self.scaler.set_launch_time(t);

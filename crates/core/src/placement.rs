@@ -21,6 +21,9 @@
 
 use crate::ids::InstanceId;
 
+/// How often a node looks at where its instances run.
+pub const PLACEMENT_PERIOD: core::time::Duration = core::time::Duration::from_millis(10);
+
 /// Where a region runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Place {

@@ -213,8 +213,6 @@ pub struct Elastic {
     pub(crate) waiting: VecDeque<u32>,
     /// Per chain: NT state saved by evicted instances, most recent last (bounded).
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
-    /// Smoothed build time of a chain's NTs, ns.
-    pub(crate) build_ns: f64,
     pub(crate) stats: ElasticStats,
 }
 
@@ -232,7 +230,6 @@ impl Elastic {
             acts: Vec::new(),
             waiting: VecDeque::new(),
             saved: Vec::new(),
-            build_ns: 0.0,
             stats: ElasticStats::default(),
             cfg,
         }
@@ -285,7 +282,7 @@ impl Elastic {
 
     /// The smoothed build time of a chain's NTs (the real instantiation cost), ns.
     pub fn build_ns(&self) -> f64 {
-        self.build_ns
+        self.policy.build_ns()
     }
 
     /// The effective MONITOR_PERIOD.

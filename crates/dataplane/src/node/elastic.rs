@@ -51,11 +51,7 @@ impl<B: Backend> Node<B> {
         let specs = self.live_specs(chain)?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         let ns = self.work_timer.now_ns().saturating_sub(t0);
-        let e = &mut self.elastic;
-        e.build_ns = if e.build_ns == 0.0 { ns as f64 } else { e.build_ns + 0.25 * (ns as f64 - e.build_ns) };
-        let expected = e.cfg.launch_delay + std::time::Duration::from_nanos(e.build_ns as u64);
-        // MONITOR_PERIOD is never shorter than a launch, as measured.
-        e.policy.set_launch_time(expected);
+        self.elastic.policy.built(ns);
         Ok((nts, ns))
     }
 

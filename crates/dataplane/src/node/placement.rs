@@ -19,8 +19,8 @@ use snic_core::time::Instant;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// How often the node looks at where its instances run.
-pub const PLACEMENT_PERIOD: Duration = Duration::from_millis(10);
+/// How often the node looks at where its instances run (the policy's).
+pub use snic_core::placement::PLACEMENT_PERIOD;
 
 /// Why a move was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -37,7 +37,6 @@ use snic_core::sched::{Reject, Scheduler};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 use std::collections::VecDeque;
-use std::time::Duration;
 
 /// `live` value of a UID that is not deployed.
 pub(super) const NONE: u32 = u32::MAX;
@@ -45,7 +44,7 @@ pub(super) const NONE: u32 = u32::MAX;
 pub(super) const HOLD: u32 = 1 << 31;
 
 /// A switch not drained after this many MONITOR_PERIODs (and at least 100 ms) is abandoned.
-pub const SWITCH_TIMEOUT_PERIODS: u32 = 20;
+pub use snic_core::elastic::SWITCH_TIMEOUT_PERIODS;
 
 /// Why a compact form was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -357,7 +356,7 @@ impl<B: Backend> Node<B> {
 
     /// Switches whose old route has emptied complete; those past their time are abandoned.
     pub(super) fn advance_switches(&mut self, now: Instant) {
-        let timeout = (self.elastic.monitor_period() * SWITCH_TIMEOUT_PERIODS).max(Duration::from_millis(100));
+        let timeout = self.elastic.policy.switch_timeout();
         for i in 0..self.dags.entries.len() {
             let Some(Some(e)) = self.dags.entries.get(i) else { continue };
             let Some(s) = &e.switch else { continue };
