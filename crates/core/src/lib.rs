@@ -28,6 +28,8 @@
 //!   elasticity policy (loads in once an epoch, launches, resumes and stops out); [`rechain`]: which of a DAG's chain
 //!   candidates it runs as (its planned chains, or one compact chain when regions are short);
 //!   [`placement`]: which core an instance runs on (long chains apart from short ones).
+//! - [`node`]: a node's epoch, composed ([`node::NodeCore`]): counters in, demand, limits and
+//!   the elasticity policy's acts out.
 //! - [`walk`]: a packet's walk along its route — after each step: the next, a fork, a join,
 //!   egress or a drop; the on-demand path when a step has no instance.
 //!
@@ -60,6 +62,7 @@ pub mod join;
 pub mod launcher;
 pub mod mat;
 pub mod meter;
+pub mod node;
 pub mod placement;
 pub mod rechain;
 pub mod sched;

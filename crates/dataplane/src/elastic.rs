@@ -2,7 +2,8 @@
 //! at deploy, launched on demand when their first packet arrives, context-switched with
 //! stop-and-launch, kept as victims, and auto-scaled with load.
 //!
-//! The policy is `snic-core`'s ([`Elasticity`]: where a chain runs, when an instance is added
+//! The policy is `snic-core`'s (`snic_core::elastic::Elasticity`, in the node's
+//! `snic_core::node::NodeCore`: where a chain runs, when an instance is added
 //! or removed, which one stops; the scheduler's instance lifecycle for moving flows without
 //! loss or reordering); this module holds the node's side of it — which instance is in which
 //! region, launches under way, NT state saved by stopped chains — and what happened, for
@@ -15,14 +16,12 @@
 //! memory: a victim keeps its whole region; an evicted chain's NTs are saved and restored at its
 //! next launch (the paper's "store their states in on-board memory").
 
-use snic_core::elastic::Elasticity;
 use snic_core::ids::{ChainId, DagUid, InstanceId};
 use snic_core::placement::Place;
 use snic_core::rechain::Form;
 use snic_core::time::Instant;
 use snic_nt::Nt;
 use std::collections::VecDeque;
-use std::time::Duration;
 
 /// Elasticity parameters (the node config's `elastic:` block): the core's.
 pub use snic_core::elastic::ElasticConfig;
@@ -201,8 +200,6 @@ pub(crate) struct Pending {
 /// The node's elastic state. See the module docs.
 pub struct Elastic {
     pub(crate) cfg: ElasticConfig,
-    /// The policy: regions, on-demand order, scale events.
-    pub(crate) policy: Elasticity,
     /// Per region: its instance and where it runs.
     pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
     pub(crate) pending: Vec<Pending>,
@@ -224,7 +221,6 @@ impl Elastic {
     pub(crate) fn new(cfg: ElasticConfig, workers: usize) -> Self {
         let place = |i: usize| if workers == 0 { Place::Dispatcher } else { Place::Worker(i % workers) };
         Elastic {
-            policy: Elasticity::new(cfg),
             slots: (0..cfg.regions).map(|i| (None, place(i))).collect(),
             pending: Vec::new(),
             acts: Vec::new(),
@@ -246,18 +242,15 @@ impl Elastic {
         self.slots.iter().position(|s| s.0 == Some(inst))
     }
 
-    /// A chain goes away (or its id is reused): no saved state, no endpoint fallback, no load,
-    /// no scaling history.
+    /// A chain goes away (or its id is reused): no saved state.
     pub(crate) fn forget_chain(&mut self, chain: ChainId) {
         if let Some(saved) = self.saved.get_mut(chain.index()) {
             saved.clear();
         }
-        self.policy.add_chain(chain);
     }
 
-    pub(crate) fn add_chain(&mut self, chain: ChainId) {
+    pub(crate) fn add_chain(&mut self) {
         self.saved.push(Vec::new());
-        self.policy.add_chain(chain);
     }
 
     /// The configuration.
@@ -270,23 +263,8 @@ impl Elastic {
         &self.stats
     }
 
-    /// The regions, as the launch policy sees them.
-    pub fn regions(&self) -> &[snic_core::launcher::RegionState] {
-        self.policy.regions()
-    }
-
     /// The instance in each region.
     pub fn region_instances(&self) -> Vec<Option<InstanceId>> {
         self.slots.iter().map(|s| s.0).collect()
-    }
-
-    /// The smoothed build time of a chain's NTs (the real instantiation cost), ns.
-    pub fn build_ns(&self) -> f64 {
-        self.policy.build_ns()
-    }
-
-    /// The effective MONITOR_PERIOD.
-    pub fn monitor_period(&self) -> Duration {
-        self.policy.monitor_period()
     }
 }

@@ -23,6 +23,7 @@ use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::meter::{Counters, Meter, TenantCounters};
+use snic_core::node::{NodeCore, NodeCoreConfig};
 pub use snic_core::placement::Place;
 use snic_core::placement::PlacementConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
@@ -196,7 +197,8 @@ pub struct Node<B: Backend> {
     memo_table: Arc<Mat>,
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
-    meter: Meter,
+    /// The node's epoch-time policy: demand, fair shares, ingress limits, elasticity.
+    core: NodeCore,
     /// Per-tenant egress queues, used while the backend pushes back.
     egress_q: Dwrr<TxReq>,
     tx_backlogged: bool,
@@ -319,7 +321,17 @@ impl<B: Backend> Node<B> {
             }
         }
         let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() };
-        let meter = Meter::new(cfg.fair, clock.now(), cfg.link_bps, cfg.workers, cfg.store_buffers, MAX_TENANTS);
+        let core = NodeCore::new(
+            NodeCoreConfig {
+                fair: cfg.fair,
+                link_bps: cfg.link_bps,
+                workers: cfg.workers,
+                store_buffers: cfg.store_buffers,
+                max_tenants: MAX_TENANTS,
+                elastic: cfg.elastic,
+            },
+            clock.now(),
+        );
         let queues = backend.rx_queues().max(1);
         Ok(Node {
             framing: backend.framing(),
@@ -350,7 +362,7 @@ impl<B: Backend> Node<B> {
             mat_memo: None,
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
-            meter,
+            core,
             polls: 0,
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.elastic, cfg.workers),
@@ -417,7 +429,7 @@ impl<B: Backend> Node<B> {
 
     /// Resets counters and the latency histogram.
     pub fn reset_stats(&mut self) {
-        let tracked: Vec<TenantId> = self.meter.fairness().shares().iter().map(|s| s.tenant).collect();
+        let tracked: Vec<TenantId> = self.core.meter.fairness().shares().iter().map(|s| s.tenant).collect();
         self.stats = Stats::default();
         for t in tracked {
             self.stats.track_latency(t, true);
@@ -442,15 +454,16 @@ impl<B: Backend> Node<B> {
             let id = ChainId(c as u16);
             if self.sched.reuse_chain(id, specs.len()) {
                 // (Its elastic state was forgotten when it was removed.)
-                self.meter.reuse_chain(id, &kinds);
+                self.core.meter.reuse_chain(id, &kinds);
                 self.chains[c] = specs;
                 self.life[c] = retire::Life::Live;
                 return id;
             }
         }
         let id = self.sched.add_chain(specs.len());
-        self.meter.add_chain(&kinds);
-        self.elastic.add_chain(id);
+        self.core.meter.add_chain(&kinds);
+        self.elastic.add_chain();
+        self.core.elastic.add_chain(id);
         self.chains.push(specs);
         self.life.push(retire::Life::Live);
         id
@@ -458,12 +471,12 @@ impl<B: Backend> Node<B> {
 
     /// Names a chain's NTs in fair-sharing reports (by default `chainC.I:kind`).
     pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
-        self.meter.label_chain(chain, names);
+        self.core.meter.label_chain(chain, names);
     }
 
     /// Registers a tenant for fair sharing with its weight (or changes the weight).
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
-        self.meter.set_tenant(t, weight);
+        self.core.meter.set_tenant(t, weight);
         self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
         self.sched.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
@@ -471,13 +484,13 @@ impl<B: Backend> Node<B> {
 
     /// Forgets a tenant for fair sharing and lifts its ingress limit.
     pub fn remove_tenant(&mut self, t: TenantId) {
-        self.meter.remove_tenant(t);
+        self.core.meter.remove_tenant(t);
         self.stats.track_latency(t, false);
     }
 
     /// Fair sharing: resources, demands, allocations, limits.
     pub fn meter(&self) -> &Meter {
-        &self.meter
+        &self.core.meter
     }
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
@@ -569,18 +582,15 @@ impl<B: Backend> Node<B> {
             return Some(Duration::from_millis(1));
         }
         let now = self.clock.now();
-        let epoch = self.meter.next_epoch().saturating_since(now);
+        let epoch = self.core.next_epoch().saturating_since(now);
         let launch = self.elastic.pending.iter().map(|p| p.ready_at.saturating_since(now)).min();
-        let busy = !self.meter.quiet()
+        let busy = self.core.wants_epoch(&self.sched)
             || !self.stats.touched().is_empty()
             || !self.elastic.waiting.is_empty()
-            || self.sched.has_parked()
             || self.dags.switching > 0
             || self.dags.retiring()
             || self.retiring > 0
-            || self.placement.moving()
-            || (self.elastic.on()
-                && (0..self.sched.instance_count()).any(|i| self.sched.state(InstanceId(i as u16)) == InstanceState::Running));
+            || self.placement.moving();
         match (busy.then_some(epoch), launch) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -637,7 +647,7 @@ impl<B: Backend> Node<B> {
             let (t0, t1, rx) = (now.as_nanos(), rx_start.as_nanos(), rx_end.as_nanos());
             let half = self.cfg.batch / 2;
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
-            self.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
+            self.core.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
         if !self.elastic.pending.is_empty() || self.sched.has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
@@ -648,9 +658,8 @@ impl<B: Backend> Node<B> {
         if self.placement.moving() {
             self.advance_move(now);
         }
-        if self.meter.due(now) {
+        if self.core.due(now) {
             self.end_epoch(now);
-            self.elastic_epoch(now);
             self.placement_look(now);
             self.advance_retired();
         }
@@ -677,7 +686,7 @@ impl<B: Backend> Node<B> {
             let mut want = self.rx_idx.len() - n;
             let mut capped = None;
             if let Some(t) = self.rx_queues.tenant[queue] {
-                if let Some(b) = self.meter.budget(t, now) {
+                if let Some(b) = self.core.meter.budget(t, now) {
                     if (b as usize) < want {
                         (want, capped) = (b as usize, Some(t));
                     }
@@ -690,7 +699,7 @@ impl<B: Backend> Node<B> {
             };
             if let Some(t) = capped.filter(|_| got == want) {
                 // Its limit, not its queue, stopped the read: it wants more than it is admitted.
-                self.meter.held_back(t);
+                self.core.meter.held_back(t);
             }
             n += got;
             if n == self.rx_idx.len() {
@@ -756,16 +765,17 @@ impl<B: Backend> Node<B> {
         };
         let counters =
             EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
-        self.meter.end_epoch(now, &mut self.sched, &counters);
+        let life = &self.life;
+        let acts =
+            self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| life.get(c.index()) == Some(&retire::Life::Live));
+        self.elastic.acts.clear();
+        self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();
         for t in self.rx_queues.tenant.iter().flatten() {
             self.rx_queues.lost[t.index()] = 0;
         }
-        for i in 0..self.sched.instance_count() {
-            let inst = InstanceId(i as u16);
-            self.sched.set_cost(inst, self.meter.chain_cost_ns(self.sched.chain_of(inst)));
-        }
         self.bound_shared_workers();
+        self.elastic_epoch(now);
     }
 
     /// Caps the work in flight of instances that share a worker (the policy:
@@ -871,7 +881,7 @@ impl<B: Backend> Node<B> {
         if mat.restricts_sources() && !mat.source_allowed(vni, &src.addr.ip()) {
             return self.drop_uncharged(idx, tenant, Drop::ForeignVtep);
         }
-        if self.meter.any_limited() && !self.meter.admit(tenant, now) {
+        if self.core.meter.any_limited() && !self.core.meter.admit(tenant, now) {
             return self.drop_uncharged(idx, tenant, Drop::RateLimit);
         }
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {

@@ -155,7 +155,7 @@ fn prelaunch_fills_free_regions_and_packets_wait_for_a_launch_in_order() {
     // Two regions: chains 0 and 1 pre-launched, chain 2 waits for its first packet.
     let st = b.node.elastic().stats();
     assert_eq!(st.prelaunches, 2);
-    assert!(matches!(b.node.elastic().regions()[0], RegionState::Launching { .. }));
+    assert!(matches!(b.node.elasticity().regions()[0], RegionState::Launching { .. }));
     // Packets sent during the 5 ms launch wait, and come out in order once it runs.
     b.run(0, 20, 4, 3);
     assert_eq!(b.delivered.get(&100), None, "not before the launch completes");
@@ -185,7 +185,7 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
     // 3. Chain 2 goes idle: after a whole MONITOR_PERIOD it is descheduled, kept as a victim.
     b.run(0, 10, 2, 12);
     assert_eq!(b.node.elastic().stats().deschedules, 1);
-    assert!(b.node.elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == 2)));
+    assert!(b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == 2)));
     // 4. It is needed again: a victim hit, no launch, packets served at once.
     let launches = b.node.elastic().stats().launches;
     b.run(2, 1, 1, 1);
@@ -398,7 +398,7 @@ fn a_dag_moved_to_a_new_chain_under_traffic_loses_and_reorders_nothing_and_the_o
     assert_eq!(b.lost(0), 0, "nothing lost across the change");
     assert!(!b.node.dag_switching(DagUid(1)));
     // The old chain is gone: no region holds it, one region is free, and its id comes back.
-    let regions = b.node.elastic().regions();
+    let regions = b.node.elasticity().regions();
     assert!(
         !regions
             .iter()
@@ -428,7 +428,7 @@ fn a_removed_chain_serves_the_routes_that_still_use_it() {
     b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: ChainId(1), mask: NtMask::all(1) }]));
     b.run(0, 10, 2, 3);
     assert_eq!(b.lost(0), 0);
-    assert!(b.node.elastic().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.elastic().regions());
+    assert!(b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.elasticity().regions());
 }
 
 /// The same with a DAG that runs its compact form: its arrivals took the compact route, so a

@@ -24,15 +24,22 @@ pub(super) enum OnDemand {
 }
 
 impl<B: Backend> Node<B> {
-    /// Elasticity: regions, launches, victims, counters and recent events.
+    /// Elasticity, the node's side: which instance is in which region, counters and recent
+    /// events.
     pub fn elastic(&self) -> &Elastic {
         &self.elastic
+    }
+
+    /// Elasticity, the policy's side: the regions as it sees them, MONITOR_PERIOD, the
+    /// measured build time.
+    pub fn elasticity(&self) -> &snic_core::elastic::Elasticity {
+        &self.core.elastic
     }
 
     /// Declares that the tenant's endpoint can run `chain` itself: when no region can be found
     /// for it (and before resorting to a context switch), its packets are sent on unprocessed.
     pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
-        self.elastic.policy.set_endpoint_fallback(chain, yes);
+        self.core.elastic.set_endpoint_fallback(chain, yes);
     }
 
     pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
@@ -51,7 +58,7 @@ impl<B: Backend> Node<B> {
         let specs = self.live_specs(chain)?;
         let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
         let ns = self.work_timer.now_ns().saturating_sub(t0);
-        self.elastic.policy.built(ns);
+        self.core.elastic.built(ns);
         Ok((nts, ns))
     }
 
@@ -62,7 +69,7 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
-        self.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
+        self.core.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
         let e = &mut self.exec;
         match place {
             Place::Dispatcher => e.put_inline(inst.index(), region),
@@ -89,7 +96,7 @@ impl<B: Backend> Node<B> {
                 self.save_state(chain, r.into_nts());
             }
         }
-        self.meter.set_active(inst, false);
+        self.core.meter.set_active(inst, false);
         let _ = self.sched.remove_instance(inst);
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
@@ -111,7 +118,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
-        let Some(slot) = self.elastic.policy.prelaunch(chain, now) else {
+        let Some(slot) = self.core.elastic.prelaunch(chain, now) else {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
@@ -144,8 +151,8 @@ impl<B: Backend> Node<B> {
             return OnDemand::Nothing;
         }
         // The pool hook: no peers yet, so never remote.
-        let decision = self.elastic.policy.on_demand(chain, now, false);
-        self.elastic.stats.region_shortfalls = self.elastic.policy.shortfalls();
+        let decision = self.core.elastic.on_demand(chain, now, false);
+        self.elastic.stats.region_shortfalls = self.core.elastic.shortfalls();
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
                 if self.resume(chain, region, now, false) {
@@ -176,7 +183,7 @@ impl<B: Backend> Node<B> {
     /// instance), stopping `evict` first if the region holds it.
     fn launch_into(&mut self, chain: ChainId, region: usize, evict: Option<InstanceId>, now: Instant, kind: EventKind) -> OnDemand {
         let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.elastic.policy.free(region);
+            self.core.elastic.free(region);
             return OnDemand::Nothing;
         };
         let Ok(inst) = self.sched.add_launching(chain, self.cfg.credits) else {
@@ -193,7 +200,7 @@ impl<B: Backend> Node<B> {
     fn stop_for_eviction(&mut self, old: InstanceId) {
         match self.sched.state(old) {
             // Refused only while its chain's instances are changing: retried as launches advance.
-            InstanceState::Running if self.sched.stop_instance(old).is_ok() => self.meter.set_active(old, false),
+            InstanceState::Running if self.sched.stop_instance(old).is_ok() => self.core.meter.set_active(old, false),
             InstanceState::Parked => self.teardown(old),
             _ => {}
         }
@@ -209,7 +216,7 @@ impl<B: Backend> Node<B> {
             let live = self.is_live(self.sched.chain_of(p));
             match self.elastic.slot_of(p) {
                 Some(slot) if !evicting => {
-                    if !self.elastic.policy.stopped(slot, now, live) {
+                    if !self.core.elastic.stopped(slot, now, live) {
                         self.teardown(p);
                     }
                 }
@@ -249,14 +256,14 @@ impl<B: Backend> Node<B> {
             let place = self.elastic.slots[slot].1;
             if self.install(chain, inst, p.nts, place).is_err() {
                 // A worker that does not answer: the instance cannot run anywhere.
-                self.elastic.policy.free(slot);
+                self.core.elastic.free(slot);
                 continue;
             }
             self.elastic.slots[slot].0 = Some(inst);
             if p.inst.is_some() {
                 let _ = self.sched.set_running(inst);
             }
-            self.elastic.policy.running(slot);
+            self.core.elastic.running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
             self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
             ran = true;
@@ -283,19 +290,13 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Per epoch: each chain's load goes to the elasticity policy, whose acts are carried out
-    /// here.
+    /// Carries out what the elasticity policy decided at the epoch's end
+    /// ([`snic_core::node::NodeCore::handle_epoch`]), then looks at the DAGs' forms.
     pub(super) fn elastic_epoch(&mut self, now: Instant) {
         if !self.elastic.on() {
             return;
         }
         let mut acts = std::mem::take(&mut self.elastic.acts);
-        for c in 0..self.chains.len() {
-            let chain = ChainId(c as u16);
-            if self.is_live(chain) {
-                self.elastic.policy.epoch(now, chain, self.meter.chain_load(chain), &mut acts);
-            }
-        }
         for act in acts.drain(..) {
             match act {
                 Act::Resume { chain, region } => {
@@ -315,7 +316,7 @@ impl<B: Backend> Node<B> {
         if self.sched.resume_instance(inst).is_err() {
             return false;
         }
-        self.meter.set_active(inst, true);
+        self.core.meter.set_active(inst, true);
         self.record(now, chain, Some(region), EventKind::Resume, 0);
         if scaling {
             self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
@@ -326,7 +327,7 @@ impl<B: Backend> Node<B> {
     /// One more instance of `chain`, launched into `region` (after the victim it holds, if any).
     fn scale_out(&mut self, chain: ChainId, region: usize, now: Instant) {
         let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.elastic.policy.free(region);
+            self.core.elastic.free(region);
             return;
         };
         let evict = self.elastic.slots[region].0;
@@ -340,7 +341,7 @@ impl<B: Backend> Node<B> {
         if self.sched.stop_instance(inst).is_err() {
             return;
         }
-        self.meter.set_active(inst, false);
+        self.core.meter.set_active(inst, false);
         self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
         self.advance_elastic(now);
     }

@@ -143,7 +143,7 @@ impl<B: Backend> Node<B> {
             }
         }
         self.exec.placement[i] = to;
-        self.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Dispatcher);
+        self.core.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Dispatcher);
         self.placement.placer.forget(inst);
         Ok(())
     }
@@ -182,7 +182,7 @@ impl<B: Backend> Node<B> {
             let chain = self.sched.chain_of(id);
             let n = self.sched.instances_of(chain).len().max(1) as f64;
             let at = self.exec.placement.get(i).copied().unwrap_or(Place::Dispatcher);
-            p.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at });
+            p.views.push(View { id, cost_ns: self.core.meter.chain_cost_ns(chain), load: self.core.meter.chain_load(chain) / n, at });
         }
         if let Some(m) = p.placer.decide(&p.views, self.exec.workers.len()) {
             // The policy proposes running instances, existing workers and new places only.

@@ -279,7 +279,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let started = self.begin_switch(uid, to, now);
         if started {
-            self.elastic.policy.switched(now);
+            self.core.elastic.switched(now);
         }
         started
     }
@@ -356,7 +356,7 @@ impl<B: Backend> Node<B> {
 
     /// Switches whose old route has emptied complete; those past their time are abandoned.
     pub(super) fn advance_switches(&mut self, now: Instant) {
-        let timeout = self.elastic.policy.switch_timeout();
+        let timeout = self.core.elastic.switch_timeout();
         for i in 0..self.dags.entries.len() {
             let Some(Some(e)) = self.dags.entries.get(i) else { continue };
             let Some(s) = &e.switch else { continue };
@@ -472,11 +472,11 @@ impl<B: Backend> Node<B> {
                 dag: DagUid(i as u32),
                 form: e.form,
                 planned_chains: e.planned_chains.len(),
-                compact_load: chains.iter().map(|c| self.elastic.policy.smoothed_load(*c)).sum(),
+                compact_load: chains.iter().map(|c| self.core.elastic.smoothed_load(*c)).sum(),
                 ready,
             });
         }
-        if let Some(s) = self.elastic.policy.rechain(now, &views) {
+        if let Some(s) = self.core.elastic.rechain(now, &views) {
             self.begin_switch(s.dag, s.to, now);
         }
     }

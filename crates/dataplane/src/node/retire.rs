@@ -34,7 +34,9 @@ impl<B: Backend> Node<B> {
         }
         *l = Life::Retiring;
         self.retiring += 1;
+        // No saved state, no endpoint fallback, no load, no scaling history.
         self.elastic.forget_chain(chain);
+        self.core.elastic.add_chain(chain);
         self.advance_retired();
     }
 
@@ -80,7 +82,7 @@ impl<B: Backend> Node<B> {
                 self.life[c] = Life::Gone;
                 self.retiring -= 1;
                 self.chains[c] = Vec::new();
-                self.meter.remove_chain(chain);
+                self.core.meter.remove_chain(chain);
             }
         }
     }
@@ -92,7 +94,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn stop_chain(&mut self, chain: ChainId) {
         for inst in self.sched.instances_of(chain).to_vec() {
             if self.sched.state(inst) == InstanceState::Running && self.sched.stop_instance(inst).is_ok() {
-                self.meter.set_active(inst, false);
+                self.core.meter.set_active(inst, false);
             }
         }
         let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
@@ -101,7 +103,7 @@ impl<B: Backend> Node<B> {
             .collect();
         for (slot, inst) in parked {
             self.teardown(inst);
-            self.elastic.policy.free(slot);
+            self.core.elastic.free(slot);
         }
     }
 }

@@ -192,7 +192,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         scale_ins: st.scale_ins,
         resumes: st.resumes,
         min_gap_ms,
-        monitor_period_ms: node.elastic().monitor_period().as_secs_f64() * 1e3,
+        monitor_period_ms: node.elasticity().monitor_period().as_secs_f64() * 1e3,
         series,
     })
 }

@@ -636,8 +636,8 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
     ElasticSnap {
         enabled: e.config().regions > 0,
         launch_delay_ms: e.config().launch_delay.as_secs_f64() * 1e3,
-        monitor_period_ms: e.monitor_period().as_secs_f64() * 1e3,
-        build_us: e.build_ns() / 1e3,
+        monitor_period_ms: node.elasticity().monitor_period().as_secs_f64() * 1e3,
+        build_us: node.elasticity().build_ns() / 1e3,
         counters: vec![
             ("prelaunches", st.prelaunches),
             ("launches", st.launches),

@@ -1,0 +1,198 @@
+//! One node's decisions at an epoch's end, composed: [`NodeCore`].
+//!
+//! Once an epoch (EPOCH_LEN, the fair-sharing period) a node hands its counters to the core and
+//! gets back what to do. [`NodeCore::handle_epoch`] runs, in this order:
+//!
+//! 1. the demand model and the fairness controller ([`Meter`]): counter deltas and the
+//!    scheduler's arrivals in, DRF shares and ingress limits out;
+//! 2. the NTs' measured costs to the scheduler (its dispatch quanta weigh them);
+//! 3. each live chain's load to the elasticity policy ([`Elasticity`]), whose [`Act`]s —
+//!    resume a victim, launch into a region, stop an instance — the driver carries out.
+//!
+//! Between epochs the driver asks [`NodeCore::wants_epoch`] whether anything an epoch looks
+//! after is live (so that an idle node can sleep), and [`NodeCore::next_epoch`] when the next is
+//! due. The packet path (the scheduler, a packet's walk, the join table) and the node's own
+//! tables (DAG routes, regions' contents) stay with the driver, which calls the core's machines
+//! for them directly; the pool's agent (issue 17) joins here.
+
+use crate::elastic::{Act, ElasticConfig, Elasticity};
+use crate::fair::FairConfig;
+use crate::ids::{ChainId, InstanceId};
+use crate::meter::{Counters, Meter};
+use crate::sched::{InstanceState, Scheduler};
+use crate::time::Instant;
+
+/// What a node's core is built from (its validated configuration's sections, and the node's
+/// sizes).
+#[derive(Debug, Clone, Copy)]
+pub struct NodeCoreConfig {
+    /// The fairness section.
+    pub fair: FairConfig,
+    /// The link, bit/s each way.
+    pub link_bps: f64,
+    /// Worker threads (their time is a resource of its own).
+    pub workers: usize,
+    /// Packet-store buffers.
+    pub store_buffers: usize,
+    /// Most tenants.
+    pub max_tenants: usize,
+    /// The elastic section.
+    pub elastic: ElasticConfig,
+}
+
+/// One node's epoch-time policy. See the module docs.
+#[derive(Debug)]
+pub struct NodeCore {
+    /// Demand, fair shares and ingress limits.
+    pub meter: Meter,
+    /// Regions, launches, scale events, victims, rechaining.
+    pub elastic: Elasticity,
+    acts: Vec<Act>,
+}
+
+impl NodeCore {
+    /// A node's core, its first epoch starting `now`.
+    pub fn new(cfg: NodeCoreConfig, now: Instant) -> Self {
+        NodeCore {
+            meter: Meter::new(cfg.fair, now, cfg.link_bps, cfg.workers, cfg.store_buffers, cfg.max_tenants),
+            elastic: Elasticity::new(cfg.elastic),
+            acts: Vec::new(),
+        }
+    }
+
+    /// True when the epoch is over.
+    #[inline]
+    pub fn due(&self, now: Instant) -> bool {
+        self.meter.due(now)
+    }
+
+    /// When the next epoch ends.
+    pub fn next_epoch(&self) -> Instant {
+        self.meter.next_epoch()
+    }
+
+    /// True while an epoch has anything to look after in the core: tenants with demand or
+    /// limits, instances stopping, or (with elasticity) running instances that may scale in or
+    /// be descheduled.
+    pub fn wants_epoch(&self, sched: &Scheduler<u32>) -> bool {
+        !self.meter.quiet()
+            || sched.has_parked()
+            || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
+    }
+
+    /// The epoch ends at `now`: `counters` are the node's (cumulative), `sched` its scheduler
+    /// (whose arrivals the demand model drains, and which is given the NTs' measured costs),
+    /// `live` says which of its `chains` chain ids are in use. Returns what the elasticity
+    /// policy decided, for the driver to carry out.
+    pub fn handle_epoch(
+        &mut self,
+        now: Instant,
+        sched: &mut Scheduler<u32>,
+        counters: &impl Counters,
+        chains: usize,
+        live: impl Fn(ChainId) -> bool,
+    ) -> &[Act] {
+        self.meter.end_epoch(now, sched, counters);
+        for i in 0..sched.instance_count() {
+            let inst = InstanceId(i as u16);
+            sched.set_cost(inst, self.meter.chain_cost_ns(sched.chain_of(inst)));
+        }
+        self.acts.clear();
+        if self.elastic.on() {
+            for c in 0..chains {
+                let chain = ChainId(c as u16);
+                if live(chain) {
+                    self.elastic.epoch(now, chain, self.meter.chain_load(chain), &mut self.acts);
+                }
+            }
+        }
+        &self.acts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dag::{DagRoute, NtMask, Step};
+    use crate::ids::{DagUid, TenantId};
+    use crate::meter::TenantCounters;
+    use crate::sched::SchedConfig;
+    use core::time::Duration;
+
+    /// A node's counters: one tenant that received `rx` packets so far.
+    struct Count {
+        rx: u64,
+        touched: Vec<TenantId>,
+    }
+
+    impl Counters for Count {
+        fn touched(&self) -> &[TenantId] {
+            &self.touched
+        }
+        fn tenant(&self, _: TenantId) -> TenantCounters {
+            TenantCounters { rx_packets: self.rx, rx_bytes: self.rx * 100, ..TenantCounters::default() }
+        }
+        fn store_buffers(&self, _: TenantId) -> u64 {
+            0
+        }
+        fn nt_time(&self, _: InstanceId, _: usize) -> (u64, u64) {
+            (0, 0)
+        }
+        fn lost_shared(&self) -> u64 {
+            0
+        }
+        fn lost_own(&self, _: TenantId) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn an_epoch_measures_demand_and_scales_a_chain_its_load_outgrows() {
+        let epoch = Duration::from_millis(1);
+        let cfg = NodeCoreConfig {
+            fair: FairConfig { epoch, ..FairConfig::default() },
+            link_bps: 25e9,
+            workers: 0,
+            store_buffers: 1024,
+            max_tenants: 4,
+            elastic: ElasticConfig { regions: 2, autoscale: true, monitor_period: Duration::from_millis(3), ..ElasticConfig::default() },
+        };
+        let mut core = NodeCore::new(cfg, Instant::ZERO);
+        let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+        let chain = sched.add_chain(1);
+        core.meter.add_chain(&["nt"]);
+        // One instance of 100 kpps, running in region 0.
+        let inst = sched.add_instance(chain, 64).unwrap();
+        core.meter.add_instance(chain, inst, &[Some(100_000.0)], false);
+        core.elastic.add_chain(chain);
+        let region = core.elastic.prelaunch(chain, Instant::ZERO).unwrap();
+        core.elastic.running(region);
+        core.meter.set_tenant(TenantId(1), 1.0);
+        sched.set_dag(DagUid(1), DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]));
+        assert!(core.wants_epoch(&sched), "a running elastic instance may scale in");
+
+        // 150 packets a millisecond: 1.5 instances' worth, held for more than a period.
+        let (mut rx, mut launched) = (0u64, None);
+        for e in 1..=20u64 {
+            for k in 0..150u32 {
+                let _ = sched.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, k as u64, k);
+                let mut out = Vec::new();
+                if let Some(i) = sched.poll_dispatch(&mut out, 64) {
+                    sched.handle_completion(i, out.len() as u32);
+                }
+            }
+            rx += 150;
+            let now = Instant::ZERO + epoch * e as u32;
+            let counters = Count { rx, touched: vec![TenantId(1)] };
+            let acts = core.handle_epoch(now, &mut sched, &counters, 1, |_| true);
+            if let Some(a) = acts.first() {
+                launched = Some((e, *a));
+                break;
+            }
+        }
+        let (e, act) = launched.expect("the chain scaled out");
+        assert_eq!(act, Act::Launch { chain, region: 1, evict: None });
+        assert!(e >= 4, "not before a whole MONITOR_PERIOD of overload (epoch {e})");
+        assert!((core.meter.chain_load(chain) - 1.5).abs() < 0.01, "load {}", core.meter.chain_load(chain));
+    }
+}
