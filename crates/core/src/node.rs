@@ -18,7 +18,7 @@
 use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
-use crate::meter::{Counters, Meter};
+use crate::meter::{Arrivals, Counters, Meter};
 use crate::sched::{InstanceState, Scheduler};
 use crate::time::Instant;
 
@@ -38,6 +38,30 @@ pub struct NodeCoreConfig {
     pub max_tenants: usize,
     /// The elastic section.
     pub elastic: ElasticConfig,
+}
+
+/// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
+/// demand model) and each instance's measured cost. The scheduler is it on a node; a
+/// simulator's fluid node may have no instances to tell.
+pub trait PacketPath: Arrivals {
+    /// Instances, by id `0..n`.
+    fn instance_count(&self) -> usize;
+    /// The chain of instance `inst`.
+    fn chain_of(&self, inst: InstanceId) -> ChainId;
+    /// The measured cost of a packet through `inst`'s chain, ns.
+    fn set_cost(&mut self, inst: InstanceId, ns: f64);
+}
+
+impl PacketPath for Scheduler<u32> {
+    fn instance_count(&self) -> usize {
+        Scheduler::instance_count(self)
+    }
+    fn chain_of(&self, inst: InstanceId) -> ChainId {
+        Scheduler::chain_of(self, inst)
+    }
+    fn set_cost(&mut self, inst: InstanceId, ns: f64) {
+        Scheduler::set_cost(self, inst, ns)
+    }
 }
 
 /// One node's epoch-time policy. See the module docs.
@@ -80,14 +104,14 @@ impl NodeCore {
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
-    /// The epoch ends at `now`: `counters` are the node's (cumulative), `sched` its scheduler
-    /// (whose arrivals the demand model drains, and which is given the NTs' measured costs),
-    /// `live` says which of its `chains` chain ids are in use. Returns what the elasticity
-    /// policy decided, for the driver to carry out.
+    /// The epoch ends at `now`: `counters` are the node's (cumulative), `sched` its packet
+    /// path (whose arrivals the demand model drains, and which is given the NTs' measured
+    /// costs: the scheduler), `live` says which of its `chains` chain ids are in use. Returns
+    /// what the elasticity policy decided, for the driver to carry out.
     pub fn handle_epoch(
         &mut self,
         now: Instant,
-        sched: &mut Scheduler<u32>,
+        sched: &mut impl PacketPath,
         counters: &impl Counters,
         chains: usize,
         live: impl Fn(ChainId) -> bool,

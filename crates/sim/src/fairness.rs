@@ -1,6 +1,7 @@
 //! The `fairness` experiment (paper Fig. 20, the Fig. 7 scenario): tenants whose DAGs visit
 //! NTs of given throughputs, loads that step over time, and the node's demand model and
-//! fairness controller — `snic_core::meter::Meter`, the code the data plane runs — closing the
+//! fairness controller — `snic_core::meter::Meter` inside the node's epoch machine
+//! (`snic_core::node::NodeCore`), the code the data plane runs — closing the
 //! loop every epoch: each tenant offers its load, its ingress limit admits part of it, the NTs
 //! on its path see what was admitted, the link carries it; the meter reads the counters that
 //! result (as it reads the node's) and DRF reallocates. A fluid model: NT throughput is shared
@@ -9,9 +10,11 @@
 use serde::{Deserialize, Serialize};
 use snic_core::config::Config;
 use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::elastic::ElasticConfig;
 use snic_core::fair::jain;
 use snic_core::ids::{ChainId, InstanceId, TenantId};
-use snic_core::meter::{Arrivals, Counters, Meter, TenantCounters};
+use snic_core::meter::{Arrivals, Counters, TenantCounters};
+use snic_core::node::{NodeCore, NodeCoreConfig, PacketPath};
 use snic_core::time::Instant;
 
 /// The scenario's `[fairness]` section.
@@ -174,16 +177,28 @@ impl FairnessSpec {
     /// its fairness section and link).
     pub fn run(&self, duration_s: f64, node: &Config) -> FairnessResult {
         let epoch = node.fair.epoch;
-        let mut m = Meter::new(node.fair, Instant::ZERO, node.link_bps, 0, STORE_BUFFERS, self.tenants.len() + 1);
+        // The node's epoch machine: its demand model and fairness controller (no regions: the
+        // elasticity policy stays off).
+        let mut core = NodeCore::new(
+            NodeCoreConfig {
+                fair: node.fair,
+                link_bps: node.link_bps,
+                workers: 0,
+                store_buffers: STORE_BUFFERS,
+                max_tenants: self.tenants.len() + 1,
+                elastic: ElasticConfig::default(),
+            },
+            Instant::ZERO,
+        );
         // Each NT is a chain of one, with one instance of its declared throughput.
         for (i, n) in self.nts.iter().enumerate() {
             let c = ChainId(i as u16);
-            m.add_chain(&["nt"]);
-            m.label_chain(c, std::slice::from_ref(&n.name));
-            m.add_instance(c, InstanceId(i as u16), &[Some(n.capacity * self.unit_pps)], false);
+            core.meter.add_chain(&["nt"]);
+            core.meter.label_chain(c, std::slice::from_ref(&n.name));
+            core.meter.add_instance(c, InstanceId(i as u16), &[Some(n.capacity * self.unit_pps)], false);
         }
         for (i, t) in self.tenants.iter().enumerate() {
-            m.set_tenant(TenantId(i as u16 + 1), t.weight);
+            core.meter.set_tenant(TenantId(i as u16 + 1), t.weight);
         }
         let paths: Vec<Vec<usize>> = self
             .tenants
@@ -202,7 +217,7 @@ impl FairnessSpec {
         let mut now = Instant::ZERO;
         for k in 0..epochs {
             let s = k as f64 * dt;
-            let limits: Vec<Option<f64>> = m.fairness().shares().iter().map(|x| x.limit_pps).collect();
+            let limits: Vec<Option<f64>> = core.meter.fairness().shares().iter().map(|x| x.limit_pps).collect();
             let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
             // Everything offered reaches the node (`[node.fairness]`'s `link_gbps` is the
             // link's capacity as fair sharing counts it: the limits keep tenants within it); the
@@ -231,7 +246,7 @@ impl FairnessSpec {
             if self.rx_ns > 0.0 || self.rest_ns > 0.0 {
                 // The node times its polls; here one poll per epoch, at the model's costs.
                 let (r, a) = (received.iter().sum::<f64>(), admitted.iter().sum::<f64>());
-                m.sample_poll(
+                core.meter.sample_poll(
                     (r * self.rx_ns).round() as u64,
                     r.round() as usize,
                     1,
@@ -240,9 +255,9 @@ impl FairnessSpec {
                 );
             }
             let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
-            m.end_epoch(now, &mut arrivals, &node);
+            core.handle_epoch(now, &mut arrivals, &node, 0, |_| false);
         }
-        let f = m.fairness();
+        let f = core.meter.fairness();
         let resource = |d: usize| f.resources()[d].name.clone();
         let avg = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
         let step_epoch = ((last_step / dt).round() as usize).min(epochs as usize);
@@ -356,6 +371,18 @@ struct FluidArrivals<'a> {
     routes: &'a [DagRoute],
     admitted: &'a [u64],
     counts: Vec<u64>,
+}
+
+/// The fluid node's packet path: arrivals only (its NTs declare their throughput; no instance
+/// is timed).
+impl PacketPath for FluidArrivals<'_> {
+    fn instance_count(&self) -> usize {
+        0
+    }
+    fn chain_of(&self, _: InstanceId) -> ChainId {
+        ChainId(0)
+    }
+    fn set_cost(&mut self, _: InstanceId, _: f64) {}
 }
 
 impl Arrivals for FluidArrivals<'_> {
