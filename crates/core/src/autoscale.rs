@@ -58,6 +58,8 @@ struct Watch {
     over_since: Option<Instant>,
     under_since: Option<Instant>,
     last_event: Option<Instant>,
+    /// An instance of the chain is being launched.
+    launching: bool,
 }
 
 /// Weight of the newest epoch in a chain's smoothed load.
@@ -122,6 +124,19 @@ impl Autoscaler {
         }
     }
 
+    /// Whether an instance of `chain` is being launched. While one is, the chain's load never
+    /// counts as under-load: an instance still launching has had no chance to serve, and the
+    /// packets that wait for it are not idleness (a chain launched on demand would otherwise be
+    /// descheduled the moment it runs, its packets still waiting). Overload is still watched,
+    /// with the launching instances counted.
+    pub fn set_launching(&mut self, chain: ChainId, yes: bool) {
+        let i = chain.index();
+        if self.chains.len() <= i {
+            self.chains.resize(i + 1, Watch::default());
+        }
+        self.chains[i].launching = yes;
+    }
+
     /// `chain` carried `load` (in instances' worth of work, e.g. 1.5 = one and a half
     /// instances) on `instances` running instances at `now`; `free_region` says whether one
     /// more could be launched. Returns the scale event due, if any.
@@ -133,7 +148,9 @@ impl Autoscaler {
         let (period, high) = (self.cfg.monitor_period, self.cfg.high);
         let w = &mut self.chains[i];
         let over = self.cfg.scale && load > instances as f64 * high;
-        let under = if instances > 1 {
+        let under = if w.launching {
+            false
+        } else if instances > 1 {
             self.cfg.scale && load <= (instances - 1) as f64 * high
         } else {
             // Idle: nothing at all arrived (the driver reports a chain with arrivals as loaded,
@@ -155,7 +172,7 @@ impl Autoscaler {
             None
         };
         if event.is_some() {
-            *w = Watch { last_event: Some(now), ..Watch::default() };
+            *w = Watch { last_event: Some(now), launching: w.launching, ..Watch::default() };
         }
         event
     }

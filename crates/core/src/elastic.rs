@@ -14,7 +14,8 @@
 //! The rules a driver used to make on its own, now made here once:
 //! - a chain's instances, for the auto-scaler, are the regions running it or launching it (a
 //!   launch under way counts as capacity on its way, so a load it will carry is not asked for
-//!   twice);
+//!   twice) — but while one of its instances is launching, a chain is never under-loaded nor
+//!   idle (the packets waiting for the launch are not idleness);
 //! - a scale-in stops the chain's most recently started region (the longer-lived instances keep
 //!   their flows);
 //! - a region whose chain has stopped becomes a victim or is freed ([`Elasticity::stopped`]).
@@ -338,6 +339,8 @@ impl Elasticity {
             // Nothing runs it: packets that come launch it on demand.
             return;
         }
+        let launching = self.regions().iter().any(|r| matches!(*r, RegionState::Launching { chain: c, .. } if c == chain));
+        self.scaler.set_launching(chain, launching);
         let share = load / instances as f64;
         for region in 0..self.regions().len() {
             if matches!(self.regions()[region], RegionState::Running { chain: c, .. } if c == chain) {
@@ -438,6 +441,29 @@ mod tests {
         // Idle for a period: the last one is descheduled too.
         let (_, acts) = until_act(&mut e, t + 1, A, 0.0);
         assert_eq!(acts, vec![Act::Stop { chain: A, region: r0, last: true }]);
+    }
+
+    /// Found by `snic bench launch --delay-ms 3` on a loaded machine: a chain launched on demand
+    /// for a packet, whose launch took longer than MONITOR_PERIOD, was descheduled the moment
+    /// it ran — its load read 0 while the packet waited for the launch.
+    #[test]
+    fn a_chain_is_not_idle_while_it_launches() {
+        // Whenever the launch completes (after 1 to 30 epochs of 1 ms, MONITOR_PERIOD 5 ms),
+        // the chain is not stopped before it has been idle a whole period while running.
+        for ready in 1..30u64 {
+            let mut e = elastic(1);
+            assert_eq!(e.on_demand(A, Instant::ZERO, false), Decision::Launch { region: 0 });
+            let mut acts = Vec::new();
+            for t in 0..ready + 5 {
+                if t == ready {
+                    e.running(0);
+                }
+                e.epoch(Instant(t * MS), A, if t == 0 { 1.0 } else { 0.0 }, &mut acts);
+                assert!(acts.is_empty(), "launch done at {ready} ms: stopped at {t} ms: {acts:?}");
+            }
+            let (_, acts) = until_act(&mut e, ready + 5, A, 0.0);
+            assert_eq!(acts, vec![Act::Stop { chain: A, region: 0, last: true }]);
+        }
     }
 
     #[test]

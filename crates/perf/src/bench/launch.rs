@@ -189,7 +189,13 @@ fn out_since(node: &mut Node<MemPort>, i: usize, t0: Instant) -> anyhow::Result<
 fn idle(node: &mut Node<MemPort>) -> anyhow::Result<()> {
     let (t0, before) = (Instant::now(), node.elastic().stats().deschedules);
     while node.elastic().stats().deschedules == before {
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(5), "the idle chain was not descheduled within 5 s");
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the idle chain was not descheduled within 5 s (regions {:?}, instances {:?}, last events {:?})",
+            node.elasticity().regions(),
+            node.elastic().region_instances(),
+            node.elastic().stats().events.iter().rev().take(6).collect::<Vec<_>>()
+        );
         node.poll();
     }
     Ok(())
