@@ -137,20 +137,20 @@ pub const SWITCH_TIMEOUT_FLOOR: Duration = Duration::from_millis(100);
 impl Elasticity {
     /// A node's regions, all free.
     pub fn new(cfg: ElasticConfig) -> Self {
-        // MONITOR_PERIOD, as the auto-scaler raises it (never shorter than a launch).
-        let period = cfg.monitor_period.max(cfg.launch_delay);
+        let scaler = Autoscaler::new(AutoscaleConfig {
+            monitor_period: cfg.monitor_period,
+            high: cfg.high,
+            launch_time: cfg.launch_delay,
+            deschedule_idle: cfg.deschedule_idle,
+            scale: cfg.autoscale,
+        });
         Elasticity {
-            rechainer: Rechainer::new(period, cfg.high),
+            // On the auto-scaler's MONITOR_PERIOD (raised to the launch time if shorter).
+            rechainer: Rechainer::new(scaler.config().monitor_period, cfg.high),
             shortfalls_seen: 0,
             build_ns: 0.0,
             launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
-            scaler: Autoscaler::new(AutoscaleConfig {
-                monitor_period: cfg.monitor_period,
-                high: cfg.high,
-                launch_time: cfg.launch_delay,
-                deschedule_idle: cfg.deschedule_idle,
-                scale: cfg.autoscale,
-            }),
+            scaler,
             load: Vec::new(),
             endpoint: Vec::new(),
             started: vec![Instant::ZERO; cfg.regions],
@@ -184,16 +184,6 @@ impl Elasticity {
     /// fallback, or nothing at all): the pressure on regions.
     pub fn shortfalls(&self) -> u64 {
         self.shortfalls
-    }
-
-    /// True if a launch could take a region without stopping a running chain.
-    pub fn has_room(&self) -> bool {
-        self.launcher.has_room()
-    }
-
-    /// Regions a launch could take without stopping a running chain.
-    pub fn unused(&self) -> usize {
-        self.launcher.unused()
     }
 
     /// A chain id comes into use (or back into use): no load, no fallback, no scaling history.
@@ -257,11 +247,6 @@ impl Elasticity {
         self.rechainer.switched(now);
     }
 
-    /// True while the node counts as short of regions (for rechaining).
-    pub fn under_pressure(&self) -> bool {
-        self.rechainer.under_pressure()
-    }
-
     /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).
     pub fn prelaunch(&mut self, chain: ChainId, now: Instant) -> Option<usize> {
         let region = self.launcher.prelaunch(chain, now)?;
@@ -322,10 +307,17 @@ impl Elasticity {
 
     /// The regions running or launching `chain`: its instances, as the auto-scaler counts them.
     pub fn instances(&self, chain: ChainId) -> usize {
-        self.regions()
-            .iter()
-            .filter(|r| matches!(**r, RegionState::Running { chain: c, .. } | RegionState::Launching { chain: c, .. } if c == chain))
-            .count()
+        let (running, launching) = self.held_by(chain);
+        running + launching
+    }
+
+    /// The regions running `chain`, and those launching it.
+    fn held_by(&self, chain: ChainId) -> (usize, usize) {
+        self.regions().iter().fold((0, 0), |(r, l), s| match *s {
+            RegionState::Running { chain: c, .. } if c == chain => (r + 1, l),
+            RegionState::Launching { chain: c, .. } if c == chain => (r, l + 1),
+            _ => (r, l),
+        })
     }
 
     /// One epoch of `chain`: `load` is what it carried, in instances' worth (0 only if nothing
@@ -334,13 +326,13 @@ impl Elasticity {
     pub fn epoch(&mut self, now: Instant, chain: ChainId, load: f64, acts: &mut Vec<Act>) {
         let Some(smoother) = self.load.get_mut(chain.index()) else { return };
         let load = smoother.update(load);
-        let instances = self.instances(chain);
+        let (running, launching) = self.held_by(chain);
+        let instances = running + launching;
         if instances == 0 {
             // Nothing runs it: packets that come launch it on demand.
             return;
         }
-        let launching = self.regions().iter().any(|r| matches!(*r, RegionState::Launching { chain: c, .. } if c == chain));
-        self.scaler.set_launching(chain, launching);
+        self.scaler.set_launching(chain, launching > 0);
         let share = load / instances as f64;
         for region in 0..self.regions().len() {
             if matches!(self.regions()[region], RegionState::Running { chain: c, .. } if c == chain) {
@@ -351,13 +343,12 @@ impl Elasticity {
             // As many as there are regions for (each launch takes one).
             Some(Scale::Out(_, n)) => {
                 for _ in 0..n {
-                    let act = match self.launcher.scale_out(chain, now) {
-                        Some(Decision::Resume { region }) => Act::Resume { chain, region },
-                        Some(Decision::Launch { region }) => Act::Launch { chain, region, evict: None },
-                        Some(Decision::ContextSwitch { region, evicted }) => Act::Launch { chain, region, evict: Some(evicted) },
+                    let (region, act) = match self.launcher.scale_out(chain, now) {
+                        Some(Decision::Resume { region }) => (region, Act::Resume { chain, region }),
+                        Some(Decision::Launch { region }) => (region, Act::Launch { chain, region, evict: None }),
+                        Some(Decision::ContextSwitch { region, evicted }) => (region, Act::Launch { chain, region, evict: Some(evicted) }),
                         _ => break,
                     };
-                    let (Act::Resume { region, .. } | Act::Launch { region, .. } | Act::Stop { region, .. }) = act;
                     self.started[region] = now;
                     acts.push(act);
                 }

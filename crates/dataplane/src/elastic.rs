@@ -138,9 +138,6 @@ pub struct ElasticStats {
     pub deschedules: u64,
     /// Packets sent on unprocessed for the endpoint.
     pub endpoint_packets: u64,
-    /// Times packets needed a region and none was free (a context switch, the endpoint
-    /// fallback, or nothing at all): the pressure on regions.
-    pub region_shortfalls: u64,
     /// DAGs switched to another chain candidate.
     pub rechains: u64,
     /// Regions moved to another core.
@@ -199,7 +196,6 @@ pub(crate) struct Pending {
 
 /// The node's elastic state. See the module docs.
 pub struct Elastic {
-    pub(crate) cfg: ElasticConfig,
     /// Per region: its instance and where it runs.
     pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
     pub(crate) pending: Vec<Pending>,
@@ -218,23 +214,16 @@ pub(crate) const SAVED_PER_CHAIN: usize = 4;
 
 impl Elastic {
     /// Regions placed on the dispatcher's thread without workers, else on the workers in turn.
-    pub(crate) fn new(cfg: ElasticConfig, workers: usize) -> Self {
+    pub(crate) fn new(regions: usize, workers: usize) -> Self {
         let place = |i: usize| if workers == 0 { Place::Dispatcher } else { Place::Worker(i % workers) };
         Elastic {
-            slots: (0..cfg.regions).map(|i| (None, place(i))).collect(),
+            slots: (0..regions).map(|i| (None, place(i))).collect(),
             pending: Vec::new(),
             acts: Vec::new(),
             waiting: VecDeque::new(),
             saved: Vec::new(),
             stats: ElasticStats::default(),
-            cfg,
         }
-    }
-
-    /// True when regions are limited and chains come and go.
-    #[inline]
-    pub(crate) fn on(&self) -> bool {
-        self.cfg.regions > 0
     }
 
     /// The region holding `inst`.
@@ -251,11 +240,6 @@ impl Elastic {
 
     pub(crate) fn add_chain(&mut self) {
         self.saved.push(Vec::new());
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &ElasticConfig {
-        &self.cfg
     }
 
     /// Counters and recent events.

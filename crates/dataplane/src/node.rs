@@ -365,7 +365,7 @@ impl<B: Backend> Node<B> {
             core,
             polls: 0,
             sample_nt_ns: 0,
-            elastic: Elastic::new(cfg.elastic, cfg.workers),
+            elastic: Elastic::new(cfg.elastic.regions, cfg.workers),
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
             dags: rechain::Dags::new(),
@@ -500,7 +500,7 @@ impl<B: Backend> Node<B> {
     /// free region or fails with [`LaunchError::NoFreeRegion`], and the instance runs after the
     /// emulated launch delay.
     pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
-        if self.elastic.on() {
+        if self.core.elastic.on() {
             return self.prelaunch(chain)?.ok_or(LaunchError::NoFreeRegion);
         }
         let place = if self.exec.workers.is_empty() {
@@ -766,8 +766,7 @@ impl<B: Backend> Node<B> {
         let counters =
             EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
         let life = &self.life;
-        let acts =
-            self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| life.get(c.index()) == Some(&retire::Life::Live));
+        let acts = self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| retire::live(life, c));
         self.elastic.acts.clear();
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();

@@ -136,7 +136,7 @@ impl<B: Backend> Node<B> {
             self.stop_for_eviction(old);
         }
         let now = p.requested;
-        p.ready_at = now + self.elastic.cfg.launch_delay;
+        p.ready_at = now + self.core.elastic.config().launch_delay;
         self.record(now, p.chain, Some(p.slot), kind, build);
         self.elastic.pending.push(p);
         self.advance_elastic(now);
@@ -147,12 +147,11 @@ impl<B: Backend> Node<B> {
     /// and last a context switch.
     #[cold]
     pub(super) fn on_demand(&mut self, chain: ChainId, now: Instant) -> OnDemand {
-        if !self.elastic.on() || !self.is_live(chain) {
+        if !self.core.elastic.on() || !self.is_live(chain) {
             return OnDemand::Nothing;
         }
         // The pool hook: no peers yet, so never remote.
         let decision = self.core.elastic.on_demand(chain, now, false);
-        self.elastic.stats.region_shortfalls = self.core.elastic.shortfalls();
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
                 if self.resume(chain, region, now, false) {
@@ -293,7 +292,7 @@ impl<B: Backend> Node<B> {
     /// Carries out what the elasticity policy decided at the epoch's end
     /// ([`snic_core::node::NodeCore::handle_epoch`]), then looks at the DAGs' forms.
     pub(super) fn elastic_epoch(&mut self, now: Instant) {
-        if !self.elastic.on() {
+        if !self.core.elastic.on() {
             return;
         }
         let mut acts = std::mem::take(&mut self.elastic.acts);

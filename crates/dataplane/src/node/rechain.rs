@@ -308,7 +308,7 @@ impl<B: Backend> Node<B> {
 
     fn begin_switch(&mut self, uid: DagUid, to: Form, now: Instant) -> bool {
         // Chains come and go only with elasticity on (regions as a pool).
-        if !self.elastic.on() {
+        if !self.core.elastic.on() {
             return false;
         }
         let Some(e) = self.dags.entry(uid) else { return false };
@@ -449,7 +449,7 @@ impl<B: Backend> Node<B> {
     /// One epoch of the policy: region shortfalls since the last, unused regions, and the
     /// DAGs that can switch.
     pub(super) fn rechain_epoch(&mut self, now: Instant) {
-        if !self.elastic.cfg.rechain || self.dags.entries.iter().flatten().all(|e| e.compact.is_none()) {
+        if !self.core.elastic.config().rechain || self.dags.entries.iter().flatten().all(|e| e.compact.is_none()) {
             return;
         }
         // Per chain: the DAGs whose forms use it (a chain shared with another DAG cannot move).

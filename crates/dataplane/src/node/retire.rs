@@ -24,6 +24,11 @@ pub(super) enum Life {
     Gone,
 }
 
+/// True while `chain` is declared and not being taken away, by its entry in `life`.
+pub(super) fn live(life: &[Life], chain: ChainId) -> bool {
+    life.get(chain.index()) == Some(&Life::Live)
+}
+
 impl<B: Backend> Node<B> {
     /// Takes a chain away (see the module docs). DAG routes that use it should be replaced or
     /// removed first: until they are, and until their packets have finished, it keeps running.
@@ -42,7 +47,7 @@ impl<B: Backend> Node<B> {
 
     /// True while `chain` is declared and not being taken away.
     pub fn is_live(&self, chain: ChainId) -> bool {
-        self.life.get(chain.index()) == Some(&Life::Live)
+        live(&self.life, chain)
     }
 
     /// Chains declared and not taken away.

@@ -630,14 +630,13 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
 }
 
 fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
-    let e = node.elastic();
-    let st = e.stats();
+    let (st, policy) = (node.elastic().stats(), node.elasticity());
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
-        enabled: e.config().regions > 0,
-        launch_delay_ms: e.config().launch_delay.as_secs_f64() * 1e3,
-        monitor_period_ms: node.elasticity().monitor_period().as_secs_f64() * 1e3,
-        build_us: node.elasticity().build_ns() / 1e3,
+        enabled: policy.on(),
+        launch_delay_ms: policy.config().launch_delay.as_secs_f64() * 1e3,
+        monitor_period_ms: policy.monitor_period().as_secs_f64() * 1e3,
+        build_us: policy.build_ns() / 1e3,
         counters: vec![
             ("prelaunches", st.prelaunches),
             ("launches", st.launches),
@@ -647,7 +646,7 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("scale_ins", st.scale_ins),
             ("deschedules", st.deschedules),
             ("endpoint_packets", st.endpoint_packets),
-            ("region_shortfalls", st.region_shortfalls),
+            ("region_shortfalls", policy.shortfalls()),
             ("rechains", st.rechains),
             ("moves", st.moves),
         ],
