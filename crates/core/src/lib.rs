@@ -27,7 +27,10 @@
 //!   in on load held for a whole MONITOR_PERIOD; [`elastic`]: the two composed into one node's
 //!   elasticity policy (loads in once an epoch, launches, resumes and stops out); [`rechain`]: which of a DAG's chain
 //!   candidates it runs as (its planned chains, or one compact chain when regions are short);
-//!   [`placement`]: which core an instance runs on (long chains apart from short ones).
+//!   [`placement`]: which core an instance runs on (long chains apart from short ones);
+//!   [`dags`]: the DAG table — the route each DAG's arrivals take, and a switch of route
+//!   (between forms, or a replaced route) held until the old route is empty; [`chains`]: a
+//!   declared chain's life (live, going away once nothing uses it, gone and its id reused).
 //! - [`node`]: a node's epoch, composed ([`node::NodeCore`]): counters in, demand, limits and
 //!   the elasticity policy's acts out.
 //! - [`walk`]: a packet's walk along its route — after each step: the next, a fork, a join,
@@ -49,9 +52,11 @@
 #![warn(missing_docs)]
 
 pub mod autoscale;
+pub mod chains;
 pub mod config;
 pub mod cost;
 pub mod dag;
+pub mod dags;
 pub mod drf;
 pub mod dwrr;
 pub mod elastic;

@@ -226,6 +226,12 @@ impl Elastic {
         }
     }
 
+    /// True while a launch of `chain`, or one evicting its instance, is under way (the chain's
+    /// NTs' state is in hand only once it is done).
+    pub(crate) fn launching<T: Copy>(&self, sched: &snic_core::sched::Scheduler<T>, chain: ChainId) -> bool {
+        self.pending.iter().any(|p| p.chain == chain || p.evict.is_some_and(|e| sched.chain_of(e) == chain))
+    }
+
     /// The region holding `inst`.
     pub(crate) fn slot_of(&self, inst: InstanceId) -> Option<usize> {
         self.slots.iter().position(|s| s.0 == Some(inst))

@@ -17,6 +17,8 @@ use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
+use snic_core::chains::ChainLife;
+use snic_core::dags::{DagAct, DagTable};
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
@@ -179,9 +181,7 @@ pub struct Node<B: Backend> {
     fdb: Fdb,
     chains: Vec<Vec<NtSpec>>,
     /// Per chain: live, going away, or gone (its id free for the next [`Node::add_chain`]).
-    life: Vec<retire::Life>,
-    /// Chains going away (the poll checks them while non-zero).
-    retiring: usize,
+    life: ChainLife,
     exec: Exec,
     stats: Stats,
     rx_idx: Vec<u32>,
@@ -211,7 +211,10 @@ pub struct Node<B: Backend> {
     /// Batches for regions on the dispatcher's thread, run after the workers got theirs.
     deferred: Vec<Work>,
     /// The deployed DAGs: their routes per chain candidate, and switches under way.
-    dags: rechain::Dags,
+    dags: DagTable<u32>,
+    /// Scratch for what the DAG table returns, and for the rechaining policy's views.
+    dag_acts: Vec<DagAct<u32>>,
+    dag_views: Vec<snic_core::rechain::DagView>,
     /// The backend's receive queues and the tenant each holds, if its own.
     rx_queues: RxQueues,
     /// Which core each region runs on, and a move under way.
@@ -349,8 +352,7 @@ impl<B: Backend> Node<B> {
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
             chains: Vec::new(),
-            life: Vec::new(),
-            retiring: 0,
+            life: ChainLife::new(),
             exec,
             stats: Stats::default(),
             rx_idx: Vec::with_capacity(MAX_BATCH),
@@ -368,7 +370,9 @@ impl<B: Backend> Node<B> {
             elastic: Elastic::new(cfg.elastic.regions, cfg.workers),
             joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
-            dags: rechain::Dags::new(),
+            dags: DagTable::new(),
+            dag_acts: Vec::new(),
+            dag_views: Vec::new(),
             rx_queues: RxQueues {
                 tenant: vec![None; queues],
                 lost_seen: vec![0; queues],
@@ -450,13 +454,12 @@ impl<B: Backend> Node<B> {
     /// [`Node::remove_chain`] took away and that has gone.
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
-        if let Some(c) = self.life.iter().position(|&l| l == retire::Life::Gone) {
-            let id = ChainId(c as u16);
+        if let Some(id) = self.life.reusable() {
             if self.sched.reuse_chain(id, specs.len()) {
                 // (Its elastic state was forgotten when it was removed.)
                 self.core.meter.reuse_chain(id, &kinds);
-                self.chains[c] = specs;
-                self.life[c] = retire::Life::Live;
+                self.chains[id.index()] = specs;
+                self.life.declared(id);
                 return id;
             }
         }
@@ -465,7 +468,7 @@ impl<B: Backend> Node<B> {
         self.elastic.add_chain();
         self.core.elastic.add_chain(id);
         self.chains.push(specs);
-        self.life.push(retire::Life::Live);
+        self.life.declared(id);
         id
     }
 
@@ -587,9 +590,9 @@ impl<B: Backend> Node<B> {
         let busy = self.core.wants_epoch(&self.sched)
             || !self.stats.touched().is_empty()
             || !self.elastic.waiting.is_empty()
-            || self.dags.switching > 0
+            || self.dags.switching()
             || self.dags.retiring()
-            || self.retiring > 0
+            || self.life.retiring()
             || self.placement.moving();
         match (busy.then_some(epoch), launch) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -652,7 +655,7 @@ impl<B: Backend> Node<B> {
         if !self.elastic.pending.is_empty() || self.sched.has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
         }
-        if self.dags.switching > 0 {
+        if self.dags.switching() {
             self.advance_switches(now);
         }
         if self.placement.moving() {
@@ -766,7 +769,7 @@ impl<B: Backend> Node<B> {
         let counters =
             EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
         let life = &self.life;
-        let acts = self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| retire::live(life, c));
+        let acts = self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| life.is_live(c));
         self.elastic.acts.clear();
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();
@@ -921,10 +924,7 @@ impl<B: Backend> Node<B> {
         };
         // The route its arrivals take now (node-internal UID), unless the DAG is switching
         // between chain candidates or unknown.
-        let route = self.dags.live.get(uid.0 as usize).copied().unwrap_or(rechain::NONE);
-        if route & rechain::HOLD != 0 {
-            return self.hold(idx, uid);
-        }
+        let Some(route) = self.dags.arriving(uid) else { return self.hold(idx, uid) };
         d.walk = Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
         self.enter(idx, now);

@@ -1,44 +1,21 @@
 //! Chains and DAG routes that go away while the node runs (a control-plane change applied in
-//! place): nothing in flight is cut short, and their ids come back for later ones.
-//!
-//! A replaced or removed DAG route stays in the scheduler until no packet is on it (the store
-//! counts buffers per route): a packet always finishes the route it entered on. A removed
-//! chain ([`Node::remove_chain`]) launches no more instances; once no route, old or new, steps
-//! through it and no launch of it is under way, its instances stop, finish what they hold and
-//! are torn down with their NTs' state, and their regions are freed. Then the chain is gone and
-//! [`Node::add_chain`] may reuse its id. Both are checked once an epoch.
+//! place): nothing in flight is cut short, and their ids come back for later ones. When is the
+//! core's ([`snic_core::chains`], [`snic_core::dags`]); this module stops the instances and
+//! frees what they held.
 
 use super::{Backend, LaunchError, Node};
 use snic_core::ids::ChainId;
 use snic_core::sched::InstanceState;
 use snic_nt::NtSpec;
 
-/// Where a declared chain is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Life {
-    /// Runs, launches, scales.
-    Live,
-    /// Removed: its instances finish what routes still bring them, then stop.
-    Retiring,
-    /// No instance, no route: the id is free.
-    Gone,
-}
-
-/// True while `chain` is declared and not being taken away, by its entry in `life`.
-pub(super) fn live(life: &[Life], chain: ChainId) -> bool {
-    life.get(chain.index()) == Some(&Life::Live)
-}
-
 impl<B: Backend> Node<B> {
-    /// Takes a chain away (see the module docs). DAG routes that use it should be replaced or
-    /// removed first: until they are, and until their packets have finished, it keeps running.
+    /// Takes a chain away (see [`snic_core::chains`]). DAG routes that use it should be
+    /// replaced or removed first: until they are, and until their packets have finished, it
+    /// keeps running.
     pub fn remove_chain(&mut self, chain: ChainId) {
-        let Some(l) = self.life.get_mut(chain.index()) else { return };
-        if *l != Life::Live {
+        if !self.life.retire(chain) {
             return;
         }
-        *l = Life::Retiring;
-        self.retiring += 1;
         // No saved state, no endpoint fallback, no load, no scaling history.
         self.elastic.forget_chain(chain);
         self.core.elastic.add_chain(chain);
@@ -47,12 +24,12 @@ impl<B: Backend> Node<B> {
 
     /// True while `chain` is declared and not being taken away.
     pub fn is_live(&self, chain: ChainId) -> bool {
-        live(&self.life, chain)
+        self.life.is_live(chain)
     }
 
     /// Chains declared and not taken away.
     pub fn live_chains(&self) -> usize {
-        self.life.iter().filter(|&&l| l == Life::Live).count()
+        self.life.live_count()
     }
 
     /// A live chain's NT specs.
@@ -66,27 +43,19 @@ impl<B: Backend> Node<B> {
     /// Routes whose packets have all finished leave the scheduler; retiring chains that nothing
     /// uses any more stop, and are gone once their instances are.
     pub(super) fn advance_retired(&mut self) {
-        self.dags.free_routes(&self.store, &mut self.sched);
-        if self.retiring == 0 {
+        let store = &self.store;
+        self.dags.free_routes(&mut self.sched, |r| store.in_route(r) as usize);
+        if !self.life.retiring() {
             return;
         }
-        for c in 0..self.life.len() {
-            let chain = ChainId(c as u16);
-            if self.life[c] != Life::Retiring || self.sched.routes_use(chain) {
-                continue;
-            }
-            // A launch under way (or one evicting this chain's instance) finishes first.
-            let launching =
-                self.elastic.pending.iter().any(|p| p.chain == chain || p.evict.is_some_and(|e| self.sched.chain_of(e) == chain));
-            if launching {
-                continue;
-            }
+        // A launch under way (or one evicting the chain's instance) finishes first.
+        let (elastic, sched) = (&self.elastic, &self.sched);
+        let stop: Vec<ChainId> = self.life.to_stop(sched, |c| elastic.launching(sched, c)).collect();
+        for chain in stop {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
-            if !self.sched.chain_in_use(chain) {
-                self.life[c] = Life::Gone;
-                self.retiring -= 1;
-                self.chains[c] = Vec::new();
+            if self.life.settle(chain, &self.sched) {
+                self.chains[chain.index()] = Vec::new();
                 self.core.meter.remove_chain(chain);
             }
         }
