@@ -69,6 +69,7 @@ pub mod mat;
 pub mod meter;
 pub mod node;
 pub mod placement;
+pub mod pool;
 pub mod rechain;
 pub mod sched;
 pub mod time;

@@ -17,12 +17,16 @@
 //! endpoints uses against each running its own, for several NT speeds. `chaining` (paper
 //! Fig. 14 and 15 under load): a sequence of NTs as one chain, two half chains, PANIC-style
 //! scheduling or parallel chains, packet by packet through the daemon's credit scheduler.
+//! `membership` (the pool, paper §5): pools of nodes running the daemon's membership protocol
+//! on one virtual clock over a lossy network ([`pool`]) — how long a pool takes to form, how
+//! long until every survivor notices a death, and wrong suspicions.
 
 pub mod autoscale;
 pub mod chaining;
 pub mod fairness;
 mod fluid;
 pub mod plot;
+pub mod pool;
 pub mod trace;
 pub mod usage;
 pub mod victim;
@@ -40,7 +44,7 @@ pub struct Scenario {
     /// Its name (reported).
     pub name: String,
     /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache`,
-    /// `consolidation_usage` or `chaining`.
+    /// `consolidation_usage`, `chaining` or `membership`.
     pub experiment: String,
     /// Seed of every random stream (overridden by `--seed`).
     #[serde(default)]
@@ -75,6 +79,9 @@ pub struct Scenario {
     /// NT sequences, deployments and loads (`chaining`).
     #[serde(default)]
     pub chaining: Option<chaining::ChainingSpec>,
+    /// Pool sizes, loss and the protocol's timing (`membership`).
+    #[serde(default)]
+    pub membership: Option<pool::MembershipSpec>,
     /// The simulated nodes' configuration: node.yaml's tree, defaults and checks
     /// (`snic_core::config`), as `[node]`, `[node.elastic]`, `[node.fairness]`. The experiments
     /// take their policy settings from it: `autoscale`, `victim_cache` and
@@ -139,7 +146,9 @@ pub enum SimError {
     #[error(transparent)]
     Trace(#[from] trace::TraceError),
     /// No such experiment.
-    #[error("unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining)")]
+    #[error(
+        "unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining, membership)"
+    )]
     Unknown(String),
 }
 
@@ -318,6 +327,19 @@ impl Scenario {
                     title: format!("{}: NT usage consolidated ÷ separate", self.name),
                     y: "instance-time ratio".into(),
                     bars: rows.iter().map(|r| (format!("{} ep, {} Gb/s", r.endpoints_per_node, r.nt_gbps), r.usage_ratio)).collect(),
+                };
+                Ok(self.report(seed, None, &rows, figure))
+            }
+            "membership" => {
+                let Some(spec) = &self.membership else {
+                    return Err(SimError::Range("membership needs a [membership] section".into()));
+                };
+                spec.validate().map_err(SimError::Range)?;
+                let rows = spec.run(seed);
+                let figure = plot::Figure::Bars {
+                    title: format!("{}: time until every survivor noticed a death (worst run)", self.name),
+                    y: "seconds".into(),
+                    bars: rows.iter().map(|r| (format!("{} nodes, {}‰ lost", r.nodes, r.loss_per_mille), r.detect_max_s)).collect(),
                 };
                 Ok(self.report(seed, None, &rows, figure))
             }

@@ -30,7 +30,8 @@ fn a_small_scenario_matches_its_golden_report() {
 }
 
 /// One small scenario per experiment that drives the policy core (the auto-scaler and
-/// launcher, the launcher's victim cache, the credit scheduler and join table), each kept as a
+/// launcher, the launcher's victim cache, the credit scheduler and join table, the pool's
+/// membership protocol), each kept as a
 /// golden report: any change to what they compute shows here, and must be looked at and the
 /// golden file regenerated on purpose (`snic sim tests/data/<name>.toml --json > ...json`).
 #[test]
@@ -39,6 +40,7 @@ fn small_policy_scenarios_match_their_golden_reports() {
         ("sim-small-autoscale", include_str!("data/sim-small-autoscale.json")),
         ("sim-small-victim", include_str!("data/sim-small-victim.json")),
         ("sim-small-chaining", include_str!("data/sim-small-chaining.json")),
+        ("sim-small-membership", include_str!("data/sim-small-membership.json")),
     ];
     for (name, want) in golden {
         let path = format!("{}/tests/data/{name}.toml", env!("CARGO_MANIFEST_DIR"));
@@ -70,5 +72,11 @@ fn scenarios_that_cannot_run_say_why() {
     std::fs::write(&f, text.replace("instance_gbps = 2.0", "instance_gbps = 2.0\nlaunch_ms = 5.0")).unwrap();
     let (ok, _, err) = sim(&[f.to_str().unwrap()]);
     assert!(!ok && err.contains("unknown field `launch_ms`"), "{err}");
+    // A pool of one node is not a pool.
+    let membership = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sim-small-membership.toml");
+    let text = std::fs::read_to_string(membership).unwrap();
+    std::fs::write(&f, text.replace("nodes = [4, 6]", "nodes = [1]")).unwrap();
+    let (ok, _, err) = sim(&[f.to_str().unwrap()]);
+    assert!(!ok && err.contains("membership: nodes must list pool sizes from 2 to 4096"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,371 @@
+//! The pool agent: where a chain runs when its home node has no room, and when it comes home.
+//!
+//! Paper 000 §4.3 and §5: when packets need a chain and the home node can neither share a
+//! running instance nor launch one into a free region, the node looks at the pool before
+//! resorting to the tenant's endpoint or a context switch:
+//!
+//! 3. a **peer that already runs the chain** with spare bandwidth for its load;
+//! 4. a **peer with a free region**, nearest in hops (ties: the most free regions, then the
+//!    lowest address).
+//!
+//! It knows the peers from their load reports (free regions, each chain's spare capacity,
+//! memory, port bandwidth), which arrive by gossip at least every gossip period; a report
+//! older than [`PoolConfig::report_ttl`] or from a member that is down does not count. A peer
+//! that refused a launch is not asked again until it reports anew.
+//!
+//! Decisions hold: a chain placed on a peer stays there while the peer lives, and comes home
+//! only once it has run there a whole MONITOR_PERIOD *and* the home node has had room for it a
+//! whole MONITOR_PERIOD ([`PoolAct::MoveBack`]) — never on a spike, never faster than the
+//! auto-scaler decides. A peer that dies hosting a chain gives [`PoolAct::Lost`]: the home node
+//! serves it again (locally, or on another peer) and says so. Sans-IO.
+
+use crate::pool::report::{ChainKey, LoadReport};
+use crate::pool::MemberEvent;
+use crate::time::Instant;
+use core::time::Duration;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+/// The agent's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolConfig {
+    /// A decision holds at least this long (the auto-scaler's MONITOR_PERIOD).
+    pub monitor_period: Duration,
+    /// A peer's report older than this does not count.
+    pub report_ttl: Duration,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig { monitor_period: Duration::from_millis(100), report_ttl: Duration::from_secs(1) }
+    }
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolAct {
+    /// Bring chain `key` home from `peer`: launch it here, move its NT state, then stop
+    /// redirecting (pause new traffic, migrate state, resume).
+    MoveBack {
+        /// The chain.
+        key: ChainKey,
+        /// Where it ran.
+        peer: SocketAddr,
+    },
+    /// `peer` died (or left) while running chain `key` for this node: serve it again.
+    Lost {
+        /// The chain.
+        key: ChainKey,
+        /// The peer.
+        peer: SocketAddr,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Peer {
+    up: bool,
+    report: Option<(LoadReport, Instant)>,
+    /// Refused a launch since its last report.
+    refused: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    peer: SocketAddr,
+    since: Instant,
+    /// Since when the home node has had room for it (None: not now).
+    room_since: Option<Instant>,
+}
+
+/// One node's pool agent. See the module docs.
+#[derive(Debug, Clone)]
+pub struct PoolAgent {
+    cfg: PoolConfig,
+    peers: BTreeMap<SocketAddr, Peer>,
+    /// Hops from this node to each peer (1 when unknown: a direct link).
+    hops: BTreeMap<SocketAddr, u32>,
+    placed: BTreeMap<ChainKey, Placed>,
+}
+
+impl PoolAgent {
+    /// An agent with no peers yet.
+    pub fn new(cfg: PoolConfig) -> Self {
+        PoolAgent { cfg, peers: BTreeMap::new(), hops: BTreeMap::new(), placed: BTreeMap::new() }
+    }
+
+    /// The settings (MONITOR_PERIOD follows the auto-scaler's: see [`PoolAgent::set_monitor_period`]).
+    pub fn config(&self) -> &PoolConfig {
+        &self.cfg
+    }
+
+    /// MONITOR_PERIOD, as the node's auto-scaler has it (raised to the measured launch time).
+    pub fn set_monitor_period(&mut self, p: Duration) {
+        self.cfg.monitor_period = p;
+    }
+
+    /// This node's hop distance to each peer (from the pool's topology).
+    pub fn set_hops(&mut self, hops: impl IntoIterator<Item = (SocketAddr, u32)>) {
+        self.hops = hops.into_iter().collect();
+    }
+
+    /// Hops to `peer` (1 if the topology does not say).
+    pub fn hops(&self, peer: SocketAddr) -> u32 {
+        self.hops.get(&peer).copied().unwrap_or(1)
+    }
+
+    /// A peer's load report arrived (an older one than the last is ignored).
+    pub fn handle_report(&mut self, now: Instant, from: SocketAddr, report: LoadReport) {
+        let p = self.peers.entry(from).or_insert(Peer { up: true, report: None, refused: false });
+        if p.report.as_ref().is_some_and(|(r, _)| r.gen == report.gen && r.seq >= report.seq) {
+            return;
+        }
+        p.report = Some((report, now));
+        p.refused = false;
+    }
+
+    /// A membership change. A peer going down loses what it ran for this node.
+    pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
+        match event {
+            MemberEvent::Up(a) => {
+                let p = self.peers.entry(a).or_insert(Peer { up: true, report: None, refused: false });
+                p.up = true;
+            }
+            MemberEvent::Down(a) => {
+                if let Some(p) = self.peers.get_mut(&a) {
+                    p.up = false;
+                    p.report = None;
+                }
+                let lost: Vec<ChainKey> = self.placed.iter().filter(|(_, p)| p.peer == a).map(|(k, _)| *k).collect();
+                for key in lost {
+                    self.placed.remove(&key);
+                    acts.push(PoolAct::Lost { key, peer: a });
+                }
+            }
+            MemberEvent::Rejoined => {}
+        }
+    }
+
+    /// The peer's report, if it counts now (up, fresh).
+    fn fresh<'a>(&self, now: Instant, p: &'a Peer) -> Option<&'a LoadReport> {
+        let (r, at) = p.report.as_ref()?;
+        (p.up && now.saturating_since(*at) <= self.cfg.report_ttl).then_some(r)
+    }
+
+    /// Where chain `key`, needing `load` instances' worth, can run in the pool (steps 3 and 4
+    /// of the launch order), or `None`. A chain placed on a live peer stays there.
+    pub fn remote_for(&self, now: Instant, key: ChainKey, load: f64) -> Option<SocketAddr> {
+        if let Some(p) = self.placed.get(&key) {
+            if self.peers.get(&p.peer).is_some_and(|x| x.up) {
+                return Some(p.peer);
+            }
+        }
+        let candidates = || self.peers.iter().filter(|(_, p)| !p.refused).filter_map(|(a, p)| self.fresh(now, p).map(|r| (*a, r)));
+        // 3. A peer that runs the chain with spare bandwidth for its load: nearest, then the
+        // most spare.
+        let share = candidates()
+            .filter_map(|(a, r)| r.spare(key).filter(|&s| s >= load).map(|s| (a, s)))
+            .min_by(|x, y| self.hops(x.0).cmp(&self.hops(y.0)).then(y.1.total_cmp(&x.1)).then(x.0.cmp(&y.0)));
+        if let Some((a, _)) = share {
+            return Some(a);
+        }
+        // 4. A peer with a free region: nearest, then the most free regions.
+        candidates()
+            .filter(|(_, r)| r.free_regions > 0)
+            .min_by(|x, y| self.hops(x.0).cmp(&self.hops(y.0)).then(y.1.free_regions.cmp(&x.1.free_regions)).then(x.0.cmp(&y.0)))
+            .map(|(a, _)| a)
+    }
+
+    /// `peer` runs chain `key` for this node now (it accepted the launch, or shares an
+    /// instance).
+    pub fn placed(&mut self, now: Instant, key: ChainKey, peer: SocketAddr) {
+        self.placed.insert(key, Placed { peer, since: now, room_since: None });
+    }
+
+    /// `peer` refused to launch `key`: it is not asked again until it reports anew.
+    pub fn refused(&mut self, peer: SocketAddr) {
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.refused = true;
+        }
+    }
+
+    /// The chain came home (or stopped): no longer remote.
+    pub fn home(&mut self, key: ChainKey) {
+        self.placed.remove(&key);
+    }
+
+    /// Where chain `key` runs for this node, if on a peer.
+    pub fn placement(&self, key: ChainKey) -> Option<SocketAddr> {
+        self.placed.get(&key).map(|p| p.peer)
+    }
+
+    /// The chains this node runs on peers, and where.
+    pub fn remote_chains(&self) -> impl Iterator<Item = (ChainKey, SocketAddr)> + '_ {
+        self.placed.iter().map(|(k, p)| (*k, p.peer))
+    }
+
+    /// The peers up, with the age of their last report.
+    pub fn peers(&self, now: Instant) -> impl Iterator<Item = (SocketAddr, Option<&LoadReport>)> + '_ {
+        self.peers.iter().filter(|(_, p)| p.up).map(move |(a, p)| (*a, self.fresh(now, p)))
+    }
+
+    /// Once an epoch: `room(key)` says whether this node could run chain `key` now. A chain
+    /// that has run on its peer a whole MONITOR_PERIOD, while home has had room for a whole
+    /// MONITOR_PERIOD, comes home.
+    pub fn epoch(&mut self, now: Instant, room: impl Fn(ChainKey) -> bool, acts: &mut Vec<PoolAct>) {
+        let period = self.cfg.monitor_period;
+        for (key, p) in self.placed.iter_mut() {
+            if !room(*key) {
+                p.room_since = None;
+                continue;
+            }
+            let since = *p.room_since.get_or_insert(now);
+            if now.saturating_since(since) >= period && now.saturating_since(p.since) >= period {
+                acts.push(PoolAct::MoveBack { key: *key, peer: p.peer });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::report::ChainSpare;
+    use proptest::prelude::*;
+
+    fn addr(i: u8) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, i], 7946))
+    }
+
+    fn report(seq: u64, free: u16, chains: &[(u64, f32)]) -> LoadReport {
+        LoadReport {
+            gen: 1,
+            seq,
+            free_regions: free,
+            chains: chains.iter().map(|&(k, s)| ChainSpare { key: ChainKey(k), spare: s }).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The launch order's steps 3–4 written the slow, obvious way (a report names a chain once).
+    fn reference(peers: &[(SocketAddr, bool, u32, Option<LoadReport>)], key: ChainKey, load: f64) -> Option<SocketAddr> {
+        let mut best: Option<(u32, f64, SocketAddr)> = None;
+        for (a, up, hops, r) in peers {
+            let Some(r) = r.as_ref().filter(|_| *up) else { continue };
+            for c in &r.chains {
+                if c.key == key && c.spare as f64 >= load {
+                    let cand = (*hops, -(c.spare as f64), *a);
+                    if best.is_none_or(|b| cand.0 < b.0 || (cand.0 == b.0 && (cand.1 < b.1 || (cand.1 == b.1 && cand.2 < b.2)))) {
+                        best = Some(cand);
+                    }
+                }
+            }
+        }
+        if let Some(b) = best {
+            return Some(b.2);
+        }
+        let mut best: Option<(u32, i64, SocketAddr)> = None;
+        for (a, up, hops, r) in peers {
+            let Some(r) = r.as_ref().filter(|r| *up && r.free_regions > 0) else { continue };
+            let cand = (*hops, -(r.free_regions as i64), *a);
+            if best.is_none_or(|b| cand < b) {
+                best = Some(cand);
+            }
+        }
+        best.map(|b| b.2)
+    }
+
+    /// A peer: up, hops, and its report (free regions, chains' spare capacity) if any.
+    type PeerState = (bool, u32, Option<(u16, Vec<(u64, f32)>)>);
+
+    fn peer_state() -> impl Strategy<Value = PeerState> {
+        (
+            any::<bool>(),
+            1u32..4,
+            proptest::option::of((
+                0u16..3,
+                proptest::collection::btree_map(0u64..3, 0.0f32..1.0, 0..3).prop_map(|m| m.into_iter().collect()),
+            )),
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn picks_what_the_launch_order_gives_and_never_a_peer_without_room(
+            states in proptest::collection::vec(peer_state(), 0..6),
+            key in 0u64..3,
+            load in 0.05f64..0.9,
+        ) {
+            let now = Instant::from_nanos(1_000_000_000);
+            let mut agent = PoolAgent::new(PoolConfig::default());
+            let mut peers = Vec::new();
+            let mut acts = Vec::new();
+            for (i, (up, hops, r)) in states.into_iter().enumerate() {
+                let a = addr(i as u8 + 1);
+                let r = r.map(|(free, chains)| report(1, free, &chains));
+                agent.handle_member(MemberEvent::Up(a), &mut acts);
+                if let Some(r) = &r {
+                    agent.handle_report(now, a, r.clone());
+                }
+                if !up {
+                    agent.handle_member(MemberEvent::Down(a), &mut acts);
+                }
+                peers.push((a, up, hops, r));
+            }
+            agent.set_hops(peers.iter().map(|p| (p.0, p.2)));
+            let got = agent.remote_for(now, ChainKey(key), load);
+            prop_assert_eq!(got, reference(&peers, ChainKey(key), load));
+            if let Some(a) = got {
+                let (_, up, _, r) = peers.iter().find(|p| p.0 == a).unwrap();
+                let r = r.as_ref().unwrap();
+                prop_assert!(*up && (r.free_regions > 0 || r.spare(ChainKey(key)).is_some_and(|s| s >= load)));
+            }
+        }
+
+        #[test]
+        fn a_chain_comes_home_only_after_room_held_a_whole_period_and_always_then(
+            room in proptest::collection::vec(any::<bool>(), 1..60),
+        ) {
+            // Epochs every 10 ms; MONITOR_PERIOD 100 ms.
+            let mut agent = PoolAgent::new(PoolConfig::default());
+            let (key, peer) = (ChainKey(7), addr(2));
+            let mut acts = Vec::new();
+            agent.handle_member(MemberEvent::Up(peer), &mut acts);
+            agent.placed(Instant::ZERO, key, peer);
+            let mut run = 0u64; // consecutive epochs with room, this one included
+            for (i, &r) in room.iter().enumerate() {
+                let now = Instant::from_nanos(i as u64 * 10_000_000);
+                run = if r { run + 1 } else { 0 };
+                acts.clear();
+                agent.epoch(now, |_| r, &mut acts);
+                let due = r && (run - 1) * 10 >= 100 && i * 10 >= 100;
+                prop_assert_eq!(acts.contains(&PoolAct::MoveBack { key, peer }), due, "epoch {} run {}", i, run);
+            }
+        }
+    }
+
+    #[test]
+    fn a_placed_chain_stays_on_its_peer_until_the_peer_dies_then_is_lost() {
+        let now = Instant::from_nanos(1);
+        let mut agent = PoolAgent::new(PoolConfig::default());
+        let mut acts = Vec::new();
+        let (a, b) = (addr(1), addr(2));
+        for p in [a, b] {
+            agent.handle_member(MemberEvent::Up(p), &mut acts);
+        }
+        agent.handle_report(now, a, report(1, 1, &[]));
+        agent.handle_report(now, b, report(1, 3, &[]));
+        agent.set_hops([(a, 2), (b, 1)]);
+        let key = ChainKey(1);
+        assert_eq!(agent.remote_for(now, key, 0.5), Some(b), "the nearest peer with a free region");
+        agent.refused(b);
+        assert_eq!(agent.remote_for(now, key, 0.5), Some(a), "a peer that refused is not asked again");
+        agent.placed(now, key, a);
+        agent.handle_report(now, b, report(2, 3, &[(1, 0.9)]));
+        assert_eq!(agent.remote_for(now, key, 0.5), Some(a), "decisions hold while the peer lives");
+        agent.handle_member(MemberEvent::Down(a), &mut acts);
+        assert_eq!(acts, vec![PoolAct::Lost { key, peer: a }]);
+        assert_eq!(agent.remote_for(now, key, 0.5), Some(b));
+        let late = now + Duration::from_secs(2);
+        assert_eq!(agent.remote_for(late, key, 0.5), None, "a stale report does not count");
+    }
+}

@@ -1,0 +1,76 @@
+//! What a node tells the pool about itself, at least every gossip period: what the paper's
+//! SoftCores exchange (§5) — free regions, each chain's spare capacity, memory, port bandwidth
+//! and its hop distance to each peer.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+/// A chain's pool-wide name: the same tenant's same NTs on every node (the driver derives it
+/// from the tenant and the chain's NT specs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ChainKey(pub u64);
+
+/// One chain a node runs, and its spare capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ChainSpare {
+    /// The chain.
+    pub key: ChainKey,
+    /// Spare capacity of its instances, in instances' worth (1.0: a whole idle instance).
+    pub spare: f32,
+}
+
+/// A node's load report. See the module docs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    /// The sender's generation (a restarted node starts its sequence again).
+    pub gen: u64,
+    /// Increases with every report of one generation (an older one arriving late is ignored).
+    pub seq: u64,
+    /// Regions neither running nor launching a chain (victims count: they can be evicted).
+    pub free_regions: u16,
+    /// The chains it runs that could take more load.
+    pub chains: Vec<ChainSpare>,
+    /// Packet-store memory not in use, MiB.
+    pub mem_free_mib: u32,
+    /// Port bandwidth not in use, Gbit/s.
+    pub port_spare_gbps: f32,
+    /// Its hop distance to each peer it has a path to.
+    pub hops: Vec<(SocketAddr, u8)>,
+}
+
+impl LoadReport {
+    /// Spare capacity for `key`, if the node runs it.
+    pub fn spare(&self, key: ChainKey) -> Option<f64> {
+        self.chains.iter().find(|c| c.key == key).map(|c| c.spare as f64)
+    }
+
+    /// Encodes it for the wire (postcard).
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_allocvec(self).unwrap_or_default()
+    }
+
+    /// Decodes a report; `None` if the bytes are not one.
+    pub fn decode(bytes: &[u8]) -> Option<LoadReport> {
+        postcard::from_bytes(bytes).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_survives_the_wire_and_garbage_is_refused() {
+        let r = LoadReport {
+            gen: 3,
+            seq: 9,
+            free_regions: 2,
+            chains: vec![ChainSpare { key: ChainKey(42), spare: 0.5 }],
+            mem_free_mib: 512,
+            port_spare_gbps: 12.5,
+            hops: vec![(SocketAddr::from(([10, 0, 0, 2], 7946)), 1)],
+        };
+        assert_eq!(LoadReport::decode(&r.encode()), Some(r));
+        assert_eq!(LoadReport::decode(&[0xff; 3]), None);
+    }
+}
