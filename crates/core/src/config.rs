@@ -11,6 +11,7 @@
 
 use crate::elastic::ElasticConfig;
 use crate::fair::FairConfig;
+use crate::pool::MembershipConfig;
 use core::time::Duration;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -62,6 +63,8 @@ pub struct NodeSettings {
     pub rx_queues: RxQueues,
     /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
     pub elastic: ElasticSection,
+    /// The pool this node belongs to (absent: the node is alone).
+    pub pool: Option<PoolSection>,
 }
 
 impl Default for NodeSettings {
@@ -79,6 +82,7 @@ impl Default for NodeSettings {
             fairness: FairnessSection::default(),
             rx_queues: RxQueues::PerTenant,
             elastic: ElasticSection::default(),
+            pool: None,
         }
     }
 }
@@ -216,6 +220,91 @@ impl ElasticSection {
     }
 }
 
+/// The `pool:` section: the nodes this one shares load with (docs/pool.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSection {
+    /// This node's pool address (UDP): membership and load reports. Peers must reach it, so
+    /// not an unspecified address (`0.0.0.0`); port 0 takes a free port (printed at start).
+    pub listen: SocketAddr,
+    /// Pool addresses to join through (any members; unanswered ones are asked again).
+    #[serde(default)]
+    pub seeds: Vec<SocketAddr>,
+    /// A file holding the pool's shared secret (at least 16 bytes): every pool datagram is
+    /// authenticated with it, and one that is not is dropped and counted.
+    pub secret_file: PathBuf,
+    /// How often this node reports its load to every member, ms.
+    #[serde(default = "gossip_ms")]
+    pub gossip_period_ms: u64,
+    /// How often it probes a random member, ms.
+    #[serde(default = "probe_ms")]
+    pub probe_period_ms: u64,
+    /// How long a probe waits for a direct answer, ms.
+    #[serde(default = "probe_rtt_ms")]
+    pub probe_rtt_ms: u64,
+    /// How long a suspect member has to answer before it is down, ms.
+    #[serde(default = "suspect_ms")]
+    pub suspect_after_ms: u64,
+}
+
+fn gossip_ms() -> u64 {
+    MembershipConfig::default().gossip_period.as_millis() as u64
+}
+fn probe_ms() -> u64 {
+    MembershipConfig::default().probe_period.as_millis() as u64
+}
+fn probe_rtt_ms() -> u64 {
+    MembershipConfig::default().probe_rtt.as_millis() as u64
+}
+fn suspect_ms() -> u64 {
+    MembershipConfig::default().suspect_after.as_millis() as u64
+}
+
+/// The pool section, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// This node's pool address.
+    pub listen: SocketAddr,
+    /// Where to join.
+    pub seeds: Vec<SocketAddr>,
+    /// The secret's file.
+    pub secret_file: PathBuf,
+    /// How often load is reported.
+    pub gossip_period: Duration,
+    /// The membership protocol's timing.
+    pub membership: MembershipConfig,
+}
+
+impl PoolSection {
+    /// Checks the section.
+    pub fn validate(&self) -> Result<PoolConfig, ConfigError> {
+        ensure(!self.listen.ip().is_unspecified(), "pool.listen must be an address peers can reach (not 0.0.0.0)")?;
+        ensure((10..=10_000).contains(&self.gossip_period_ms), "pool.gossip_period_ms must be between 10 and 10000")?;
+        ensure(
+            self.probe_rtt_ms >= 1 && self.probe_rtt_ms < self.probe_period_ms,
+            "pool.probe_rtt_ms must be at least 1 and below pool.probe_period_ms",
+        )?;
+        ensure(
+            self.probe_period_ms <= 60_000 && (1..=60_000).contains(&self.suspect_after_ms),
+            "pool.probe_period_ms and pool.suspect_after_ms must be at most 60000",
+        )?;
+        let ms = Duration::from_millis;
+        Ok(PoolConfig {
+            listen: self.listen,
+            seeds: self.seeds.iter().copied().filter(|&s| s != self.listen).collect(),
+            secret_file: self.secret_file.clone(),
+            gossip_period: ms(self.gossip_period_ms),
+            membership: MembershipConfig {
+                probe_period: ms(self.probe_period_ms),
+                probe_rtt: ms(self.probe_rtt_ms),
+                suspect_after: ms(self.suspect_after_ms),
+                gossip_period: ms(self.gossip_period_ms),
+                expected_members: (self.seeds.len() as u32 + 1).max(2),
+            },
+        })
+    }
+}
+
 /// A node's configuration, validated: the settings as given, and each machine's typed section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -227,6 +316,8 @@ pub struct Config {
     pub link_bps: f64,
     /// The elasticity policy's section.
     pub elastic: ElasticConfig,
+    /// The pool's section, if the node is in one.
+    pub pool: Option<PoolConfig>,
 }
 
 impl NodeSettings {
@@ -234,7 +325,8 @@ impl NodeSettings {
     pub fn validate(self) -> Result<Config, ConfigError> {
         let (fair, link_bps) = self.fairness.validate()?;
         let elastic = self.elastic.validate(self.regions)?;
-        Ok(Config { fair, link_bps, elastic, settings: self })
+        let pool = self.pool.as_ref().map(PoolSection::validate).transpose()?;
+        Ok(Config { fair, link_bps, elastic, pool, settings: self })
     }
 }
 
@@ -293,5 +385,26 @@ mod tests {
         assert_eq!(c.elastic.monitor_period, Duration::from_millis(2));
         assert!(c.elastic.autoscale);
         assert_eq!(c.plan_regions(), usize::MAX);
+    }
+
+    #[test]
+    fn a_pool_section_is_checked_and_gives_the_membership_its_timing() {
+        let pool = |listen: &str| PoolSection {
+            listen: listen.parse().unwrap(),
+            seeds: vec!["10.0.0.1:7946".parse().unwrap(), "10.0.0.2:7946".parse().unwrap()],
+            secret_file: PathBuf::from("pool.key"),
+            gossip_period_ms: 100,
+            probe_period_ms: 300,
+            probe_rtt_ms: 100,
+            suspect_after_ms: 700,
+        };
+        let with = |p: PoolSection| NodeSettings { pool: Some(p), ..Default::default() }.validate();
+        let c = with(pool("10.0.0.1:7946")).unwrap().pool.unwrap();
+        assert_eq!(c.seeds, vec!["10.0.0.2:7946".parse::<SocketAddr>().unwrap()], "a node is not its own seed");
+        assert_eq!((c.membership.probe_period, c.membership.suspect_after), (Duration::from_millis(300), Duration::from_millis(700)));
+        assert!(with(pool("0.0.0.0:7946")).unwrap_err().0.contains("pool.listen"));
+        assert!(with(PoolSection { probe_rtt_ms: 300, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.probe_rtt_ms"));
+        assert!(with(PoolSection { gossip_period_ms: 1, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.gossip_period_ms"));
+        assert!(NodeSettings::default().validate().unwrap().pool.is_none(), "alone by default");
     }
 }

@@ -12,6 +12,6 @@ pub mod agent;
 pub mod membership;
 pub mod report;
 
-pub use agent::{PoolAct, PoolAgent, PoolConfig};
+pub use agent::{AgentConfig, PoolAct, PoolAgent};
 pub use membership::{MemberEvent, MemberId, Membership, MembershipConfig};
 pub use report::{ChainKey, ChainSpare, LoadReport};

@@ -249,5 +249,31 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
         );
     }
     println!("latency p50 {} ns, p99 {} ns", v["latency_ns"]["p50"], v["latency_ns"]["p99"]);
+    let p = &v["pool"];
+    if p.is_object() {
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        println!(
+            "pool: {} (generation {}); datagrams in {}, out {}; dropped: {} malformed, {} unauthenticated, {} invalid",
+            p["me"].as_str().unwrap_or("?"),
+            n("generation"),
+            n("datagrams_in"),
+            n("datagrams_out"),
+            n("refused_malformed"),
+            n("refused_unauthenticated"),
+            n("refused_invalid")
+        );
+        println!("  {:<24} {:>10} {:>12} {:>10} {:>12}", "MEMBER", "REPORT ms", "FREE REGIONS", "MEM MiB", "PORT Gb/s");
+        let opt = |x: &Value| x.as_f64().map_or("-".to_string(), |f| format!("{f:.0}"));
+        for m in p["members"].as_array().into_iter().flatten() {
+            println!(
+                "  {:<24} {:>10} {:>12} {:>10} {:>12}",
+                m["addr"].as_str().unwrap_or("?"),
+                opt(&m["report_age_ms"]),
+                opt(&m["free_regions"]),
+                opt(&m["mem_free_mib"]),
+                m["port_spare_gbps"].as_f64().map_or("-".to_string(), |f| format!("{f:.1}"))
+            );
+        }
+    }
     health()
 }

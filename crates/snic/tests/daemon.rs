@@ -17,6 +17,8 @@ struct Daemon {
     child: Child,
     api: String,
     data: SocketAddr,
+    /// Its pool address, with a `pool:` section.
+    pool: Option<SocketAddr>,
     // Kept open: the daemon may write to stdout again.
     _stdout: BufReader<std::process::ChildStdout>,
 }
@@ -58,7 +60,8 @@ fn launch(dir: &std::path::Path, extra: &str, args: &[&str], stderr: Stdio) -> D
     // "snic: data 127.0.0.1:P (VXLAN/UDP), api http://127.0.0.1:Q, state ..."
     let data = line.split_whitespace().nth(2).expect("data address").parse().unwrap();
     let api = line.split_whitespace().find(|w| w.starts_with("http://")).expect("api url").trim_end_matches(',').to_string();
-    Daemon { child, api, data, _stdout: out }
+    let pool = line.split_once(", pool ").map(|(_, a)| a.trim().parse().expect("pool address"));
+    Daemon { child, api, data, pool, _stdout: out }
 }
 
 fn stop(mut d: Daemon) -> i32 {
@@ -192,10 +195,15 @@ fn traffic(data: SocketAddr, b: &UdpSocket, g: &UdpSocket, n: usize) -> (Vec<Vec
 
 /// Polls the status until `ok` holds (10 s at most); the last status.
 fn status_until(api: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    status_within(api, Duration::from_secs(10), ok)
+}
+
+/// The status once `ok` holds, or the last one after `limit`.
+fn status_within(api: &str, limit: Duration, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let t0 = Instant::now();
     loop {
         let (s, v) = http("GET", &format!("{api}/v1/status"), "");
-        if (s == 200 && ok(&v)) || t0.elapsed() > Duration::from_secs(10) {
+        if (s == 200 && ok(&v)) || t0.elapsed() > limit {
             return v;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -624,6 +632,25 @@ fn elastic_config_errors_are_clear() {
 }
 
 #[test]
+fn pool_config_errors_are_clear() {
+    let dir = TempDir::new("pool-cfg");
+    let (cfg, key) = (dir.0.join("node.yaml"), dir.0.join("short.key"));
+    std::fs::write(&key, "too short\n").unwrap();
+    let run = |yaml: String| {
+        std::fs::write(&cfg, format!("api: 127.0.0.1:0\ndata: 127.0.0.1:0\nstate_dir: {}\n{yaml}", dir.0.join("state").display())).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["run", "--config", cfg.to_str().unwrap()]).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let err = run(format!("pool: {{listen: 0.0.0.0:7946, secret_file: {}}}\n", key.display()));
+    assert!(err.contains("pool.listen must be an address peers can reach"), "{err}");
+    let err = run(format!("pool: {{listen: 127.0.0.1:0, secret_file: {}}}\n", key.display()));
+    assert!(err.contains("the secret must be at least 16 bytes"), "{err}");
+    let err = run("pool: {listen: 127.0.0.1:0, secret_file: /nonexistent/pool.key}\n".into());
+    assert!(err.contains("reading pool.secret_file /nonexistent/pool.key"), "{err}");
+}
+
+#[test]
 fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_after() {
     // Green's counter and VPC map run in parallel (two chains of their own) and blue's firewall
     // and NAT as one chain: three chains, two regions. With both tenants sending, green's DAG
@@ -757,4 +784,60 @@ fn fairness_config_errors_are_clear() {
         let text = String::from_utf8_lossy(&out.stderr);
         assert!(text.contains(err), "{yaml}: {text}");
     }
+}
+
+fn pool_members(v: &serde_json::Value) -> Vec<String> {
+    v["pool"]["members"].as_array().into_iter().flatten().filter_map(|m| m["addr"].as_str().map(String::from)).collect()
+}
+
+/// Three daemons on loopback form a pool through one seed and exchange load reports; what is
+/// not a pool datagram, or not sealed with the pool's secret, is dropped and counted; a node
+/// killed with SIGKILL is seen down by the others. (Limits are generous bounds on a loaded
+/// machine, not the figures: `snic sim scenarios/pool-membership.toml` measures those.)
+#[test]
+fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
+    let dirs: Vec<TempDir> = (0..3).map(|i| TempDir::new(&format!("pool{i}"))).collect();
+    let secret = dirs[0].0.join("pool.key");
+    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
+    let section = |seeds: &str| format!("pool:\n  listen: 127.0.0.1:0\n  secret_file: {}\n  seeds: [{seeds}]\n", secret.display());
+    let a = start_with(&dirs[0].0, &section(""));
+    let seed = a.pool.expect("node A's pool address").to_string();
+    let b = start_with(&dirs[1].0, &section(&seed));
+    let mut c = start_with(&dirs[2].0, &section(&seed));
+    let formed = |v: &serde_json::Value| {
+        let m = v["pool"]["members"].as_array().cloned().unwrap_or_default();
+        m.len() == 2 && m.iter().all(|m| m["report_age_ms"].is_u64() && m["free_regions"].is_u64())
+    };
+    for d in [&a, &b, &c] {
+        let v = status_within(&d.api, Duration::from_secs(30), formed);
+        assert!(formed(&v), "{}", v["pool"]);
+    }
+    // Strangers: garbage, and a datagram that looks like the pool's but is not sealed with its
+    // secret.
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let pool_a = a.pool.unwrap();
+    s.send_to(b"hello", pool_a).unwrap();
+    let mut forged = b"SNP\x01\x01".to_vec();
+    forged.extend_from_slice(&[7u8; 40]);
+    s.send_to(&forged, pool_a).unwrap();
+    let refused = |v: &serde_json::Value| {
+        v["pool"]["refused_malformed"].as_u64() >= Some(1) && v["pool"]["refused_unauthenticated"].as_u64() >= Some(1)
+    };
+    let v = status_within(&a.api, Duration::from_secs(30), refused);
+    assert!(refused(&v), "{}", v["pool"]);
+    assert_eq!(pool_members(&v).len(), 2, "strangers do not join");
+    // C dies without a word.
+    let pool_c = c.pool.unwrap().to_string();
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    let gone = |v: &serde_json::Value| {
+        let down = v["pool"]["events"].as_array().into_iter().flatten().any(|e| e[1] == "down" && e[2] == pool_c.as_str());
+        down && !pool_members(v).contains(&pool_c)
+    };
+    for d in [&a, &b] {
+        let v = status_within(&d.api, Duration::from_secs(30), gone);
+        assert!(gone(&v), "{}", v["pool"]);
+    }
+    assert_eq!(stop(a), 0);
+    assert_eq!(stop(b), 0);
 }

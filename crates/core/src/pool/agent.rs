@@ -10,7 +10,7 @@
 //!
 //! It knows the peers from their load reports (free regions, each chain's spare capacity,
 //! memory, port bandwidth), which arrive by gossip at least every gossip period; a report
-//! older than [`PoolConfig::report_ttl`] or from a member that is down does not count. A peer
+//! older than [`AgentConfig::report_ttl`] or from a member that is down does not count. A peer
 //! that refused a launch is not asked again until it reports anew.
 //!
 //! Decisions hold: a chain placed on a peer stays there while the peer lives, and comes home
@@ -28,16 +28,16 @@ use std::net::SocketAddr;
 
 /// The agent's settings.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PoolConfig {
+pub struct AgentConfig {
     /// A decision holds at least this long (the auto-scaler's MONITOR_PERIOD).
     pub monitor_period: Duration,
     /// A peer's report older than this does not count.
     pub report_ttl: Duration,
 }
 
-impl Default for PoolConfig {
+impl Default for AgentConfig {
     fn default() -> Self {
-        PoolConfig { monitor_period: Duration::from_millis(100), report_ttl: Duration::from_secs(1) }
+        AgentConfig { monitor_period: Duration::from_millis(100), report_ttl: Duration::from_secs(1) }
     }
 }
 
@@ -80,7 +80,7 @@ struct Placed {
 /// One node's pool agent. See the module docs.
 #[derive(Debug, Clone)]
 pub struct PoolAgent {
-    cfg: PoolConfig,
+    cfg: AgentConfig,
     peers: BTreeMap<SocketAddr, Peer>,
     /// Hops from this node to each peer (1 when unknown: a direct link).
     hops: BTreeMap<SocketAddr, u32>,
@@ -89,12 +89,12 @@ pub struct PoolAgent {
 
 impl PoolAgent {
     /// An agent with no peers yet.
-    pub fn new(cfg: PoolConfig) -> Self {
+    pub fn new(cfg: AgentConfig) -> Self {
         PoolAgent { cfg, peers: BTreeMap::new(), hops: BTreeMap::new(), placed: BTreeMap::new() }
     }
 
     /// The settings (MONITOR_PERIOD follows the auto-scaler's: see [`PoolAgent::set_monitor_period`]).
-    pub fn config(&self) -> &PoolConfig {
+    pub fn config(&self) -> &AgentConfig {
         &self.cfg
     }
 
@@ -208,6 +208,12 @@ impl PoolAgent {
         self.peers.iter().filter(|(_, p)| p.up).map(move |(a, p)| (*a, self.fresh(now, p)))
     }
 
+    /// How old the last report of `peer` is (`None`: none yet, or it is down).
+    pub fn report_age(&self, now: Instant, peer: SocketAddr) -> Option<Duration> {
+        let p = self.peers.get(&peer).filter(|p| p.up)?;
+        p.report.as_ref().map(|(_, at)| now.saturating_since(*at))
+    }
+
     /// Once an epoch: `room(key)` says whether this node could run chain `key` now. A chain
     /// that has run on its peer a whole MONITOR_PERIOD, while home has had room for a whole
     /// MONITOR_PERIOD, comes home.
@@ -296,7 +302,7 @@ mod tests {
             load in 0.05f64..0.9,
         ) {
             let now = Instant::from_nanos(1_000_000_000);
-            let mut agent = PoolAgent::new(PoolConfig::default());
+            let mut agent = PoolAgent::new(AgentConfig::default());
             let mut peers = Vec::new();
             let mut acts = Vec::new();
             for (i, (up, hops, r)) in states.into_iter().enumerate() {
@@ -326,7 +332,7 @@ mod tests {
             room in proptest::collection::vec(any::<bool>(), 1..60),
         ) {
             // Epochs every 10 ms; MONITOR_PERIOD 100 ms.
-            let mut agent = PoolAgent::new(PoolConfig::default());
+            let mut agent = PoolAgent::new(AgentConfig::default());
             let (key, peer) = (ChainKey(7), addr(2));
             let mut acts = Vec::new();
             agent.handle_member(MemberEvent::Up(peer), &mut acts);
@@ -346,7 +352,7 @@ mod tests {
     #[test]
     fn a_placed_chain_stays_on_its_peer_until_the_peer_dies_then_is_lost() {
         let now = Instant::from_nanos(1);
-        let mut agent = PoolAgent::new(PoolConfig::default());
+        let mut agent = PoolAgent::new(AgentConfig::default());
         let mut acts = Vec::new();
         let (a, b) = (addr(1), addr(2));
         for p in [a, b] {

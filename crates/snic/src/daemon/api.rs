@@ -59,6 +59,8 @@ pub struct Control {
     pub plan_regions: usize,
     /// The data plane.
     pub dp: DataPlane,
+    /// The pool thread, when node.yaml has a `pool:` section.
+    pub pool: Option<super::pool::Pool>,
 }
 
 /// What the handlers share: the control state, and the lock that serializes changes to it
@@ -344,6 +346,7 @@ async fn status(AxState(shared): AxState<SharedRef>) -> Response {
         "rebuilds": snap.rebuilds,
         "fairness": {"epochs": snap.epochs, "resources": snap.resources},
         "elastic": snap.elastic,
+        "pool": c.pool.as_ref().map(|p| p.snap()),
     }))
     .into_response()
 }

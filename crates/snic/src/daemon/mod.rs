@@ -12,6 +12,7 @@ pub mod api;
 pub mod config;
 pub mod metrics;
 pub mod persist;
+pub mod pool;
 pub mod worker;
 
 use anyhow::Context;
@@ -105,9 +106,17 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     tracing::info!(objects = state.objects().count(), "state loaded");
     let plan = plan::plan(&state, cfg.plan_regions()).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
+    let pool = match &cfg.pool {
+        Some(p) => {
+            let facts = pool::NodeFacts { regions: s.regions, store_buffers: s.store_buffers, link_gbps: s.fairness.link_gbps };
+            Some(pool::Pool::start(p, facts, dp.snapshot.clone())?)
+        }
+        None => None,
+    };
+    let pool_addr = pool.as_ref().map(|p| p.addr);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let ctl = api::Shared::new(
-        api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp },
+        api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp, pool },
         std::time::Duration::from_millis(s.api_body_timeout_ms),
     );
     let served = ctl.clone();
@@ -115,7 +124,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(s.api).await.with_context(|| format!("binding the API on {}", s.api))?;
         let api_addr = listener.local_addr()?;
         // One line a supervisor or a test can read to learn the bound addresses.
-        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}", s.state_dir.display());
+        let pool = pool_addr.map_or_else(String::new, |a| format!(", pool {a}"));
+        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}{pool}", s.state_dir.display());
         tracing::info!(data = %data_addr, api = %api_addr, "serving");
         let app = api::router(served);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
@@ -123,6 +133,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     let ctl = Arc::try_unwrap(ctl).map_err(|_| anyhow::anyhow!("API still running"))?.into_inner();
+    if let Some(p) = ctl.pool {
+        p.stop();
+    }
     ctl.dp.stop();
     Ok(())
 }

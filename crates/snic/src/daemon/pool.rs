@@ -1,0 +1,377 @@
+//! The daemon's side of the pool: one thread with a UDP socket on `pool.listen` that drives the
+//! core's membership machine (`snic_core::pool::membership`) on the real clock, reports this
+//! node's load to every member each gossip period, takes the members' reports into the pool
+//! agent (`snic_core::pool::agent`), and publishes what it knows for `snic status`.
+//!
+//! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
+//! byte (0 membership, 1 load report), the payload, and the first 16 bytes of its
+//! HMAC-SHA256 under the secret. A datagram that is not one, or whose tag does not verify, is
+//! dropped and counted; nothing in it reaches the core.
+
+use anyhow::Context;
+use ring::hmac;
+use serde::Serialize;
+use snic_core::config::PoolConfig;
+use snic_core::pool::{AgentConfig, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
+use snic_core::time::Instant;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::worker::Snapshot;
+
+const MAGIC: &[u8; 3] = b"SNP";
+const VERSION: u8 = 1;
+const TAG: usize = 16;
+/// Kinds of pool datagram.
+const MEMBERSHIP: u8 = 0;
+const LOAD: u8 = 1;
+/// Largest pool datagram accepted.
+const MAX_DATAGRAM: usize = 2048;
+
+/// Seals `payload` of `kind` into a pool datagram.
+fn seal(key: &hmac::Key, kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(MAGIC);
+    out.push(VERSION);
+    out.push(kind);
+    out.extend_from_slice(payload);
+    let tag = hmac::sign(key, out);
+    out.extend_from_slice(&tag.as_ref()[..TAG]);
+}
+
+/// Why a datagram was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// Not a pool datagram of this version.
+    Malformed,
+    /// Its tag does not verify: not from a member of this pool.
+    Unauthenticated,
+}
+
+/// Opens a pool datagram: its kind and payload.
+fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<(u8, &'a [u8]), Refused> {
+    if d.len() < MAGIC.len() + 2 + TAG || &d[..3] != MAGIC || d[3] != VERSION {
+        return Err(Refused::Malformed);
+    }
+    let (body, tag) = d.split_at(d.len() - TAG);
+    let full = hmac::sign(key, body);
+    // (Constant-time comparison of the truncated tag.)
+    let ok = full.as_ref()[..TAG].iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    if !ok {
+        return Err(Refused::Unauthenticated);
+    }
+    Ok((body[4], &body[5..]))
+}
+
+/// What `snic status` shows of the pool.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PoolSnap {
+    /// This node's pool address.
+    pub me: String,
+    /// Its generation (a restart takes a newer one).
+    pub generation: u64,
+    /// Members up, with their last load report.
+    pub members: Vec<MemberSnap>,
+    /// Datagrams received and sent.
+    pub datagrams_in: u64,
+    /// Sent.
+    pub datagrams_out: u64,
+    /// Dropped: not pool datagrams.
+    pub refused_malformed: u64,
+    /// Dropped: not authenticated by the pool's secret (not from a member).
+    pub refused_unauthenticated: u64,
+    /// Load reports that could not be decoded, or membership messages the protocol refused.
+    pub refused_invalid: u64,
+    /// Member changes seen: (when, ms since start; `up` or `down`; address).
+    pub events: Vec<(u64, &'static str, String)>,
+}
+
+/// One member as this node sees it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct MemberSnap {
+    /// Its pool address.
+    pub addr: String,
+    /// Age of its last load report, ms (none yet: null).
+    pub report_age_ms: Option<u64>,
+    /// Its free regions.
+    pub free_regions: Option<u16>,
+    /// Its packet-store memory not in use, MiB.
+    pub mem_free_mib: Option<u32>,
+    /// Its port bandwidth not in use, Gbit/s.
+    pub port_spare_gbps: Option<f32>,
+}
+
+/// Member events kept for status.
+const EVENTS: usize = 64;
+
+/// What the load report is made of, beside the data plane's snapshot.
+pub struct NodeFacts {
+    /// Regions of the node.
+    pub regions: usize,
+    /// Packet-store buffers, and bytes each.
+    pub store_buffers: usize,
+    /// The link's speed, Gbit/s.
+    pub link_gbps: f64,
+}
+
+/// The pool thread.
+pub struct Pool {
+    stop: Arc<AtomicBool>,
+    join: Option<JoinHandle<()>>,
+    /// What it publishes (after every change, and each gossip period).
+    pub snapshot: Arc<Mutex<PoolSnap>>,
+    /// The address it bound.
+    pub addr: SocketAddr,
+}
+
+impl Pool {
+    /// Binds `cfg.listen`, reads the secret and starts the thread.
+    pub fn start(cfg: &PoolConfig, facts: NodeFacts, dp: Arc<Mutex<Snapshot>>) -> anyhow::Result<Pool> {
+        let secret = std::fs::read(&cfg.secret_file).with_context(|| format!("reading pool.secret_file {}", cfg.secret_file.display()))?;
+        let secret = secret.trim_ascii();
+        anyhow::ensure!(secret.len() >= 16, "pool.secret_file {}: the secret must be at least 16 bytes", cfg.secret_file.display());
+        let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+        let sock = UdpSocket::bind(cfg.listen).with_context(|| format!("binding pool.listen {}", cfg.listen))?;
+        let addr = sock.local_addr()?;
+        // A generation newer than any earlier run's: the wall clock's milliseconds.
+        let gen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64).max(1);
+        let seed = gen ^ u64::from(addr.port()) << 48;
+        let membership = Membership::new(MemberId { addr, gen }, &cfg.membership, seed);
+        let snapshot = Arc::new(Mutex::new(PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut t = Thread {
+            sock,
+            key,
+            membership,
+            agent: PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() }),
+            gossip: cfg.gossip_period,
+            seeds: cfg.seeds.clone(),
+            start: std::time::Instant::now(),
+            gen,
+            seq: 0,
+            facts,
+            dp,
+            prev_tx: None,
+            snap: snapshot.clone(),
+            stats: PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() },
+            buf: Vec::with_capacity(MAX_DATAGRAM),
+            stop: stop.clone(),
+        };
+        let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
+        tracing::info!(pool = %addr, seeds = ?cfg.seeds, generation = gen, "pool: joining");
+        Ok(Pool { stop, join: Some(join), snapshot, addr })
+    }
+
+    /// What it knows now.
+    pub fn snap(&self) -> PoolSnap {
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Leaves the pool (the members see this node down at once) and stops the thread.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(j) = self.join.take() {
+            let _ = j.join();
+        }
+    }
+}
+
+struct Thread {
+    sock: UdpSocket,
+    key: hmac::Key,
+    membership: Membership,
+    agent: PoolAgent,
+    gossip: Duration,
+    seeds: Vec<SocketAddr>,
+    start: std::time::Instant,
+    gen: u64,
+    seq: u64,
+    facts: NodeFacts,
+    dp: Arc<Mutex<Snapshot>>,
+    /// Bytes transmitted and when, at the last report (for the port's spare bandwidth).
+    prev_tx: Option<(u64, std::time::Instant)>,
+    snap: Arc<Mutex<PoolSnap>>,
+    stats: PoolSnap,
+    buf: Vec<u8>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Thread {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    }
+
+    fn run(&mut self) {
+        let now = self.now();
+        let seeds = std::mem::take(&mut self.seeds);
+        self.membership.join(now, &seeds);
+        self.flush();
+        let mut next_report = now;
+        let mut datagram = vec![0u8; MAX_DATAGRAM];
+        // (At most 50 ms between checks of `stop`.)
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = self.now();
+            let due = self.membership.poll_timeout().map_or(next_report, |t| t.min(next_report));
+            let wait = due.saturating_since(now).clamp(Duration::from_millis(1), Duration::from_millis(50));
+            let _ = self.sock.set_read_timeout(Some(wait));
+            match self.sock.recv_from(&mut datagram) {
+                Ok((n, from)) => self.datagram(&datagram[..n.min(MAX_DATAGRAM)], from),
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                Err(e) => tracing::warn!(error = %e, "pool: receiving"),
+            }
+            let now = self.now();
+            self.membership.handle_timeout(now);
+            if now >= next_report {
+                self.report();
+                next_report = now + self.gossip;
+            }
+            self.flush();
+        }
+        self.membership.leave(self.now());
+        self.flush();
+        tracing::info!("pool: left");
+    }
+
+    fn datagram(&mut self, d: &[u8], from: SocketAddr) {
+        self.stats.datagrams_in += 1;
+        let (kind, payload) = match open(&self.key, d) {
+            Ok(x) => x,
+            Err(Refused::Malformed) => return self.stats.refused_malformed += 1,
+            Err(Refused::Unauthenticated) => return self.stats.refused_unauthenticated += 1,
+        };
+        let now = self.now();
+        let ok = match kind {
+            MEMBERSHIP => self.membership.handle_data(now, payload).is_ok(),
+            // A report counts only from a member: membership says who is in the pool.
+            LOAD => match LoadReport::decode(payload) {
+                Some(r) if self.membership.members().any(|m| m == from) => {
+                    self.agent.handle_report(now, from, r);
+                    true
+                }
+                Some(_) => true,
+                None => false,
+            },
+            _ => false,
+        };
+        if !ok {
+            self.stats.refused_invalid += 1;
+        }
+    }
+
+    /// Sends what the membership machine asks for, takes its events, publishes.
+    fn flush(&mut self) {
+        while let Some((to, bytes)) = self.membership.poll_transmit() {
+            self.send(to, MEMBERSHIP, &bytes);
+        }
+        let mut acts = Vec::new();
+        while let Some(e) = self.membership.poll_event() {
+            let at = self.start.elapsed().as_millis() as u64;
+            let (what, addr) = match e {
+                MemberEvent::Up(a) => {
+                    tracing::info!(member = %a, "pool: member up");
+                    ("up", a.to_string())
+                }
+                MemberEvent::Down(a) => {
+                    tracing::warn!(member = %a, "pool: member down");
+                    ("down", a.to_string())
+                }
+                MemberEvent::Rejoined => {
+                    tracing::warn!("pool: this node was declared down and rejoined");
+                    ("rejoined", self.membership.me().addr.to_string())
+                }
+            };
+            if self.stats.events.len() == EVENTS {
+                self.stats.events.remove(0);
+            }
+            self.stats.events.push((at, what, addr));
+            self.agent.handle_member(e, &mut acts);
+        }
+        self.publish();
+    }
+
+    fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
+        let mut buf = std::mem::take(&mut self.buf);
+        seal(&self.key, kind, payload, &mut buf);
+        match self.sock.send_to(&buf, to) {
+            Ok(_) => self.stats.datagrams_out += 1,
+            Err(e) => tracing::debug!(to = %to, error = %e, "pool: sending"),
+        }
+        self.buf = buf;
+    }
+
+    /// This node's load, to every member.
+    fn report(&mut self) {
+        let snap = self.dp.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let busy = snap.regions.iter().filter(|r| r.state != "victim").count();
+        let held: u64 = snap.tenants.iter().map(|t| t.store_buffers as u64).sum();
+        let free_bytes = (self.facts.store_buffers as u64).saturating_sub(held) * snic_dataplane::store::BUF_SIZE as u64;
+        let tx: u64 = snap.tenants.iter().map(|t| t.tx_bytes).sum();
+        let now = std::time::Instant::now();
+        let used_gbps = match self.prev_tx.replace((tx, now)) {
+            Some((b, t)) if now > t => tx.saturating_sub(b) as f64 * 8.0 / now.duration_since(t).as_secs_f64() / 1e9,
+            _ => 0.0,
+        };
+        self.seq += 1;
+        let r = LoadReport {
+            gen: self.gen,
+            seq: self.seq,
+            free_regions: self.facts.regions.saturating_sub(busy).min(u16::MAX as usize) as u16,
+            // (Each chain's spare capacity is reported once chains have pool-wide names:
+            // remote launch, the next step of the pool.)
+            chains: Vec::new(),
+            mem_free_mib: (free_bytes >> 20) as u32,
+            port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
+            hops: Vec::new(),
+        };
+        let bytes = r.encode();
+        let members: Vec<SocketAddr> = self.membership.members().collect();
+        for m in members {
+            self.send(m, LOAD, &bytes);
+        }
+    }
+
+    fn publish(&mut self) {
+        let now = self.now();
+        let mut s = self.stats.clone();
+        s.generation = self.membership.me().gen;
+        let reports: std::collections::BTreeMap<SocketAddr, &LoadReport> =
+            self.agent.peers(now).filter_map(|(a, r)| r.map(|r| (a, r))).collect();
+        s.members = self
+            .membership
+            .members()
+            .map(|a| {
+                let r = reports.get(&a);
+                MemberSnap {
+                    addr: a.to_string(),
+                    report_age_ms: self.agent.report_age(now, a).map(|d| d.as_millis() as u64),
+                    free_regions: r.map(|r| r.free_regions),
+                    mem_free_mib: r.map(|r| r.mem_free_mib),
+                    port_spare_gbps: r.map(|r| r.port_spare_gbps),
+                }
+            })
+            .collect();
+        *self.snap.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_datagram_opens_only_under_its_own_secret_and_intact() {
+        let (k, other) = (hmac::Key::new(hmac::HMAC_SHA256, b"0123456789abcdef"), hmac::Key::new(hmac::HMAC_SHA256, b"fedcba9876543210"));
+        let mut d = Vec::new();
+        seal(&k, LOAD, b"hello", &mut d);
+        assert_eq!(open(&k, &d), Ok((LOAD, &b"hello"[..])));
+        assert_eq!(open(&other, &d), Err(Refused::Unauthenticated));
+        let mut bent = d.clone();
+        bent[6] ^= 1;
+        assert_eq!(open(&k, &bent), Err(Refused::Unauthenticated));
+        assert_eq!(open(&k, b"SNP"), Err(Refused::Malformed));
+        assert_eq!(open(&k, &[0u8; 40]), Err(Refused::Malformed));
+    }
+}
