@@ -826,6 +826,10 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     let v = status_within(&a.api, Duration::from_secs(30), refused);
     assert!(refused(&v), "{}", v["pool"]);
     assert_eq!(pool_members(&v).len(), 2, "strangers do not join");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let m = agent.get(format!("{}/metrics", a.api)).call().unwrap().body_mut().read_to_string().unwrap();
+    assert!(m.contains("snic_pool_members 2"), "{m}");
+    assert!(m.contains(r#"snic_pool_datagrams_total{direction="dropped",reason="unauthenticated"} 1"#), "{m}");
     // C dies without a word.
     let pool_c = c.pool.unwrap().to_string();
     c.child.kill().unwrap();

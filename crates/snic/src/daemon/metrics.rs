@@ -106,6 +106,38 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
     for (event, n) in &snap.elastic.counters {
         elastic.get_or_create(&l(&[("event", event)])).inc_by(*n);
     }
+    if let Some(p) = c.pool.as_ref().map(|p| p.snap()) {
+        let members = Gauge::<i64>::default();
+        reg.register("snic_pool_members", "Pool members this node sees up (itself excluded)", members.clone());
+        members.set(p.members.len() as i64);
+        let dg = family::<Counter>(&mut reg, "snic_pool_datagrams", "Pool datagrams by direction, and those dropped by reason");
+        dg.get_or_create(&l(&[("direction", "in")])).inc_by(p.datagrams_in);
+        dg.get_or_create(&l(&[("direction", "out")])).inc_by(p.datagrams_out);
+        for (reason, n) in
+            [("malformed", p.refused_malformed), ("unauthenticated", p.refused_unauthenticated), ("invalid", p.refused_invalid)]
+        {
+            dg.get_or_create(&l(&[("direction", "dropped"), ("reason", reason)])).inc_by(n);
+        }
+        let free = family::<Gauge>(&mut reg, "snic_pool_member_free_regions", "Free regions per member, from its last load report");
+        let mem = family::<Gauge>(
+            &mut reg,
+            "snic_pool_member_mem_free_mib",
+            "Free packet-store memory per member, MiB, from its last load report",
+        );
+        let age = family::<Gauge>(&mut reg, "snic_pool_member_report_age_ms", "Age of each member's last load report, ms");
+        for m in &p.members {
+            let ml = l(&[("member", &m.addr)]);
+            if let Some(f) = m.free_regions {
+                free.get_or_create(&ml).set(f.into());
+            }
+            if let Some(f) = m.mem_free_mib {
+                mem.get_or_create(&ml).set(f.into());
+            }
+            if let Some(a) = m.report_age_ms {
+                age.get_or_create(&ml).set(a as i64);
+            }
+        }
+    }
     lat.get_or_create(&l(&[("quantile", "0.5")])).set(snap.latency_p50_ns as i64);
     lat.get_or_create(&l(&[("quantile", "0.99")])).set(snap.latency_p99_ns as i64);
     let mut out = String::new();
