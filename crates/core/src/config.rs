@@ -245,6 +245,10 @@ pub struct PoolSection {
     /// How long a suspect member has to answer before it is down, ms.
     #[serde(default = "suspect_ms")]
     pub suspect_after_ms: u64,
+    /// The pool's links between pool addresses (a ring, or any graph), each once, either way:
+    /// a peer nearer in hops is preferred. None: every member is one hop away (a switch).
+    #[serde(default)]
+    pub links: Vec<[SocketAddr; 2]>,
 }
 
 fn gossip_ms() -> u64 {
@@ -273,6 +277,8 @@ pub struct PoolConfig {
     pub gossip_period: Duration,
     /// The membership protocol's timing.
     pub membership: MembershipConfig,
+    /// Hops to each peer the links reach (empty without links).
+    pub hops: std::collections::BTreeMap<SocketAddr, u32>,
 }
 
 impl PoolSection {
@@ -288,8 +294,14 @@ impl PoolSection {
             self.probe_period_ms <= 60_000 && (1..=60_000).contains(&self.suspect_after_ms),
             "pool.probe_period_ms and pool.suspect_after_ms must be at most 60000",
         )?;
+        ensure(self.links.iter().all(|[a, b]| a != b), "pool.links: a link joins two different addresses")?;
+        ensure(
+            self.links.is_empty() || self.links.iter().flatten().any(|&a| a == self.listen),
+            "pool.links must include this node's pool.listen address",
+        )?;
         let ms = Duration::from_millis;
         Ok(PoolConfig {
+            hops: crate::pool::topology::hops(self.listen, &self.links),
             listen: self.listen,
             seeds: self.seeds.iter().copied().filter(|&s| s != self.listen).collect(),
             secret_file: self.secret_file.clone(),
@@ -397,6 +409,7 @@ mod tests {
             probe_period_ms: 300,
             probe_rtt_ms: 100,
             suspect_after_ms: 700,
+            links: Vec::new(),
         };
         let with = |p: PoolSection| NodeSettings { pool: Some(p), ..Default::default() }.validate();
         let c = with(pool("10.0.0.1:7946")).unwrap().pool.unwrap();
@@ -406,5 +419,11 @@ mod tests {
         assert!(with(PoolSection { probe_rtt_ms: 300, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.probe_rtt_ms"));
         assert!(with(PoolSection { gossip_period_ms: 1, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.gossip_period_ms"));
         assert!(NodeSettings::default().validate().unwrap().pool.is_none(), "alone by default");
+        let (me, b, c): (SocketAddr, SocketAddr, SocketAddr) =
+            ("10.0.0.1:7946".parse().unwrap(), "10.0.0.2:7946".parse().unwrap(), "10.0.0.3:7946".parse().unwrap());
+        let line = with(PoolSection { links: vec![[me, b], [b, c]], ..pool("10.0.0.1:7946") }).unwrap().pool.unwrap();
+        assert_eq!((line.hops[&b], line.hops[&c]), (1, 2));
+        assert!(with(PoolSection { links: vec![[b, c]], ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.listen"));
+        assert!(with(PoolSection { links: vec![[me, me]], ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("two different"));
     }
 }

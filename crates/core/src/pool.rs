@@ -4,6 +4,7 @@
 //! - [`report`]: what each node tells the others about its load;
 //! - [`agent`]: where a chain runs when its home node has no room (a peer that runs it with
 //!   spare bandwidth, else the nearest peer with a free region), and when it comes home;
+//! - [`topology`]: the pool's links and each node's hop distance to its peers;
 //! - [`on_demand`]: the whole launch order, the node's elasticity policy and the agent composed.
 //!
 //! All sans-IO: the daemon drives them with a UDP socket and the real clock, the simulator
@@ -12,6 +13,7 @@
 pub mod agent;
 pub mod membership;
 pub mod report;
+pub mod topology;
 
 pub use agent::{AgentConfig, PoolAct, PoolAgent};
 pub use membership::{MemberEvent, MemberId, Membership, MembershipConfig};

@@ -82,15 +82,16 @@ struct Placed {
 pub struct PoolAgent {
     cfg: AgentConfig,
     peers: BTreeMap<SocketAddr, Peer>,
-    /// Hops from this node to each peer (1 when unknown: a direct link).
+    /// Hops from this node to each peer, and to one the topology does not list.
     hops: BTreeMap<SocketAddr, u32>,
+    unknown_hops: u32,
     placed: BTreeMap<ChainKey, Placed>,
 }
 
 impl PoolAgent {
     /// An agent with no peers yet.
     pub fn new(cfg: AgentConfig) -> Self {
-        PoolAgent { cfg, peers: BTreeMap::new(), hops: BTreeMap::new(), placed: BTreeMap::new() }
+        PoolAgent { cfg, peers: BTreeMap::new(), hops: BTreeMap::new(), unknown_hops: 1, placed: BTreeMap::new() }
     }
 
     /// The settings (MONITOR_PERIOD follows the auto-scaler's: see [`PoolAgent::set_monitor_period`]).
@@ -103,14 +104,17 @@ impl PoolAgent {
         self.cfg.monitor_period = p;
     }
 
-    /// This node's hop distance to each peer (from the pool's topology).
+    /// This node's hop distance to each peer (from the pool's topology,
+    /// [`crate::pool::topology::hops`]). A peer it does not list comes last. Without a topology
+    /// every peer is one hop away (a switch, or a full mesh).
     pub fn set_hops(&mut self, hops: impl IntoIterator<Item = (SocketAddr, u32)>) {
         self.hops = hops.into_iter().collect();
+        self.unknown_hops = if self.hops.is_empty() { 1 } else { u32::MAX };
     }
 
-    /// Hops to `peer` (1 if the topology does not say).
+    /// Hops to `peer`.
     pub fn hops(&self, peer: SocketAddr) -> u32 {
-        self.hops.get(&peer).copied().unwrap_or(1)
+        self.hops.get(&peer).copied().unwrap_or(self.unknown_hops)
     }
 
     /// A peer's load report arrived (an older one than the last is ignored).
@@ -373,5 +377,23 @@ mod tests {
         assert_eq!(agent.remote_for(now, key, 0.5), Some(b));
         let late = now + Duration::from_secs(2);
         assert_eq!(agent.remote_for(late, key, 0.5), None, "a stale report does not count");
+    }
+
+    #[test]
+    fn a_peer_the_topology_does_not_reach_comes_last() {
+        let now = Instant::from_nanos(1);
+        let mut agent = PoolAgent::new(AgentConfig::default());
+        let mut acts = Vec::new();
+        let (near, far, unlisted) = (addr(1), addr(2), addr(3));
+        for p in [near, far, unlisted] {
+            agent.handle_member(MemberEvent::Up(p), &mut acts);
+        }
+        agent.handle_report(now, unlisted, report(1, 8, &[]));
+        agent.handle_report(now, far, report(1, 1, &[]));
+        assert_eq!(agent.remote_for(now, ChainKey(1), 0.5), Some(unlisted), "no topology: all one hop, the most free regions");
+        agent.set_hops([(near, 1), (far, 3)]);
+        assert_eq!(agent.remote_for(now, ChainKey(1), 0.5), Some(far), "the graph's peer before one it does not reach");
+        agent.handle_report(now, near, report(1, 1, &[]));
+        assert_eq!(agent.remote_for(now, ChainKey(1), 0.5), Some(near), "the nearest");
     }
 }

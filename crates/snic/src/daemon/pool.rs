@@ -102,6 +102,8 @@ pub struct MemberSnap {
     pub mem_free_mib: Option<u32>,
     /// Its port bandwidth not in use, Gbit/s.
     pub port_spare_gbps: Option<f32>,
+    /// Hops from this node (from `pool.links`; null: the links do not reach it).
+    pub hops: Option<u32>,
 }
 
 /// Member events kept for status.
@@ -142,11 +144,14 @@ impl Pool {
         let membership = Membership::new(MemberId { addr, gen }, &cfg.membership, seed);
         let snapshot = Arc::new(Mutex::new(PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() }));
         let stop = Arc::new(AtomicBool::new(false));
+        let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
+        agent.set_hops(cfg.hops.iter().map(|(a, h)| (*a, *h)));
         let mut t = Thread {
             sock,
             key,
             membership,
-            agent: PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() }),
+            agent,
+            hops: cfg.hops.iter().map(|(a, h)| (*a, (*h).min(u8::MAX as u32) as u8)).collect(),
             gossip: cfg.gossip_period,
             seeds: cfg.seeds.clone(),
             start: std::time::Instant::now(),
@@ -184,6 +189,8 @@ struct Thread {
     key: hmac::Key,
     membership: Membership,
     agent: PoolAgent,
+    /// Its hop distance to each peer the links reach (reported).
+    hops: Vec<(SocketAddr, u8)>,
     gossip: Duration,
     seeds: Vec<SocketAddr>,
     start: std::time::Instant,
@@ -324,7 +331,7 @@ impl Thread {
             chains: Vec::new(),
             mem_free_mib: (free_bytes >> 20) as u32,
             port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
-            hops: Vec::new(),
+            hops: self.hops.clone(),
         };
         let bytes = r.encode();
         let members: Vec<SocketAddr> = self.membership.members().collect();
@@ -350,6 +357,7 @@ impl Thread {
                     free_regions: r.map(|r| r.free_regions),
                     mem_free_mib: r.map(|r| r.mem_free_mib),
                     port_spare_gbps: r.map(|r| r.port_spare_gbps),
+                    hops: Some(self.agent.hops(a)).filter(|&h| h != u32::MAX),
                 }
             })
             .collect();
