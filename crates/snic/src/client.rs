@@ -262,17 +262,21 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             n("refused_unauthenticated"),
             n("refused_invalid")
         );
-        println!("  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12}", "MEMBER", "HOPS", "REPORT ms", "FREE REGIONS", "MEM MiB", "PORT Gb/s");
+        println!(
+            "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}",
+            "MEMBER", "HOPS", "REPORT ms", "FREE REGIONS", "MEM MiB", "PORT Gb/s", "CHAINS"
+        );
         let opt = |x: &Value| x.as_f64().map_or("-".to_string(), |f| format!("{f:.0}"));
         for m in p["members"].as_array().into_iter().flatten() {
             println!(
-                "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12}",
+                "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}",
                 m["addr"].as_str().unwrap_or("?"),
                 opt(&m["hops"]),
                 opt(&m["report_age_ms"]),
                 opt(&m["free_regions"]),
                 opt(&m["mem_free_mib"]),
-                m["port_spare_gbps"].as_f64().map_or("-".to_string(), |f| format!("{f:.1}"))
+                m["port_spare_gbps"].as_f64().map_or("-".to_string(), |f| format!("{f:.1}")),
+                m["chains"].as_array().map_or(0, Vec::len)
             );
         }
     }

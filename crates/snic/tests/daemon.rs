@@ -812,6 +812,16 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
         let v = status_within(&d.api, Duration::from_secs(30), formed);
         assert!(formed(&v), "{}", v["pool"]);
     }
+    // A deploys the demo's chains: its reports carry each running chain's spare capacity.
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), include_str!("../../../examples/demo.yaml"));
+    assert_eq!(st, 200, "{v}");
+    let pool_a_s = a.pool.unwrap().to_string();
+    let spare = |v: &serde_json::Value| {
+        let m = v["pool"]["members"].as_array().cloned().unwrap_or_default();
+        m.iter().any(|m| m["addr"] == pool_a_s.as_str() && m["chains"].as_array().is_some_and(|c| !c.is_empty()))
+    };
+    let v = status_within(&b.api, Duration::from_secs(30), spare);
+    assert!(spare(&v), "{}", v["pool"]);
     // Strangers: garbage, and a datagram that looks like the pool's but is not sealed with its
     // secret.
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();

@@ -5,10 +5,24 @@
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
-/// A chain's pool-wide name: the same tenant's same NTs on every node (the driver derives it
-/// from the tenant and the chain's NT specs).
+/// A chain's pool-wide name: the same NTs (by their names in the desired state) on every node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ChainKey(pub u64);
+
+impl ChainKey {
+    /// The key of the chain of these NTs, in order: FNV-1a over their names, each ended by a
+    /// zero byte (stable across nodes, builds and versions).
+    pub fn of_names<S: AsRef<str>>(nts: &[S]) -> ChainKey {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for n in nts {
+            for &b in n.as_ref().as_bytes().iter().chain(&[0u8]) {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        }
+        ChainKey(h)
+    }
+}
 
 /// One chain a node runs, and its spare capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -72,5 +86,15 @@ mod tests {
         };
         assert_eq!(LoadReport::decode(&r.encode()), Some(r));
         assert_eq!(LoadReport::decode(&[0xff; 3]), None);
+    }
+
+    #[test]
+    fn a_chain_key_follows_its_nts_names_in_order() {
+        let k = ChainKey::of_names(&["fw", "nat"]);
+        assert_eq!(k, ChainKey::of_names(&["fw".to_string(), "nat".to_string()]));
+        assert_ne!(k, ChainKey::of_names(&["nat", "fw"]));
+        assert_ne!(ChainKey::of_names(&["ab", "c"]), ChainKey::of_names(&["a", "bc"]));
+        // FNV-1a of "a\0": fixed forever (nodes of different builds agree).
+        assert_eq!(ChainKey::of_names(&["a"]).0, 0x089b_e207_b544_f1e4);
     }
 }

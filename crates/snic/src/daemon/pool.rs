@@ -12,7 +12,7 @@ use anyhow::Context;
 use ring::hmac;
 use serde::Serialize;
 use snic_core::config::PoolConfig;
-use snic_core::pool::{AgentConfig, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
+use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
 use snic_core::time::Instant;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,6 +104,8 @@ pub struct MemberSnap {
     pub port_spare_gbps: Option<f32>,
     /// Hops from this node (from `pool.links`; null: the links do not reach it).
     pub hops: Option<u32>,
+    /// The chains it runs with spare capacity: (key, spare in instances' worth).
+    pub chains: Vec<(u64, f32)>,
 }
 
 /// Member events kept for status.
@@ -326,9 +328,13 @@ impl Thread {
             gen: self.gen,
             seq: self.seq,
             free_regions: self.facts.regions.saturating_sub(busy).min(u16::MAX as usize) as u16,
-            // (Each chain's spare capacity is reported once chains have pool-wide names:
-            // remote launch, the next step of the pool.)
-            chains: Vec::new(),
+            // Each running chain's spare capacity: its instances less its load.
+            chains: snap
+                .chains
+                .iter()
+                .map(|c| ChainSpare { key: ChainKey(c.key), spare: (c.instances as f64 - c.load).max(0.0) as f32 })
+                .filter(|c| c.spare > 0.0)
+                .collect(),
             mem_free_mib: (free_bytes >> 20) as u32,
             port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
             hops: self.hops.clone(),
@@ -358,6 +364,7 @@ impl Thread {
                     mem_free_mib: r.map(|r| r.mem_free_mib),
                     port_spare_gbps: r.map(|r| r.port_spare_gbps),
                     hops: Some(self.agent.hops(a)).filter(|&h| h != u32::MAX),
+                    chains: r.map(|r| r.chains.iter().map(|c| (c.key.0, c.spare)).collect()).unwrap_or_default(),
                 }
             })
             .collect();

@@ -104,6 +104,17 @@ pub struct RegionSnap {
     pub nts: Vec<(String, u64, u64)>,
 }
 
+/// A chain that runs, as the pool sees it.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChainSnap {
+    /// Its pool-wide key (`ChainKey::of_names` of its NTs).
+    pub key: u64,
+    /// Running instances.
+    pub instances: usize,
+    /// The last epoch's load, in instances' worth.
+    pub load: f64,
+}
+
 /// What the data plane publishes for status and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Snapshot {
@@ -125,6 +136,8 @@ pub struct Snapshot {
     pub epochs: u64,
     /// Elastic NTs: counters and recent events.
     pub elastic: ElasticSnap,
+    /// Chains with a running instance: their pool-wide key, instances and measured load.
+    pub chains: Vec<ChainSnap>,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
@@ -547,6 +560,26 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             nts,
         });
     }
+    // Running chains: instances and load, for the pool's load reports.
+    let mut running: Vec<(ChainId, usize)> = Vec::new();
+    for r in 0..node.sched().instance_count() {
+        let id = snic_core::ids::InstanceId(r as u16);
+        if node.sched().state(id) == InstanceState::Running {
+            let c = node.sched().chain_of(id);
+            match running.iter_mut().find(|x| x.0 == c) {
+                Some(x) => x.1 += 1,
+                None => running.push((c, 1)),
+            }
+        }
+    }
+    out.chains = running
+        .into_iter()
+        .map(|(c, instances)| ChainSnap {
+            key: snic_core::pool::ChainKey::of_names(node.meter().chain_names(c)).0,
+            instances,
+            load: node.meter().chain_load(c),
+        })
+        .collect();
     let fair = node.meter().fairness();
     out.epochs = fair.epochs();
     out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
