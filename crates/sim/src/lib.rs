@@ -19,7 +19,9 @@
 //! scheduling or parallel chains, packet by packet through the daemon's credit scheduler.
 //! `membership` (the pool, paper §5): pools of nodes running the daemon's membership protocol
 //! on one virtual clock over a lossy network ([`pool`]) — how long a pool takes to form, how
-//! long until every survivor notices a death, and wrong suspicions.
+//! long until every survivor notices a death, and wrong suspicions. `pool_placement` (paper
+//! Fig. 11): chains a node has no room for placed on peers by the daemon's pool agent, in a
+//! ring or behind a switch, and the latency the extra hops cost ([`pool_place`]).
 
 pub mod autoscale;
 pub mod chaining;
@@ -27,6 +29,7 @@ pub mod fairness;
 mod fluid;
 pub mod plot;
 pub mod pool;
+pub mod pool_place;
 pub mod trace;
 pub mod usage;
 pub mod victim;
@@ -44,7 +47,7 @@ pub struct Scenario {
     /// Its name (reported).
     pub name: String,
     /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache`,
-    /// `consolidation_usage`, `chaining` or `membership`.
+    /// `consolidation_usage`, `chaining`, `membership` or `pool_placement`.
     pub experiment: String,
     /// Seed of every random stream (overridden by `--seed`).
     #[serde(default)]
@@ -82,6 +85,9 @@ pub struct Scenario {
     /// Pool sizes, loss and the protocol's timing (`membership`).
     #[serde(default)]
     pub membership: Option<pool::MembershipSpec>,
+    /// Nodes, regions, loads and latencies (`pool_placement`).
+    #[serde(default)]
+    pub pool_placement: Option<pool_place::PlacementSpec>,
     /// The simulated nodes' configuration: node.yaml's tree, defaults and checks
     /// (`snic_core::config`), as `[node]`, `[node.elastic]`, `[node.fairness]`. The experiments
     /// take their policy settings from it: `autoscale`, `victim_cache` and
@@ -147,7 +153,7 @@ pub enum SimError {
     Trace(#[from] trace::TraceError),
     /// No such experiment.
     #[error(
-        "unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining, membership)"
+        "unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining, membership, pool_placement)"
     )]
     Unknown(String),
 }
@@ -340,6 +346,25 @@ impl Scenario {
                     title: format!("{}: time until every survivor noticed a death (worst run)", self.name),
                     y: "seconds".into(),
                     bars: rows.iter().map(|r| (format!("{} nodes, {}‰ lost", r.nodes, r.loss_per_mille), r.detect_max_s)).collect(),
+                };
+                Ok(self.report(seed, None, &rows, figure))
+            }
+            "pool_placement" => {
+                let Some(spec) = &self.pool_placement else {
+                    return Err(SimError::Range("pool_placement needs a [pool_placement] section".into()));
+                };
+                spec.validate().map_err(SimError::Range)?;
+                let rows = spec.run(seed, self.duration_s);
+                let lines = ["single", "ring", "switch"]
+                    .iter()
+                    .map(|&t| (format!("{t} p99"), rows.iter().filter(|r| r.topology == t).map(|r| (r.load, r.p99_us)).collect()))
+                    .collect();
+                let figure = plot::Figure::Lines {
+                    title: format!("{}: p99 one-way latency of chains' packets", self.name),
+                    x: "offered load (share of the pool's regions)".into(),
+                    y: "latency (µs)".into(),
+                    lines,
+                    log_y: false,
                 };
                 Ok(self.report(seed, None, &rows, figure))
             }

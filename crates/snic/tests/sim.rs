@@ -31,7 +31,7 @@ fn a_small_scenario_matches_its_golden_report() {
 
 /// One small scenario per experiment that drives the policy core (the auto-scaler and
 /// launcher, the launcher's victim cache, the credit scheduler and join table, the pool's
-/// membership protocol), each kept as a
+/// membership protocol and pool agent), each kept as a
 /// golden report: any change to what they compute shows here, and must be looked at and the
 /// golden file regenerated on purpose (`snic sim tests/data/<name>.toml --json > ...json`).
 #[test]
@@ -41,6 +41,7 @@ fn small_policy_scenarios_match_their_golden_reports() {
         ("sim-small-victim", include_str!("data/sim-small-victim.json")),
         ("sim-small-chaining", include_str!("data/sim-small-chaining.json")),
         ("sim-small-membership", include_str!("data/sim-small-membership.json")),
+        ("sim-small-placement", include_str!("data/sim-small-placement.json")),
     ];
     for (name, want) in golden {
         let path = format!("{}/tests/data/{name}.toml", env!("CARGO_MANIFEST_DIR"));
