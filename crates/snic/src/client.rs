@@ -253,13 +253,14 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     if p.is_object() {
         let n = |k: &str| p[k].as_u64().unwrap_or(0);
         println!(
-            "pool: {} (generation {}); datagrams in {}, out {}; dropped: {} malformed, {} unauthenticated, {} invalid",
+            "pool: {} (generation {}); datagrams in {}, out {}; dropped: {} malformed, {} unauthenticated, {} replayed, {} invalid",
             p["me"].as_str().unwrap_or("?"),
             n("generation"),
             n("datagrams_in"),
             n("datagrams_out"),
             n("refused_malformed"),
             n("refused_unauthenticated"),
+            n("refused_replayed"),
             n("refused_invalid")
         );
         println!(

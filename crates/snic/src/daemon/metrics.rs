@@ -113,9 +113,12 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
         let dg = family::<Counter>(&mut reg, "snic_pool_datagrams", "Pool datagrams by direction, and those dropped by reason");
         dg.get_or_create(&l(&[("direction", "in")])).inc_by(p.datagrams_in);
         dg.get_or_create(&l(&[("direction", "out")])).inc_by(p.datagrams_out);
-        for (reason, n) in
-            [("malformed", p.refused_malformed), ("unauthenticated", p.refused_unauthenticated), ("invalid", p.refused_invalid)]
-        {
+        for (reason, n) in [
+            ("malformed", p.refused_malformed),
+            ("unauthenticated", p.refused_unauthenticated),
+            ("replayed", p.refused_replayed),
+            ("invalid", p.refused_invalid),
+        ] {
             dg.get_or_create(&l(&[("direction", "dropped"), ("reason", reason)])).inc_by(n);
         }
         let free = family::<Gauge>(&mut reg, "snic_pool_member_free_regions", "Free regions per member, from its last load report");

@@ -4,8 +4,10 @@
 //! agent (`snic_core::pool::agent`), and publishes what it knows for `snic status`.
 //!
 //! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
-//! byte (0 membership, 1 load report), the payload, and the first 16 bytes of its
-//! HMAC-SHA256 under the secret. A datagram that is not one, or whose tag does not verify, is
+//! byte (0 membership, 1 load report), the sender's generation and a counter (8 bytes each,
+//! little-endian), the payload, and the first 16 bytes of its HMAC-SHA256 under the secret. A
+//! datagram that is not one, or whose tag does not verify, or that was seen before (a replay:
+//! per sender, an older generation, or a counter already seen or older than the last 64), is
 //! dropped and counted; nothing in it reaches the core.
 
 use anyhow::Context;
@@ -23,20 +25,25 @@ use std::time::Duration;
 use super::worker::Snapshot;
 
 const MAGIC: &[u8; 3] = b"SNP";
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const TAG: usize = 16;
+/// Magic, version, kind, generation, counter.
+const HEADER: usize = 3 + 1 + 1 + 8 + 8;
 /// Kinds of pool datagram.
 const MEMBERSHIP: u8 = 0;
 const LOAD: u8 = 1;
 /// Largest pool datagram accepted.
 const MAX_DATAGRAM: usize = 2048;
 
-/// Seals `payload` of `kind` into a pool datagram.
-fn seal(key: &hmac::Key, kind: u8, payload: &[u8], out: &mut Vec<u8>) {
+/// Seals `payload` of `kind` into a pool datagram, from a sender of generation `gen`, its
+/// `counter`-th.
+fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
     out.push(kind);
+    out.extend_from_slice(&gen.to_le_bytes());
+    out.extend_from_slice(&counter.to_le_bytes());
     out.extend_from_slice(payload);
     let tag = hmac::sign(key, out);
     out.extend_from_slice(&tag.as_ref()[..TAG]);
@@ -51,9 +58,18 @@ enum Refused {
     Unauthenticated,
 }
 
-/// Opens a pool datagram: its kind and payload.
-fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<(u8, &'a [u8]), Refused> {
-    if d.len() < MAGIC.len() + 2 + TAG || &d[..3] != MAGIC || d[3] != VERSION {
+/// An opened datagram.
+#[derive(Debug, PartialEq, Eq)]
+struct Opened<'a> {
+    kind: u8,
+    gen: u64,
+    counter: u64,
+    payload: &'a [u8],
+}
+
+/// Opens a pool datagram.
+fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refused> {
+    if d.len() < HEADER + TAG || &d[..3] != MAGIC || d[3] != VERSION {
         return Err(Refused::Malformed);
     }
     let (body, tag) = d.split_at(d.len() - TAG);
@@ -63,7 +79,44 @@ fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<(u8, &'a [u8]), Refused> {
     if !ok {
         return Err(Refused::Unauthenticated);
     }
-    Ok((body[4], &body[5..]))
+    let word = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap_or_default());
+    Ok(Opened { kind: body[4], gen: word(5), counter: word(13), payload: &body[HEADER..] })
+}
+
+/// Anti-replay, per sender (as IPsec's): its generation, the highest counter seen, and which of
+/// the 64 before it were seen.
+#[derive(Debug, Default, Clone, Copy)]
+struct Window {
+    gen: u64,
+    top: u64,
+    seen: u64,
+}
+
+impl Window {
+    /// True if `(gen, counter)` is new: a newer generation (a restart), a counter past the
+    /// highest, or one of the last 64 not seen yet.
+    fn accept(&mut self, gen: u64, counter: u64) -> bool {
+        if gen != self.gen {
+            if gen < self.gen {
+                return false;
+            }
+            *self = Window { gen, top: counter, seen: 1 };
+            return true;
+        }
+        if counter > self.top {
+            let shift = counter - self.top;
+            self.seen = if shift >= 64 { 0 } else { self.seen << shift };
+            self.seen |= 1;
+            self.top = counter;
+            return true;
+        }
+        let back = self.top - counter;
+        if back >= 64 || self.seen & (1 << back) != 0 {
+            return false;
+        }
+        self.seen |= 1 << back;
+        true
+    }
 }
 
 /// What `snic status` shows of the pool.
@@ -83,6 +136,8 @@ pub struct PoolSnap {
     pub refused_malformed: u64,
     /// Dropped: not authenticated by the pool's secret (not from a member).
     pub refused_unauthenticated: u64,
+    /// Dropped: seen before (a replayed datagram).
+    pub refused_replayed: u64,
     /// Load reports that could not be decoded, or membership messages the protocol refused.
     pub refused_invalid: u64,
     /// Member changes seen: (when, ms since start; `up` or `down`; address).
@@ -165,6 +220,8 @@ impl Pool {
             snap: snapshot.clone(),
             stats: PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() },
             buf: Vec::with_capacity(MAX_DATAGRAM),
+            sent: 0,
+            windows: std::collections::HashMap::new(),
             stop: stop.clone(),
         };
         let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
@@ -205,6 +262,10 @@ struct Thread {
     snap: Arc<Mutex<PoolSnap>>,
     stats: PoolSnap,
     buf: Vec<u8>,
+    /// Datagrams sealed so far (their counter).
+    sent: u64,
+    /// Per sender, what it has sent that was seen (authenticated senders only: pool members).
+    windows: std::collections::HashMap<SocketAddr, Window>,
     stop: Arc<AtomicBool>,
 }
 
@@ -247,7 +308,8 @@ impl Thread {
     fn datagram(&mut self, d: &[u8], from: SocketAddr) {
         self.stats.datagrams_in += 1;
         let (kind, payload) = match open(&self.key, d) {
-            Ok(x) => x,
+            Ok(o) if self.windows.entry(from).or_default().accept(o.gen, o.counter) => (o.kind, o.payload),
+            Ok(_) => return self.stats.refused_replayed += 1,
             Err(Refused::Malformed) => return self.stats.refused_malformed += 1,
             Err(Refused::Unauthenticated) => return self.stats.refused_unauthenticated += 1,
         };
@@ -303,7 +365,8 @@ impl Thread {
 
     fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
         let mut buf = std::mem::take(&mut self.buf);
-        seal(&self.key, kind, payload, &mut buf);
+        self.sent += 1;
+        seal(&self.key, kind, self.gen, self.sent, payload, &mut buf);
         match self.sock.send_to(&buf, to) {
             Ok(_) => self.stats.datagrams_out += 1,
             Err(e) => tracing::debug!(to = %to, error = %e, "pool: sending"),
@@ -380,13 +443,29 @@ mod tests {
     fn a_sealed_datagram_opens_only_under_its_own_secret_and_intact() {
         let (k, other) = (hmac::Key::new(hmac::HMAC_SHA256, b"0123456789abcdef"), hmac::Key::new(hmac::HMAC_SHA256, b"fedcba9876543210"));
         let mut d = Vec::new();
-        seal(&k, LOAD, b"hello", &mut d);
-        assert_eq!(open(&k, &d), Ok((LOAD, &b"hello"[..])));
+        seal(&k, LOAD, 7, 3, b"hello", &mut d);
+        assert_eq!(open(&k, &d), Ok(Opened { kind: LOAD, gen: 7, counter: 3, payload: &b"hello"[..] }));
         assert_eq!(open(&other, &d), Err(Refused::Unauthenticated));
-        let mut bent = d.clone();
-        bent[6] ^= 1;
-        assert_eq!(open(&k, &bent), Err(Refused::Unauthenticated));
+        for i in [4, 6, 14, HEADER] {
+            let mut bent = d.clone();
+            bent[i] ^= 1;
+            assert_eq!(open(&k, &bent), Err(Refused::Unauthenticated), "byte {i} changed");
+        }
         assert_eq!(open(&k, b"SNP"), Err(Refused::Malformed));
-        assert_eq!(open(&k, &[0u8; 40]), Err(Refused::Malformed));
+        assert_eq!(open(&k, &[0u8; 60]), Err(Refused::Malformed));
+    }
+
+    #[test]
+    fn a_replayed_datagram_is_refused_and_reordering_within_the_window_is_not() {
+        let mut w = Window::default();
+        assert!(w.accept(5, 10));
+        assert!(!w.accept(5, 10), "the same datagram again");
+        assert!(w.accept(5, 12) && w.accept(5, 11), "late by one, within the window");
+        assert!(!w.accept(5, 11));
+        assert!(w.accept(5, 200));
+        assert!(!w.accept(5, 100), "older than the window");
+        assert!(!w.accept(4, 1_000), "an older generation");
+        assert!(w.accept(6, 1), "a restarted sender starts again");
+        assert!(!w.accept(5, 201));
     }
 }
