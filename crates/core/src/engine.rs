@@ -111,7 +111,17 @@ impl EngineShaper {
     }
 
     /// Refills buckets and the pool up to `now`, closing windows on the way.
+    #[inline]
     fn advance(&mut self, now: Instant) {
+        // Packets of one batch share the poll's time: the first did the work (no time passed,
+        // no window closed since).
+        if now == self.last {
+            return;
+        }
+        self.refill(now);
+    }
+
+    fn refill(&mut self, now: Instant) {
         let w = self.cfg.window.as_secs_f64();
         while now.saturating_since(self.window_start) >= self.cfg.window {
             self.window_start = self.window_start + self.cfg.window;
