@@ -165,6 +165,8 @@ pub struct MemberSnap {
 
 /// Member events kept for status.
 const EVENTS: usize = 64;
+/// The snapshot for status is refreshed at least this often (and at every member change).
+const PUBLISH_EVERY: Duration = Duration::from_millis(50);
 
 /// What the load report is made of, beside the data plane's snapshot.
 pub struct NodeFacts {
@@ -221,6 +223,7 @@ impl Pool {
             stats: PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() },
             buf: Vec::with_capacity(MAX_DATAGRAM),
             sent: 0,
+            published: std::time::Instant::now(),
             windows: std::collections::HashMap::new(),
             stop: stop.clone(),
         };
@@ -264,6 +267,8 @@ struct Thread {
     buf: Vec<u8>,
     /// Datagrams sealed so far (their counter).
     sent: u64,
+    /// When the snapshot was last published.
+    published: std::time::Instant,
     /// Per sender, what it has sent that was seen (authenticated senders only: pool members).
     windows: std::collections::HashMap<SocketAddr, Window>,
     stop: Arc<AtomicBool>,
@@ -338,7 +343,9 @@ impl Thread {
             self.send(to, MEMBERSHIP, &bytes);
         }
         let mut acts = Vec::new();
+        let mut changed = false;
         while let Some(e) = self.membership.poll_event() {
+            changed = true;
             let at = self.start.elapsed().as_millis() as u64;
             let (what, addr) = match e {
                 MemberEvent::Up(a) => {
@@ -360,7 +367,12 @@ impl Thread {
             self.stats.events.push((at, what, addr));
             self.agent.handle_member(e, &mut acts);
         }
-        self.publish();
+        // Member changes at once; counters and reports at most every 50 ms (a flood of
+        // datagrams must not turn into a flood of snapshots).
+        if changed || self.published.elapsed() >= PUBLISH_EVERY {
+            self.publish();
+            self.published = std::time::Instant::now();
+        }
     }
 
     fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
