@@ -283,30 +283,27 @@ impl<T: Copy> DagTable<T> {
         in_route: impl Fn(u32) -> usize,
         acts: &mut Vec<DagAct<T>>,
     ) {
+        if self.get(uid).is_some_and(|e| sched.route(DagUid(e.planned)) == Some(&route)) {
+            return;
+        }
         let chains = distinct_chains(&route);
-        let mut replaced = None;
-        match self.get(uid).map(|e| e.planned) {
-            Some(planned) => {
-                if sched.route(DagUid(planned)) == Some(&route) {
-                    return;
-                }
-                let internal = self.alloc();
-                let Some(e) = self.entry(uid) else { return };
+        let internal = self.alloc();
+        sched.set_dag(DagUid(internal), route);
+        let replaced = match self.entries.get_mut(uid.0 as usize).and_then(Option::as_mut) {
+            Some(e) => {
                 // The route its arrivals took (its compact one, if it ran that form): the
                 // packets to wait for.
-                replaced = Some(e.live());
-                e.planned = internal;
-                self.retired.push(planned);
-                sched.set_dag(DagUid(internal), route);
+                let live = e.live();
+                self.retired.push(std::mem::replace(&mut e.planned, internal));
+                Some(live)
             }
             None => {
-                let internal = self.alloc();
                 self.set_live(uid, internal);
                 self.entries[uid.0 as usize] =
                     Some(Entry { planned: internal, planned_chains: Vec::new(), compact: None, form: Form::Planned, switch: None });
-                sched.set_dag(DagUid(internal), route);
+                None
             }
-        }
+        };
         self.forget_compact(uid, acts);
         if let Some(e) = self.entry(uid) {
             e.planned_chains = chains;

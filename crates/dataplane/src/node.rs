@@ -594,10 +594,7 @@ impl<B: Backend> Node<B> {
             || self.dags.retiring()
             || self.life.retiring()
             || self.placement.moving();
-        match (busy.then_some(epoch), launch) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        busy.then_some(epoch).into_iter().chain(launch).min()
     }
 
     /// Waits in the backend for traffic, a wake-up ([`Backend::waker`]) or the node's

@@ -151,13 +151,7 @@ impl Net {
             let timer =
                 (0..self.nodes.len()).filter(|&i| self.nodes[i].alive).filter_map(|i| self.nodes[i].m.poll_timeout().map(|t| (t, i))).min();
             let msg = self.wire.keys().next().map(|k| k.0);
-            let next = match (timer.map(|t| t.0), msg) {
-                (Some(t), Some(m)) => t.min(m),
-                (t, m) => match t.or(m) {
-                    Some(x) => x,
-                    None => break,
-                },
-            };
+            let Some(next) = timer.map(|t| t.0).into_iter().chain(msg).min() else { break };
             if next > until {
                 break;
             }

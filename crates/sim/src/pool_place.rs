@@ -15,6 +15,7 @@
 //! between the home and that node (ring), or plus one `hop_us` for every chain (switch).
 //! Latency percentiles are over chains' time (a chain counts as long as it runs).
 
+use crate::pool::addr;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 use rand_pcg::Pcg64;
@@ -116,7 +117,7 @@ impl PlacementSpec {
 
     fn run_one(&self, topo: &'static str, load: f64, seed: u64, duration_s: f64) -> PlacementRow {
         let n = self.nodes;
-        let addr = |i: usize| SocketAddr::from(([10, (i >> 8) as u8, i as u8, 1], 7946));
+        let node_of: std::collections::BTreeMap<SocketAddr, usize> = (0..n).map(|i| (addr(i), i)).collect();
         let ring: Vec<[SocketAddr; 2]> = (0..n).map(|i| [addr(i), addr((i + 1) % n)]).collect();
         let mut agents: Vec<PoolAgent> = (0..n)
             .map(|i| {
@@ -181,7 +182,7 @@ impl PlacementSpec {
             } else if topo != "single" {
                 let key = ChainKey(chains);
                 while let Some(p) = agents[home].remote_for(now, key, 1.0) {
-                    let j = (0..n).find(|&j| addr(j) == p).expect("a pool address");
+                    let j = node_of[&p];
                     if free[j] > 0 {
                         remote += 1;
                         at = Some((j, agents[home].hops(p)));

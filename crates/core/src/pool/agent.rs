@@ -119,7 +119,7 @@ impl PoolAgent {
 
     /// A peer's load report arrived (an older one than the last is ignored).
     pub fn handle_report(&mut self, now: Instant, from: SocketAddr, report: LoadReport) {
-        let p = self.peers.entry(from).or_insert(Peer { up: true, report: None, refused: false });
+        let p = self.peer(from);
         if p.report.as_ref().is_some_and(|(r, _)| r.gen == report.gen && r.seq >= report.seq) {
             return;
         }
@@ -130,10 +130,7 @@ impl PoolAgent {
     /// A membership change. A peer going down loses what it ran for this node.
     pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
         match event {
-            MemberEvent::Up(a) => {
-                let p = self.peers.entry(a).or_insert(Peer { up: true, report: None, refused: false });
-                p.up = true;
-            }
+            MemberEvent::Up(a) => self.peer(a).up = true,
             MemberEvent::Down(a) => {
                 if let Some(p) = self.peers.get_mut(&a) {
                     p.up = false;
@@ -147,6 +144,11 @@ impl PoolAgent {
             }
             MemberEvent::Rejoined => {}
         }
+    }
+
+    /// `addr`'s entry; a peer first heard of is up.
+    fn peer(&mut self, addr: SocketAddr) -> &mut Peer {
+        self.peers.entry(addr).or_insert(Peer { up: true, report: None, refused: false })
     }
 
     /// The peer's report, if it counts now (up, fresh).

@@ -237,11 +237,7 @@ impl Membership {
 
     /// When [`Membership::handle_timeout`] should next run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let timer = self.timers.keys().next().map(|k| k.0);
-        match (timer, self.next_join) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.keys().next().map(|k| k.0).into_iter().chain(self.next_join).min()
     }
 
     /// A datagram to send: to whom, and its bytes.

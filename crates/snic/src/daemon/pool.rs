@@ -5,7 +5,7 @@
 //!
 //! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
 //! byte (0 membership, 1 load report), the sender's generation and a counter (8 bytes each,
-//! little-endian), the payload, and the first 16 bytes of its HMAC-SHA256 under the secret. A
+//! little-endian), the payload, and its HMAC-SHA256 under the secret (32 bytes). A
 //! datagram that is not one, or whose tag does not verify, or that was seen before (a replay:
 //! per sender, an older generation, or a counter already seen or older than the last 64), is
 //! dropped and counted; nothing in it reaches the core.
@@ -25,8 +25,9 @@ use std::time::Duration;
 use super::worker::Snapshot;
 
 const MAGIC: &[u8; 3] = b"SNP";
-const VERSION: u8 = 2;
-const TAG: usize = 16;
+const VERSION: u8 = 3;
+/// HMAC-SHA256, whole (checked by the library's own constant-time verification).
+const TAG: usize = 32;
 /// Magic, version, kind, generation, counter.
 const HEADER: usize = 3 + 1 + 1 + 8 + 8;
 /// Kinds of pool datagram.
@@ -46,7 +47,7 @@ fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: 
     out.extend_from_slice(&counter.to_le_bytes());
     out.extend_from_slice(payload);
     let tag = hmac::sign(key, out);
-    out.extend_from_slice(&tag.as_ref()[..TAG]);
+    out.extend_from_slice(tag.as_ref());
 }
 
 /// Why a datagram was dropped.
@@ -73,12 +74,7 @@ fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refused> {
         return Err(Refused::Malformed);
     }
     let (body, tag) = d.split_at(d.len() - TAG);
-    let full = hmac::sign(key, body);
-    // (Constant-time comparison of the truncated tag.)
-    let ok = full.as_ref()[..TAG].iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    if !ok {
-        return Err(Refused::Unauthenticated);
-    }
+    hmac::verify(key, body, tag).map_err(|_| Refused::Unauthenticated)?;
     let word = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap_or_default());
     Ok(Opened { kind: body[4], gen: word(5), counter: word(13), payload: &body[HEADER..] })
 }
@@ -201,7 +197,8 @@ impl Pool {
         let gen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64).max(1);
         let seed = gen ^ u64::from(addr.port()) << 48;
         let membership = Membership::new(MemberId { addr, gen }, &cfg.membership, seed);
-        let snapshot = Arc::new(Mutex::new(PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() }));
+        let stats = PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() };
+        let snapshot = Arc::new(Mutex::new(stats.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
         agent.set_hops(cfg.hops.iter().map(|(a, h)| (*a, *h)));
@@ -220,7 +217,7 @@ impl Pool {
             dp,
             prev_tx: None,
             snap: snapshot.clone(),
-            stats: PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() },
+            stats,
             buf: Vec::with_capacity(MAX_DATAGRAM),
             sent: 0,
             published: std::time::Instant::now(),
@@ -388,11 +385,24 @@ impl Thread {
 
     /// This node's load, to every member.
     fn report(&mut self) {
-        let snap = self.dp.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-        let busy = snap.regions.iter().filter(|r| r.state != "victim").count();
-        let held: u64 = snap.tenants.iter().map(|t| t.store_buffers as u64).sum();
+        // What the report needs, read under the lock (the snapshot itself is not copied).
+        let (busy, held, tx, chains) = {
+            let snap = self.dp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let chains: Vec<ChainSpare> = snap
+                .chains
+                .iter()
+                // Each running chain's spare capacity: its instances less its load.
+                .map(|c| ChainSpare { key: ChainKey(c.key), spare: (c.instances as f64 - c.load).max(0.0) as f32 })
+                .filter(|c| c.spare > 0.0)
+                .collect();
+            (
+                snap.regions.iter().filter(|r| r.state != "victim").count(),
+                snap.tenants.iter().map(|t| t.store_buffers as u64).sum::<u64>(),
+                snap.tenants.iter().map(|t| t.tx_bytes).sum::<u64>(),
+                chains,
+            )
+        };
         let free_bytes = (self.facts.store_buffers as u64).saturating_sub(held) * snic_dataplane::store::BUF_SIZE as u64;
-        let tx: u64 = snap.tenants.iter().map(|t| t.tx_bytes).sum();
         let now = std::time::Instant::now();
         let used_gbps = match self.prev_tx.replace((tx, now)) {
             Some((b, t)) if now > t => tx.saturating_sub(b) as f64 * 8.0 / now.duration_since(t).as_secs_f64() / 1e9,
@@ -403,13 +413,7 @@ impl Thread {
             gen: self.gen,
             seq: self.seq,
             free_regions: self.facts.regions.saturating_sub(busy).min(u16::MAX as usize) as u16,
-            // Each running chain's spare capacity: its instances less its load.
-            chains: snap
-                .chains
-                .iter()
-                .map(|c| ChainSpare { key: ChainKey(c.key), spare: (c.instances as f64 - c.load).max(0.0) as f32 })
-                .filter(|c| c.spare > 0.0)
-                .collect(),
+            chains,
             mem_free_mib: (free_bytes >> 20) as u32,
             port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
             hops: self.hops.clone(),

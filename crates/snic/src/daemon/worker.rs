@@ -534,13 +534,22 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
         });
         prev[i] = (ts.rx_packets, ts.tx_packets);
     }
+    // Running chains with their instance counts, for the pool's load reports.
+    let mut running: Vec<(ChainId, usize)> = Vec::new();
     for r in 0..node.sched().instance_count() {
         let id = snic_core::ids::InstanceId(r as u16);
         let state = node.sched().state(id);
         if state == InstanceState::Free {
             continue;
         }
-        let names = node.meter().chain_names(node.sched().chain_of(id));
+        let chain = node.sched().chain_of(id);
+        if state == InstanceState::Running {
+            match running.iter_mut().find(|x| x.0 == chain) {
+                Some(x) => x.1 += 1,
+                None => running.push((chain, 1)),
+            }
+        }
+        let names = node.meter().chain_names(chain);
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (packets, nts) = match node.region_counters(id) {
             Some(rc) => (
@@ -559,18 +568,6 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             packets,
             nts,
         });
-    }
-    // Running chains: instances and load, for the pool's load reports.
-    let mut running: Vec<(ChainId, usize)> = Vec::new();
-    for r in 0..node.sched().instance_count() {
-        let id = snic_core::ids::InstanceId(r as u16);
-        if node.sched().state(id) == InstanceState::Running {
-            let c = node.sched().chain_of(id);
-            match running.iter_mut().find(|x| x.0 == c) {
-                Some(x) => x.1 += 1,
-                None => running.push((c, 1)),
-            }
-        }
     }
     out.chains = running
         .into_iter()
