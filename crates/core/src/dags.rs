@@ -313,6 +313,21 @@ impl<T: Copy> DagTable<T> {
         }
     }
 
+    /// Installs a route that no MAT rule leads to (a DAG this node hosts for a peer, whose
+    /// packets name it themselves); its internal UID.
+    pub fn add_hosted(&mut self, sched: &mut Scheduler<T>, route: DagRoute) -> u32 {
+        let internal = self.alloc();
+        sched.set_dag(DagUid(internal), route);
+        internal
+    }
+
+    /// Removes a hosted route: it leaves the scheduler once its packets have finished it.
+    pub fn remove_hosted(&mut self, internal: u32) {
+        if !self.retired.contains(&internal) {
+            self.retired.push(internal);
+        }
+    }
+
     /// Removes a DAG; its packets already on a route finish it, those held by a switch are
     /// dropped, and its compact form's chain goes too.
     pub fn remove_dag(&mut self, uid: DagUid, acts: &mut Vec<DagAct<T>>) {

@@ -2,6 +2,7 @@
 //!
 //! - [`membership`]: who is in the pool (SWIM, with `foca`), and who died;
 //! - [`report`]: what each node tells the others about its load;
+//! - [`redirect`]: which packets go to a peer, and what a node runs for its peers;
 //! - [`agent`]: where a chain runs when its home node has no room (a peer that runs it with
 //!   spare bandwidth, else the nearest peer with a free region), and when it comes home;
 //! - [`topology`]: the pool's links and each node's hop distance to its peers;
@@ -12,6 +13,7 @@
 
 pub mod agent;
 pub mod membership;
+pub mod redirect;
 pub mod report;
 pub mod topology;
 

@@ -384,6 +384,7 @@ impl<T: Copy> Scheduler<T> {
 
     /// A packet of `tenant` arrives for position `pos` of DAG `dag`. On success it is queued for
     /// the instance its flow hash selects; on error nothing changed.
+    #[inline(always)]
     pub fn handle_packet(
         &mut self,
         _now: Instant,

@@ -36,6 +36,11 @@ pub enum Drop {
     /// On a tenant's VNI from an outer source that is not one of the tenant's VTEPs (its
     /// Routes' or declared endpoints): spoofed or misdirected, never processed or learned from.
     ForeignVtep,
+    /// A redirected packet from a peer that did not prove it is one of the pool (its tag does
+    /// not verify under the pool's key, it has no key, or speaks another version).
+    Unauthenticated,
+    /// A redirected packet for a DAG this node does not host (any more).
+    NotHosted,
 }
 
 const N_PARSE: usize = ParseError::ALL.len();
@@ -44,7 +49,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 6;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 8;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -71,6 +76,8 @@ impl Drop {
             Drop::RateLimit => N_PARSE + 4 + N_SCHED + N_NT + 3,
             Drop::RxQueue => N_PARSE + 4 + N_SCHED + N_NT + 4,
             Drop::ForeignVtep => N_PARSE + 4 + N_SCHED + N_NT + 5,
+            Drop::Unauthenticated => N_PARSE + 4 + N_SCHED + N_NT + 6,
+            Drop::NotHosted => N_PARSE + 4 + N_SCHED + N_NT + 7,
         }
     }
 
@@ -91,6 +98,8 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 3 => "rate_limit",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 4 => "rx_queue_full",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 5 => "foreign_vtep",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 6 => "unauthenticated_redirect",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 7 => "not_hosted",
             _ => "unknown",
         }
     }
@@ -106,7 +115,16 @@ mod tests {
         all.extend([Drop::NoRule, Drop::MatDrop, Drop::StoreFull, Drop::TenantQuota]);
         all.extend([Reject::UnknownDag, Reject::BadPosition, Reject::NoInstance, Reject::QueueFull].map(Drop::Sched));
         all.extend(DropReason::ALL.iter().map(|r| Drop::Nt(*r)));
-        all.extend([Drop::NoRoute, Drop::Oversize, Drop::TxError, Drop::RateLimit, Drop::RxQueue, Drop::ForeignVtep]);
+        all.extend([
+            Drop::NoRoute,
+            Drop::Oversize,
+            Drop::TxError,
+            Drop::RateLimit,
+            Drop::RxQueue,
+            Drop::ForeignVtep,
+            Drop::Unauthenticated,
+            Drop::NotHosted,
+        ]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();
         for (i, d) in all.iter().enumerate() {

@@ -51,6 +51,23 @@ fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
     }
 }
 
+/// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
+/// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
+/// order. `off`, `len`: the VXLAN datagram in `buf`.
+#[inline(always)]
+fn flow_hash(buf: &[u8], inner: &Option<layout::InnerLayout>, off: usize, len: usize) -> u64 {
+    match inner {
+        Some(l) => l.key.hash64(),
+        None => {
+            let s = off + vxlan::HEADER_LEN;
+            let b = &buf[s..(s + 8).min(off + len)];
+            let mut w = [0u8; 8];
+            w[..b.len()].copy_from_slice(b);
+            u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        }
+    }
+}
+
 /// Node configuration.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -219,6 +236,9 @@ pub struct Node<B: Backend> {
     rx_queues: RxQueues,
     /// Which core each region runs on, and a move under way.
     placement: placement::Placement,
+    /// The pool's redirects: chains sent to peers, DAGs hosted for them. (Boxed: the key is
+    /// large, and the node's hot fields keep their places.)
+    pool: Box<redirect::PoolLink>,
 }
 
 /// What the meter reads at an epoch's end: the node's counters.
@@ -285,6 +305,7 @@ mod fork;
 mod elastic;
 mod placement;
 mod rechain;
+mod redirect;
 mod retire;
 use elastic::OnDemand;
 pub use placement::{MoveError, PLACEMENT_PERIOD};
@@ -384,6 +405,7 @@ impl<B: Backend> Node<B> {
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
             placement: placement::Placement::new(cfg.placement, cfg.auto_place),
+            pool: Box::default(),
             slots,
             store,
             cfg,
@@ -835,7 +857,8 @@ impl<B: Backend> Node<B> {
             },
             Framing::Datagram => match layout::parse_vxlan(data) {
                 Ok(v) => (HEADROOM, m.len as usize, v, Peer { addr: m.src, mac: Default::default() }),
-                Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
+                // Not VXLAN: a peer's redirected packet, or a drop.
+                Err(e) => return self.ingress_other(idx, m, e, now),
             },
         };
         if let Some(p) = self.cfg.vtep_port {
@@ -893,18 +916,7 @@ impl<B: Backend> Node<B> {
         if let Some(l) = inner {
             self.fdb.learn(vni, l.src_mac, src);
         }
-        let flow_hash = match inner {
-            Some(l) => l.key.hash64(),
-            // Opaque (encrypted) traffic: spread by the first 8 bytes after the VXLAN header
-            // (the sender's SPI and id), which keeps each sender's packets in order.
-            None => {
-                let s = off + vxlan::HEADER_LEN;
-                let b = &buf[s..(s + 8).min(off + len)];
-                let mut w = [0u8; 8];
-                w[..b.len()].copy_from_slice(b);
-                u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            }
-        };
+        let flow_hash = flow_hash(buf, inner, off, len);
         // Field by field, in place: building a whole `Desc` and copying it cost more.
         d.meta.off = off as u16;
         d.meta.len = len as u16;
@@ -927,11 +939,59 @@ impl<B: Backend> Node<B> {
         self.enter(idx, now);
     }
 
-    /// `idx` enters the step its walk is at.
+    /// Admits a received packet of `tenant` (`stored` bytes from `HEADROOM`, `len` of them its
+    /// VXLAN datagram): its ingress limit, a charge in the store, its receive counters. False:
+    /// dropped, counted. (On the fields it needs, so that the caller keeps its descriptor. The
+    /// usual path, [`Node::ingress`], writes the same steps out: called from there, it cost.)
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn charge_rx(
+        core: &mut NodeCore,
+        store: &mut Store,
+        stats: &mut Stats,
+        idx: u32,
+        tenant: TenantId,
+        stored: usize,
+        len: usize,
+        now: Instant,
+    ) -> bool {
+        let why = if core.meter.any_limited() && !core.meter.admit(tenant, now) {
+            Drop::RateLimit
+        } else {
+            match store.charge(idx, tenant, HEADROOM..HEADROOM + stored) {
+                Ok(()) => {
+                    let ts = stats.tenant_mut(tenant);
+                    ts.rx_packets += 1;
+                    ts.rx_bytes += len as u64;
+                    return true;
+                }
+                Err(e) => e,
+            }
+        };
+        stats.tenant_mut(tenant).drops[why.index()] += 1;
+        store.release(idx);
+        false
+    }
+
+    /// `idx` enters the step its walk is at (unless its chain is redirected to a peer).
     #[inline(always)]
     fn enter(&mut self, idx: u32, now: Instant) {
+        if self.pool.on {
+            return self.enter_pooled(idx, now);
+        }
         let e = self.walk_enter(idx, now);
         self.entered(idx, e, now);
+    }
+
+    /// [`Node::enter`] while chains are redirected: kept apart so that the usual path stays
+    /// as it was.
+    #[cold]
+    #[inline(never)]
+    fn enter_pooled(&mut self, idx: u32, now: Instant) {
+        if !self.redirect(idx) {
+            let e = self.walk_enter(idx, now);
+            self.entered(idx, e, now);
+        }
     }
 
     /// Asks the walk of `idx` to enter its step (the scheduler queues it, or says why not).
@@ -1214,8 +1274,14 @@ impl<B: Backend> Node<B> {
             },
         };
         let req = TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr };
+        self.queue_tx(d.meta.tenant, req);
+    }
+
+    /// Queues a packet of tenant `t` for transmission.
+    #[inline(always)]
+    fn queue_tx(&mut self, t: TenantId, req: TxReq) {
         if self.tx_backlogged {
-            return self.enqueue_backlogged(d.meta.tenant, req);
+            return self.enqueue_backlogged(t, req);
         }
         self.txq.push(req);
         if self.txq.len() >= self.cfg.batch {

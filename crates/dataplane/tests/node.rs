@@ -9,7 +9,6 @@ use snic_dataplane::backend::Framing;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Drop, Node, NodeConfig};
-use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
 use snic_nt::NtSpec;
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
@@ -55,20 +54,7 @@ fn rule(vni: u32, tenant: u16, dag: u32) -> Rule {
 }
 
 fn fw_nat() -> Vec<NtSpec> {
-    vec![
-        NtSpec::Firewall(FirewallConfig {
-            rules: vec![FwRule {
-                src: None,
-                dst: None,
-                proto: Some(17),
-                src_ports: PortRange::ANY,
-                dst_ports: PortRange::single(9999),
-                action: Policy::Deny,
-            }],
-            ..Default::default()
-        }),
-        snic_perf::testbed::snat(),
-    ]
+    vec![snic_perf::testbed::deny_udp_port(9999), snic_perf::testbed::snat()]
 }
 
 /// A node with tenant 1 on VNI 100 (firewall → NAT) and tenant 2 on VNI 200 (counter), both

@@ -28,6 +28,7 @@ pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod layout;
+pub mod redirect;
 pub mod tcp;
 pub mod udp;
 pub mod vxlan;

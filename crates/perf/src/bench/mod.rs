@@ -5,6 +5,7 @@ mod chain;
 mod fair;
 mod launch;
 mod parallel;
+mod redirect;
 mod scale;
 
 use crate::alloc_count;
@@ -56,6 +57,9 @@ pub enum BenchCmd {
     /// Auto-scaling under a square-wave load against static-max and static-avg allocations
     /// (virtual clock): delivered throughput, region-time, scale events.
     Scale(scale::ScaleArgs),
+    /// The pool's redirect against local processing, over UDP on loopback: added latency
+    /// (p50/p99 at a paced rate) and delivered throughput of a chain run on a peer.
+    Redirect(redirect::RedirectArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -161,6 +165,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Scale(a) => scale::run(a),
         BenchCmd::Apply(a) => apply::run(a),
         BenchCmd::Parallel(a) => parallel::run(a),
+        BenchCmd::Redirect(a) => redirect::run(&a),
     }
 }
 

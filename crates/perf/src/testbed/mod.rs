@@ -61,6 +61,20 @@ pub fn datagram(vni: u32, sport: u16, payload: usize) -> Vec<u8> {
     b
 }
 
+/// A firewall NT that denies UDP to `port` and allows the rest.
+pub fn deny_udp_port(port: u16) -> NtSpec {
+    use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
+    let deny = FwRule {
+        src: None,
+        dst: None,
+        proto: Some(17),
+        src_ports: PortRange::ANY,
+        dst_ports: PortRange::single(port),
+        action: Policy::Deny,
+    };
+    NtSpec::Firewall(FirewallConfig { rules: vec![deny], ..Default::default() })
+}
+
 /// A NAT NT translating sources in 10.0.0.0/24 to 203.0.113.1, ports 1024 and up.
 pub fn snat() -> NtSpec {
     NtSpec::Nat(snic_nt::nat::NatConfig {

@@ -1,0 +1,241 @@
+//! Redirect: which packets a node sends to a peer instead of running them, and what it runs for
+//! its peers (paper 000 §5; the encapsulation is `snic_wire::redirect`).
+//!
+//! **Home side.** A chain placed on a peer ([`crate::pool::PoolAgent::placed`]) is *redirected*:
+//! packets that reach it are sent to the peer, which runs it and the rest of their DAG and
+//! delivers them. All of its packets, or a share of its flows: a flow's share is decided by its
+//! hash, so a flow keeps its path for as long as the share does not change. The peer names the
+//! DAG it hosts for this node by its own number; [`Redirects::target`] pairs the two.
+//!
+//! **Peer side.** [`HostTable`]: the DAGs a node hosts for its peers — whose, under which local
+//! tenant, and how many packets it ran for them.
+//!
+//! Sans-IO: the data plane asks, per packet, and does the sending.
+
+use crate::ids::{ChainId, TenantId};
+use crate::time::Instant;
+use std::net::SocketAddr;
+
+/// A share of all flows, in 1/1024ths: [`SHARE_ALL`] sends every flow.
+pub const SHARE_ALL: u16 = 1024;
+
+/// A chain's redirect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Redirect {
+    /// The peer's data address.
+    pub peer: SocketAddr,
+    /// The flows sent there, in 1/1024ths of all ([`SHARE_ALL`]: all).
+    pub share: u16,
+}
+
+/// Where one packet goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    /// The peer's data address.
+    pub peer: SocketAddr,
+    /// The peer's number for the DAG it hosts for this node.
+    pub route: u32,
+}
+
+/// True if the flow with `flow_hash` is within `share` (of [`SHARE_ALL`]). Decided by the
+/// hash's top ten bits: the same flow, the same answer.
+#[inline]
+pub fn in_share(flow_hash: u64, share: u16) -> bool {
+    ((flow_hash >> 54) as u16) < share
+}
+
+/// A home node's redirects. See the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct Redirects {
+    by_chain: Vec<Option<Redirect>>,
+    /// (this node's route, peer, the peer's hosted DAG).
+    routes: Vec<(u32, SocketAddr, u32)>,
+    count: usize,
+}
+
+impl Redirects {
+    /// None.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Redirects `chain` (replacing what it had).
+    pub fn set(&mut self, chain: ChainId, r: Redirect) {
+        let i = chain.index();
+        if self.by_chain.len() <= i {
+            self.by_chain.resize(i + 1, None);
+        }
+        if self.by_chain[i].replace(r).is_none() {
+            self.count += 1;
+        }
+    }
+
+    /// Stops redirecting `chain`; what it had.
+    pub fn clear(&mut self, chain: ChainId) -> Option<Redirect> {
+        let r = self.by_chain.get_mut(chain.index()).and_then(Option::take);
+        if r.is_some() {
+            self.count -= 1;
+        }
+        r
+    }
+
+    /// `peer` hosts this node's route `route` as its DAG `hosted`.
+    pub fn set_route(&mut self, route: u32, peer: SocketAddr, hosted: u32) {
+        match self.routes.iter_mut().find(|(r, p, _)| *r == route && *p == peer) {
+            Some(e) => e.2 = hosted,
+            None => self.routes.push((route, peer, hosted)),
+        }
+    }
+
+    /// Forgets what `peer` hosts (it died, or left); the chains redirected to it, which no longer
+    /// are.
+    pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {
+        self.routes.retain(|(_, p, _)| *p != peer);
+        let mut out = Vec::new();
+        for (i, r) in self.by_chain.iter_mut().enumerate() {
+            if r.is_some_and(|r| r.peer == peer) {
+                *r = None;
+                self.count -= 1;
+                out.push(ChainId(i as u16));
+            }
+        }
+        out
+    }
+
+    /// True if any chain is redirected (the per-packet check is skipped otherwise).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.count > 0
+    }
+
+    /// `chain`'s redirect.
+    pub fn get(&self, chain: ChainId) -> Option<Redirect> {
+        self.by_chain.get(chain.index()).copied().flatten()
+    }
+
+    /// The redirected chains.
+    pub fn iter(&self) -> impl Iterator<Item = (ChainId, Redirect)> + '_ {
+        self.by_chain.iter().enumerate().filter_map(|(i, r)| r.map(|r| (ChainId(i as u16), r)))
+    }
+
+    /// Where a packet of flow `flow_hash` on this node's route `route` that reaches `chain`
+    /// goes: a peer (which hosts the route), or `None` — here.
+    #[inline]
+    pub fn target(&self, chain: ChainId, route: u32, flow_hash: u64) -> Option<Target> {
+        let r = self.get(chain).filter(|r| in_share(flow_hash, r.share))?;
+        let (_, _, hosted) = self.routes.iter().find(|(h, p, _)| *h == route && *p == r.peer)?;
+        Some(Target { peer: r.peer, route: *hosted })
+    }
+}
+
+/// A DAG a node hosts for a peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hosted {
+    /// The peer it runs it for (its data address).
+    pub home: SocketAddr,
+    /// The local tenant its packets are charged to.
+    pub tenant: TenantId,
+    /// Since when.
+    pub since: Instant,
+    /// Packets received for it.
+    pub packets: u64,
+}
+
+/// The DAGs a node hosts for its peers, by its own number for each (its route).
+#[derive(Debug, Clone, Default)]
+pub struct HostTable {
+    by_route: Vec<Option<Hosted>>,
+}
+
+impl HostTable {
+    /// None.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Hosts `h` as route `route`.
+    pub fn insert(&mut self, route: u32, h: Hosted) {
+        let i = route as usize;
+        if self.by_route.len() <= i {
+            self.by_route.resize(i + 1, None);
+        }
+        self.by_route[i] = Some(h);
+    }
+
+    /// Route `route`'s entry, counting a packet for it.
+    #[inline]
+    pub fn arrive(&mut self, route: u32) -> Option<&Hosted> {
+        let h = self.by_route.get_mut(route as usize)?.as_mut()?;
+        h.packets += 1;
+        Some(h)
+    }
+
+    /// Stops hosting `route`.
+    pub fn remove(&mut self, route: u32) -> Option<Hosted> {
+        self.by_route.get_mut(route as usize).and_then(Option::take)
+    }
+
+    /// What it hosts.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Hosted)> + '_ {
+        self.by_route.iter().enumerate().filter_map(|(i, h)| h.as_ref().map(|h| (i as u32, h)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(p: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], p))
+    }
+
+    #[test]
+    fn a_share_keeps_each_flow_on_one_side_and_sends_about_its_share() {
+        let mut r = Redirects::new();
+        assert!(!r.active());
+        r.set(ChainId(3), Redirect { peer: a(1), share: 256 });
+        r.set_route(9, a(1), 4);
+        assert!(r.active());
+        let mut sent = 0;
+        for f in 0..10_000u64 {
+            let h = f.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let t = r.target(ChainId(3), 9, h);
+            assert_eq!(t, r.target(ChainId(3), 9, h), "the same flow, the same side");
+            if let Some(t) = t {
+                assert_eq!(t, Target { peer: a(1), route: 4 });
+                sent += 1;
+            }
+        }
+        assert!((2000..3000).contains(&sent), "a quarter of the flows, got {sent}");
+        assert_eq!(r.target(ChainId(2), 9, u64::MAX), None, "another chain stays");
+        assert_eq!(r.target(ChainId(3), 8, 0), None, "a route the peer does not host stays");
+        r.set(ChainId(3), Redirect { peer: a(1), share: SHARE_ALL });
+        assert!((0..1000u64).all(|f| r.target(ChainId(3), 9, f.wrapping_mul(0x9e37_79b9_7f4a_7c15)).is_some()));
+    }
+
+    #[test]
+    fn a_dead_peer_takes_its_redirects_and_routes_with_it() {
+        let mut r = Redirects::new();
+        r.set(ChainId(0), Redirect { peer: a(1), share: SHARE_ALL });
+        r.set(ChainId(1), Redirect { peer: a(2), share: SHARE_ALL });
+        r.set_route(0, a(1), 0);
+        r.set_route(1, a(2), 0);
+        assert_eq!(r.forget_peer(a(1)), vec![ChainId(0)]);
+        assert_eq!(r.target(ChainId(0), 0, 0), None);
+        assert!(r.target(ChainId(1), 1, 0).is_some());
+        assert_eq!(r.clear(ChainId(1)).map(|r| r.peer), Some(a(2)));
+        assert!(!r.active());
+    }
+
+    #[test]
+    fn the_host_table_counts_what_arrives_for_each_hosted_dag() {
+        let mut t = HostTable::new();
+        t.insert(2, Hosted { home: a(1), tenant: TenantId(5), since: Instant::ZERO, packets: 0 });
+        assert_eq!(t.arrive(1), None);
+        assert_eq!(t.arrive(2).map(|h| h.tenant), Some(TenantId(5)));
+        t.arrive(2);
+        assert_eq!(t.iter().map(|(r, h)| (r, h.packets)).collect::<Vec<_>>(), vec![(2, 2)]);
+        assert!(t.remove(2).is_some());
+        assert_eq!(t.arrive(2), None);
+    }
+}

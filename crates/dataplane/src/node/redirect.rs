@@ -1,0 +1,243 @@
+//! Redirect, the data plane's part: sending a redirected chain's packets to the peer that runs
+//! it, and running the DAGs this node hosts for its peers (docs/pool.md, "Redirect"). Which
+//! packets go where is the core's ([`snic_core::pool::redirect`]); the header is
+//! `snic_wire::redirect`'s. Here: the pool's key, sealing and opening, the buffers.
+//!
+//! Every redirected datagram carries a tag: AES-128-GCM with no plaintext (GMAC) over all of it
+//! from the nonce on, under a key derived from the pool secret (HKDF-SHA256). A datagram whose
+//! tag does not verify is dropped and counted (`unauthenticated_redirect`) before anything of
+//! it is read. Datagram framing (UDP sockets, the daemon's backend) only: with Ethernet framing
+//! the node neither redirects nor accepts redirected packets.
+
+use super::Node;
+use crate::backend::{Backend, Framing, RxMeta, TxReq};
+use crate::fdb::Route;
+use crate::store::Peer;
+use crate::Drop;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
+use snic_core::dag::DagRoute;
+use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::pool::redirect::{HostTable, Hosted, Redirect, Redirects};
+use snic_core::time::Instant;
+use snic_core::walk::Walk;
+use snic_nt::HEADROOM;
+use snic_wire::layout;
+use snic_wire::redirect::{RedirectError, RedirectRepr, AUTHENTICATED_FROM, HEADER_LEN, NONCE, TAG};
+use std::net::SocketAddr;
+
+/// The node's side of the pool's data path.
+#[derive(Default)]
+pub(crate) struct PoolLink {
+    key: Option<LessSafeKey>,
+    /// The nonce's sender part (random per node start) and counter.
+    sender: u32,
+    counter: u64,
+    redirects: Redirects,
+    /// Packets sent to a peer, per chain.
+    sent: Vec<u64>,
+    hosted: HostTable,
+    /// The per-packet check runs: a key, datagram framing, and a chain redirected.
+    pub(crate) on: bool,
+}
+
+/// The key for redirected packets, from the pool secret.
+fn derive(secret: &[u8]) -> LessSafeKey {
+    let salt = ring::hkdf::Salt::new(ring::hkdf::HKDF_SHA256, b"snic pool redirect v1");
+    let prk = salt.extract(secret);
+    let okm = prk.expand(&[b"aes-128-gcm"], &AES_128_GCM).expect("16 bytes is a valid HKDF-SHA256 output length");
+    LessSafeKey::new(UnboundKey::from(okm))
+}
+
+/// Seals `d` (a header then the VXLAN datagram): the tag over `d[AUTHENTICATED_FROM..]`.
+fn seal(key: &LessSafeKey, d: &mut [u8]) {
+    let mut n = [0u8; 12];
+    n.copy_from_slice(&d[NONCE]);
+    let tag = key
+        .seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&d[AUTHENTICATED_FROM..]), &mut [])
+        .expect("an empty plaintext is within AES-GCM's limits");
+    d[TAG].copy_from_slice(tag.as_ref());
+}
+
+/// True if `d`'s tag verifies.
+fn verify(key: &LessSafeKey, d: &[u8]) -> bool {
+    let mut n = [0u8; 12];
+    n.copy_from_slice(&d[NONCE]);
+    let mut tag = [0u8; 16];
+    tag.copy_from_slice(&d[TAG]);
+    key.open_in_place(Nonce::assume_unique_for_key(n), Aad::from(&d[AUTHENTICATED_FROM..]), &mut tag).is_ok()
+}
+
+impl<B: Backend> Node<B> {
+    /// Keys the pool's redirects with `secret` (the pool secret; `None`: this node neither
+    /// redirects nor accepts redirected packets).
+    pub fn set_pool_secret(&mut self, secret: Option<&[u8]>) {
+        self.pool.key = secret.map(derive);
+        let mut s = [0u8; 4];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s).expect("the system's random source");
+        (self.pool.sender, self.pool.counter) = (u32::from_ne_bytes(s), 0);
+        self.update_pool_on();
+    }
+
+    fn update_pool_on(&mut self) {
+        self.pool.on = self.pool.key.is_some() && self.framing == Framing::Datagram && self.pool.redirects.active();
+    }
+
+    /// Sends chain `chain`'s packets — `share` of its flows, in 1/1024ths of all
+    /// ([`snic_core::pool::redirect::SHARE_ALL`]: all) — to the peer whose data address is
+    /// `peer`, for the routes that peer hosts ([`Node::redirect_route`]); the others stay here.
+    pub fn redirect_chain(&mut self, chain: ChainId, peer: SocketAddr, share: u16) {
+        self.pool.redirects.set(chain, Redirect { peer, share });
+        self.update_pool_on();
+    }
+
+    /// `peer` hosts DAG `dag` (the MAT's UID) as its DAG `hosted`: redirected packets of `dag`
+    /// name it. False if `dag` is not deployed here (or is switching between forms: ask again).
+    pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32) -> bool {
+        let Some(route) = self.dags.arriving(dag) else { return false };
+        self.pool.redirects.set_route(route, peer, hosted);
+        true
+    }
+
+    /// Stops redirecting `chain`: its packets run here again (launched on demand if need be).
+    pub fn stop_redirect(&mut self, chain: ChainId) -> Option<Redirect> {
+        let r = self.pool.redirects.clear(chain);
+        self.update_pool_on();
+        r
+    }
+
+    /// Forgets what `peer` hosts (it died or left): the chains redirected to it, which now run
+    /// here again.
+    pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {
+        let chains = self.pool.redirects.forget_peer(peer);
+        self.update_pool_on();
+        chains
+    }
+
+    /// The chains this node redirects.
+    pub fn redirects(&self) -> impl Iterator<Item = (ChainId, Redirect)> + '_ {
+        self.pool.redirects.iter()
+    }
+
+    /// Packets of `chain` sent to a peer so far (they count as transmitted too).
+    pub fn redirected(&self, chain: ChainId) -> u64 {
+        self.pool.sent.get(chain.index()).copied().unwrap_or(0)
+    }
+
+    /// Hosts a DAG for the peer whose data address is `home`: its packets, redirected from
+    /// there, are charged to local tenant `tenant` and take `route` from the step they name.
+    /// Its number, for the peer's redirected packets.
+    pub fn host_dag(&mut self, home: SocketAddr, tenant: TenantId, route: DagRoute) -> u32 {
+        let r = self.dags.add_hosted(&mut self.sched, route);
+        self.pool.hosted.insert(r, Hosted { home, tenant, since: self.clock.now(), packets: 0 });
+        r
+    }
+
+    /// Stops hosting `route`: what arrives for it from now is dropped (`not_hosted`); what runs
+    /// it finishes.
+    pub fn unhost_dag(&mut self, route: u32) -> Option<Hosted> {
+        let h = self.pool.hosted.remove(route)?;
+        self.dags.remove_hosted(route);
+        Some(h)
+    }
+
+    /// The DAGs this node hosts for its peers.
+    pub fn hosted(&self) -> impl Iterator<Item = (u32, &Hosted)> + '_ {
+        self.pool.hosted.iter()
+    }
+
+    /// If the chain `idx` enters is redirected (for its flow and route), seals it for the peer
+    /// and queues it: true. A branch of a parallel group always runs here, as does a packet
+    /// whose NTs left no room in front of it for the header.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn redirect(&mut self, idx: u32) -> bool {
+        // SAFETY: the dispatcher owns `idx`.
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        if d.walk.join_at != 0 {
+            return false;
+        }
+        let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
+        let Some(t) = self.pool.redirects.target(chain, d.walk.dag.0, d.flow_hash) else { return false };
+        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
+        let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
+        // Where the home node would deliver it: the peer delivers there.
+        let delivery = match self.fdb.route(d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
+            Route::Unicast(p) => Some(self.fdb.peer(p).addr),
+            _ => None,
+        };
+        self.pool.counter += 1;
+        let repr =
+            RedirectRepr { sender: self.pool.sender, counter: self.pool.counter, route: t.route, pos: d.walk.pos, hops: 0, delivery };
+        let start = off - HEADER_LEN;
+        let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
+        repr.emit(h);
+        seal(key, &mut buf[start..off + len]);
+        let tenant = d.meta.tenant;
+        let c = chain.index();
+        if self.pool.sent.len() <= c {
+            self.pool.sent.resize(c + 1, 0);
+        }
+        self.pool.sent[c] += 1;
+        self.queue_tx(tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: t.peer });
+        true
+    }
+
+    /// A datagram that is not VXLAN (`e`): a peer's redirected packet, or a drop for `e`.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant) {
+        // SAFETY: the dispatcher owns `idx` (just received).
+        let (buf, _) = unsafe { self.slots.get(idx) };
+        if snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
+            self.ingress_redirected(idx, m, now)
+        } else {
+            self.drop_unattributed(idx, Drop::Parse(e))
+        }
+    }
+
+    /// A datagram that starts like a redirected packet: checks it is one of the pool's, for a
+    /// DAG hosted here, and enters it at the step it names, charged to the hosting tenant.
+    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant) {
+        // SAFETY: the dispatcher owns `idx` (just received).
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        let stored = m.len as usize;
+        let data = &buf[HEADROOM..HEADROOM + stored];
+        let h = match RedirectRepr::parse(data) {
+            Ok(h) => h,
+            Err(RedirectError::Truncated) => return self.drop_unattributed(idx, Drop::Parse(snic_wire::ParseError::Truncated)),
+            Err(_) => return self.drop_unattributed(idx, Drop::Unauthenticated),
+        };
+        if !self.pool.key.as_ref().is_some_and(|k| verify(k, data)) {
+            return self.drop_unattributed(idx, Drop::Unauthenticated);
+        }
+        let Some(&Hosted { tenant, .. }) = self.pool.hosted.arrive(h.route) else {
+            return self.drop_unattributed(idx, Drop::NotHosted);
+        };
+        let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
+        let vni = match layout::parse_vxlan(&buf[off..off + len]) {
+            Ok(v) => v,
+            Err(e) => return self.drop_uncharged(idx, tenant, Drop::Parse(e)),
+        };
+        d.meta.inner = layout::parse_inner(&buf[off + snic_wire::vxlan::HEADER_LEN..off + len]).ok();
+        if !Self::charge_rx(&mut self.core, &mut self.store, &mut self.stats, idx, tenant, stored, len, now) {
+            return;
+        }
+        // The home node resolved the destination: deliver where it would have.
+        if let (Some(l), Some(to)) = (&d.meta.inner, h.delivery) {
+            self.fdb.learn(vni, l.dst_mac, Peer { addr: to, mac: Default::default() });
+        }
+        d.meta.off = off as u16;
+        d.meta.len = len as u16;
+        d.meta.vni = vni;
+        d.meta.tenant = tenant;
+        d.src = Peer { addr: m.src, mac: Default::default() };
+        d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
+        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
+        d.verdict = None;
+        d.charged = true;
+        d.walk = Walk::at(DagUid(h.route), h.pos);
+        self.store.tag_route(idx, h.route);
+        let e = self.walk_enter(idx, now);
+        self.entered(idx, e, now);
+    }
+}

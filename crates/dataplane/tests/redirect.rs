@@ -1,0 +1,204 @@
+//! Redirect between two nodes: the home node sends a chain's packets to the peer that hosts its
+//! DAG, the peer runs the rest of the DAG and delivers where the home node would have; a
+//! datagram not sealed under the pool's key, or for a DAG not hosted, is dropped and counted.
+
+use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::mat::Mat;
+use snic_core::pool::redirect::SHARE_ALL;
+use snic_dataplane::backend::mem::MemPort;
+use snic_dataplane::backend::Framing;
+use snic_dataplane::node::MonotonicClock;
+use snic_dataplane::store::Peer;
+use snic_dataplane::{Drop, Node, NodeConfig};
+use snic_nt::{DropReason, NtSpec};
+use snic_wire::build::{build, FrameSpec, L4Spec};
+use snic_wire::ethernet::MacAddr;
+use snic_wire::layout::parse_inner;
+use snic_wire::redirect::{RedirectRepr, HEADER_LEN};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
+const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
+const SECRET: &[u8] = b"a pool secret of 32 bytes, more!";
+
+fn addr(last: u8, port: u16) -> SocketAddr {
+    SocketAddr::from(([192, 0, 2, last], port))
+}
+/// Endpoints A (sender) and B (receiver), the home node H and the peer P.
+fn a() -> SocketAddr {
+    addr(1, 4789)
+}
+fn b() -> SocketAddr {
+    addr(2, 4789)
+}
+fn home() -> SocketAddr {
+    addr(10, 4789)
+}
+fn peer() -> SocketAddr {
+    addr(11, 4789)
+}
+
+fn datagram(dst_port: u16, fill: u8) -> Vec<u8> {
+    let spec = FrameSpec {
+        outer: None,
+        vni: 100,
+        inner_src_mac: MAC_A,
+        inner_dst_mac: MAC_B,
+        src: "10.0.0.5".parse().unwrap(),
+        dst: "10.0.0.9".parse().unwrap(),
+        l4: L4Spec::Udp { src_port: 4000 + fill as u16, dst_port },
+        payload_len: 64,
+        payload_byte: fill,
+    };
+    let mut v = vec![0u8; 2048];
+    let n = build(&spec, &mut v).unwrap();
+    v.truncate(n);
+    v
+}
+
+fn firewall() -> NtSpec {
+    snic_perf::testbed::deny_udp_port(9999)
+}
+
+fn node() -> Node<MemPort> {
+    Node::new(NodeConfig { vtep_port: None, ..Default::default() }, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default()))
+        .unwrap()
+}
+
+fn step(c: ChainId) -> Step {
+    Step { chain: c, mask: NtMask::all(1) }
+}
+
+fn run_until_idle(node: &mut Node<MemPort>) {
+    let t0 = std::time::Instant::now();
+    while node.poll() > 0 || node.store().charged() > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the node did not go idle");
+    }
+}
+
+/// Home: tenant 1 on VNI 100, DAG 1 = firewall → SNAT; the firewall runs here, the SNAT chain
+/// is redirected to the peer. Peer: hosts the same DAG for the home node under its tenant 7,
+/// with only its SNAT chain running (a packet entering the DAG at its first step there would
+/// find no instance and be dropped).
+fn pool() -> (Node<MemPort>, Node<MemPort>, u32) {
+    let mut h = node();
+    h.set_tenant(TenantId(1), 1.0);
+    let (fw, nat) = (h.add_chain(vec![firewall()]), h.add_chain(vec![snic_perf::testbed::snat()]));
+    h.launch(fw).unwrap();
+    h.set_dag(DagUid(1), DagRoute::new(vec![step(fw), step(nat)]));
+    let mut mat = Mat::new();
+    mat.insert(snic_perf::testbed::dag_rule(100, TenantId(1), DagUid(1)));
+    h.mat_handle().store(Arc::new(mat));
+    h.fdb_mut().add_static(100, MAC_B, Peer { addr: b(), mac: MacAddr::default() });
+    h.set_pool_secret(Some(SECRET));
+
+    let mut p = node();
+    p.set_tenant(TenantId(7), 1.0);
+    let (pfw, pnat) = (p.add_chain(vec![firewall()]), p.add_chain(vec![snic_perf::testbed::snat()]));
+    p.launch(pnat).unwrap();
+    let hosted = p.host_dag(home(), TenantId(7), DagRoute::new(vec![step(pfw), step(pnat)]));
+    p.set_pool_secret(Some(SECRET));
+
+    h.redirect_chain(nat, peer(), SHARE_ALL);
+    assert!(h.redirect_route(DagUid(1), peer(), hosted));
+    (h, p, hosted)
+}
+
+/// Hands what `from` (at `from_addr`) sent to `to_addr` over to `to`.
+fn carry(from: &mut Node<MemPort>, from_addr: SocketAddr, to: &mut Node<MemPort>, to_addr: SocketAddr) -> usize {
+    let sent: Vec<_> = from.backend_mut().tx.drain(..).collect();
+    let n = sent.iter().filter(|(_, dst)| *dst == to_addr).count();
+    for (d, dst) in sent {
+        assert_eq!(dst, to_addr, "everything goes to the peer");
+        to.backend_mut().rx.push_back((d, from_addr));
+    }
+    n
+}
+
+#[test]
+fn a_redirected_chain_runs_on_the_peer_from_its_step_and_is_delivered_where_home_would() {
+    let (mut h, mut p, _) = pool();
+    for i in 0..100u8 {
+        let port = if i % 10 == 0 { 9999 } else { 80 };
+        h.backend_mut().rx.push_back((datagram(port, i), a()));
+    }
+    run_until_idle(&mut h);
+    // The firewall ran at home: 10 denied there; 90 redirected to the peer, with the header.
+    let ht = &h.stats().tenants[1];
+    assert_eq!(ht.drops[Drop::Nt(DropReason::FirewallDeny).index()], 10);
+    assert_eq!((h.redirected(ChainId(1)), ht.tx_packets), (90, 90));
+    assert!(h.backend().tx.iter().all(|(d, _)| RedirectRepr::parse(d).is_ok_and(|r| r.pos == 1 && r.delivery == Some(b()))));
+    assert_eq!(carry(&mut h, home(), &mut p, peer()), 90);
+    run_until_idle(&mut p);
+    // The peer ran the SNAT step only and delivered to B, as the home node would have.
+    let pt = &p.stats().tenants[7];
+    assert_eq!((pt.rx_packets, pt.tx_packets, pt.dropped()), (90, 90, 0));
+    let out = &p.backend().tx;
+    assert_eq!(out.len(), 90);
+    for (d, to) in out {
+        assert_eq!(*to, b());
+        let k = parse_inner(&d[8..]).unwrap().key;
+        assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]), "SNAT ran on the peer");
+        assert_eq!(k.dst_port, 80);
+    }
+    assert_eq!(p.hosted().map(|(_, x)| (x.home, x.packets)).collect::<Vec<_>>(), vec![(home(), 90)]);
+}
+
+#[test]
+fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_host() {
+    let (mut h, mut p, hosted) = pool();
+    // Sealed under another secret.
+    let mut other = node();
+    other.set_pool_secret(Some(b"another secret, also 32 bytes!!!"));
+    h.backend_mut().rx.push_back((datagram(80, 1), a()));
+    run_until_idle(&mut h);
+    let (good, _) = h.backend_mut().tx.pop().unwrap();
+    // A copy with one byte of the tenant's frame changed, a forged header with no valid tag, the
+    // intact one, then the intact one again after the peer stopped hosting the DAG.
+    let mut changed = good.clone();
+    *changed.last_mut().unwrap() ^= 1;
+    let mut forged = [0u8; HEADER_LEN];
+    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()) }.emit(&mut forged);
+    let mut forged = forged.to_vec();
+    forged.extend_from_slice(&good[HEADER_LEN..]);
+    for d in [changed, forged, good.clone()] {
+        p.backend_mut().rx.push_back((d, home()));
+    }
+    run_until_idle(&mut p);
+    let un = Drop::Unauthenticated.index();
+    assert_eq!(p.stats().unattributed[un], 2);
+    assert_eq!(p.stats().tenants[7].tx_packets, 1, "the intact one ran");
+    assert!(p.unhost_dag(hosted).is_some());
+    p.backend_mut().rx.push_back((good.clone(), home()));
+    run_until_idle(&mut p);
+    assert_eq!(p.stats().unattributed[Drop::NotHosted.index()], 1);
+    // A node of another pool, and a node without a pool secret, accept none of it.
+    let mut bare = node();
+    for n in [&mut other, &mut bare] {
+        n.backend_mut().rx.push_back((good.clone(), home()));
+        run_until_idle(n);
+        assert_eq!(n.stats().unattributed[un], 1);
+        assert!(n.backend().tx.is_empty());
+    }
+}
+
+#[test]
+fn stopping_a_redirect_brings_the_chain_back_home() {
+    let (mut h, _p, _) = pool();
+    let nat = ChainId(1);
+    assert_eq!(h.redirects().map(|(c, r)| (c, r.peer)).collect::<Vec<_>>(), vec![(nat, peer())]);
+    assert!(h.stop_redirect(nat).is_some());
+    h.launch(nat).unwrap();
+    h.backend_mut().rx.push_back((datagram(80, 1), a()));
+    run_until_idle(&mut h);
+    let t = &h.stats().tenants[1];
+    assert_eq!((h.redirected(nat), t.tx_packets), (0, 1));
+    assert_eq!(h.backend().tx[0].1, b(), "delivered from home");
+    // And a peer that died takes its redirects with it.
+    h.redirect_chain(nat, peer(), SHARE_ALL);
+    assert_eq!(h.forget_peer(peer()), vec![nat]);
+    assert_eq!(h.redirects().count(), 0);
+}

@@ -1,0 +1,182 @@
+//! The pool's redirect encapsulation: a tenant's VXLAN datagram that a node sends to a peer for
+//! the peer to run the rest of the packet's DAG (docs/pool.md, "Redirect").
+//!
+//! The header goes in front of the VXLAN datagram, unchanged behind it, in one UDP datagram from
+//! the home node's data socket to the peer's:
+//!
+//! ```text
+//!  0               1               2               3
+//!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
+//! +---------------+---------------+---------------+---------------+
+//! |      'S'      |      'N'      |      'R'      |  version (1)  |  0
+//! +---------------+---------------+---------------+---------------+
+//! |                                                               |  4
+//! |      tag: AES-128-GCM over bytes 20.. (no plaintext: GMAC)    |
+//! |                                                               |
+//! +---------------+---------------+---------------+---------------+
+//! |          nonce: sender (32 bits), counter (64 bits)           |  20
+//! +---------------+---------------+---------------+---------------+
+//! |                   route (the peer's hosted DAG)               |  32
+//! +---------------+---------------+---------------+---------------+
+//! |   position    |     hops      |     flags     |   reserved    |  36
+//! +---------------+---------------+---------------+---------------+
+//! |  delivery port                |   reserved                    |  40
+//! +---------------+---------------+---------------+---------------+
+//! |        delivery address (IPv6, or IPv4-mapped)                |  44
+//! +---------------+---------------+---------------+---------------+
+//! |                 VXLAN header + tenant's frame                 |  60
+//! ```
+//!
+//! - *route*: the DAG the peer hosts for the home node (the peer's number, from the launch);
+//! - *position*: the step of that DAG the packet enters next (steps before it ran at home);
+//! - *hops*: nodes the packet crossed after its home (a pass-through node adds one);
+//! - *flags*: bit 0 — a delivery address is given: the VTEP the home node would have sent the
+//!   packet to (its forwarding table's answer for the inner destination). Without it the peer
+//!   uses its own table.
+//!
+//! The first byte, `'S'` (0x53), has VXLAN's I flag (0x08) clear, so no VXLAN datagram is ever
+//! mistaken for a redirected one. This module reads and writes the fields; the tag is the data
+//! plane's (it holds the key).
+
+use crate::{be16, be32, put16, put32};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// Bytes in front of the VXLAN datagram.
+pub const HEADER_LEN: usize = 60;
+/// The first three bytes.
+pub const MAGIC: [u8; 3] = *b"SNR";
+/// The version this module writes and reads.
+pub const VERSION: u8 = 1;
+/// Where the tag is (16 bytes).
+pub const TAG: core::ops::Range<usize> = 4..20;
+/// Where the nonce is (12 bytes).
+pub const NONCE: core::ops::Range<usize> = 20..32;
+/// The tag covers the datagram from here to its end.
+pub const AUTHENTICATED_FROM: usize = 20;
+
+const FLAG_DELIVERY: u8 = 1;
+
+/// The header's fields (all but the tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedirectRepr {
+    /// Sender part of the nonce.
+    pub sender: u32,
+    /// Counter part of the nonce (unique per sender).
+    pub counter: u64,
+    /// The peer's hosted DAG.
+    pub route: u32,
+    /// The step the packet enters next.
+    pub pos: u8,
+    /// Nodes crossed after its home.
+    pub hops: u8,
+    /// Where the home node would have delivered it, if it knew.
+    pub delivery: Option<SocketAddr>,
+}
+
+/// Why a datagram is not a redirected packet this node can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RedirectError {
+    /// Shorter than a header and a VXLAN header.
+    Truncated,
+    /// Not the magic (not a redirected packet at all).
+    NotRedirect,
+    /// A version this node does not speak.
+    Version(u8),
+}
+
+/// True if `d` starts like a redirected packet (any version).
+#[inline]
+pub fn is_redirect(d: &[u8]) -> bool {
+    d.len() >= 3 && d[..3] == MAGIC
+}
+
+impl RedirectRepr {
+    /// Reads the header at the start of `d` (the tag is not checked here).
+    pub fn parse(d: &[u8]) -> Result<RedirectRepr, RedirectError> {
+        if !is_redirect(d) {
+            return Err(RedirectError::NotRedirect);
+        }
+        if d.len() < HEADER_LEN + crate::vxlan::HEADER_LEN {
+            return Err(RedirectError::Truncated);
+        }
+        if d[3] != VERSION {
+            return Err(RedirectError::Version(d[3]));
+        }
+        let mut ip = [0u8; 16];
+        ip.copy_from_slice(&d[44..60]);
+        let ip6 = Ipv6Addr::from(ip);
+        let ip = ip6.to_ipv4_mapped().map_or(IpAddr::V6(ip6), IpAddr::V4);
+        Ok(RedirectRepr {
+            sender: be32(d, 20),
+            counter: u64::from(be32(d, 24)) << 32 | u64::from(be32(d, 28)),
+            route: be32(d, 32),
+            pos: d[36],
+            hops: d[37],
+            delivery: (d[38] & FLAG_DELIVERY != 0).then(|| SocketAddr::new(ip, be16(d, 40))),
+        })
+    }
+
+    /// Writes the header into `h` (the tag left zero, for the sender to fill).
+    pub fn emit(&self, h: &mut [u8; HEADER_LEN]) {
+        h[..3].copy_from_slice(&MAGIC);
+        h[3] = VERSION;
+        h[TAG].fill(0);
+        put32(h, 20, self.sender);
+        put32(h, 24, (self.counter >> 32) as u32);
+        put32(h, 28, self.counter as u32);
+        put32(h, 32, self.route);
+        h[36] = self.pos;
+        h[37] = self.hops;
+        h[38] = if self.delivery.is_some() { FLAG_DELIVERY } else { 0 };
+        h[39] = 0;
+        let (port, ip) = match self.delivery {
+            Some(a) => (
+                a.port(),
+                match a.ip() {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                    IpAddr::V6(v6) => v6,
+                },
+            ),
+            None => (0, Ipv6Addr::UNSPECIFIED),
+        };
+        put16(h, 40, port);
+        put16(h, 42, 0);
+        h[44..60].copy_from_slice(&ip.octets());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repr(delivery: Option<SocketAddr>) -> RedirectRepr {
+        RedirectRepr { sender: 0xdead_beef, counter: 0x0102_0304_0506_0708, route: 7, pos: 2, hops: 1, delivery }
+    }
+
+    #[test]
+    fn a_header_reads_back_as_written_for_both_address_families_and_none() {
+        for d in [None, Some("192.0.2.9:4789".parse().unwrap()), Some("[2001:db8::9]:4790".parse().unwrap())] {
+            let mut h = [0u8; HEADER_LEN];
+            repr(d).emit(&mut h);
+            let mut dgram = h.to_vec();
+            dgram.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
+            assert!(is_redirect(&dgram));
+            assert_eq!(RedirectRepr::parse(&dgram), Ok(repr(d)));
+        }
+    }
+
+    #[test]
+    fn vxlan_short_foreign_and_future_datagrams_are_told_apart() {
+        let mut h = [0u8; HEADER_LEN];
+        repr(None).emit(&mut h);
+        let mut d = h.to_vec();
+        assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Truncated), "no VXLAN header behind it");
+        d.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
+        d[3] = 2;
+        assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Version(2)));
+        let vxlan = [0x08u8, 0, 0, 0, 0, 0, 100, 0];
+        assert!(!is_redirect(&vxlan));
+        assert_eq!(RedirectRepr::parse(&vxlan), Err(RedirectError::NotRedirect));
+        assert_eq!(MAGIC[0] & crate::vxlan::FLAG_I, 0, "a VXLAN datagram never starts like one");
+    }
+}
