@@ -93,6 +93,90 @@ impl Plan {
     }
 }
 
+/// What a node asks a peer to run for it (paper 000 §5, remote launch): one of its DAGs, with
+/// the chains the DAG visits and the tenant it belongs to, in the plan's terms. The peer
+/// charges it to a tenant of its own that stands for the home node's, launches the chain the
+/// packets need first, and runs the rest on demand.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HostRequest {
+    /// The tenant's name at home.
+    pub tenant: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Its packet-store quota at home, if any.
+    pub store_buffers: Option<u32>,
+    /// The DAG's name at home.
+    pub dag: String,
+    /// The chains the DAG visits: NT names and configurations.
+    pub chains: Vec<(Vec<String>, Vec<NtSpec>)>,
+    /// Its visits: chain index into `chains`, NT mask.
+    pub steps: Vec<(usize, u64)>,
+    /// Its parallel groups (`start..end` step ranges).
+    pub groups: Vec<(usize, usize)>,
+}
+
+/// Most chains in a [`HostRequest`] (and NTs per chain: a mask has 64 bits).
+const MAX_HOSTED_CHAINS: usize = 64;
+
+impl HostRequest {
+    /// Checks what a peer sent before anything is built from it: chain indices and masks in
+    /// range, groups well formed. The NTs' configurations are checked when they are built.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.chains.is_empty() || self.chains.len() > MAX_HOSTED_CHAINS || self.steps.is_empty() {
+            return Err(format!(
+                "{} chains and {} steps: need 1..={MAX_HOSTED_CHAINS} and at least one",
+                self.chains.len(),
+                self.steps.len()
+            ));
+        }
+        for (nts, specs) in &self.chains {
+            if nts.len() != specs.len() || nts.is_empty() || nts.len() > 64 {
+                return Err(format!("a chain of {} names and {} configurations (1..=64, as many of each)", nts.len(), specs.len()));
+            }
+        }
+        for &(c, mask) in &self.steps {
+            let n =
+                self.chains.get(c).map(|(nts, _)| nts.len()).ok_or_else(|| format!("step visits chain {c} of {}", self.chains.len()))?;
+            if mask == 0 || mask & !NtMask::all(n).0 != 0 {
+                return Err(format!("step's NT mask {mask:#x} is empty or outside chain {c}'s {n} NTs"));
+            }
+        }
+        let steps = self.steps.iter().map(|&(c, m)| Step { chain: ChainId(c as u16), mask: NtMask(m) }).collect();
+        DagRoute::with_groups(steps, &self.groups).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// The route, with chain `c` of the request deployed as `chain(c)` (after
+    /// [`HostRequest::validate`]).
+    pub fn route(&self, chain: impl Fn(usize) -> ChainId) -> Result<DagRoute, String> {
+        let steps = self.steps.iter().map(|&(c, m)| Step { chain: chain(c), mask: NtMask(m) }).collect();
+        DagRoute::with_groups(steps, &self.groups).map_err(|e| e.to_string())
+    }
+}
+
+impl Plan {
+    /// What a peer needs to run DAG `dag` for this node.
+    pub fn host_request(&self, dag: &str) -> Option<HostRequest> {
+        let d = self.dags.iter().find(|d| d.name == dag)?;
+        let t = self.tenants.iter().find(|t| t.id == d.tenant)?;
+        let mut used: Vec<usize> = Vec::new();
+        for (c, _) in &d.steps {
+            if !used.contains(c) {
+                used.push(*c);
+            }
+        }
+        let index = |c: usize| used.iter().position(|&u| u == c).unwrap_or(0);
+        Some(HostRequest {
+            tenant: t.name.clone(),
+            weight: t.weight,
+            store_buffers: t.store_buffers,
+            dag: d.name.clone(),
+            chains: used.iter().map(|&c| (self.chains[c].nts.clone(), self.chains[c].specs.clone())).collect(),
+            steps: d.steps.iter().map(|&(c, m)| (index(c), m.0)).collect(),
+            groups: d.groups.clone(),
+        })
+    }
+}
+
 /// A forwarding entry.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RouteEntry {
@@ -428,6 +512,31 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         assert_eq!(p.chains.len(), 1);
         assert!(p.dags[0].groups.is_empty());
         assert_eq!(p.compact_chains(&p.dags[0]), None);
+    }
+
+    #[test]
+    fn a_host_request_carries_the_dag_whole_and_a_bad_one_is_refused() {
+        let dag = "---\napiVersion: snic/v1\nkind: DAG\nmetadata: {name: d}\nspec: {tenant: a, nodes: [nt1, nt2, nt3x], edges: [[nt1, nt3x], [nt2, nt3x]], parallel: true}\n---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: nt3x}\nspec: {tenant: a, config: {kind: counter}}\n";
+        let p = plan(&state(dag), 8).unwrap();
+        assert_eq!(p.host_request("nope"), None);
+        let r = p.host_request("d").unwrap();
+        assert_eq!((r.tenant.as_str(), r.dag.as_str(), r.chains.len(), r.groups.as_slice()), ("a", "d", 3, &[(0, 2)][..]));
+        // What a peer receives is what was sent, and builds the same route.
+        let back: HostRequest = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        back.validate().unwrap();
+        let route = |r: &HostRequest| r.route(|c| ChainId(c as u16)).unwrap();
+        assert_eq!(route(&back), p.dags[0].route(|c| ChainId(c as u16)));
+        let bad = |f: fn(&mut HostRequest)| {
+            let mut b = r.clone();
+            f(&mut b);
+            b.validate()
+        };
+        assert!(bad(|b| b.steps[0].0 = 9).unwrap_err().contains("chain 9"));
+        assert!(bad(|b| b.steps[0].1 = 0b10).unwrap_err().contains("mask"));
+        assert!(bad(|b| b.groups = vec![(0, 9)]).is_err());
+        assert!(bad(|b| b.chains[0].0.push("extra".into())).is_err());
+        assert!(bad(|b| b.steps.clear()).is_err());
     }
 
     #[test]

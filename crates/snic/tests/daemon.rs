@@ -855,3 +855,69 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     assert_eq!(stop(a), 0);
     assert_eq!(stop(b), 0);
 }
+
+/// Remote launch and redirect between two daemons: A asks B to host tenant blue's DAG (`POST
+/// /v1/pool/place`); blue's packets sent to A then run on B — the firewall and SNAT there — and
+/// reach blue's receiver from B's data socket, while green's stay at A. Placing on a node that
+/// is not a member, or a DAG that does not exist, is refused with a clear error. B killed: A
+/// serves blue itself again.
+#[test]
+fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
+    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("place{i}"))).collect();
+    let secret = dirs[0].0.join("pool.key");
+    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
+    let section = |seeds: &str| format!("pool:\n  listen: 127.0.0.1:0\n  secret_file: {}\n  seeds: [{seeds}]\n", secret.display());
+    let a = start_with(&dirs[0].0, &section(""));
+    let b = start_with(&dirs[1].0, &section(&a.pool.unwrap().to_string()));
+    for d in [&a, &b] {
+        let v = status_within(&d.api, Duration::from_secs(30), |v| pool_members(v).len() == 1);
+        assert_eq!(pool_members(&v).len(), 1, "{}", v["pool"]);
+    }
+    let (rb, rg) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &demo_with_routes(&rb, &rg));
+    assert_eq!(st, 200, "{v}");
+    let place =
+        |dag: &str, peer: &str| http("POST", &format!("{}/v1/pool/place", a.api), &format!(r#"{{"dag": "{dag}", "peer": "{peer}"}}"#));
+    let (st, v) = place("nope", &b.pool.unwrap().to_string());
+    assert_eq!((st, v["error"]["code"].as_str()), (404, Some("not_found")), "{v}");
+    let (st, v) = place("blue-edge", "127.0.0.1:9");
+    assert_eq!((st, v["error"]["code"].as_str()), (502, Some("peer_refused")), "{v}");
+    assert!(v["error"]["reason"].as_str().unwrap().contains("not a member"), "{v}");
+    let (st, v) = place("blue-edge", &b.pool.unwrap().to_string());
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["placed"]["data"], b.data.to_string().as_str(), "{v}");
+    // Blue's packets: to A, run on B, delivered from B with B's SNAT; green's stay at A.
+    let (gb, gg) = traffic(a.data, &rb, &rg, 50);
+    assert_eq!((gb.len(), gg.len()), (50, 50));
+    for d in &gb {
+        let k = snic_wire::layout::parse_inner(&d[8..]).unwrap().key;
+        assert_eq!(k.src, std::net::IpAddr::from([203, 0, 113, 1]), "SNAT ran");
+        assert_eq!(k.dst_port, 5001, "the firewall (on B) dropped port 22");
+    }
+    let from_b = |s: &UdpSocket| {
+        let frame = frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 });
+        UdpSocket::bind("127.0.0.1:0").unwrap().send_to(&frame, a.data).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 2048];
+        s.recv_from(&mut buf).map(|(_, from)| from).unwrap()
+    };
+    assert_eq!(from_b(&rb), b.data, "delivered by the peer");
+    let hosted = |v: &serde_json::Value| v["hosted"][0]["packets"].as_u64() == Some(56);
+    let vb = status_within(&b.api, Duration::from_secs(10), hosted);
+    assert!(hosted(&vb), "{}", vb["hosted"]);
+    assert_eq!((vb["hosted"][0]["tenant"].as_str(), vb["hosted"][0]["dag"].as_str()), (Some("blue"), Some("blue-edge")));
+    assert_eq!(vb["pool"]["launches_hosted"], 1);
+    let sent = |v: &serde_json::Value| v["redirects"][0]["packets"].as_u64() == Some(56);
+    let va = status_within(&a.api, Duration::from_secs(10), sent);
+    assert!(sent(&va), "{}", va["redirects"]);
+    assert_eq!(va["redirects"][0]["peer"], b.data.to_string().as_str());
+    // B dies hosting blue: once A sees it down, blue runs at A again.
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let home = |v: &serde_json::Value| v["redirects"].as_array().is_some_and(|r| r.is_empty());
+    let va = status_within(&a.api, Duration::from_secs(30), home);
+    assert!(home(&va), "{}", va["redirects"]);
+    assert_eq!(from_b(&rb), a.data, "served at home again");
+    assert_eq!(stop(a), 0);
+}

@@ -99,6 +99,7 @@ pub fn router(ctl: SharedRef) -> Router {
         .route("/v1/objects/{kind}", get(list))
         .route("/v1/objects/{kind}/{name}", get(get_one).delete(delete))
         .route("/v1/status", get(status))
+        .route("/v1/pool/place", post(place))
         .route("/metrics", get(super::metrics::metrics))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "not_found", "", "", "path", "no such endpoint") })
         .method_not_allowed_fallback(|| async {
@@ -324,6 +325,69 @@ async fn delete(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(S
     .await
 }
 
+/// `POST /v1/pool/place` `{"dag": NAME, "peer": POOL_ADDRESS}`: launches the DAG on that
+/// member of the pool (remote launch) and redirects its packets there. The peer answers with
+/// its data address and its number for the DAG, or why not (no room, a bad request).
+async fn place(AxState(shared): AxState<SharedRef>, body: Body) -> Response {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Place {
+        dag: String,
+        peer: std::net::SocketAddr,
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return err(StatusCode::BAD_REQUEST, "invalid_request", "", "", "body", "the body could not be read"),
+    };
+    let p: Place = match serde_json::from_slice(&bytes) {
+        Ok(p) => p,
+        Err(e) => {
+            return err(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "",
+                "",
+                "body",
+                &format!("expected {{\"dag\": NAME, \"peer\": ADDRESS}}: {e}"),
+            )
+        }
+    };
+    let (req, uid, pool, dp) = {
+        let c = shared.lock();
+        let Some(pool) = c.pool.as_ref() else {
+            return err(StatusCode::CONFLICT, "no_pool", "", "", "", "this node is not in a pool (node.yaml has no pool: section)");
+        };
+        let pool = match pool.link() {
+            Ok(l) => l,
+            Err(e) => return internal(e),
+        };
+        let found = c.plan.host_request(&p.dag).zip(c.plan.dags.iter().find(|d| d.name == p.dag).map(|d| d.uid));
+        let Some((req, uid)) = found else {
+            return err(StatusCode::NOT_FOUND, "not_found", "DAG", &p.dag, "dag", "no such DAG");
+        };
+        (req, uid, pool, c.dp.link())
+    };
+    let (dag, t0) = (p.dag.clone(), std::time::Instant::now());
+    let r = tokio::task::spawn_blocking(move || {
+        let (data, hosted) = pool.place(p.peer, req).map_err(|e| (StatusCode::BAD_GATEWAY, "peer_refused", e))?;
+        dp.redirect(uid, data, hosted).map_err(|e| (StatusCode::CONFLICT, "not_redirected", e))?;
+        Ok::<_, (StatusCode, &str, String)>((data, hosted))
+    })
+    .await;
+    match r {
+        Ok(Ok((data, hosted))) => {
+            let took_ms = (t0.elapsed().as_secs_f64() * 1e4).round() / 10.0;
+            tracing::info!(dag, peer = %p.peer, data = %data, hosted, took_ms, "pool: DAG placed on a peer");
+            Json(
+                json!({"placed": {"dag": dag, "peer": p.peer.to_string(), "data": data.to_string(), "hosted": hosted, "took_ms": took_ms}}),
+            )
+            .into_response()
+        }
+        Ok(Err((st, code, reason))) => err(st, code, "DAG", &dag, "peer", &reason),
+        Err(e) => internal(anyhow::anyhow!("placing: {e}")),
+    }
+}
+
 async fn status(AxState(shared): AxState<SharedRef>) -> Response {
     let c = shared.lock();
     let snap = c.dp.snapshot();
@@ -347,6 +411,8 @@ async fn status(AxState(shared): AxState<SharedRef>) -> Response {
         "fairness": {"epochs": snap.epochs, "resources": snap.resources},
         "elastic": snap.elastic,
         "pool": c.pool.as_ref().map(|p| p.snap()),
+        "hosted": snap.hosted,
+        "redirects": snap.redirects,
     }))
     .into_response()
 }

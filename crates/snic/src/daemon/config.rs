@@ -12,3 +12,11 @@ pub fn load(p: &Path) -> anyhow::Result<NodeSettings> {
     serde_saphyr::from_str_with_options(&text, snic_control::manifest::yaml_options())
         .with_context(|| format!("{}: invalid node configuration", p.display()))
 }
+
+/// The pool secret in `pool.secret_file` (surrounding whitespace trimmed): at least 16 bytes.
+pub fn read_pool_secret(p: &snic_core::config::PoolConfig) -> anyhow::Result<Vec<u8>> {
+    let secret = std::fs::read(&p.secret_file).with_context(|| format!("reading pool.secret_file {}", p.secret_file.display()))?;
+    let secret = secret.trim_ascii();
+    anyhow::ensure!(secret.len() >= 16, "pool.secret_file {}: the secret must be at least 16 bytes", p.secret_file.display());
+    Ok(secret.to_vec())
+}

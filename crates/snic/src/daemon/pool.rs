@@ -13,16 +13,17 @@
 use anyhow::Context;
 use ring::hmac;
 use serde::Serialize;
+use snic_control::plan::HostRequest;
 use snic_core::config::PoolConfig;
 use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
 use snic_core::time::Instant;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::worker::Snapshot;
+use super::worker::{DpLink, Snapshot};
 
 const MAGIC: &[u8; 3] = b"SNP";
 const VERSION: u8 = 3;
@@ -33,8 +34,69 @@ const HEADER: usize = 3 + 1 + 1 + 8 + 8;
 /// Kinds of pool datagram.
 const MEMBERSHIP: u8 = 0;
 const LOAD: u8 = 1;
+/// Remote launch: a request to host a DAG, and its answer (JSON).
+const HOST: u8 = 2;
+const HOSTED: u8 = 3;
+/// How long a remote launch may take, request to answer.
+const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Remote launches waiting for their answer, at most.
+const MAX_PENDING: usize = 64;
+
+/// A request to host a DAG, on the wire.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HostMsg {
+    id: u64,
+    /// The home node's data address (unspecified IP: the datagram's source IP).
+    data: SocketAddr,
+    request: HostRequest,
+}
+
+/// Its answer: the peer's data address and its number for the DAG, or why not.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct HostedMsg {
+    id: u64,
+    result: Result<(SocketAddr, u32), String>,
+}
+
+/// Where a peer hosts a DAG: its data address, its number for the DAG.
+pub type Hosting = Result<(SocketAddr, u32), String>;
+
+/// What the other threads ask of the pool thread.
+enum PoolCmd {
+    /// Ask the member at pool address `peer` to host a DAG.
+    Place(SocketAddr, HostRequest, mpsc::Sender<Hosting>),
+}
+
+/// A handle on the pool thread for the API.
+pub struct PoolLink {
+    cmds: mpsc::Sender<PoolCmd>,
+    /// The pool socket, to wake the thread: an empty datagram to itself.
+    wake: UdpSocket,
+    addr: SocketAddr,
+}
+
+impl PoolLink {
+    /// Asks the member at pool address `peer` to host `req` (remote launch) and waits for the
+    /// answer: its data address and its number for the DAG.
+    pub fn place(&self, peer: SocketAddr, req: HostRequest) -> Hosting {
+        let (tx, rx) = mpsc::channel();
+        self.cmds.send(PoolCmd::Place(peer, req, tx)).map_err(|_| "the pool thread has stopped".to_string())?;
+        let _ = self.wake.send_to(&[], self.addr);
+        rx.recv_timeout(LAUNCH_TIMEOUT + Duration::from_secs(1)).map_err(|_| "the pool thread did not answer".to_string())?
+    }
+}
+
+/// The unspecified IP of `a` replaced by `ip` (a socket bound to all addresses is reached at
+/// the one its datagrams come from).
+fn reachable(a: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
+    if a.ip().is_unspecified() {
+        SocketAddr::new(ip, a.port())
+    } else {
+        a
+    }
+}
 /// Largest pool datagram accepted.
-const MAX_DATAGRAM: usize = 2048;
+const MAX_DATAGRAM: usize = 65_000;
 
 /// Seals `payload` of `kind` into a pool datagram, from a sender of generation `gen`, its
 /// `counter`-th.
@@ -138,6 +200,12 @@ pub struct PoolSnap {
     pub refused_invalid: u64,
     /// Member changes seen: (when, ms since start; `up` or `down`; address).
     pub events: Vec<(u64, &'static str, String)>,
+    /// Remote launches: asked of peers, hosted for peers, refused to peers.
+    pub launches_asked: u64,
+    /// Hosted for peers.
+    pub launches_hosted: u64,
+    /// Refused to peers (no room, a bad request).
+    pub launches_refused: u64,
 }
 
 /// One member as this node sees it.
@@ -176,6 +244,8 @@ pub struct NodeFacts {
 
 /// The pool thread.
 pub struct Pool {
+    cmds: mpsc::Sender<PoolCmd>,
+    wake: UdpSocket,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
     /// What it publishes (after every change, and each gossip period).
@@ -186,11 +256,9 @@ pub struct Pool {
 
 impl Pool {
     /// Binds `cfg.listen`, reads the secret and starts the thread.
-    pub fn start(cfg: &PoolConfig, facts: NodeFacts, dp: Arc<Mutex<Snapshot>>) -> anyhow::Result<Pool> {
-        let secret = std::fs::read(&cfg.secret_file).with_context(|| format!("reading pool.secret_file {}", cfg.secret_file.display()))?;
-        let secret = secret.trim_ascii();
-        anyhow::ensure!(secret.len() >= 16, "pool.secret_file {}: the secret must be at least 16 bytes", cfg.secret_file.display());
-        let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+    pub fn start(cfg: &PoolConfig, facts: NodeFacts, dp: Arc<Mutex<Snapshot>>, link: DpLink, data: SocketAddr) -> anyhow::Result<Pool> {
+        let secret = super::config::read_pool_secret(cfg)?;
+        let key = hmac::Key::new(hmac::HMAC_SHA256, &secret);
         let sock = UdpSocket::bind(cfg.listen).with_context(|| format!("binding pool.listen {}", cfg.listen))?;
         let addr = sock.local_addr()?;
         // A generation newer than any earlier run's: the wall clock's milliseconds.
@@ -202,7 +270,15 @@ impl Pool {
         let stop = Arc::new(AtomicBool::new(false));
         let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
         agent.set_hops(cfg.hops.iter().map(|(a, h)| (*a, *h)));
+        let (cmds, cmd_rx) = mpsc::channel();
+        let wake = sock.try_clone()?;
         let mut t = Thread {
+            cmds: cmd_rx,
+            link,
+            data,
+            pending: std::collections::HashMap::new(),
+            next_id: 0,
+            partners: std::collections::HashMap::new(),
             sock,
             key,
             membership,
@@ -226,7 +302,12 @@ impl Pool {
         };
         let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
         tracing::info!(pool = %addr, seeds = ?cfg.seeds, generation = gen, "pool: joining");
-        Ok(Pool { stop, join: Some(join), snapshot, addr })
+        Ok(Pool { cmds, wake, stop, join: Some(join), snapshot, addr })
+    }
+
+    /// A handle for the API.
+    pub fn link(&self) -> anyhow::Result<PoolLink> {
+        Ok(PoolLink { cmds: self.cmds.clone(), wake: self.wake.try_clone()?, addr: self.addr })
     }
 
     /// What it knows now.
@@ -244,6 +325,17 @@ impl Pool {
 }
 
 struct Thread {
+    cmds: mpsc::Receiver<PoolCmd>,
+    /// The data plane (to host what peers ask).
+    link: DpLink,
+    /// This node's data address.
+    data: SocketAddr,
+    /// Remote launches asked, by id: when, and who waits.
+    pending: std::collections::HashMap<u64, (std::time::Instant, mpsc::Sender<Hosting>)>,
+    next_id: u64,
+    /// Members that host DAGs for this node, or this node for them: pool address → data
+    /// address (told to the data plane when the member goes down).
+    partners: std::collections::HashMap<SocketAddr, SocketAddr>,
     sock: UdpSocket,
     key: hmac::Key,
     membership: Membership,
@@ -290,10 +382,22 @@ impl Thread {
             let wait = due.saturating_since(now).clamp(Duration::from_millis(1), Duration::from_millis(50));
             let _ = self.sock.set_read_timeout(Some(wait));
             match self.sock.recv_from(&mut datagram) {
+                // An empty datagram from itself: a command is waiting (`PoolLink`).
+                Ok((0, from)) if from == self.own_addr() => {}
                 Ok((n, from)) => self.datagram(&datagram[..n.min(MAX_DATAGRAM)], from),
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
                 Err(e) => tracing::warn!(error = %e, "pool: receiving"),
             }
+            while let Ok(PoolCmd::Place(peer, req, reply)) = self.cmds.try_recv() {
+                self.ask(peer, req, reply);
+            }
+            self.pending.retain(|_, (at, reply)| {
+                let late = at.elapsed() > LAUNCH_TIMEOUT;
+                if late {
+                    let _ = reply.send(Err("the peer did not answer".into()));
+                }
+                !late
+            });
             let now = self.now();
             self.membership.handle_timeout(now);
             if now >= next_report {
@@ -305,6 +409,11 @@ impl Thread {
         self.membership.leave(self.now());
         self.flush();
         tracing::info!("pool: left");
+    }
+
+    /// This thread's own pool address.
+    fn own_addr(&self) -> SocketAddr {
+        self.membership.me().addr
     }
 
     fn datagram(&mut self, d: &[u8], from: SocketAddr) {
@@ -327,10 +436,78 @@ impl Thread {
                 Some(_) => true,
                 None => false,
             },
+            // Remote launch: only between members, as load reports.
+            HOST | HOSTED if !self.membership.members().any(|m| m == from) => false,
+            HOST => match serde_json::from_slice::<HostMsg>(payload) {
+                Ok(m) => {
+                    self.host(m, from);
+                    true
+                }
+                Err(_) => false,
+            },
+            HOSTED => match serde_json::from_slice::<HostedMsg>(payload) {
+                Ok(m) => {
+                    if let Some((_, reply)) = self.pending.remove(&m.id) {
+                        let result = m.result.map(|(data, r)| (reachable(data, from.ip()), r));
+                        if let Ok((data, _)) = result {
+                            self.partners.insert(from, data);
+                        }
+                        let _ = reply.send(result);
+                    }
+                    true
+                }
+                Err(_) => false,
+            },
             _ => false,
         };
         if !ok {
             self.stats.refused_invalid += 1;
+        }
+    }
+
+    /// Asks `peer` to host a DAG; `reply` gets the answer.
+    fn ask(&mut self, peer: SocketAddr, request: HostRequest, reply: mpsc::Sender<Hosting>) {
+        if !self.membership.members().any(|m| m == peer) {
+            let _ = reply.send(Err(format!("{peer} is not a member of the pool")));
+            return;
+        }
+        if self.pending.len() >= MAX_PENDING {
+            let _ = reply.send(Err("too many remote launches under way".into()));
+            return;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let Ok(bytes) = serde_json::to_vec(&HostMsg { id, data: self.data, request }) else {
+            let _ = reply.send(Err("the request cannot be encoded".into()));
+            return;
+        };
+        if HEADER + bytes.len() + TAG > MAX_DATAGRAM {
+            let _ = reply.send(Err(format!("the request is {} bytes, more than a pool datagram holds", bytes.len())));
+            return;
+        }
+        self.stats.launches_asked += 1;
+        tracing::info!(peer = %peer, id, "pool: asking a peer to host a DAG");
+        self.pending.insert(id, (std::time::Instant::now(), reply));
+        self.send(peer, HOST, &bytes);
+    }
+
+    /// A member asks this node to host a DAG: the data plane launches it or says why not.
+    fn host(&mut self, m: HostMsg, from: SocketAddr) {
+        let home = reachable(m.data, from.ip());
+        let (tenant, dag) = (m.request.tenant.clone(), m.request.dag.clone());
+        let result = self.link.host(home, m.request).map(|r| (self.data, r));
+        match &result {
+            Ok(_) => {
+                self.stats.launches_hosted += 1;
+                self.partners.insert(from, home);
+            }
+            Err(e) => {
+                self.stats.launches_refused += 1;
+                tracing::warn!(home = %home, tenant, dag, reason = e.as_str(), "pool: refused to host a DAG for a peer");
+            }
+        }
+        if let Ok(bytes) = serde_json::to_vec(&HostedMsg { id: m.id, result }) {
+            self.send(from, HOSTED, &bytes);
         }
     }
 
@@ -351,6 +528,9 @@ impl Thread {
                 }
                 MemberEvent::Down(a) => {
                     tracing::warn!(member = %a, "pool: member down");
+                    if let Some(data) = self.partners.remove(&a) {
+                        self.link.peer_down(data);
+                    }
                     ("down", a.to_string())
                 }
                 MemberEvent::Rejoined => {

@@ -11,8 +11,8 @@ use super::config::{Config, RxQueues};
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
-use snic_control::plan::{Plan, RoutePlan, TenantPlan};
-use snic_core::ids::{ChainId, TenantId};
+use snic_control::plan::{HostRequest, Plan, RoutePlan, TenantPlan};
+use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::{Backend, Waker};
@@ -138,6 +138,10 @@ pub struct Snapshot {
     pub elastic: ElasticSnap,
     /// Chains with a running instance: their pool-wide key, instances and measured load.
     pub chains: Vec<ChainSnap>,
+    /// DAGs this node hosts for peers.
+    pub hosted: Vec<HostedSnap>,
+    /// Chains this node sends to peers.
+    pub redirects: Vec<RedirectSnap>,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
@@ -192,6 +196,164 @@ pub struct EventSnap {
 
 enum Cmd {
     Deploy(Plan, mpsc::Sender<anyhow::Result<()>>),
+    /// Host a peer's DAG (its data address, the request): the hosted DAG's number here.
+    Host(SocketAddr, HostRequest, mpsc::Sender<Result<u32, String>>),
+    /// Redirect a DAG (its UID here) to a peer's data address, which hosts it as the number.
+    Redirect(DagUid, SocketAddr, u32, mpsc::Sender<Result<(), String>>),
+    /// The peer at this data address is down: what went there runs here again, what it was
+    /// hosted here for goes.
+    PeerDown(SocketAddr),
+}
+
+/// A handle on the data-plane thread for the other threads (the pool's, the API's).
+#[derive(Clone)]
+pub struct DpLink {
+    tx: mpsc::Sender<Cmd>,
+    waker: Option<Waker>,
+}
+
+impl DpLink {
+    fn ask<T>(&self, cmd: impl FnOnce(mpsc::Sender<T>) -> Cmd) -> Result<T, String> {
+        let (reply, answer) = mpsc::channel();
+        self.tx.send(cmd(reply)).map_err(|_| "the data plane has stopped".to_string())?;
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+        answer.recv_timeout(Duration::from_secs(10)).map_err(|_| "the data plane did not answer".to_string())
+    }
+
+    /// Hosts DAG `req` for the peer whose data address is `home`: its number here.
+    pub fn host(&self, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
+        self.ask(|r| Cmd::Host(home, req, r))?
+    }
+
+    /// The peer at data address `peer` is down (fire and forget).
+    pub fn peer_down(&self, peer: SocketAddr) {
+        let _ = self.tx.send(Cmd::PeerDown(peer));
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// Sends DAG `dag`'s packets to the peer at data address `peer`, which hosts it as `hosted`.
+    pub fn redirect(&self, dag: DagUid, peer: SocketAddr, hosted: u32) -> Result<(), String> {
+        self.ask(|r| Cmd::Redirect(dag, peer, hosted, r))?
+    }
+}
+
+/// A DAG this node hosts for a peer, as status shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostedSnap {
+    /// The home node's data address.
+    pub home: String,
+    /// The tenant there.
+    pub tenant: String,
+    /// The DAG there.
+    pub dag: String,
+    /// Its number here.
+    pub route: u32,
+    /// The local tenant its packets are charged to.
+    pub local_tenant: u16,
+    /// Packets received for it.
+    pub packets: u64,
+}
+
+/// A DAG this node redirects, as status shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RedirectSnap {
+    /// The chain (its NTs).
+    pub chain: String,
+    /// The peer's data address.
+    pub peer: String,
+    /// Share of the chain's flows, in 1/1024ths.
+    pub share: u16,
+    /// Packets sent there.
+    pub packets: u64,
+}
+
+/// What the data plane hosts for peers: (home, request, local tenant, route).
+type HostedList = Vec<(SocketAddr, HostRequest, TenantId, u32)>;
+
+/// The local tenant a peer's DAG is charged to: the highest id neither the plan nor another
+/// hosted DAG uses.
+fn guest_tenant(plan: &Plan, hosted: &HostedList) -> Option<TenantId> {
+    (1..snic_control::state::MAX_TENANTS)
+        .rev()
+        .map(TenantId)
+        .find(|t| !plan.tenants.iter().any(|p| p.id == *t) && !hosted.iter().any(|h| h.2 == *t))
+}
+
+/// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the first one
+/// launched, the others on demand), its route.
+fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
+    req.validate()?;
+    let t = guest_tenant(plan, hosted).ok_or("no tenant id left for a guest")?;
+    node.set_tenant(t, req.weight as f64);
+    let all = node.store_mut().capacity() as u32;
+    node.store_mut().set_quota(t, req.store_buffers.unwrap_or(all));
+    let ids: Vec<ChainId> = req
+        .chains
+        .iter()
+        .map(|(nts, specs)| {
+            let c = node.add_chain(specs.clone());
+            node.label_chain(c, nts);
+            c
+        })
+        .collect();
+    let undo = |node: &mut Node<UdpBackend>| {
+        for c in &ids {
+            node.remove_chain(*c);
+        }
+        node.remove_tenant(t);
+    };
+    let first = ids[req.steps[0].0];
+    if let Err(e) = node.launch(first) {
+        undo(node);
+        return Err(format!("cannot launch its first chain: {e}"));
+    }
+    let route = match req.route(|c| ids[c]) {
+        Ok(r) => r,
+        Err(e) => {
+            undo(node);
+            return Err(e);
+        }
+    };
+    let r = node.host_dag(home, t, route);
+    tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, local_tenant = t.0, route = r, "pool: hosting a DAG for a peer");
+    hosted.push((home, req, t, r));
+    Ok(r)
+}
+
+/// The peer at data address `peer` is down: the chains redirected to it run here again, and
+/// the DAGs hosted for it go (their chains and their tenant).
+fn peer_down(node: &mut Node<UdpBackend>, hosted: &mut HostedList, peer: SocketAddr) {
+    for c in node.forget_peer(peer) {
+        tracing::warn!(peer = %peer, chain = chain_name(node, c), "pool: the peer running a chain is down; it runs here again");
+    }
+    let (gone, kept): (HostedList, HostedList) = std::mem::take(hosted).into_iter().partition(|h| h.0 == peer);
+    *hosted = kept;
+    for (home, req, t, r) in gone {
+        node.unhost_dag(r);
+        let chains: Vec<ChainId> = node.sched().route(DagUid(r)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
+        for c in chains {
+            node.remove_chain(c);
+        }
+        node.remove_tenant(t);
+        tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
+    }
+}
+
+/// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`): its first chain is
+/// redirected, for all flows.
+fn redirect(node: &mut Node<UdpBackend>, plan: &Plan, ids: &[ChainId], uid: DagUid, peer: SocketAddr, hosted: u32) -> Result<(), String> {
+    let d = plan.dags.iter().find(|d| d.uid == uid).ok_or("no such DAG")?;
+    let chain = ids.get(d.steps[0].0).copied().ok_or("the DAG's chain is not deployed")?;
+    if !node.redirect_route(uid, peer, hosted) {
+        return Err("the DAG is switching between forms; try again".into());
+    }
+    node.redirect_chain(chain, peer, snic_core::pool::redirect::SHARE_ALL);
+    tracing::info!(dag = d.name, peer = %peer, hosted, "pool: redirecting a DAG to a peer");
+    Ok(())
 }
 
 /// Handle on the data-plane thread.
@@ -235,6 +397,9 @@ fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(
         RxQueues::Shared => Ok(Vec::new()),
     };
     let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
+    if let Some(p) = &cfg.pool {
+        node.set_pool_secret(Some(&super::config::read_pool_secret(p)?));
+    }
     let queues = match steered {
         Ok(q) => q,
         Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
@@ -379,6 +544,11 @@ impl DataPlane {
         done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
     }
 
+    /// A handle for other threads.
+    pub fn link(&self) -> DpLink {
+        DpLink { tx: self.tx.clone(), waker: self.waker.clone() }
+    }
+
     /// The last published snapshot.
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
@@ -418,6 +588,7 @@ fn run(
     let mut rebuilds = 0;
     let mut polls = 0u32;
     let mut logged = Logged::default();
+    let mut hosted = HostedList::new();
     while !stop.load(Ordering::Relaxed) {
         let Some(n) = node.as_mut() else {
             tracing::error!("the data plane could not be rebuilt and has stopped");
@@ -431,13 +602,30 @@ fn run(
             n.idle(most);
         }
         if work == 0 || polls.is_multiple_of(1024) {
-            while let Ok(Cmd::Deploy(p, ack)) = rx.try_recv() {
-                let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds);
-                if r.is_ok() {
-                    plan = p;
-                    prev.clear();
+            while let Ok(cmd) = rx.try_recv() {
+                match cmd {
+                    Cmd::Deploy(p, ack) => {
+                        let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds);
+                        if r.is_ok() {
+                            plan = p;
+                            prev.clear();
+                        }
+                        let _ = ack.send(r);
+                    }
+                    Cmd::Host(home, req, ack) => {
+                        let r = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
+                        let _ = ack.send(r.and_then(|n| host(n, &plan, &mut hosted, home, req)));
+                    }
+                    Cmd::Redirect(uid, peer, r, ack) => {
+                        let n = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
+                        let _ = ack.send(n.and_then(|n| redirect(n, &plan, &ids, uid, peer, r)));
+                    }
+                    Cmd::PeerDown(peer) => {
+                        if let Some(n) = node.as_mut() {
+                            peer_down(n, &mut hosted, peer);
+                        }
+                    }
                 }
-                let _ = ack.send(r);
             }
         }
         if let Some(n) = node.as_ref() {
@@ -445,7 +633,20 @@ fn run(
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
                 log_news(n, &plan, &mut logged);
-                let s = Snapshot { published: Some(last_pub), ..snapshot(n, &plan, &mut prev, dt, rebuilds) };
+                let s = Snapshot {
+                    published: Some(last_pub),
+                    hosted: hosted_snap(n, &hosted),
+                    redirects: n
+                        .redirects()
+                        .map(|(c, r)| RedirectSnap {
+                            chain: chain_name(n, c),
+                            peer: r.peer.to_string(),
+                            share: r.share,
+                            packets: n.redirected(c),
+                        })
+                        .collect(),
+                    ..snapshot(n, &plan, &mut prev, dt, rebuilds)
+                };
                 if let Ok(mut g) = snap.lock() {
                     *g = s;
                 }
@@ -508,6 +709,21 @@ fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids
     crate::deploy::compact_forms(node, new)?;
     node.mat_handle().store(Arc::new(new.mat()));
     Ok(now)
+}
+
+/// The DAGs hosted for peers, with their packet counts.
+fn hosted_snap(node: &Node<UdpBackend>, hosted: &HostedList) -> Vec<HostedSnap> {
+    hosted
+        .iter()
+        .map(|(home, req, t, r)| HostedSnap {
+            home: home.to_string(),
+            tenant: req.tenant.clone(),
+            dag: req.dag.clone(),
+            route: *r,
+            local_tenant: t.0,
+            packets: node.hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
+        })
+        .collect()
 }
 
 fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
