@@ -10,24 +10,15 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 snic=${1:-$here/target/release/snic}; rounds=${2:-20}
-python3 - "$snic" "$rounds" "$here/examples/demo.yaml" <<'PY'
-import json, os, statistics, subprocess, sys, tempfile, time, urllib.request
+PYTHONPATH=$here/scripts python3 - "$snic" "$rounds" "$here/examples/demo.yaml" <<'PY'
+import json, os, statistics, sys, tempfile, time, urllib.request
+from snic_nodes import start
 snic, rounds, demo = sys.argv[1], int(sys.argv[2]), open(sys.argv[3]).read()
 
 def call(method, url, body):
     req = urllib.request.Request(url, data=body.encode(), method=method, headers={"content-type": "application/json"})
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.load(r)
-
-def start(d, seeds, key):
-    cfg = os.path.join(d, "node.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {d}/state\n"
-                f"pool:\n  listen: 127.0.0.1:0\n  secret_file: {key}\n  seeds: [{', '.join(seeds)}]\n")
-    p = subprocess.Popen([snic, "run", "--config", cfg, "--log", "warn"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = p.stdout.readline().split()
-    api = next(w for w in line if w.startswith("http://")).rstrip(",")
-    return p, api, line[-1]
 
 with tempfile.TemporaryDirectory() as tmp:
     key = os.path.join(tmp, "pool.key")
@@ -36,7 +27,7 @@ with tempfile.TemporaryDirectory() as tmp:
     try:
         for i in range(2):
             os.makedirs(f"{tmp}/{i}")
-            procs.append(start(f"{tmp}/{i}", [procs[0][2]] if procs else [], key))
+            procs.append(start(snic, f"{tmp}/{i}", [procs[0][2]] if procs else [], key))
         (_, a, _), (_, b, b_pool) = procs
         t0 = time.monotonic()
         while time.monotonic() - t0 < 30:

@@ -12,8 +12,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 snic=${1:-$here/target/release/snic}; nodes=${2:-5}; rounds=${3:-5}
-python3 - "$snic" "$nodes" "$rounds" <<'PY'
+PYTHONPATH=$here/scripts python3 - "$snic" "$nodes" "$rounds" <<'PY'
 import json, os, signal, statistics, subprocess, sys, tempfile, time, urllib.request
+from snic_nodes import start
 snic, n, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 def status(api):
@@ -22,16 +23,6 @@ def status(api):
 
 def members(api):
     return {m["addr"] for m in status(api)["pool"]["members"]}
-
-def start(d, seeds, key):
-    cfg = os.path.join(d, "node.yaml")
-    with open(cfg, "w") as f:
-        f.write(f"data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {d}/state\n"
-                f"pool:\n  listen: 127.0.0.1:0\n  secret_file: {key}\n  seeds: [{', '.join(seeds)}]\n")
-    p = subprocess.Popen([snic, "run", "--config", cfg, "--log", "warn"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = p.stdout.readline().split()
-    api = next(w for w in line if w.startswith("http://")).rstrip(",")
-    return p, api, line[-1]
 
 def until(cond, limit=60.0):
     t0 = time.monotonic()
@@ -49,10 +40,10 @@ for r in range(rounds):
         procs = []
         try:
             os.makedirs(f"{tmp}/0")
-            procs.append(start(f"{tmp}/0", [], key))
+            procs.append(start(snic, f"{tmp}/0", [], key))
             for i in range(1, n):
                 os.makedirs(f"{tmp}/{i}")
-                procs.append(start(f"{tmp}/{i}", [procs[0][2]], key))
+                procs.append(start(snic, f"{tmp}/{i}", [procs[0][2]], key))
             t0 = time.monotonic()
             addrs = {p[2] for p in procs}
             t1 = until(lambda: all(members(api) == addrs - {me} for _, api, me in procs))

@@ -786,6 +786,14 @@ fn fairness_config_errors_are_clear() {
     }
 }
 
+/// Writes a pool secret into `dir`; the node.yaml `pool:` section of a member on loopback with
+/// that secret and the given seeds.
+fn pool_section(dir: &std::path::Path) -> impl Fn(&str) -> String {
+    let secret = dir.join("pool.key");
+    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
+    move |seeds: &str| format!("pool:\n  listen: 127.0.0.1:0\n  secret_file: {}\n  seeds: [{seeds}]\n", secret.display())
+}
+
 fn pool_members(v: &serde_json::Value) -> Vec<String> {
     v["pool"]["members"].as_array().into_iter().flatten().filter_map(|m| m["addr"].as_str().map(String::from)).collect()
 }
@@ -797,9 +805,7 @@ fn pool_members(v: &serde_json::Value) -> Vec<String> {
 #[test]
 fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     let dirs: Vec<TempDir> = (0..3).map(|i| TempDir::new(&format!("pool{i}"))).collect();
-    let secret = dirs[0].0.join("pool.key");
-    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
-    let section = |seeds: &str| format!("pool:\n  listen: 127.0.0.1:0\n  secret_file: {}\n  seeds: [{seeds}]\n", secret.display());
+    let section = pool_section(&dirs[0].0);
     let a = start_with(&dirs[0].0, &section(""));
     let seed = a.pool.expect("node A's pool address").to_string();
     let b = start_with(&dirs[1].0, &section(&seed));
@@ -864,9 +870,7 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
 #[test]
 fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
     let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("place{i}"))).collect();
-    let secret = dirs[0].0.join("pool.key");
-    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
-    let section = |seeds: &str| format!("pool:\n  listen: 127.0.0.1:0\n  secret_file: {}\n  seeds: [{seeds}]\n", secret.display());
+    let section = pool_section(&dirs[0].0);
     let a = start_with(&dirs[0].0, &section(""));
     let b = start_with(&dirs[1].0, &section(&a.pool.unwrap().to_string()));
     for d in [&a, &b] {

@@ -283,14 +283,17 @@ fn guest_tenant(plan: &Plan, hosted: &HostedList) -> Option<TenantId> {
         .find(|t| !plan.tenants.iter().any(|p| p.id == *t) && !hosted.iter().any(|h| h.2 == *t))
 }
 
+/// The local tenant `t` standing in for the home node's tenant of `req`.
+fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
+    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new() }
+}
+
 /// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the first one
 /// launched, the others on demand), its route.
 fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
     req.validate()?;
     let t = guest_tenant(plan, hosted).ok_or("no tenant id left for a guest")?;
-    node.set_tenant(t, req.weight as f64);
-    let all = node.store_mut().capacity() as u32;
-    node.store_mut().set_quota(t, req.store_buffers.unwrap_or(all));
+    crate::deploy::set_tenant(node, &stand_in(&req, t));
     let ids: Vec<ChainId> = req
         .chains
         .iter()
@@ -304,7 +307,7 @@ fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home:
         for c in &ids {
             node.remove_chain(*c);
         }
-        node.remove_tenant(t);
+        crate::deploy::remove_tenant(node, &stand_in(&req, t));
     };
     let first = ids[req.steps[0].0];
     if let Err(e) = node.launch(first) {
@@ -338,7 +341,7 @@ fn peer_down(node: &mut Node<UdpBackend>, hosted: &mut HostedList, peer: SocketA
         for c in chains {
             node.remove_chain(c);
         }
-        node.remove_tenant(t);
+        crate::deploy::remove_tenant(node, &stand_in(&req, t));
         tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
     }
 }
