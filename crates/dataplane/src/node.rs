@@ -942,7 +942,8 @@ impl<B: Backend> Node<B> {
     /// Admits a received packet of `tenant` (`stored` bytes from `HEADROOM`, `len` of them its
     /// VXLAN datagram): its ingress limit, a charge in the store, its receive counters. False:
     /// dropped, counted. (On the fields it needs, so that the caller keeps its descriptor. The
-    /// usual path, [`Node::ingress`], writes the same steps out: called from there, it cost.)
+    /// usual path, [`Node::ingress`], writes the same steps out: calling this from there cost
+    /// dummy 64 B 6–8% in wall time, alternating runs, for 4 more instructions a packet.)
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn charge_rx(
