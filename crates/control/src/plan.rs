@@ -113,6 +113,9 @@ pub struct HostRequest {
     pub steps: Vec<(usize, u64)>,
     /// Its parallel groups (`start..end` step ranges).
     pub groups: Vec<(usize, usize)>,
+    /// The step redirected packets enter first: its chain is launched with the DAG.
+    #[serde(default)]
+    pub entry: usize,
 }
 
 /// Most chains in a [`HostRequest`] (and NTs per chain: a mask has 64 bits).
@@ -140,6 +143,9 @@ impl HostRequest {
             if mask == 0 || mask & !NtMask::all(n).0 != 0 {
                 return Err(format!("step's NT mask {mask:#x} is empty or outside chain {c}'s {n} NTs"));
             }
+        }
+        if self.entry >= self.steps.len() {
+            return Err(format!("entry step {} of {} steps", self.entry, self.steps.len()));
         }
         let steps = self.steps.iter().map(|&(c, m)| Step { chain: ChainId(c as u16), mask: NtMask(m) }).collect();
         DagRoute::with_groups(steps, &self.groups).map(|_| ()).map_err(|e| e.to_string())
@@ -173,6 +179,7 @@ impl Plan {
             chains: used.iter().map(|&c| (self.chains[c].nts.clone(), self.chains[c].specs.clone())).collect(),
             steps: d.steps.iter().map(|&(c, m)| (index(c), m.0)).collect(),
             groups: d.groups.clone(),
+            entry: 0,
         })
     }
 }
@@ -535,6 +542,7 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         assert!(bad(|b| b.steps[0].0 = 9).unwrap_err().contains("chain 9"));
         assert!(bad(|b| b.steps[0].1 = 0b10).unwrap_err().contains("mask"));
         assert!(bad(|b| b.groups = vec![(0, 9)]).is_err());
+        assert!(bad(|b| b.entry = 9).is_err(), "an entry step past the end");
         assert!(bad(|b| b.chains[0].0.push("extra".into())).is_err());
         assert!(bad(|b| b.steps.clear()).is_err());
     }

@@ -199,6 +199,12 @@ impl<T: Copy> DagTable<T> {
         (r & HOLD == 0).then_some(r)
     }
 
+    /// The DAG whose arrivals enter internal route `route` now (the reverse of
+    /// [`DagTable::arriving`]; not per packet).
+    pub fn uid_arriving_as(&self, route: u32) -> Option<DagUid> {
+        self.live.iter().position(|&r| r == route).map(|i| DagUid(i as u32))
+    }
+
     /// Holds an arrival of a switching DAG, up to `cap` packets; gives it back with the reason
     /// when it must be dropped (too many held, or no such DAG).
     pub fn hold(&mut self, uid: DagUid, item: T, cap: usize) -> Result<(), (T, Reject)> {

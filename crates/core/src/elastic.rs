@@ -247,6 +247,12 @@ impl Elasticity {
         self.rechainer.switched(now);
     }
 
+    /// True if a launch could take a region without stopping a running chain (a free one, or
+    /// a victim's).
+    pub fn has_room(&self) -> bool {
+        self.launcher.has_room()
+    }
+
     /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).
     pub fn prelaunch(&mut self, chain: ChainId, now: Instant) -> Option<usize> {
         let region = self.launcher.prelaunch(chain, now)?;

@@ -8,12 +8,14 @@
 //!
 //! 1. **share** a running instance of the chain that has spare bandwidth;
 //! 2. **resume** a victim of the chain: no launch at all (a victim-cache hit);
-//! 3. **launch** into a free region;
-//! 4. **remote**: another node of the pool has the chain or a free region (hook: the driver
-//!    says so; the pool comes later);
+//! 3. **launch** into a free region, or into the oldest victim's (a victim is kept only until
+//!    its region is needed: [`Decision::ContextSwitch`] evicting it, though no running chain
+//!    stops);
+//! 4. **remote**: another node of the pool has the chain or a free region (the driver says so:
+//!    [`crate::pool::on_demand`]);
 //! 5. **endpoint**: the tenant declared it can run the chain itself;
-//! 6. **context switch**: stop-and-launch in a victim's region (least recently used first),
-//!    else in the least-loaded running region — the last resort, since the evicted chain stops.
+//! 6. **context switch**: stop-and-launch in the least-loaded running region — the last
+//!    resort, since the evicted chain stops.
 //!
 //! Packets for a chain that is launching wait (bounded) and are served first when it runs; that
 //! buffer is the driver's. Nothing here reads a clock.
@@ -177,9 +179,15 @@ impl Launcher {
         if let Some(region) = find(&|r| matches!(*r, RegionState::Launching { chain: c, .. } if c == chain)) {
             return Decision::Wait { region };
         }
-        // 2. A victim-cache hit: resume without launching; 3. a free region.
+        // 2. A victim-cache hit: resume without launching; 3. a free region — and a victim's
+        // region is free (paper §4.3: a descheduled chain is kept "unless the region is needed
+        // to launch a new chain"): the oldest victim makes way, no running chain stops.
         if let Some(d) = self.resume_or_launch(chain, now) {
             return d;
+        }
+        if let Some((region, evicted)) = self.oldest_victim() {
+            self.occupy(region, chain, now);
+            return Decision::ContextSwitch { region, evicted };
         }
         // 4, 5. Elsewhere.
         if remote {

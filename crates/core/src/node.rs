@@ -13,12 +13,18 @@
 //! after is live (so that an idle node can sleep), and [`NodeCore::next_epoch`] when the next is
 //! due. The packet path (the scheduler, a packet's walk, the join table) and the node's own
 //! tables (DAG routes, regions' contents) stay with the driver, which calls the core's machines
-//! for them directly; the pool's agent (issue 17) joins here.
+//! for them directly.
+//!
+//! The pool's agent ([`PoolAgent`]) is part of it: [`NodeCore::place`] is the whole on-demand
+//! launch order (local room, then the pool, then the endpoint and a context switch), and each
+//! epoch tells the agent whether this node has room, so that a chain placed on a peer comes
+//! home once room has lasted ([`NodeCore::pool_acts`]).
 
 use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::meter::{Arrivals, Counters, Meter};
+use crate::pool::{ChainKey, Placement, PoolAct, PoolAgent};
 use crate::sched::{InstanceState, Scheduler};
 use crate::time::Instant;
 
@@ -38,6 +44,8 @@ pub struct NodeCoreConfig {
     pub max_tenants: usize,
     /// The elastic section.
     pub elastic: ElasticConfig,
+    /// The pool agent's settings (its MONITOR_PERIOD follows the elastic section's).
+    pub pool: crate::pool::AgentConfig,
 }
 
 /// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
@@ -71,7 +79,10 @@ pub struct NodeCore {
     pub meter: Meter,
     /// Regions, launches, scale events, victims, rechaining.
     pub elastic: Elasticity,
+    /// Where chains run when this node has no room: its peers.
+    pub pool: PoolAgent,
     acts: Vec<Act>,
+    pool_acts: Vec<PoolAct>,
 }
 
 impl NodeCore {
@@ -80,7 +91,9 @@ impl NodeCore {
         NodeCore {
             meter: Meter::new(cfg.fair, now, cfg.link_bps, cfg.workers, cfg.store_buffers, cfg.max_tenants),
             elastic: Elasticity::new(cfg.elastic),
+            pool: PoolAgent::new(cfg.pool),
             acts: Vec::new(),
+            pool_acts: Vec::new(),
         }
     }
 
@@ -101,13 +114,15 @@ impl NodeCore {
     pub fn wants_epoch(&self, sched: &Scheduler<u32>) -> bool {
         !self.meter.quiet()
             || sched.has_parked()
+            || self.pool.has_placed()
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
     /// The epoch ends at `now`: `counters` are the node's (cumulative), `sched` its packet
     /// path (whose arrivals the demand model drains, and which is given the NTs' measured
     /// costs: the scheduler), `live` says which of its `chains` chain ids are in use. Returns
-    /// what the elasticity policy decided, for the driver to carry out.
+    /// what the elasticity policy decided, for the driver to carry out (and the pool agent's
+    /// decisions wait in [`NodeCore::pool_acts`]).
     pub fn handle_epoch(
         &mut self,
         now: Instant,
@@ -129,8 +144,27 @@ impl NodeCore {
                     self.elastic.epoch(now, chain, self.meter.chain_load(chain), &mut self.acts);
                 }
             }
+            if self.pool.has_placed() {
+                // Room: a region a launch could take without stopping a running chain.
+                self.pool.set_monitor_period(self.elastic.monitor_period());
+                let room = self.elastic.has_room();
+                self.pool.epoch(now, |_| room, &mut self.pool_acts);
+            }
         }
         &self.acts
+    }
+
+    /// The pool agent's decisions since the last call (chains to bring home, chains whose peer
+    /// died), moved into `out`.
+    pub fn pool_acts(&mut self, out: &mut Vec<PoolAct>) {
+        out.append(&mut self.pool_acts);
+    }
+
+    /// Packets need `chain` (pool-wide `key`), which has no active instance here: the whole
+    /// on-demand launch order, this node's regions and then its peers
+    /// ([`crate::pool::on_demand`]).
+    pub fn place(&mut self, chain: ChainId, key: ChainKey, now: Instant) -> Placement {
+        crate::pool::on_demand(&mut self.elastic, &self.pool, chain, key, now)
     }
 }
 
@@ -180,6 +214,7 @@ mod tests {
             store_buffers: 1024,
             max_tenants: 4,
             elastic: ElasticConfig { regions: 2, autoscale: true, monitor_period: Duration::from_millis(3), ..ElasticConfig::default() },
+            pool: Default::default(),
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());

@@ -22,6 +22,7 @@ use snic_core::rechain::Form;
 use snic_core::time::Instant;
 use snic_nt::Nt;
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 
 /// Elasticity parameters (the node config's `elastic:` block): the core's.
 pub use snic_core::elastic::ElasticConfig;
@@ -89,6 +90,32 @@ pub enum EventKind {
         /// Where it was to go.
         to: Place,
     },
+    /// No room here: a peer (its pool address) is asked to host the chain's DAG.
+    PlaceAsked {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// A peer (its data address) hosts the chain's DAG: its packets are redirected there.
+    Placed {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The peer (its pool address) refused, or did not answer.
+    PlaceRefused {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// Home had room a whole MONITOR_PERIOD: the chain runs here again, no longer on the peer
+    /// (its data address).
+    MovedBack {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The peer (its data address) running the chain died: it runs here again.
+    PeerLost {
+        /// The peer.
+        peer: SocketAddr,
+    },
 }
 
 /// Why a chain was launched.
@@ -142,6 +169,12 @@ pub struct ElasticStats {
     pub rechains: u64,
     /// Regions moved to another core.
     pub moves: u64,
+    /// Chains placed on a peer (remote launches that succeeded).
+    pub remote_launches: u64,
+    /// Remote launches a peer refused or did not answer.
+    pub remote_refusals: u64,
+    /// Chains that came home from a peer.
+    pub moves_back: u64,
     /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
     pub events: VecDeque<Event>,
     /// Events recorded since the start (the last `events.len()` of them are in `events`).
@@ -167,7 +200,12 @@ impl ElasticStats {
             | EventKind::EndpointFallback
             | EventKind::Rechain { .. }
             | EventKind::Rechained { .. }
-            | EventKind::RechainAbandoned { .. } => {}
+            | EventKind::RechainAbandoned { .. }
+            | EventKind::PlaceAsked { .. }
+            | EventKind::Placed { .. }
+            | EventKind::PlaceRefused { .. }
+            | EventKind::MovedBack { .. }
+            | EventKind::PeerLost { .. } => {}
         }
         if self.events.len() == Self::EVENTS {
             self.events.pop_front();

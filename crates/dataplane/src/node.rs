@@ -28,6 +28,7 @@ use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
 pub use snic_core::placement::Place;
 use snic_core::placement::PlacementConfig;
+use snic_core::pool::AgentConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
 use snic_core::walk::{Entered, Ran, Skip, Walk};
@@ -113,6 +114,9 @@ pub struct NodeConfig {
     pub auto_place: bool,
     /// The thresholds of `auto_place`.
     pub placement: PlacementConfig,
+    /// The pool agent's settings: how old a peer's load report may be and still count (the
+    /// pool's links are given with [`Node::set_pool_hops`]).
+    pub pool: AgentConfig,
 }
 
 impl Default for NodeConfig {
@@ -137,6 +141,7 @@ impl Default for NodeConfig {
             panic_mode: false,
             auto_place: file.auto_place,
             placement: PlacementConfig::default(),
+            pool: AgentConfig::default(),
         }
     }
 }
@@ -304,11 +309,13 @@ mod fork;
 
 mod elastic;
 mod placement;
+mod pool;
 mod rechain;
 mod redirect;
 mod retire;
 use elastic::OnDemand;
 pub use placement::{MoveError, PLACEMENT_PERIOD};
+pub use pool::PoolRequest;
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
 
 /// The cores this process may run on, read once. `core_affinity::get_core_ids` reads the
@@ -353,6 +360,7 @@ impl<B: Backend> Node<B> {
                 store_buffers: cfg.store_buffers,
                 max_tenants: MAX_TENANTS,
                 elastic: cfg.elastic,
+                pool: cfg.pool,
             },
             clock.now(),
         );
@@ -797,6 +805,7 @@ impl<B: Backend> Node<B> {
         }
         self.bound_shared_workers();
         self.elastic_epoch(now);
+        self.pool_epoch();
     }
 
     /// Caps the work in flight of instances that share a worker (the policy:
@@ -1060,7 +1069,7 @@ impl<B: Backend> Node<B> {
             let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else {
                 return self.refuse(idx, Drop::Sched(Reject::UnknownDag), now);
             };
-            match self.on_demand(chain, now) {
+            match self.on_demand(chain, d.walk.dag.0, d.walk.pos, now) {
                 OnDemand::Retry => {
                     // Packets that waited for this chain go first.
                     self.release_waiting(Some(chain), now);

@@ -187,6 +187,7 @@ impl FairnessSpec {
                 store_buffers: STORE_BUFFERS,
                 max_tenants: self.tenants.len() + 1,
                 elastic: ElasticConfig::default(),
+                pool: Default::default(),
             },
             Instant::ZERO,
         );

@@ -925,3 +925,92 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
     assert_eq!(from_b(&rb), a.data, "served at home again");
     assert_eq!(stop(a), 0);
 }
+
+/// Automatic placement and move back between two daemons (paper §4.3, §5): node A has one
+/// region, which tenant green's busy chain holds. Blue's packets need a chain A has no room
+/// for: A's pool agent picks B (a member with free regions), B hosts blue's DAG, and blue's
+/// packets — those that waited for the answer too — run on B and reach blue's receiver from B.
+/// Green stops: its chain is descheduled, A has room a whole MONITOR_PERIOD, and blue's chain
+/// comes home — its packets reach the receiver from A again, and B no longer hosts it.
+#[test]
+fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns() {
+    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("auto{i}"))).collect();
+    let section = pool_section(&dirs[0].0);
+    let elastic = "elastic: {enabled: true, autoscale: true}\n";
+    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}", section("")));
+    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}", section(&a.pool.unwrap().to_string())));
+    // A knows B's load (free regions) before blue needs a region.
+    let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
+    let v = status_within(&a.api, Duration::from_secs(30), knows_b);
+    assert!(knows_b(&v), "{}", v["pool"]);
+    let (rb, rg) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let all = demo_with_routes(&rb, &rg);
+    let green: Vec<&str> = all.split("\n---\n").filter(|d| d.contains("green")).collect();
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &green.join("\n---\n"));
+    assert_eq!(st, 200, "{v}");
+    // Green keeps its chain busy (bounded: 60 s at most), so it holds A's only region.
+    let stop_green = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = {
+        let (stop_green, data) = (stop_green.clone(), a.data);
+        std::thread::spawn(move || {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let f = frame(200, L4Spec::Udp { src_port: 4000, dst_port: 5001 });
+            let t0 = Instant::now();
+            while !stop_green.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+                s.send_to(&f, data).unwrap();
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        })
+    };
+    // (What green's receiver does not read, its socket drops.)
+    let green_runs = |v: &serde_json::Value| {
+        v["regions"]["instances"].as_array().is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "green-counter"))
+    };
+    let v = status_within(&a.api, Duration::from_secs(30), green_runs);
+    assert!(green_runs(&v), "{}", v["elastic"]);
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &all);
+    assert_eq!(st, 200, "{v}");
+    // Blue's packets, one at a time: where each is delivered from.
+    let sender_of_blue = |n: usize| -> Vec<SocketAddr> {
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rb.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 2048];
+        (0..n)
+            .map(|_| {
+                s.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), a.data).unwrap();
+                let (k, from) = rb.recv_from(&mut buf).expect("every blue packet is delivered");
+                let inner = parse_inner(&buf[8..k]).unwrap();
+                assert_eq!(inner.key.src, IpAddr::from([203, 0, 113, 1]), "blue's SNAT ran");
+                from
+            })
+            .collect()
+    };
+    let froms = sender_of_blue(20);
+    assert!(froms.iter().all(|f| *f == b.data), "blue runs on B while A has no room: {froms:?}");
+    let va = status_until(&a.api, |v| v["redirects"][0]["peer"] == b.data.to_string().as_str());
+    assert_eq!(va["redirects"][0]["peer"], b.data.to_string().as_str(), "{}", va["redirects"]);
+    let events = |v: &serde_json::Value, what: &str| {
+        v["elastic"]["events"].as_array().into_iter().flatten().any(|e| e["event"].as_str().is_some_and(|s| s.contains(what)))
+    };
+    assert!(events(&va, "asked pool member") && events(&va, "runs on peer"), "{}", va["elastic"]["events"]);
+    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue-edge");
+    assert_eq!(vb["hosted"][0]["tenant"], "blue", "{}", vb["hosted"]);
+    // Green stops: A has room again, and blue comes home. (A blue packet every 20 ms until one
+    // is delivered from A: 30 s at most.)
+    stop_green.store(true, std::sync::atomic::Ordering::Relaxed);
+    sender.join().unwrap();
+    let t0 = Instant::now();
+    let mut last = b.data;
+    while last != a.data && t0.elapsed() < Duration::from_secs(30) {
+        last = sender_of_blue(1)[0];
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(last, a.data, "blue came home once A had room");
+    let va = status_until(&a.api, |v| v["redirects"].as_array().is_some_and(|r| r.is_empty()) && events(v, "moved back"));
+    assert!(events(&va, "moved back from peer"), "{}", va["elastic"]["events"]);
+    let vb = status_until(&b.api, |v| v["hosted"].as_array().is_some_and(|h| h.is_empty()));
+    assert_eq!(vb["hosted"].as_array().map(Vec::len), Some(0), "B no longer hosts blue: {}", vb["hosted"]);
+    assert_eq!(stop(a), 0);
+    assert_eq!(stop(b), 0);
+    drop(rg);
+}

@@ -204,6 +204,11 @@ impl PoolAgent {
         self.placed.get(&key).map(|p| p.peer)
     }
 
+    /// True if this node runs any chain on a peer.
+    pub fn has_placed(&self) -> bool {
+        !self.placed.is_empty()
+    }
+
     /// The chains this node runs on peers, and where.
     pub fn remote_chains(&self) -> impl Iterator<Item = (ChainKey, SocketAddr)> + '_ {
         self.placed.iter().map(|(k, p)| (*k, p.peer))

@@ -87,6 +87,11 @@ impl Redirects {
         }
     }
 
+    /// `peer` no longer hosts this node's route `route`.
+    pub fn clear_route(&mut self, route: u32, peer: SocketAddr) {
+        self.routes.retain(|(r, p, _)| !(*r == route && *p == peer));
+    }
+
     /// Forgets what `peer` hosts (it died, or left); the chains redirected to it, which no longer
     /// are.
     pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {

@@ -142,16 +142,18 @@ impl<B: Backend> Node<B> {
         self.advance_elastic(now);
     }
 
-    /// A packet needs `chain`, which has no active instance: the paper's on-demand order —
-    /// share or resume what is loaded, a free region, the pool (later), the tenant's endpoint,
-    /// and last a context switch.
+    /// A packet on `route` needs `chain` (at step `pos`), which has no active instance: the
+    /// paper's on-demand order — share or resume what is loaded, a free region, a peer (see
+    /// [`super::pool`]), the tenant's endpoint, and last a context switch.
     #[cold]
-    pub(super) fn on_demand(&mut self, chain: ChainId, now: Instant) -> OnDemand {
+    pub(super) fn on_demand(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> OnDemand {
         if !self.core.elastic.on() || !self.is_live(chain) {
             return OnDemand::Nothing;
         }
-        // The pool hook: no peers yet, so never remote.
-        let decision = self.core.elastic.on_demand(chain, now, false);
+        let decision = match self.place(chain, route, pos, now) {
+            Ok(d) => d,
+            Err(o) => return o,
+        };
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
                 if self.resume(chain, region, now, false) {
@@ -174,6 +176,7 @@ impl<B: Backend> Node<B> {
             }
             // Every region is mid-launch: one runs soon.
             Decision::Wait { .. } | Decision::Busy => OnDemand::Wait,
+            // (`place` turns it into a request to a peer.)
             Decision::Remote => OnDemand::Nothing,
         }
     }
@@ -281,7 +284,10 @@ impl<B: Backend> Node<B> {
         for idx in all {
             // SAFETY: the dispatcher owns waiting packets.
             let (_, d) = unsafe { self.slots.get(idx) };
-            if chain.is_some() && self.sched.chain_at(d.walk.dag, d.walk.pos) != chain {
+            let at = self.sched.chain_at(d.walk.dag, d.walk.pos);
+            // (A chain a peer is asked to host waits for the answer.)
+            let placing = at.is_some_and(|c| self.pool.place.placing(c));
+            if (chain.is_some() && at != chain) || (chain.is_none() && placing) {
                 self.elastic.waiting.push_back(idx);
                 continue;
             }

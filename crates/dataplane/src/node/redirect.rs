@@ -28,14 +28,16 @@ use std::net::SocketAddr;
 /// The node's side of the pool's data path.
 #[derive(Default)]
 pub(crate) struct PoolLink {
-    key: Option<LessSafeKey>,
+    pub(super) key: Option<LessSafeKey>,
     /// The nonce's sender part (random per node start) and counter.
     sender: u32,
     counter: u64,
-    redirects: Redirects,
+    pub(super) redirects: Redirects,
     /// Packets sent to a peer, per chain.
     sent: Vec<u64>,
     hosted: HostTable,
+    /// Placements the pool agent decided: asked, done.
+    pub(super) place: super::pool::Placements,
     /// The per-packet check runs: a key, datagram framing, and a chain redirected.
     pub(crate) on: bool,
 }

@@ -109,7 +109,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let pool = match &cfg.pool {
         Some(p) => {
             let facts = pool::NodeFacts { regions: s.regions, store_buffers: s.store_buffers, link_gbps: s.fairness.link_gbps };
-            Some(pool::Pool::start(p, facts, dp.snapshot.clone(), dp.link(), data_addr)?)
+            let pool = pool::Pool::start(p, facts, dp.snapshot.clone(), dp.link(), data_addr)?;
+            dp.set_pool(pool.link()?);
+            Some(pool)
         }
         None => None,
     };

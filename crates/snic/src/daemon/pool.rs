@@ -3,8 +3,13 @@
 //! node's load to every member each gossip period, takes the members' reports into the pool
 //! agent (`snic_core::pool::agent`), and publishes what it knows for `snic status`.
 //!
+//! The decisions — which peer hosts a chain this node has no room for, when it comes home — are
+//! the data plane's pool agent's (in the node's core): this thread hands it every member's load
+//! report and every member change, and carries its remote launches. (It keeps the reports too,
+//! in an agent of its own, for `snic status` only.)
+//!
 //! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
-//! byte (0 membership, 1 load report), the sender's generation and a counter (8 bytes each,
+//! byte (0 membership, 1 load report, 2/3 remote launch and its answer, 4 unhost), the sender's generation and a counter (8 bytes each,
 //! little-endian), the payload, and its HMAC-SHA256 under the secret (32 bytes). A
 //! datagram that is not one, or whose tag does not verify, or that was seen before (a replay:
 //! per sender, an older generation, or a counter already seen or older than the last 64), is
@@ -37,6 +42,8 @@ const LOAD: u8 = 1;
 /// Remote launch: a request to host a DAG, and its answer (JSON).
 const HOST: u8 = 2;
 const HOSTED: u8 = 3;
+/// The home node no longer needs a DAG hosted (JSON: its number at the peer).
+const UNHOST: u8 = 4;
 /// How long a remote launch may take, request to answer.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Remote launches waiting for their answer, at most.
@@ -65,6 +72,8 @@ pub type Hosting = Result<(SocketAddr, u32), String>;
 enum PoolCmd {
     /// Ask the member at pool address `peer` to host a DAG.
     Place(SocketAddr, HostRequest, mpsc::Sender<Hosting>),
+    /// Tell the member at pool address `peer` it need not host its DAG of this number.
+    Unhost(SocketAddr, u32),
 }
 
 /// A handle on the pool thread for the API.
@@ -79,10 +88,34 @@ impl PoolLink {
     /// Asks the member at pool address `peer` to host `req` (remote launch) and waits for the
     /// answer: its data address and its number for the DAG.
     pub fn place(&self, peer: SocketAddr, req: HostRequest) -> Hosting {
-        let (tx, rx) = mpsc::channel();
-        self.cmds.send(PoolCmd::Place(peer, req, tx)).map_err(|_| "the pool thread has stopped".to_string())?;
-        let _ = self.wake.send_to(&[], self.addr);
+        let rx = self.place_async(peer, req);
         rx.recv_timeout(LAUNCH_TIMEOUT + Duration::from_secs(1)).map_err(|_| "the pool thread did not answer".to_string())?
+    }
+
+    /// [`PoolLink::place`] without waiting: the answer comes on the receiver (within
+    /// LAUNCH_TIMEOUT; a receiver whose sender is gone means the pool thread stopped).
+    pub fn place_async(&self, peer: SocketAddr, req: HostRequest) -> mpsc::Receiver<Hosting> {
+        let (tx, rx) = mpsc::channel();
+        if self.cmds.send(PoolCmd::Place(peer, req, tx)).is_ok() {
+            let _ = self.wake.send_to(&[], self.addr);
+        }
+        rx
+    }
+
+    /// Tells the member at pool address `peer` that it need not host its DAG `hosted` for this
+    /// node any more (fire and forget: a peer that does not hear it keeps an idle DAG, whose
+    /// region its auto-scaler frees).
+    pub fn unhost(&self, peer: SocketAddr, hosted: u32) {
+        if self.cmds.send(PoolCmd::Unhost(peer, hosted)).is_ok() {
+            let _ = self.wake.send_to(&[], self.addr);
+        }
+    }
+}
+
+impl Clone for PoolLink {
+    fn clone(&self) -> Self {
+        let wake = self.wake.try_clone().expect("a UDP socket's descriptor duplicates");
+        PoolLink { cmds: self.cmds.clone(), wake, addr: self.addr }
     }
 }
 
@@ -388,8 +421,15 @@ impl Thread {
                 Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
                 Err(e) => tracing::warn!(error = %e, "pool: receiving"),
             }
-            while let Ok(PoolCmd::Place(peer, req, reply)) = self.cmds.try_recv() {
-                self.ask(peer, req, reply);
+            while let Ok(cmd) = self.cmds.try_recv() {
+                match cmd {
+                    PoolCmd::Place(peer, req, reply) => self.ask(peer, req, reply),
+                    PoolCmd::Unhost(peer, hosted) => {
+                        if self.membership.members().any(|m| m == peer) {
+                            self.send(peer, UNHOST, &hosted.to_le_bytes());
+                        }
+                    }
+                }
             }
             self.pending.retain(|_, (at, reply)| {
                 let late = at.elapsed() > LAUNCH_TIMEOUT;
@@ -430,6 +470,7 @@ impl Thread {
             // A report counts only from a member: membership says who is in the pool.
             LOAD => match LoadReport::decode(payload) {
                 Some(r) if self.membership.members().any(|m| m == from) => {
+                    self.link.pool_report(from, r.clone());
                     self.agent.handle_report(now, from, r);
                     true
                 }
@@ -437,7 +478,7 @@ impl Thread {
                 None => false,
             },
             // Remote launch: only between members, as load reports.
-            HOST | HOSTED if !self.membership.members().any(|m| m == from) => false,
+            HOST | HOSTED | UNHOST if !self.membership.members().any(|m| m == from) => false,
             HOST => match serde_json::from_slice::<HostMsg>(payload) {
                 Ok(m) => {
                     self.host(m, from);
@@ -457,6 +498,14 @@ impl Thread {
                     true
                 }
                 Err(_) => false,
+            },
+            UNHOST => match (<[u8; 4]>::try_from(payload), self.partners.get(&from)) {
+                (Ok(b), Some(&home)) => {
+                    self.link.unhost(home, u32::from_le_bytes(b));
+                    true
+                }
+                (Ok(_), None) => true,
+                (Err(_), _) => false,
             },
             _ => false,
         };
@@ -542,6 +591,7 @@ impl Thread {
                 self.stats.events.remove(0);
             }
             self.stats.events.push((at, what, addr));
+            self.link.member(e);
             self.agent.handle_member(e, &mut acts);
         }
         // Member changes at once; counters and reports at most every 50 ms (a flood of

@@ -8,16 +8,18 @@
 //! the previous deployment (NT state and learned MACs then start afresh), and the apply fails.
 
 use super::config::{Config, RxQueues};
+use super::pool::{Hosting, PoolLink};
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
 use snic_control::plan::{HostRequest, Plan, RoutePlan, TenantPlan};
 use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::pool::{AgentConfig, LoadReport, MemberEvent};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::{Backend, Waker};
 use snic_dataplane::elastic::{Event, EventKind};
-use snic_dataplane::node::{MonotonicClock, Place};
+use snic_dataplane::node::{MonotonicClock, Place, PoolRequest};
 use snic_dataplane::{Node, NodeConfig};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -203,6 +205,14 @@ enum Cmd {
     /// The peer at this data address is down: what went there runs here again, what it was
     /// hosted here for goes.
     PeerDown(SocketAddr),
+    /// A member's load report (its pool address), for the node's pool agent.
+    PoolReport(SocketAddr, LoadReport),
+    /// A membership change, for the node's pool agent.
+    Member(MemberEvent),
+    /// The pool thread, to ask peers to host chains this node has no room for.
+    SetPool(PoolLink),
+    /// The home node at this data address no longer needs the DAG hosted here as the number.
+    Unhost(SocketAddr, u32),
 }
 
 /// A handle on the data-plane thread for the other threads (the pool's, the API's).
@@ -213,6 +223,29 @@ pub struct DpLink {
 }
 
 impl DpLink {
+    /// Sends `cmd` without waiting for an answer.
+    fn tell(&self, cmd: Cmd) {
+        let _ = self.tx.send(cmd);
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// A member's load report (`from`: its pool address).
+    pub fn pool_report(&self, from: SocketAddr, report: LoadReport) {
+        self.tell(Cmd::PoolReport(from, report));
+    }
+
+    /// A membership change.
+    pub fn member(&self, event: MemberEvent) {
+        self.tell(Cmd::Member(event));
+    }
+
+    /// The home node at data address `home` no longer needs its DAG hosted here as `route`.
+    pub fn unhost(&self, home: SocketAddr, route: u32) {
+        self.tell(Cmd::Unhost(home, route));
+    }
+
     fn ask<T>(&self, cmd: impl FnOnce(mpsc::Sender<T>) -> Cmd) -> Result<T, String> {
         let (reply, answer) = mpsc::channel();
         self.tx.send(cmd(reply)).map_err(|_| "the data plane has stopped".to_string())?;
@@ -229,10 +262,7 @@ impl DpLink {
 
     /// The peer at data address `peer` is down (fire and forget).
     pub fn peer_down(&self, peer: SocketAddr) {
-        let _ = self.tx.send(Cmd::PeerDown(peer));
-        if let Some(w) = &self.waker {
-            w.wake();
-        }
+        self.tell(Cmd::PeerDown(peer));
     }
 
     /// Sends DAG `dag`'s packets to the peer at data address `peer`, which hosts it as `hosted`.
@@ -288,7 +318,7 @@ fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
     TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new() }
 }
 
-/// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the first one
+/// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the entry step's
 /// launched, the others on demand), its route.
 fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
     req.validate()?;
@@ -309,10 +339,10 @@ fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home:
         }
         crate::deploy::remove_tenant(node, &stand_in(&req, t));
     };
-    let first = ids[req.steps[0].0];
+    let first = ids[req.steps[req.entry].0];
     if let Err(e) = node.launch(first) {
         undo(node);
-        return Err(format!("cannot launch its first chain: {e}"));
+        return Err(format!("cannot launch its entry chain: {e}"));
     }
     let route = match req.route(|c| ids[c]) {
         Ok(r) => r,
@@ -333,17 +363,83 @@ fn peer_down(node: &mut Node<UdpBackend>, hosted: &mut HostedList, peer: SocketA
     for c in node.forget_peer(peer) {
         tracing::warn!(peer = %peer, chain = chain_name(node, c), "pool: the peer running a chain is down; it runs here again");
     }
-    let (gone, kept): (HostedList, HostedList) = std::mem::take(hosted).into_iter().partition(|h| h.0 == peer);
+    for (home, req, _, _) in unhost(node, hosted, |h| h.0 == peer) {
+        tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
+    }
+}
+
+/// Stops hosting the DAGs `which` picks: their chains and their stand-in tenants go. Returns
+/// them.
+fn unhost(
+    node: &mut Node<UdpBackend>,
+    hosted: &mut HostedList,
+    which: impl Fn(&(SocketAddr, HostRequest, TenantId, u32)) -> bool,
+) -> HostedList {
+    let (gone, kept): (HostedList, HostedList) = std::mem::take(hosted).into_iter().partition(which);
     *hosted = kept;
-    for (home, req, t, r) in gone {
-        node.unhost_dag(r);
-        let chains: Vec<ChainId> = node.sched().route(DagUid(r)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
+    for (_, req, t, r) in &gone {
+        let chains: Vec<ChainId> =
+            node.sched().route(DagUid(*r)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
+        node.unhost_dag(*r);
         for c in chains {
             node.remove_chain(c);
         }
-        crate::deploy::remove_tenant(node, &stand_in(&req, t));
-        tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
+        crate::deploy::remove_tenant(node, &stand_in(req, *t));
     }
+    gone
+}
+
+/// A remote launch asked of a peer for a chain the node has no room for, waiting for its
+/// answer.
+struct Placing {
+    chain: ChainId,
+    route: u32,
+    /// The peer's pool address.
+    peer: SocketAddr,
+    answer: mpsc::Receiver<Hosting>,
+}
+
+/// Carries out what the node asks of the pool (remote launches, unhosting), and gives it the
+/// answers that came.
+fn pool_work(node: &mut Node<UdpBackend>, plan: &Plan, link: Option<&PoolLink>, placing: &mut Vec<Placing>) {
+    while let Some(r) = node.poll_pool() {
+        match r {
+            PoolRequest::Place { chain, route, dag, pos, peer } => {
+                let d = plan.dags.iter().find(|d| d.uid == dag);
+                let req = d.and_then(|d| plan.host_request(&d.name)).map(|r| HostRequest { entry: pos as usize, ..r });
+                match (link, req) {
+                    (Some(l), Some(req)) => {
+                        tracing::info!(chain = chain_name(node, chain), dag = req.dag, peer = %peer, "pool: no room here; asking a peer to host the chain's DAG");
+                        placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) });
+                    }
+                    _ => node.pool_place_failed(chain, route, peer),
+                }
+            }
+            PoolRequest::Unhost { peer, hosted } => {
+                if let Some(l) = link {
+                    l.unhost(peer, hosted);
+                }
+            }
+        }
+    }
+    placing.retain(|p| {
+        let answer = match p.answer.try_recv() {
+            Err(mpsc::TryRecvError::Empty) => return true,
+            Ok(a) => a,
+            Err(mpsc::TryRecvError::Disconnected) => Err("the pool thread has stopped".into()),
+        };
+        match answer {
+            Ok((data, hosted)) => {
+                tracing::info!(chain = chain_name(node, p.chain), peer = %data, hosted, "pool: a peer hosts the chain; redirecting to it");
+                node.pool_placed(p.chain, p.route, p.peer, data, hosted);
+            }
+            Err(e) => {
+                tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
+                node.pool_place_failed(p.chain, p.route, p.peer);
+            }
+        }
+        false
+    });
 }
 
 /// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`): its first chain is
@@ -382,6 +478,10 @@ fn node_config(cfg: &Config) -> NodeConfig {
         fair: cfg.fair,
         link_bps: cfg.link_bps,
         elastic: cfg.elastic,
+        pool: AgentConfig {
+            report_ttl: cfg.pool.as_ref().map_or(AgentConfig::default().report_ttl, |p| p.gossip_period * 10),
+            ..AgentConfig::default()
+        },
         ..Default::default()
     }
 }
@@ -402,6 +502,7 @@ fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(
     let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
     if let Some(p) = &cfg.pool {
         node.set_pool_secret(Some(&super::config::read_pool_secret(p)?));
+        node.set_pool_hops(p.hops.iter().map(|(a, h)| (*a, *h)));
     }
     let queues = match steered {
         Ok(q) => q,
@@ -547,6 +648,11 @@ impl DataPlane {
         done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
     }
 
+    /// The pool thread, for the chains this node has no room for.
+    pub fn set_pool(&self, link: PoolLink) {
+        self.link().tell(Cmd::SetPool(link));
+    }
+
     /// A handle for other threads.
     pub fn link(&self) -> DpLink {
         DpLink { tx: self.tx.clone(), waker: self.waker.clone() }
@@ -592,12 +698,15 @@ fn run(
     let mut polls = 0u32;
     let mut logged = Logged::default();
     let mut hosted = HostedList::new();
+    let mut pool: Option<PoolLink> = None;
+    let mut placing = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let Some(n) = node.as_mut() else {
             tracing::error!("the data plane could not be rebuilt and has stopped");
             return;
         };
         let work = n.poll();
+        pool_work(n, &plan, pool.as_ref(), &mut placing);
         polls = polls.wrapping_add(1);
         if work == 0 {
             // Until traffic, a command (the waker), the node's next timer, or the next snapshot.
@@ -626,6 +735,24 @@ fn run(
                     Cmd::PeerDown(peer) => {
                         if let Some(n) = node.as_mut() {
                             peer_down(n, &mut hosted, peer);
+                        }
+                    }
+                    Cmd::PoolReport(from, r) => {
+                        if let Some(n) = node.as_mut() {
+                            n.pool_report(from, r);
+                        }
+                    }
+                    Cmd::Member(e) => {
+                        if let Some(n) = node.as_mut() {
+                            n.pool_member(e);
+                        }
+                    }
+                    Cmd::SetPool(link) => pool = Some(link),
+                    Cmd::Unhost(home, route) => {
+                        if let Some(n) = node.as_mut() {
+                            for (home, req, _, r) in unhost(n, &mut hosted, |h| h.0 == home && h.3 == route) {
+                                tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, route = r, "pool: the home node took its DAG back; no longer hosting it");
+                            }
                         }
                     }
                 }
@@ -828,6 +955,11 @@ fn describe(node: &Node<UdpBackend>, plan: &Plan, ev: &Event) -> String {
         EventKind::RechainAbandoned { dag } => format!("DAG {}'s switch abandoned (old route did not drain)", dag_name(dag)),
         EventKind::Moved { instance, to } => format!("instance {} moved to {}", instance.0, place_name(to)),
         EventKind::MoveFailed { instance, to } => format!("instance {} lost moving to {} (worker died)", instance.0, place_name(to)),
+        EventKind::PlaceAsked { peer } => format!("no room here: asked pool member {peer} to host it"),
+        EventKind::Placed { peer } => format!("runs on peer {peer}: redirected there"),
+        EventKind::PlaceRefused { peer } => format!("pool member {peer} did not host it"),
+        EventKind::MovedBack { peer } => format!("moved back from peer {peer}: runs here again"),
+        EventKind::PeerLost { peer } => format!("peer {peer} running it died: runs here again"),
         k => format!("{k:?}").to_lowercase(),
     }
 }
@@ -856,6 +988,11 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
             | EventKind::Rechained { .. }
             | EventKind::RechainAbandoned { .. }
             | EventKind::Moved { .. }
+            | EventKind::PlaceAsked { .. }
+            | EventKind::Placed { .. }
+            | EventKind::PlaceRefused { .. }
+            | EventKind::MovedBack { .. }
+            | EventKind::PeerLost { .. }
             | EventKind::EndpointFallback => {
                 tracing::info!(chain = chain_name(node, ev.chain), region, took_us, "{}", describe(node, plan, ev))
             }

@@ -1,0 +1,212 @@
+//! Placement on the pool, the node's side: carrying out what the pool agent decides
+//! ([`snic_core::pool::PoolAgent`], in the node's core). When packets need a chain this node has
+//! no room for and a peer has ([`snic_core::node::NodeCore::place`]), the node asks the driver
+//! to have that peer host the packets' DAG ([`PoolRequest::Place`], a remote launch); the
+//! packets wait meanwhile. The answer ([`Node::pool_placed`] / [`Node::pool_place_failed`])
+//! starts the redirect, or lets the packets take the next step of the launch order (the agent
+//! does not ask a peer that refused again until it reports anew). Each epoch the agent may bring
+//! a chain home ([`PoolAct::MoveBack`]: home has had room a whole MONITOR_PERIOD): the redirect
+//! stops, the chain's next packets launch it here, and the driver tells the peer it may stop
+//! hosting ([`PoolRequest::Unhost`]). A peer that dies: its chains run here again.
+//!
+//! Pool addresses (the agent's, the membership's) and data addresses (where redirected packets
+//! go) differ: the answer to a placement gives the peer's data address.
+
+use super::{Backend, Node};
+use crate::elastic::EventKind;
+use crate::node::elastic::OnDemand;
+use snic_core::ids::{ChainId, DagUid};
+use snic_core::pool::redirect::SHARE_ALL;
+use snic_core::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct};
+use snic_core::time::Instant;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// What the node asks of its driver (which talks to the pool).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolRequest {
+    /// Ask the member at pool address `peer` to host DAG `dag` (the MAT's UID) — its packets
+    /// enter it at step `pos`, for chain `chain` — and answer with [`Node::pool_placed`] or
+    /// [`Node::pool_place_failed`] (with `chain`, `route` as given).
+    Place {
+        /// The chain that needs a region.
+        chain: ChainId,
+        /// This node's route the packets were on.
+        route: u32,
+        /// The DAG.
+        dag: DagUid,
+        /// The step its packets enter on the peer.
+        pos: u8,
+        /// The peer's pool address.
+        peer: SocketAddr,
+    },
+    /// The member at pool address `peer` no longer needs to host its DAG `hosted` for this
+    /// node (the chain came home).
+    Unhost {
+        /// The peer's pool address.
+        peer: SocketAddr,
+        /// Its number for the DAG.
+        hosted: u32,
+    },
+}
+
+/// A DAG a peer hosts for this node because the agent placed its chain there.
+#[derive(Debug, Clone, Copy)]
+struct PlacedDag {
+    chain: ChainId,
+    route: u32,
+    /// The peer's pool address, its data address, its number for the DAG.
+    peer: SocketAddr,
+    data: SocketAddr,
+    hosted: u32,
+}
+
+/// Placements under way and done.
+#[derive(Default)]
+pub(crate) struct Placements {
+    /// Asked, not answered: (chain, route, peer).
+    placing: Vec<(ChainId, u32, SocketAddr)>,
+    placed: Vec<PlacedDag>,
+    requests: VecDeque<PoolRequest>,
+    acts: Vec<PoolAct>,
+}
+
+impl Placements {
+    /// True while a placement of `chain` is asked and not answered.
+    pub(crate) fn placing(&self, chain: ChainId) -> bool {
+        self.placing.iter().any(|p| p.0 == chain)
+    }
+}
+
+impl<B: Backend> Node<B> {
+    /// The pool's links: this node's hop distance to each peer (pool addresses).
+    pub fn set_pool_hops(&mut self, hops: impl IntoIterator<Item = (SocketAddr, u32)>) {
+        self.core.pool.set_hops(hops);
+    }
+
+    /// A member's load report (`from`: its pool address).
+    pub fn pool_report(&mut self, from: SocketAddr, report: LoadReport) {
+        let now = self.clock.now();
+        self.core.pool.handle_report(now, from, report);
+    }
+
+    /// A membership change: a peer that went down loses what it ran for this node, which runs
+    /// here again (or on another peer).
+    pub fn pool_member(&mut self, event: MemberEvent) {
+        let mut acts = std::mem::take(&mut self.pool.place.acts);
+        self.core.pool.handle_member(event, &mut acts);
+        self.pool_acts(&mut acts);
+        self.pool.place.acts = acts;
+    }
+
+    /// What the node asks of the pool, oldest first.
+    pub fn poll_pool(&mut self) -> Option<PoolRequest> {
+        self.pool.place.requests.pop_front()
+    }
+
+    /// The pool agent, as the node's core has it (peers, their reports, what runs where).
+    pub fn pool_agent(&self) -> &snic_core::pool::PoolAgent {
+        &self.core.pool
+    }
+
+    /// The peer at pool address `peer` (data address `data`) hosts `route`'s DAG as `hosted`:
+    /// `chain`'s packets on that route go there from now, those that waited first.
+    pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32) {
+        let now = self.clock.now();
+        self.pool.place.placing.retain(|p| !(p.0 == chain && p.1 == route));
+        if !self.is_live(chain) {
+            // It went away meanwhile: the peer need not host it.
+            self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted });
+            return;
+        }
+        self.pool.redirects.set_route(route, data, hosted);
+        self.redirect_chain(chain, data, SHARE_ALL);
+        self.pool.place.placed.push(PlacedDag { chain, route, peer, data, hosted });
+        let key = self.chain_key(chain);
+        self.core.pool.placed(now, key, peer);
+        self.elastic.stats.remote_launches += 1;
+        self.record(now, chain, None, EventKind::Placed { peer: data }, 0);
+        self.release_waiting(Some(chain), now);
+    }
+
+    /// The peer at pool address `peer` did not host `route`'s DAG for `chain` (it refused, or
+    /// did not answer): the agent does not ask it again until it reports anew, and the packets
+    /// that waited take the next step of the launch order.
+    pub fn pool_place_failed(&mut self, chain: ChainId, route: u32, peer: SocketAddr) {
+        let now = self.clock.now();
+        self.pool.place.placing.retain(|p| !(p.0 == chain && p.1 == route));
+        self.core.pool.refused(peer);
+        self.elastic.stats.remote_refusals += 1;
+        self.record(now, chain, None, EventKind::PlaceRefused { peer }, 0);
+        self.release_waiting(Some(chain), now);
+    }
+
+    /// `chain`'s pool-wide key (its NTs' names).
+    fn chain_key(&self, chain: ChainId) -> ChainKey {
+        ChainKey::of_names(self.core.meter.chain_names(chain))
+    }
+
+    /// The whole launch order for `chain`, which packets on `route` need at step `pos`: this
+    /// node's regions, then (with the pool's key and datagram framing) a peer, which is asked
+    /// to host the DAG while the packets wait.
+    pub(super) fn place(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> Result<snic_core::launcher::Decision, OnDemand> {
+        if self.pool.place.placing(chain) {
+            return Err(OnDemand::Wait);
+        }
+        let pooled = self.pool.key.is_some() && self.framing == crate::backend::Framing::Datagram;
+        let placement = if pooled {
+            let key = self.chain_key(chain);
+            self.core.place(chain, key, now)
+        } else {
+            Placement::Here(self.core.elastic.on_demand(chain, now, false))
+        };
+        let peer = match placement {
+            Placement::Here(d) => return Ok(d),
+            Placement::Peer(peer) => peer,
+        };
+        let Some(dag) = self.dags.uid_arriving_as(route) else { return Err(OnDemand::Nothing) };
+        self.pool.place.placing.push((chain, route, peer));
+        self.pool.place.requests.push_back(PoolRequest::Place { chain, route, dag, pos, peer });
+        self.record(now, chain, None, EventKind::PlaceAsked { peer }, 0);
+        Err(OnDemand::Wait)
+    }
+
+    /// Carries out the agent's decisions: chains that come home, chains whose peer died.
+    pub(super) fn pool_acts(&mut self, acts: &mut Vec<PoolAct>) {
+        let now = self.clock.now();
+        for act in acts.drain(..) {
+            let (PoolAct::MoveBack { key, peer } | PoolAct::Lost { key, peer }) = act;
+            let (went, kept): (Vec<PlacedDag>, Vec<PlacedDag>) =
+                std::mem::take(&mut self.pool.place.placed).into_iter().partition(|p| p.peer == peer && self.chain_key(p.chain) == key);
+            self.pool.place.placed = kept;
+            for p in went {
+                self.pool.redirects.clear_route(p.route, p.data);
+                if !self.pool.place.placed.iter().any(|q| q.chain == p.chain) {
+                    self.stop_redirect(p.chain);
+                }
+                let kind = match act {
+                    PoolAct::MoveBack { .. } => {
+                        self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted: p.hosted });
+                        self.elastic.stats.moves_back += 1;
+                        EventKind::MovedBack { peer: p.data }
+                    }
+                    PoolAct::Lost { .. } => EventKind::PeerLost { peer: p.data },
+                };
+                self.record(now, p.chain, None, kind, 0);
+            }
+            if matches!(act, PoolAct::MoveBack { .. }) {
+                self.core.pool.home(key);
+            }
+        }
+    }
+
+    /// The epoch's pool decisions (after the elasticity policy's).
+    pub(super) fn pool_epoch(&mut self) {
+        let mut acts = std::mem::take(&mut self.pool.place.acts);
+        self.core.pool_acts(&mut acts);
+        if !acts.is_empty() {
+            self.pool_acts(&mut acts);
+        }
+        self.pool.place.acts = acts;
+    }
+}
