@@ -1,16 +1,17 @@
 //! Elastic NTs in the node, on a virtual clock: pre-launch, on-demand launch with buffering,
-//! stop-and-launch with NT state saved and restored, the victim cache, and auto-scaling — with
+//! stop-and-launch with NT state saved and restored, the victim cache, auto-scaling and placement on the pool (remote launch, move back) — with
 //! every packet checked for loss and for order within its flow.
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::launcher::RegionState;
 use snic_core::mat::Mat;
+use snic_core::pool::{LoadReport, MemberEvent};
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
 use snic_dataplane::node::LaunchError;
-use snic_dataplane::node::ManualClock;
+use snic_dataplane::node::{ManualClock, PoolRequest};
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
@@ -18,6 +19,7 @@ use snic_nt::NtSpec;
 use snic_perf::testbed::dag_rule;
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
+use snic_wire::redirect::{RedirectRepr, HEADER_LEN};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -35,6 +37,8 @@ struct Bed {
     seen: HashMap<(u32, u16), u32>,
     delivered: HashMap<u32, u64>,
     sent: HashMap<u32, u64>,
+    /// Packets redirected to each peer (counted as delivered too: the peer runs them).
+    redirected: HashMap<SocketAddr, u64>,
 }
 
 fn engine(pps: u64) -> NtSpec {
@@ -75,7 +79,15 @@ impl Bed {
                 }
             }
         }
-        Bed { node, clock, seq: HashMap::new(), seen: HashMap::new(), delivered: HashMap::new(), sent: HashMap::new() }
+        Bed {
+            node,
+            clock,
+            seq: HashMap::new(),
+            seen: HashMap::new(),
+            delivered: HashMap::new(),
+            sent: HashMap::new(),
+            redirected: HashMap::new(),
+        }
     }
 
     /// One packet of flow `sport` on chain `i`, its sequence number in the payload.
@@ -101,8 +113,16 @@ impl Bed {
             }
             std::thread::yield_now();
         }
-        for (bytes, _) in std::mem::take(&mut self.node.backend_mut().tx) {
-            let vni = parse_vxlan(&bytes).unwrap();
+        for (sent, dst) in std::mem::take(&mut self.node.backend_mut().tx) {
+            // A redirected packet: the VXLAN datagram behind the header.
+            let bytes = match RedirectRepr::parse(&sent) {
+                Ok(_) => {
+                    *self.redirected.entry(dst).or_insert(0) += 1;
+                    &sent[HEADER_LEN..]
+                }
+                Err(_) => &sent[..],
+            };
+            let vni = parse_vxlan(bytes).unwrap();
             let inner = parse_inner(&bytes[8..]).unwrap();
             let n = bytes.len();
             let seq = u32::from_be_bytes(bytes[n - 4..].try_into().unwrap());
@@ -458,4 +478,77 @@ fn a_dag_in_its_compact_form_waits_for_its_compact_route_when_replaced() {
     b.idle(5);
     assert_eq!(b.lost(0), 0);
     assert!(!b.node.dag_switching(DagUid(1)));
+}
+
+/// The pool's members, by pool address, and the data address each answers a placement with.
+fn member(i: u8) -> (SocketAddr, SocketAddr) {
+    (SocketAddr::from(([198, 51, 100, i], 7946)), SocketAddr::from(([198, 51, 100, i], 4789)))
+}
+
+fn report(seq: u64, free: u16) -> LoadReport {
+    LoadReport { gen: 1, seq, free_regions: free, ..Default::default() }
+}
+
+/// The node's side of the pool on the virtual clock (paper §4.3, §5): one region, held by busy
+/// chain 0. Chain 1's packets find no room: the node asks the member with the most free
+/// regions to host it, once, while the packets wait; that member refuses and the next is
+/// asked; it hosts, and the waiting packets are redirected to it, none lost, in order. While
+/// home has no room the chain stays there; chain 0 going idle gives room, and a whole
+/// MONITOR_PERIOD later chain 1 comes home (the peer told to unhost), its packets run here,
+/// none lost. Placed again, its peer dies: it runs here again.
+#[test]
+fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_lasts() {
+    let mut b = Bed::new(ElasticConfig { regions: 1, autoscale: true, ..cfg(1, 0) }, vec![vec![engine(1_000_000)]; 2], true);
+    b.node.set_pool_secret(Some(b"a pool secret of 32 bytes, more!"));
+    let (m1, m2) = (member(1), member(2));
+    for (m, free) in [(m1, 1), (m2, 3)] {
+        b.node.pool_member(MemberEvent::Up(m.0));
+        b.node.pool_report(m.0, report(1, free));
+    }
+    b.run(0, 10, 2, 3);
+    // 1. No room for chain 1: the member with the most free regions is asked, once.
+    b.run(1, 5, 2, 1);
+    let Some(PoolRequest::Place { chain, route, dag, pos, peer }) = b.node.poll_pool() else { panic!("a remote launch is asked") };
+    assert_eq!((chain, dag, pos, peer), (ChainId(1), DagUid(2), 0, m2.0));
+    b.run(1, 5, 2, 2);
+    assert_eq!(b.node.poll_pool(), None, "asked once while its packets wait");
+    assert_eq!(b.delivered.get(&101), None, "they wait for the answer");
+    // 2. It refuses: the next member is asked.
+    b.node.pool_place_failed(chain, route, m2.0);
+    b.run(0, 10, 2, 1);
+    let Some(PoolRequest::Place { peer, .. }) = b.node.poll_pool() else { panic!("the next member is asked") };
+    assert_eq!(peer, m1.0);
+    // 3. It hosts: every waiting packet and those after go there, in order.
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    for _ in 0..8 {
+        b.run(0, 10, 2, 1);
+        b.run(1, 5, 2, 1);
+    }
+    assert_eq!(b.lost(1), 0);
+    assert_eq!(b.redirected.get(&m1.1).copied(), b.sent.get(&101).copied(), "all of chain 1's packets ran on the peer");
+    assert!(b.kinds().contains(&(1, EventKind::Placed { peer: m1.1 })));
+    assert_eq!(b.node.poll_pool(), None, "no room at home: it stays");
+    // 4. Chain 0 stops: its region frees (a victim), and after a whole MONITOR_PERIOD of room
+    // chain 1 comes home: the peer is told, the packets run here.
+    let at_peer = b.redirected[&m1.1];
+    b.run(1, 5, 2, 30);
+    assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 5 }));
+    assert!(b.kinds().contains(&(1, EventKind::MovedBack { peer: m1.1 })));
+    b.run(1, 5, 2, 5);
+    assert_eq!(b.lost(1), 0, "none lost moving back");
+    assert!(b.delivered[&101] > b.redirected[&m1.1], "chain 1 runs at home");
+    assert!(b.redirected[&m1.1] >= at_peer);
+    // 5. Chain 0 comes back and takes the region (chain 1 idles into a victim, which makes
+    // way); chain 1 is placed again, then its peer dies: it runs here again.
+    b.run(0, 10, 2, 20);
+    b.node.pool_report(m1.0, report(2, 1));
+    b.node.pool_report(m2.0, report(2, 0));
+    b.run(1, 5, 2, 1);
+    let Some(PoolRequest::Place { route, peer, .. }) = b.node.poll_pool() else { panic!("placed again") };
+    assert_eq!(peer, m1.0, "the member with a free region");
+    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 6);
+    b.run(1, 5, 2, 2);
+    b.node.pool_member(MemberEvent::Down(m1.0));
+    assert!(b.kinds().contains(&(1, EventKind::PeerLost { peer: m1.1 })));
+    assert!(b.node.redirects().next().is_none(), "no redirect to a dead peer");
 }

@@ -936,7 +936,9 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
 fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns() {
     let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("auto{i}"))).collect();
     let section = pool_section(&dirs[0].0);
-    let elastic = "elastic: {enabled: true, autoscale: true}\n";
+    // (A MONITOR_PERIOD of 1 s: green's sender, paused by a loaded machine, does not lose its
+    // region for it.)
+    let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
     let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}", section("")));
     let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}", section(&a.pool.unwrap().to_string())));
     // A knows B's load (free regions) before blue needs a region.
@@ -1008,6 +1010,8 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
     assert_eq!(last, a.data, "blue came home once A had room");
     let va = status_until(&a.api, |v| v["redirects"].as_array().is_some_and(|r| r.is_empty()) && events(v, "moved back"));
     assert!(events(&va, "moved back from peer"), "{}", va["elastic"]["events"]);
+    let counter = |name: &str| va["elastic"]["counters"].as_array().and_then(|c| c.iter().find(|c| c[0] == name)).map(|c| c[1].clone());
+    assert_eq!((counter("remote_launches"), counter("moves_back")), (Some(1.into()), Some(1.into())), "{}", va["elastic"]);
     let vb = status_until(&b.api, |v| v["hosted"].as_array().is_some_and(|h| h.is_empty()));
     assert_eq!(vb["hosted"].as_array().map(Vec::len), Some(0), "B no longer hosts blue: {}", vb["hosted"]);
     assert_eq!(stop(a), 0);

@@ -1035,6 +1035,9 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("region_shortfalls", policy.shortfalls()),
             ("rechains", st.rechains),
             ("moves", st.moves),
+            ("remote_launches", st.remote_launches),
+            ("remote_refusals", st.remote_refusals),
+            ("moves_back", st.moves_back),
         ],
         events: events
             .map(|ev| EventSnap {
