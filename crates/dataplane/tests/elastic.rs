@@ -1,6 +1,7 @@
 //! Elastic NTs in the node, on a virtual clock: pre-launch, on-demand launch with buffering,
-//! stop-and-launch with NT state saved and restored, the victim cache, auto-scaling and placement on the pool (remote launch, move back) — with
-//! every packet checked for loss and for order within its flow.
+//! stop-and-launch with NT state saved and restored, the victim cache, auto-scaling and
+//! placement on the pool (remote launch, move back) — with every packet checked for loss and
+//! for order within its flow.
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};

@@ -5,14 +5,23 @@
 
 use std::process::Command;
 
+/// `snic ARGS`, which must succeed: its JSON lines.
+fn bench_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(args).output().expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// `snic ARGS`, which must fail: its stderr.
+fn bench_refuses(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(args).output().expect("snic runs");
+    assert!(!out.status.success(), "{args:?} succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn chain_modes_cut_the_sequence_as_stated() {
-    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
-        .args(["bench", "chain", "--nts", "2,5", "--pps", "20000", "--seconds", "0.2", "--json"])
-        .output()
-        .expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "chain", "--nts", "2,5", "--pps", "20000", "--seconds", "0.2", "--json"]);
     assert_eq!(runs.len(), 8);
     for r in &runs {
         let (n, chains, visits) = (r["nts"].as_u64().unwrap(), r["chains"].as_u64().unwrap(), r["visits"].as_u64().unwrap());
@@ -27,15 +36,12 @@ fn chain_modes_cut_the_sequence_as_stated() {
         assert!(r["delivered"].as_u64().unwrap() > 0, "{r}");
         assert!(r["p50_ns"].as_u64().unwrap() <= r["p99_ns"].as_u64().unwrap(), "{r}");
     }
-    let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "chain", "--nts", "1"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("at least 2"));
+    assert!(bench_refuses(&["bench", "chain", "--nts", "1"]).contains("at least 2"));
 }
 
 #[test]
 fn launch_cost_is_reported_per_chain() {
-    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "3", "--json"]).output().expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "launch", "--runs", "3", "--json"]);
     let cases = ["build", "warm", "on_demand", "context_switch", "victim_resume"];
     let got: Vec<(&str, &str)> = runs.iter().map(|r| (r["chain"].as_str().unwrap(), r["case"].as_str().unwrap())).collect();
     let mut want: Vec<(&str, &str)> = ["dummy", "vpc"].iter().flat_map(|c| cases.iter().map(move |k| (*c, *k))).collect();
@@ -48,19 +54,14 @@ fn launch_cost_is_reported_per_chain() {
     // An emulated 3 ms reconfiguration: a packet that needs a launch waits at least that long,
     // on any machine. (That a victim's packet does not wait for one is a property of the
     // launcher, checked on the virtual clock in crates/dataplane/tests/elastic.rs.)
-    let out =
-        Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "launch", "--runs", "1", "--json", "--delay-ms", "3"]).output().unwrap();
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "launch", "--runs", "1", "--json", "--delay-ms", "3"]);
     let p50 = |case: &str| runs.iter().find(|r| r["chain"] == "dummy" && r["case"] == case).unwrap()["p50_ns"].as_u64().unwrap();
     assert!(p50("on_demand") >= 3_000_000 && p50("context_switch") >= 3_000_000, "{runs:?}");
 }
 
 #[test]
 fn scale_bench_puts_autoscaling_between_static_max_and_static_avg() {
-    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "scale", "--json"]).output().expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "scale", "--json"]);
     let get = |scheme: &str| runs.iter().find(|r| r["scheme"] == scheme).unwrap_or_else(|| panic!("{scheme}: {runs:?}")).clone();
     let (max, avg, auto) = (get("static-max"), get("static-avg"), get("autoscale"));
     let f = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap();
@@ -77,12 +78,7 @@ fn scale_bench_puts_autoscaling_between_static_max_and_static_avg() {
 
 #[test]
 fn parallel_bench_reports_every_mode_with_its_stages() {
-    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
-        .args(["bench", "parallel", "--json", "--nts", "1,4", "--seconds", "0.2", "--workers", "1"])
-        .output()
-        .expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "parallel", "--json", "--nts", "1,4", "--seconds", "0.2", "--workers", "1"]);
     let got: Vec<(u64, &str, u64)> =
         runs.iter().map(|r| (r["nts"].as_u64().unwrap(), r["mode"].as_str().unwrap(), r["stages"].as_u64().unwrap())).collect();
     assert_eq!(got, [(1, "parallel", 1), (1, "half", 1), (1, "sequential", 1), (4, "parallel", 1), (4, "half", 2), (4, "sequential", 4)]);
@@ -90,24 +86,17 @@ fn parallel_bench_reports_every_mode_with_its_stages() {
         assert!(r["delivered"].as_u64().unwrap() > 0, "{r}");
         assert!(r["p50_ns"].as_u64().unwrap() >= 5000, "each NT costs 5 µs, a lower bound on any machine: {r}");
     }
-    let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "parallel", "--nts", "9"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("1 to 8"));
+    assert!(bench_refuses(&["bench", "parallel", "--nts", "9"]).contains("1 to 8"));
 }
 
 #[test]
 fn redirect_bench_carries_packets_through_both_paths() {
-    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
-        .args(["bench", "redirect", "--seconds", "0.2", "--rate", "2000", "--chain", "dummy", "--json"])
-        .output()
-        .expect("snic runs");
-    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
-    let runs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let runs = bench_json(&["bench", "redirect", "--seconds", "0.2", "--rate", "2000", "--chain", "dummy", "--json"]);
     let paths: Vec<&str> = runs.iter().map(|r| r["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["local", "redirected"]);
     for r in &runs {
         // Stamped packets crossed the path (redirected: sealed at home, verified at the peer).
         assert!(r["latency_samples"].as_u64().unwrap() > 0 && r["delivered_mpps"].as_f64().unwrap() > 0.0, "{r}");
     }
-    let bad = Command::new(env!("CARGO_BIN_EXE_snic")).args(["bench", "redirect", "--chain", "vpc"]).output().unwrap();
-    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("unknown chain"));
+    assert!(bench_refuses(&["bench", "redirect", "--chain", "vpc"]).contains("unknown chain"));
 }

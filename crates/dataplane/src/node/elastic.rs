@@ -285,9 +285,12 @@ impl<B: Backend> Node<B> {
             // SAFETY: the dispatcher owns waiting packets.
             let (_, d) = unsafe { self.slots.get(idx) };
             let at = self.sched.chain_at(d.walk.dag, d.walk.pos);
-            // (A chain a peer is asked to host waits for the answer.)
-            let placing = at.is_some_and(|c| self.pool.place.placing(c));
-            if (chain.is_some() && at != chain) || (chain.is_none() && placing) {
+            let stays = match chain {
+                Some(_) => at != chain,
+                // (A chain a peer is asked to host waits for the answer.)
+                None => at.is_some_and(|c| self.pool.place.placing(c)),
+            };
+            if stays {
                 self.elastic.waiting.push_back(idx);
                 continue;
             }

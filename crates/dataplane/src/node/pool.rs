@@ -153,8 +153,7 @@ impl<B: Backend> Node<B> {
         if self.pool.place.placing(chain) {
             return Err(OnDemand::Wait);
         }
-        let pooled = self.pool.key.is_some() && self.framing == crate::backend::Framing::Datagram;
-        let placement = if pooled {
+        let placement = if self.pooled() {
             let key = self.chain_key(chain);
             self.core.place(chain, key, now)
         } else {

@@ -80,8 +80,14 @@ impl<B: Backend> Node<B> {
         self.update_pool_on();
     }
 
+    /// True if this node can send packets to its peers and take theirs: a pool key, and
+    /// datagram framing.
+    pub(super) fn pooled(&self) -> bool {
+        self.pool.key.is_some() && self.framing == Framing::Datagram
+    }
+
     fn update_pool_on(&mut self) {
-        self.pool.on = self.pool.key.is_some() && self.framing == Framing::Datagram && self.pool.redirects.active();
+        self.pool.on = self.pooled() && self.pool.redirects.active();
     }
 
     /// Sends chain `chain`'s packets — `share` of its flows, in 1/1024ths of all

@@ -112,13 +112,6 @@ impl PoolLink {
     }
 }
 
-impl Clone for PoolLink {
-    fn clone(&self) -> Self {
-        let wake = self.wake.try_clone().expect("a UDP socket's descriptor duplicates");
-        PoolLink { cmds: self.cmds.clone(), wake, addr: self.addr }
-    }
-}
-
 /// The unspecified IP of `a` replaced by `ip` (a socket bound to all addresses is reached at
 /// the one its datagrams come from).
 fn reachable(a: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {

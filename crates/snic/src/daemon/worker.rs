@@ -408,10 +408,8 @@ fn pool_work(node: &mut Node<UdpBackend>, plan: &Plan, link: Option<&PoolLink>, 
                 let d = plan.dags.iter().find(|d| d.uid == dag);
                 let req = d.and_then(|d| plan.host_request(&d.name)).map(|r| HostRequest { entry: pos as usize, ..r });
                 match (link, req) {
-                    (Some(l), Some(req)) => {
-                        tracing::info!(chain = chain_name(node, chain), dag = req.dag, peer = %peer, "pool: no room here; asking a peer to host the chain's DAG");
-                        placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) });
-                    }
+                    // (The node's events say what happens, in the log too: `log_news`.)
+                    (Some(l), Some(req)) => placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) }),
                     _ => node.pool_place_failed(chain, route, peer),
                 }
             }
@@ -429,10 +427,7 @@ fn pool_work(node: &mut Node<UdpBackend>, plan: &Plan, link: Option<&PoolLink>, 
             Err(mpsc::TryRecvError::Disconnected) => Err("the pool thread has stopped".into()),
         };
         match answer {
-            Ok((data, hosted)) => {
-                tracing::info!(chain = chain_name(node, p.chain), peer = %data, hosted, "pool: a peer hosts the chain; redirecting to it");
-                node.pool_placed(p.chain, p.route, p.peer, data, hosted);
-            }
+            Ok((data, hosted)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted),
             Err(e) => {
                 tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
                 node.pool_place_failed(p.chain, p.route, p.peer);
