@@ -9,9 +9,11 @@
 #
 # Per round, JSON lines: `place_ms` (the first blue packet after blue lost its region: sent to
 # delivered, through the remote launch), `redirected_p50_us` (blue's packets while on B),
-# `back_ms` (the first blue packet served at home again: sent to delivered, through the local
-# launch — the move-back pause a packet sees), `home_p50_us`, and `lost` (blue packets that never
-# arrived). Then the medians over the rounds.
+# `back_ms` (the first blue packet served at home again: sent to delivered, through the state
+# coming home from B and the local launch — the move-back pause a packet sees), `pause_ms` (the
+# pause as A measures it: from the move-back decision, when blue's packets start to wait, to B's
+# state restored; A's `moved back` event), `with_state` (the event says the state came),
+# `home_p50_us`, and `lost` (blue packets that never arrived). Then the medians over the rounds.
 #
 #   scripts/bench-auto-place.sh [SNIC] [ROUNDS]     (defaults: target/release/snic, 5)
 set -euo pipefail
@@ -124,9 +126,11 @@ with tempfile.TemporaryDirectory() as tmp:
             green_on.clear()
             back, at_a, lost_a = phase(a_data)
             lost = lost_a + lost_b
+            evs = [e for e in call("GET", a + "/v1/status")["elastic"]["events"] if "moved back from peer" in e["event"]]
             row = {"bench": "auto_place", "round": r, "place_ms": first * 1e3 if first else None,
                    "redirected_p50_us": statistics.median(at_b[1:]) * 1e6 if len(at_b) > 1 else None,
                    "back_ms": back * 1e3 if back else None,
+                   "pause_ms": evs[-1]["took_us"] / 1e3 if evs else None, "with_state": bool(evs) and "with its state" in evs[-1]["event"],
                    "home_p50_us": statistics.median(at_a[1:]) * 1e6 if len(at_a) > 1 else None, "lost": lost}
             print(json.dumps(row), flush=True)
             rows.append(row)
@@ -135,7 +139,7 @@ with tempfile.TemporaryDirectory() as tmp:
             until(lambda: any(r["state"] == "running" and r["chain"][0] == "green-counter" for r in regions()))
         med = lambda k: statistics.median([x[k] for x in rows if x[k] is not None]) if any(x[k] is not None for x in rows) else None
         print(json.dumps({"bench": "auto_place", "rounds": rounds, "place_ms": med("place_ms"), "redirected_p50_us": med("redirected_p50_us"),
-                          "back_ms": med("back_ms"), "home_p50_us": med("home_p50_us"), "lost": sum(x["lost"] for x in rows)}))
+                          "back_ms": med("back_ms"), "pause_ms": med("pause_ms"), "with_state": sum(x["with_state"] for x in rows), "home_p50_us": med("home_p50_us"), "lost": sum(x["lost"] for x in rows)}))
         stop.set()
         for t in threads: t.join()
     finally:

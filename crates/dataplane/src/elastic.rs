@@ -105,11 +105,21 @@ pub enum EventKind {
         /// The peer.
         peer: SocketAddr,
     },
-    /// Home had room a whole MONITOR_PERIOD: the chain runs here again, no longer on the peer
-    /// (its data address).
+    /// Home had room a whole MONITOR_PERIOD: the chain comes home from the peer (its data
+    /// address). Its packets stop going there and wait here for its NTs' state.
+    MovingBack {
+        /// The peer.
+        peer: SocketAddr,
+    },
+    /// The chain runs here again, no longer on the peer (its data address); `took_ns` is the
+    /// pause (its packets waited from [`EventKind::MovingBack`] to now). `restored`: the state
+    /// entries (NAT flows, counts) its NTs took from the peer's; `None`: the state did not come
+    /// (the peer did not answer, or died) and the chain starts afresh.
     MovedBack {
         /// The peer.
         peer: SocketAddr,
+        /// State entries restored.
+        restored: Option<u32>,
     },
     /// The peer (its data address) running the chain died: it runs here again.
     PeerLost {
@@ -204,6 +214,7 @@ impl ElasticStats {
             | EventKind::PlaceAsked { .. }
             | EventKind::Placed { .. }
             | EventKind::PlaceRefused { .. }
+            | EventKind::MovingBack { .. }
             | EventKind::MovedBack { .. }
             | EventKind::PeerLost { .. } => {}
         }

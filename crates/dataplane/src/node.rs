@@ -306,6 +306,7 @@ struct RxQueues {
 }
 
 mod fork;
+mod handback;
 
 mod elastic;
 mod placement;
@@ -314,6 +315,7 @@ mod rechain;
 mod redirect;
 mod retire;
 use elastic::OnDemand;
+pub use handback::ChainState;
 pub use placement::{MoveError, PLACEMENT_PERIOD};
 pub use pool::PoolRequest;
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};

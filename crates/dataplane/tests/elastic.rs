@@ -12,7 +12,7 @@ use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
 use snic_dataplane::node::LaunchError;
-use snic_dataplane::node::{ManualClock, PoolRequest};
+use snic_dataplane::node::{ChainState, ManualClock, PoolRequest};
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
@@ -22,7 +22,7 @@ use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
 use snic_wire::redirect::{RedirectRepr, HEADER_LEN};
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,11 +40,18 @@ struct Bed {
     sent: HashMap<u32, u64>,
     /// Packets redirected to each peer (counted as delivered too: the peer runs them).
     redirected: HashMap<SocketAddr, u64>,
+    /// When set, the NAT mapping every flow must leave with: public port → the flow's source
+    /// port (its order is checked under that); a packet that leaves SNATed on another port
+    /// fails the test.
+    nat_ports: HashMap<u16, u16>,
 }
 
 fn engine(pps: u64) -> NtSpec {
     NtSpec::Synthetic(SyntheticConfig::declared(pps, false))
 }
+
+/// The public address of [`nat`].
+const NAT_PUBLIC: [u8; 4] = [203, 0, 113, 1];
 
 fn nat() -> NtSpec {
     snic_perf::testbed::snat()
@@ -88,6 +95,7 @@ impl Bed {
             delivered: HashMap::new(),
             sent: HashMap::new(),
             redirected: HashMap::new(),
+            nat_ports: HashMap::new(),
         }
     }
 
@@ -95,8 +103,10 @@ impl Bed {
     fn push(&mut self, i: usize, sport: u16) {
         let vni = 100 + i as u32;
         let seq = self.seq.entry((vni, sport)).or_insert(0);
-        let mut b = snic_perf::testbed::datagram(vni, sport, 4);
+        // The payload: the flow's source port (a NAT rewrites the header's), its sequence.
+        let mut b = snic_perf::testbed::datagram(vni, sport, 6);
         let n = b.len();
+        b[n - 6..n - 4].copy_from_slice(&sport.to_be_bytes());
         b[n - 4..].copy_from_slice(&seq.to_be_bytes());
         *seq += 1;
         *self.sent.entry(vni).or_insert(0) += 1;
@@ -116,18 +126,24 @@ impl Bed {
         }
         for (sent, dst) in std::mem::take(&mut self.node.backend_mut().tx) {
             // A redirected packet: the VXLAN datagram behind the header.
-            let bytes = match RedirectRepr::parse(&sent) {
+            let (bytes, redirected) = match RedirectRepr::parse(&sent) {
                 Ok(_) => {
                     *self.redirected.entry(dst).or_insert(0) += 1;
-                    &sent[HEADER_LEN..]
+                    (&sent[HEADER_LEN..], true)
                 }
-                Err(_) => &sent[..],
+                Err(_) => (&sent[..], false),
             };
             let vni = parse_vxlan(bytes).unwrap();
             let inner = parse_inner(&bytes[8..]).unwrap();
             let n = bytes.len();
             let seq = u32::from_be_bytes(bytes[n - 4..].try_into().unwrap());
-            let key = (vni, inner.key.src_port);
+            let mut sport = inner.key.src_port;
+            if !redirected && !self.nat_ports.is_empty() && inner.key.src == IpAddr::from(NAT_PUBLIC) {
+                let flow = u16::from_be_bytes(bytes[n - 6..n - 4].try_into().unwrap());
+                assert_eq!(self.nat_ports.get(&sport), Some(&flow), "flow {flow} left on port {sport}, not the mapping it had");
+                sport = flow;
+            }
+            let key = (vni, sport);
             if let Some(&last) = self.seen.get(&key) {
                 assert!(seq > last, "flow {key:?}: {seq} after {last}");
             } else {
@@ -533,8 +549,12 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     // chain 1 comes home: the peer is told, the packets run here.
     let at_peer = b.redirected[&m1.1];
     b.run(1, 5, 2, 30);
-    assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 5 }));
-    assert!(b.kinds().contains(&(1, EventKind::MovedBack { peer: m1.1 })));
+    let Some(PoolRequest::Return { chain, peer, hosted, .. }) = b.node.poll_pool() else { panic!("the peer is asked for the chain back") };
+    assert_eq!((chain, peer, hosted), (ChainId(1), m1.0, 5));
+    assert!(b.kinds().contains(&(1, EventKind::MovingBack { peer: m1.1 })));
+    // (Its NTs keep no state: the peer sends none.)
+    b.node.pool_returned(chain, Ok(Vec::new()));
+    assert!(b.kinds().contains(&(1, EventKind::MovedBack { peer: m1.1, restored: Some(0) })));
     b.run(1, 5, 2, 5);
     assert_eq!(b.lost(1), 0, "none lost moving back");
     assert!(b.delivered[&101] > b.redirected[&m1.1], "chain 1 runs at home");
@@ -552,4 +572,107 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.node.pool_member(MemberEvent::Down(m1.0));
     assert!(b.kinds().contains(&(1, EventKind::PeerLost { peer: m1.1 })));
     assert!(b.node.redirects().next().is_none(), "no redirect to a dead peer");
+}
+
+/// Moving home with the NTs' state (paper §5: pause new traffic, migrate state, resume): chain
+/// 1 is a NAT, placed on a peer whose NAT mapped its four flows in reverse order (a NAT started
+/// afresh here would map them otherwise). When it comes home its packets stop going to the
+/// peer and wait, none run here, until the peer's state arrives; restored, every flow leaves
+/// on the port the peer gave it, in order, none lost, and the event gives the pause. Placed
+/// again and coming home again, the peer dies before it answers: the packets do not wait for
+/// a state that will not come, and the event says it came home without it.
+#[test]
+fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping() {
+    use snic_nt::{Ctx, Pkt, PktMeta, HEADROOM};
+    let mut b = Bed::new(ElasticConfig { regions: 1, autoscale: true, ..cfg(1, 0) }, vec![vec![engine(1_000_000)], vec![nat()]], true);
+    b.node.set_pool_secret(Some(b"a pool secret of 32 bytes, more!"));
+    let m1 = member(1);
+    b.node.pool_member(MemberEvent::Up(m1.0));
+    b.node.pool_report(m1.0, report(1, 2));
+    b.run(0, 10, 2, 3);
+    b.run(1, 4, 4, 1);
+    let Some(PoolRequest::Place { chain, route, peer, .. }) = b.node.poll_pool() else { panic!("a remote launch is asked") };
+    assert_eq!((chain, peer), (ChainId(1), m1.0));
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    for _ in 0..4 {
+        b.run(0, 10, 2, 1);
+        b.run(1, 4, 4, 1);
+    }
+    assert_eq!(b.redirected[&m1.1], b.sent[&101], "chain 1 runs on the peer");
+    // The peer's NAT, which ran those flows: 4, 3, 2, 1 in that order.
+    let mut at_peer = snic_nt::build(&nat()).unwrap();
+    for sport in (1..=4u16).rev() {
+        let d = snic_perf::testbed::datagram(101, sport, 4);
+        let mut buf = vec![0u8; HEADROOM + d.len()];
+        buf[HEADROOM..].copy_from_slice(&d);
+        let mut meta =
+            PktMeta { off: HEADROOM as u16, len: d.len() as u16, vni: 101, tenant: TenantId(2), inner: parse_inner(&d[8..]).ok() };
+        at_peer.process(&Ctx::real(snic_core::time::Instant::ZERO), &mut Pkt { buf: &mut buf, meta: &mut meta });
+        b.nat_ports.insert(parse_inner(&buf[HEADROOM + 8..]).unwrap().key.src_port, sport);
+    }
+    assert!(!b.nat_ports.contains_key(&1024) || b.nat_ports[&1024] != 1, "the peer's mapping is not the one a fresh NAT makes");
+    // Chain 0 stops; a whole MONITOR_PERIOD of room later chain 1 comes home.
+    b.run(1, 4, 4, 30);
+    let Some(PoolRequest::Return { chain, key, peer, hosted }) = b.node.poll_pool() else { panic!("the peer is asked for the chain back") };
+    assert_eq!((chain, peer, hosted), (ChainId(1), m1.0, 5));
+    let (sent, redirected) = (b.sent[&101], b.redirected[&m1.1]);
+    b.run(1, 4, 4, 5);
+    assert_eq!(b.delivered[&101], redirected, "its packets wait for the state: none ran here");
+    assert_eq!(b.redirected[&m1.1], redirected, "and none went to the peer");
+    assert!(b.sent[&101] > sent);
+    b.clock.advance(MS);
+    let state = at_peer.save_state(snic_core::time::Instant::ZERO);
+    b.node.pool_returned(chain, Ok(vec![ChainState { key, instances: vec![vec![state]] }]));
+    b.run(1, 4, 4, 10);
+    assert_eq!(b.lost(1), 0, "none lost, every flow on its own port and in order (Bed::poll)");
+    assert!(b.delivered[&101] > redirected, "chain 1 runs at home");
+    let event = |f: fn(&EventKind) -> bool| b.node.elastic().stats().events.iter().find(|e| f(&e.kind)).copied().unwrap();
+    let (moving, back) = (event(|k| matches!(k, EventKind::MovingBack { .. })), event(|k| matches!(k, EventKind::MovedBack { .. })));
+    assert_eq!(back.kind, EventKind::MovedBack { peer: m1.1, restored: Some(4) });
+    assert_eq!(back.took_ns, back.at_ns - moving.at_ns, "the pause: from the decision to the state");
+    assert!(back.took_ns >= 6_000_000);
+    assert_eq!(b.node.elastic().stats().moves_back, 1);
+    // Chain 0's traffic again: chain 1 holds the region, so chain 0 is placed on the peer this
+    // time. Chain 1 idles (room), chain 0 comes home, and its peer dies before it answers.
+    b.run(0, 10, 2, 20);
+    let Some(PoolRequest::Place { chain, route, .. }) = b.node.poll_pool() else { panic!("chain 0 placed") };
+    assert_eq!(chain, ChainId(0));
+    b.node.pool_placed(chain, route, m1.0, m1.1, 6);
+    b.run(0, 10, 2, 40);
+    let r = b.node.poll_pool();
+    assert!(matches!(r, Some(PoolRequest::Return { chain: ChainId(0), hosted: 6, .. })), "{r:?} {:?}", b.kinds());
+    let delivered = b.delivered[&100];
+    b.node.pool_member(MemberEvent::Down(m1.0));
+    b.run(0, 10, 2, 10);
+    assert!(b.kinds().contains(&(0, EventKind::MovedBack { peer: m1.1, restored: None })));
+    assert!(b.delivered[&100] > delivered, "it runs at home");
+    assert_eq!(b.lost(0), 0);
+}
+
+/// The peer's side of a move home: chain 0 (a NAT, on a worker thread) is taken away with its
+/// state while packets are on their way through it. What it had runs to the end, none lost;
+/// once its instance has stopped, its NAT's state comes out, and it holds every flow.
+#[test]
+fn a_chain_exported_finishes_its_packets_then_gives_its_nts_state() {
+    let mut b = Bed::with_workers(cfg(2, 0), vec![vec![nat()], vec![engine(1_000_000)]], true, 1);
+    b.run(0, 8, 4, 3);
+    for k in 0..16 {
+        b.push(0, 1 + k % 4);
+    }
+    while b.node.poll() > 0 {}
+    b.node.remove_dag(DagUid(1));
+    b.node.export_chain(ChainId(0));
+    assert!(!b.node.is_live(ChainId(0)));
+    b.idle(5);
+    assert_eq!(b.lost(0), 0, "what it had ran to the end");
+    let Some((chain, state)) = b.node.poll_exported() else { panic!("the state once its instance stopped") };
+    assert_eq!(chain, ChainId(0));
+    assert_eq!(b.node.poll_exported(), None);
+    assert_eq!(state.instances.len(), 1);
+    let mut fresh = snic_nt::build(&nat()).unwrap();
+    let saved = state.instances[0][0].as_ref().expect("a NAT has state");
+    assert_eq!(fresh.restore_state(saved, snic_core::time::Instant::ZERO), Ok(4), "every flow");
+    // A chain taken away that is not there gives an empty state at once.
+    b.node.export_chain(ChainId(0));
+    assert!(matches!(b.node.poll_exported(), Some((ChainId(0), s)) if s.instances.is_empty()));
 }

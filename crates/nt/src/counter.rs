@@ -2,7 +2,8 @@
 //! shared (`Arc` of relaxed atomics, one writer) so the control plane can read them while the
 //! data plane runs.
 
-use crate::{Ctx, Nt, Pkt, Verdict};
+use crate::{Ctx, Nt, Pkt, StateError, Verdict};
+use snic_core::time::Instant;
 use snic_wire::ip_proto;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -63,13 +64,31 @@ impl Nt for Counter {
         bump(c, 1);
         Verdict::Continue
     }
+
+    /// The counts: a counter that moves keeps counting from where it was.
+    fn save_state(&self, _now: Instant) -> Option<Vec<u8>> {
+        postcard::to_allocvec(&self.stats.fields().map(|c| c.load(Ordering::Relaxed))).ok()
+    }
+
+    fn restore_state(&mut self, state: &[u8], _now: Instant) -> Result<usize, StateError> {
+        let counts: [u64; 6] = postcard::from_bytes(state).map_err(|e| StateError::Malformed("counter", e.to_string()))?;
+        for (c, n) in self.stats.fields().into_iter().zip(counts) {
+            bump(c, n);
+        }
+        Ok(counts.len())
+    }
+}
+
+impl CounterStats {
+    fn fields(&self) -> [&AtomicU64; 6] {
+        [&self.packets, &self.bytes, &self.tcp, &self.udp, &self.icmp, &self.other]
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::testutil::*;
-    use snic_core::time::Instant;
 
     #[test]
     fn counts_by_protocol() {
@@ -84,5 +103,13 @@ mod tests {
         assert_eq!(st.udp.load(Ordering::Relaxed), 1);
         assert_eq!(st.tcp.load(Ordering::Relaxed), 1);
         assert_eq!(st.bytes.load(Ordering::Relaxed), (14 + 20 + 8 + 10) + (14 + 20 + 20));
+        // Moved to another instance that has counted a packet of its own: the counts add up.
+        let mut moved = Counter::new();
+        moved.process(&cx, &mut a.pkt());
+        let state = c.save_state(Instant::ZERO).expect("a counter has state");
+        assert_eq!(moved.restore_state(&state, Instant::ZERO), Ok(6));
+        assert_eq!(moved.stats().packets.load(Ordering::Relaxed), 3);
+        assert_eq!(moved.stats().udp.load(Ordering::Relaxed), 2);
+        assert!(moved.restore_state(&[1], Instant::ZERO).is_err());
     }
 }

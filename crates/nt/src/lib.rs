@@ -175,6 +175,34 @@ pub trait Nt: Send {
     fn is_engine(&self) -> bool {
         false
     }
+
+    /// The NT's state, for another instance of it on another node (a chain moving home from a
+    /// peer, paper §5: pause, migrate state, resume). `None`, the default: nothing worth moving
+    /// (no state, or a cache that refills). Times are saved relative to `now`, so the state
+    /// means the same on a node whose clock started elsewhere. Called off the packet path, on a
+    /// stopped instance.
+    fn save_state(&self, _now: Instant) -> Option<Vec<u8>> {
+        None
+    }
+
+    /// Takes `state`, saved by [`Nt::save_state`] of an instance of the same kind and
+    /// configuration, into this one (merged with what it has: several instances' states may be
+    /// restored into one). Off the packet path. Returns how many entries (flows, counts) it
+    /// took; entries that clash with its own, or do not fit, are left out and not counted.
+    fn restore_state(&mut self, _state: &[u8], _now: Instant) -> Result<usize, StateError> {
+        Err(StateError::Unsupported(self.kind()))
+    }
+}
+
+/// Why an NT could not take a saved state.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The NT keeps no state to restore.
+    #[error("a {0} NT keeps no state to restore")]
+    Unsupported(&'static str),
+    /// The bytes are not a state of this NT.
+    #[error("not a saved {0} state: {1}")]
+    Malformed(&'static str, String),
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@
 //! ICMP errors are passed without rewriting the header they quote.
 
 use crate::firewall::Policy;
-use crate::{Ctx, DropReason, Nt, Pkt, Verdict};
+use crate::{Ctx, DropReason, Nt, Pkt, StateError, Verdict};
 use core::net::{IpAddr, Ipv4Addr};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
@@ -309,6 +309,59 @@ impl Nat {
     }
 }
 
+/// A flow's 5-tuple, as saved.
+#[derive(Serialize, Deserialize)]
+struct SavedKey(IpAddr, IpAddr, u8, u16, u16);
+
+impl From<&FlowKey> for SavedKey {
+    fn from(k: &FlowKey) -> Self {
+        SavedKey(k.src, k.dst, k.proto, k.src_port, k.dst_port)
+    }
+}
+
+impl From<&SavedKey> for FlowKey {
+    fn from(k: &SavedKey) -> Self {
+        FlowKey { src: k.0, dst: k.1, proto: k.2, src_port: k.3, dst_port: k.4 }
+    }
+}
+
+/// A flow, as saved: its keys, the time it has left, its SNAT port.
+#[derive(Serialize, Deserialize)]
+struct SavedFlow {
+    orig: SavedKey,
+    xlat: SavedKey,
+    left_ns: u64,
+    snat_port: Option<u16>,
+}
+
+/// The NAT's state, as saved: its live flows (postcard).
+#[derive(Serialize, Deserialize)]
+struct SavedNat {
+    flows: Vec<SavedFlow>,
+}
+
+impl Nat {
+    /// Takes one saved flow: false if it clashes with a flow here (either key, or its SNAT port)
+    /// or the table is full.
+    fn restore_flow(&mut self, f: &SavedFlow, now: Instant) -> bool {
+        let (orig, xlat) = (FlowKey::from(&f.orig), FlowKey::from(&f.xlat));
+        let rk = xlat.reversed();
+        let ports = port_idx(orig.proto);
+        if self.index.contains_key(&orig) || self.index.contains_key(&rk) || f.snat_port.is_some_and(|p| self.ports[ports].test(p)) {
+            return false;
+        }
+        let Some(i) = self.free.pop() else { return false };
+        if let Some(p) = f.snat_port {
+            self.ports[ports].set(p, true);
+        }
+        let expires = Instant::from_nanos(now.as_nanos().saturating_add(f.left_ns));
+        self.slab[i as usize] = Some(Flow { orig, xlat, expires, snat_port: f.snat_port });
+        self.index.insert(orig, i);
+        self.index.insert(rk, i | REPLY);
+        true
+    }
+}
+
 /// Rewrites the IPv4 addresses and L4 ports of `pkt` from `old` to `new`, fixing checksums.
 fn rewrite(pkt: &mut Pkt<'_>, old: &FlowKey, new: &FlowKey) {
     let inner = pkt.meta.inner.as_mut().expect("caller checked");
@@ -382,6 +435,26 @@ impl Nt for Nat {
             rewrite(pkt, &k, &new);
         }
         Verdict::Continue
+    }
+
+    /// The live flows, each with the time it has left: a moved NAT keeps its mappings, so
+    /// established connections (and their replies) carry on through it.
+    fn save_state(&self, now: Instant) -> Option<Vec<u8>> {
+        let flows = (self.slab.iter().flatten())
+            .filter(|f| f.expires >= now)
+            .map(|f| SavedFlow {
+                orig: (&f.orig).into(),
+                xlat: (&f.xlat).into(),
+                left_ns: f.expires.as_nanos() - now.as_nanos(),
+                snat_port: f.snat_port,
+            })
+            .collect();
+        postcard::to_allocvec(&SavedNat { flows }).ok()
+    }
+
+    fn restore_state(&mut self, state: &[u8], now: Instant) -> Result<usize, StateError> {
+        let saved: SavedNat = postcard::from_bytes(state).map_err(|e| StateError::Malformed("nat", e.to_string()))?;
+        Ok(saved.flows.iter().filter(|f| self.restore_flow(f, now)).count())
     }
 }
 
@@ -517,6 +590,43 @@ mod tests {
             let kb = back.reparse().key;
             proptest::prop_assert_eq!((kb.dst, kb.dst_port), (IpAddr::from([10, 0, 0, host]), sp));
         }
+    }
+
+    #[test]
+    fn a_restored_nat_keeps_the_mappings_replies_and_time_left_and_skips_clashes() {
+        let mut home = Nat::new(snat_cfg(16, default_ports()));
+        let mut out = TestPkt::new("10.0.0.5", "198.51.100.9", tcp(5000, 80, 0x02), 0);
+        home.process(&at(100), &mut out.pkt());
+        let mapped = out.reparse().key;
+        let mut gone = TestPkt::new("10.0.0.6", "198.51.100.9", udp(7, 53), 0);
+        home.process(&at(60), &mut gone.pkt());
+        // Saved at 100 s on one clock: the UDP flow (seen at 60 s, 30 s timeout) has expired.
+        let state = home.save_state(Instant::from_nanos(100_000_000_000)).expect("a NAT has state");
+        // Restored at 5 s on another node's clock, into a NAT that has a flow of its own on the
+        // TCP port the saved flow holds (a clash: left out).
+        let mut peer = Nat::new(snat_cfg(16, PortRange { lo: mapped.src_port, hi: mapped.src_port }));
+        let mut mine = TestPkt::new("10.0.0.9", "192.0.2.1", tcp(9, 9, 0x02), 0);
+        peer.process(&at(5), &mut mine.pkt());
+        assert_eq!(peer.restore_state(&state, Instant::from_nanos(5_000_000_000)), Ok(0), "port clash");
+        let mut fresh = Nat::new(snat_cfg(16, default_ports()));
+        assert_eq!(fresh.restore_state(&state, Instant::from_nanos(5_000_000_000)), Ok(1));
+        assert_eq!(fresh.flows(), 1);
+        // The connection carries on with its mapping, both ways.
+        let mut again = TestPkt::new("10.0.0.5", "198.51.100.9", tcp(5000, 80, 0x10), 0);
+        assert_eq!(fresh.process(&at(6), &mut again.pkt()), Verdict::Continue);
+        assert_eq!(again.reparse().key, mapped);
+        let mut reply = TestPkt::new("198.51.100.9", "203.0.113.1", tcp(80, mapped.src_port, 0x10), 0);
+        assert_eq!(fresh.process(&at(6), &mut reply.pkt()), Verdict::Continue);
+        assert_eq!(reply.reparse().key.dst_port, 5000);
+        // A new flow does not take the moved flow's port.
+        let mut other = TestPkt::new("10.0.0.7", "198.51.100.9", tcp(5000, 80, 0x02), 0);
+        fresh.process(&at(6), &mut other.pkt());
+        assert_ne!(other.reparse().key.src_port, mapped.src_port);
+        // The time left moved too: idle 300 s after 6 s, the flow is gone.
+        let mut late = TestPkt::new("198.51.100.9", "203.0.113.1", tcp(80, mapped.src_port, 0x10), 0);
+        assert_eq!(fresh.process(&at(307), &mut late.pkt()), Verdict::Continue);
+        assert_eq!(late.reparse().key.dst_port, mapped.src_port, "not translated once expired");
+        assert!(matches!(fresh.restore_state(b"\xff\xff\xff", Instant::ZERO), Err(StateError::Malformed("nat", _))));
     }
 
     #[test]

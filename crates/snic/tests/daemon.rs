@@ -931,7 +931,9 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
 /// for: A's pool agent picks B (a member with free regions), B hosts blue's DAG, and blue's
 /// packets — those that waited for the answer too — run on B and reach blue's receiver from B.
 /// Green stops: its chain is descheduled, A has room a whole MONITOR_PERIOD, and blue's chain
-/// comes home — its packets reach the receiver from A again, and B no longer hosts it.
+/// comes home with its NTs' state — its packets reach the receiver from A again, each flow on
+/// the public port B's SNAT gave it (B mapped them in an order a fresh NAT at A would not) —
+/// and B no longer hosts it.
 #[test]
 fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns() {
     let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("auto{i}"))).collect();
@@ -972,23 +974,27 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
     assert!(green_runs(&v), "{}", v["elastic"]);
     let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &all);
     assert_eq!(st, 200, "{v}");
-    // Blue's packets, one at a time: where each is delivered from.
-    let sender_of_blue = |n: usize| -> Vec<SocketAddr> {
+    // Blue's packets of flow `sport`, one at a time: where each is delivered from, and the
+    // public port blue's SNAT gave it.
+    let blue = |sport: u16, n: usize| -> Vec<(SocketAddr, u16)> {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         rb.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut buf = [0u8; 2048];
         (0..n)
             .map(|_| {
-                s.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5001 }), a.data).unwrap();
+                s.send_to(&frame(100, L4Spec::Udp { src_port: sport, dst_port: 5001 }), a.data).unwrap();
                 let (k, from) = rb.recv_from(&mut buf).expect("every blue packet is delivered");
                 let inner = parse_inner(&buf[8..k]).unwrap();
                 assert_eq!(inner.key.src, IpAddr::from([203, 0, 113, 1]), "blue's SNAT ran");
-                from
+                (from, inner.key.src_port)
             })
             .collect()
     };
-    let froms = sender_of_blue(20);
-    assert!(froms.iter().all(|f| *f == b.data), "blue runs on B while A has no room: {froms:?}");
+    // Flow 4001 first, then 4000: B's NAT maps them in that order.
+    let (other, froms) = (blue(4001, 1), blue(4000, 20));
+    assert!(froms.iter().chain(&other).all(|f| f.0 == b.data), "blue runs on B while A has no room: {froms:?}");
+    let port = froms[0].1;
+    assert!(froms.iter().all(|f| f.1 == port) && other[0].1 != port, "one port per flow: {other:?} {froms:?}");
     let va = status_until(&a.api, |v| v["redirects"][0]["peer"] == b.data.to_string().as_str());
     assert_eq!(va["redirects"][0]["peer"], b.data.to_string().as_str(), "{}", va["redirects"]);
     let events = |v: &serde_json::Value, what: &str| {
@@ -1003,8 +1009,11 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
     let home = |v: &serde_json::Value| v["redirects"].as_array().is_some_and(|r| r.is_empty()) && events(v, "moved back from peer");
     let va = status_within(&a.api, Duration::from_secs(30), home);
     assert!(home(&va), "{} {}", va["redirects"], va["elastic"]["events"]);
-    let froms = sender_of_blue(5);
-    assert!(froms.iter().all(|f| *f == a.data), "blue came home once A had room: {froms:?}");
+    let froms = blue(4000, 5);
+    assert!(froms.iter().all(|f| f.0 == a.data), "blue came home once A had room: {froms:?}");
+    assert!(froms.iter().all(|f| f.1 == port), "flow 4000 kept the port B gave it: {froms:?} (was {port})");
+    assert_eq!(blue(4001, 1), vec![(a.data, other[0].1)], "so did flow 4001");
+    assert!(events(&va, "with its state"), "{}", va["elastic"]["events"]);
     let counter = |name: &str| va["elastic"]["counters"].as_array().and_then(|c| c.iter().find(|c| c[0] == name)).map(|c| c[1].clone());
     assert_eq!((counter("remote_launches"), counter("moves_back")), (Some(1.into()), Some(1.into())), "{}", va["elastic"]);
     let vb = status_until(&b.api, |v| v["hosted"].as_array().is_some_and(|h| h.is_empty()));

@@ -94,6 +94,9 @@ impl<B: Backend> Node<B> {
             // A chain going away keeps nothing.
             if self.is_live(chain) {
                 self.save_state(chain, r.into_nts());
+            } else {
+                // (Unless it moves to a peer.)
+                self.exported_nts(chain, r.into_nts());
             }
         }
         self.core.meter.set_active(inst, false);
@@ -101,6 +104,7 @@ impl<B: Backend> Node<B> {
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
         }
+        self.export_if_stopped(chain);
     }
 
     /// Keeps `nts` (a stopped instance's NTs, with their state) for `chain`'s next launch; the
@@ -287,8 +291,9 @@ impl<B: Backend> Node<B> {
             let at = self.sched.chain_at(d.walk.dag, d.walk.pos);
             let stays = match chain {
                 Some(_) => at != chain,
-                // (A chain a peer is asked to host waits for the answer.)
-                None => at.is_some_and(|c| self.pool.place.placing(c)),
+                // (A chain a peer is asked to host waits for the answer, one coming home for
+                // its state.)
+                None => at.is_some_and(|c| self.pool.place.placing(c) || self.pool.handback.returning(c)),
             };
             if stays {
                 self.elastic.waiting.push_back(idx);

@@ -40,8 +40,21 @@ pub enum PoolRequest {
         /// The peer's pool address.
         peer: SocketAddr,
     },
+    /// Chain `chain` comes home: the member at pool address `peer` is to stop hosting its DAG
+    /// `hosted` for this node — running first what it was sent — and send the state of its
+    /// chains' NTs; answer with [`Node::pool_returned`] (the chain's packets wait for it).
+    Return {
+        /// The chain coming home.
+        chain: ChainId,
+        /// Its key: the state of the peer's chain of this key is the chain's.
+        key: ChainKey,
+        /// The peer's pool address.
+        peer: SocketAddr,
+        /// Its number for the DAG.
+        hosted: u32,
+    },
     /// The member at pool address `peer` no longer needs to host its DAG `hosted` for this
-    /// node (the chain came home).
+    /// node (the chain went away while it was being placed).
     Unhost {
         /// The peer's pool address.
         peer: SocketAddr,
@@ -93,6 +106,9 @@ impl<B: Backend> Node<B> {
     /// A membership change: a peer that went down loses what it ran for this node, which runs
     /// here again (or on another peer).
     pub fn pool_member(&mut self, event: MemberEvent) {
+        if let MemberEvent::Down(peer) = event {
+            self.returns_lost(peer);
+        }
         let mut acts = std::mem::take(&mut self.pool.place.acts);
         self.core.pool.handle_member(event, &mut acts);
         self.pool_acts(&mut acts);
@@ -142,7 +158,7 @@ impl<B: Backend> Node<B> {
     }
 
     /// `chain`'s pool-wide key (its NTs' names).
-    fn chain_key(&self, chain: ChainId) -> ChainKey {
+    pub(super) fn chain_key(&self, chain: ChainId) -> ChainKey {
         ChainKey::of_names(self.core.meter.chain_names(chain))
     }
 
@@ -150,7 +166,7 @@ impl<B: Backend> Node<B> {
     /// node's regions, then (with the pool's key and datagram framing) a peer, which is asked
     /// to host the DAG while the packets wait.
     pub(super) fn place(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> Result<snic_core::launcher::Decision, OnDemand> {
-        if self.pool.place.placing(chain) {
+        if self.pool.place.placing(chain) || self.pool.handback.returning(chain) {
             return Err(OnDemand::Wait);
         }
         let placement = if self.pooled() {
@@ -185,9 +201,9 @@ impl<B: Backend> Node<B> {
                 }
                 let kind = match act {
                     PoolAct::MoveBack { .. } => {
-                        self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted: p.hosted });
-                        self.elastic.stats.moves_back += 1;
-                        EventKind::MovedBack { peer: p.data }
+                        self.pool.place.requests.push_back(PoolRequest::Return { chain: p.chain, key, peer, hosted: p.hosted });
+                        self.pool.handback.start_return(p.chain, peer, p.data, now);
+                        EventKind::MovingBack { peer: p.data }
                     }
                     PoolAct::Lost { .. } => EventKind::PeerLost { peer: p.data },
                 };

@@ -38,6 +38,8 @@ pub(crate) struct PoolLink {
     hosted: HostTable,
     /// Placements the pool agent decided: asked, done.
     pub(super) place: super::pool::Placements,
+    /// Chains coming home with their state, and state collected for peers.
+    pub(super) handback: super::handback::Handback,
     /// The per-packet check runs: a key, datagram framing, and a chain redirected.
     pub(crate) on: bool,
 }

@@ -10,9 +10,11 @@
 
 pub mod api;
 pub mod config;
+pub mod handback;
 pub mod metrics;
 pub mod persist;
 pub mod pool;
+mod pool_work;
 pub mod worker;
 
 use anyhow::Context;

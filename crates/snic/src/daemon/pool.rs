@@ -9,7 +9,8 @@
 //! in an agent of its own, for `snic status` only.)
 //!
 //! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
-//! byte (0 membership, 1 load report, 2/3 remote launch and its answer, 4 unhost), the sender's generation and a counter (8 bytes each,
+//! byte (0 membership, 1 load report, 2/3 remote launch and its answer, 4 unhost; 5/6, over
+//! TCP, a DAG given back with its state: [`super::handback`]), the sender's generation and a counter (8 bytes each,
 //! little-endian), the payload, and its HMAC-SHA256 under the secret (32 bytes). A
 //! datagram that is not one, or whose tag does not verify, or that was seen before (a replay:
 //! per sender, an older generation, or a counter already seen or older than the last 64), is
@@ -82,6 +83,9 @@ pub struct PoolLink {
     /// The pool socket, to wake the thread: an empty datagram to itself.
     wake: UdpSocket,
     addr: SocketAddr,
+    /// The pool's key and this node's data address, to move chains home.
+    key: hmac::Key,
+    data: SocketAddr,
 }
 
 impl PoolLink {
@@ -110,6 +114,17 @@ impl PoolLink {
             let _ = self.wake.send_to(&[], self.addr);
         }
     }
+
+    /// Asks the member at pool address `peer` for its DAG `hosted` back, with the state of its
+    /// chains' NTs, without waiting (see [`super::handback`]).
+    pub fn fetch_state(
+        &self,
+        peer: SocketAddr,
+        hosted: u32,
+        wake: Option<snic_dataplane::backend::Waker>,
+    ) -> mpsc::Receiver<super::handback::Returned> {
+        super::handback::fetch(self.key.clone(), self.data, peer, hosted, wake)
+    }
 }
 
 /// The unspecified IP of `a` replaced by `ip` (a socket bound to all addresses is reached at
@@ -126,7 +141,7 @@ const MAX_DATAGRAM: usize = 65_000;
 
 /// Seals `payload` of `kind` into a pool datagram, from a sender of generation `gen`, its
 /// `counter`-th.
-fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: &mut Vec<u8>) {
+pub(super) fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(MAGIC);
     out.push(VERSION);
@@ -140,7 +155,7 @@ fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: 
 
 /// Why a datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Refused {
+pub(super) enum Refused {
     /// Not a pool datagram of this version.
     Malformed,
     /// Its tag does not verify: not from a member of this pool.
@@ -149,15 +164,15 @@ enum Refused {
 
 /// An opened datagram.
 #[derive(Debug, PartialEq, Eq)]
-struct Opened<'a> {
-    kind: u8,
+pub(super) struct Opened<'a> {
+    pub(super) kind: u8,
     gen: u64,
     counter: u64,
-    payload: &'a [u8],
+    pub(super) payload: &'a [u8],
 }
 
 /// Opens a pool datagram.
-fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refused> {
+pub(super) fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refused> {
     if d.len() < HEADER + TAG || &d[..3] != MAGIC || d[3] != VERSION {
         return Err(Refused::Malformed);
     }
@@ -271,6 +286,10 @@ pub struct NodeFacts {
 /// The pool thread.
 pub struct Pool {
     cmds: mpsc::Sender<PoolCmd>,
+    /// Gives DAGs hosted here back to their home nodes, with their state.
+    server: Option<super::handback::StateServer>,
+    key: hmac::Key,
+    data: SocketAddr,
     wake: UdpSocket,
     stop: Arc<AtomicBool>,
     join: Option<JoinHandle<()>>,
@@ -296,6 +315,7 @@ impl Pool {
         let stop = Arc::new(AtomicBool::new(false));
         let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
         agent.set_hops(cfg.hops.iter().map(|(a, h)| (*a, *h)));
+        let server = super::handback::StateServer::start(addr, key.clone(), link.clone())?;
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = sock.try_clone()?;
         let mut t = Thread {
@@ -306,7 +326,7 @@ impl Pool {
             next_id: 0,
             partners: std::collections::HashMap::new(),
             sock,
-            key,
+            key: key.clone(),
             membership,
             agent,
             hops: cfg.hops.iter().map(|(a, h)| (*a, (*h).min(u8::MAX as u32) as u8)).collect(),
@@ -328,12 +348,12 @@ impl Pool {
         };
         let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
         tracing::info!(pool = %addr, seeds = ?cfg.seeds, generation = gen, "pool: joining");
-        Ok(Pool { cmds, wake, stop, join: Some(join), snapshot, addr })
+        Ok(Pool { cmds, server: Some(server), key, data, wake, stop, join: Some(join), snapshot, addr })
     }
 
     /// A handle for the API.
     pub fn link(&self) -> anyhow::Result<PoolLink> {
-        Ok(PoolLink { cmds: self.cmds.clone(), wake: self.wake.try_clone()?, addr: self.addr })
+        Ok(PoolLink { cmds: self.cmds.clone(), wake: self.wake.try_clone()?, addr: self.addr, key: self.key.clone(), data: self.data })
     }
 
     /// What it knows now.
@@ -346,6 +366,9 @@ impl Pool {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(j) = self.join.take() {
             let _ = j.join();
+        }
+        if let Some(s) = self.server.take() {
+            s.stop();
         }
     }
 }
@@ -428,6 +451,7 @@ impl Thread {
                 let late = at.elapsed() > LAUNCH_TIMEOUT;
                 if late {
                     let _ = reply.send(Err("the peer did not answer".into()));
+                    self.link.wake();
                 }
                 !late
             });
@@ -487,6 +511,7 @@ impl Thread {
                             self.partners.insert(from, data);
                         }
                         let _ = reply.send(result);
+                        self.link.wake();
                     }
                     true
                 }
@@ -510,27 +535,33 @@ impl Thread {
     /// Asks `peer` to host a DAG; `reply` gets the answer.
     fn ask(&mut self, peer: SocketAddr, request: HostRequest, reply: mpsc::Sender<Hosting>) {
         if !self.membership.members().any(|m| m == peer) {
-            let _ = reply.send(Err(format!("{peer} is not a member of the pool")));
+            self.answer(&reply, Err(format!("{peer} is not a member of the pool")));
             return;
         }
         if self.pending.len() >= MAX_PENDING {
-            let _ = reply.send(Err("too many remote launches under way".into()));
+            self.answer(&reply, Err("too many remote launches under way".into()));
             return;
         }
         self.next_id += 1;
         let id = self.next_id;
         let Ok(bytes) = serde_json::to_vec(&HostMsg { id, data: self.data, request }) else {
-            let _ = reply.send(Err("the request cannot be encoded".into()));
+            self.answer(&reply, Err("the request cannot be encoded".into()));
             return;
         };
         if HEADER + bytes.len() + TAG > MAX_DATAGRAM {
-            let _ = reply.send(Err(format!("the request is {} bytes, more than a pool datagram holds", bytes.len())));
+            self.answer(&reply, Err(format!("the request is {} bytes, more than a pool datagram holds", bytes.len())));
             return;
         }
         self.stats.launches_asked += 1;
         tracing::info!(peer = %peer, id, "pool: asking a peer to host a DAG");
         self.pending.insert(id, (std::time::Instant::now(), reply));
         self.send(peer, HOST, &bytes);
+    }
+
+    /// Answers a remote launch asked by the data plane, and wakes it to take the answer.
+    fn answer(&self, reply: &mpsc::Sender<Hosting>, answer: Hosting) {
+        let _ = reply.send(answer);
+        self.link.wake();
     }
 
     /// A member asks this node to host a DAG: the data plane launches it or says why not.

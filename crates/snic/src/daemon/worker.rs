@@ -8,7 +8,9 @@
 //! the previous deployment (NT state and learned MACs then start afresh), and the apply fails.
 
 use super::config::{Config, RxQueues};
-use super::pool::{Hosting, PoolLink};
+use super::handback::Returned;
+use super::pool::PoolLink;
+use super::pool_work::PoolWork;
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
@@ -19,7 +21,7 @@ use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::{Backend, Waker};
 use snic_dataplane::elastic::{Event, EventKind};
-use snic_dataplane::node::{MonotonicClock, Place, PoolRequest};
+use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::{Node, NodeConfig};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -213,6 +215,9 @@ enum Cmd {
     SetPool(PoolLink),
     /// The home node at this data address no longer needs the DAG hosted here as the number.
     Unhost(SocketAddr, u32),
+    /// The home node at this data address takes the DAG hosted here as the number back, with
+    /// its chains' state.
+    Return(SocketAddr, u32, mpsc::Sender<Returned>),
 }
 
 /// A handle on the data-plane thread for the other threads (the pool's, the API's).
@@ -226,6 +231,13 @@ impl DpLink {
     /// Sends `cmd` without waiting for an answer.
     fn tell(&self, cmd: Cmd) {
         let _ = self.tx.send(cmd);
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// Ends the data plane's idle wait: an answer it waits for has come.
+    pub fn wake(&self) {
         if let Some(w) = &self.waker {
             w.wake();
         }
@@ -247,12 +259,22 @@ impl DpLink {
     }
 
     fn ask<T>(&self, cmd: impl FnOnce(mpsc::Sender<T>) -> Cmd) -> Result<T, String> {
+        self.ask_within(Duration::from_secs(10), cmd)
+    }
+
+    fn ask_within<T>(&self, most: Duration, cmd: impl FnOnce(mpsc::Sender<T>) -> Cmd) -> Result<T, String> {
         let (reply, answer) = mpsc::channel();
         self.tx.send(cmd(reply)).map_err(|_| "the data plane has stopped".to_string())?;
         if let Some(w) = &self.waker {
             w.wake();
         }
-        answer.recv_timeout(Duration::from_secs(10)).map_err(|_| "the data plane did not answer".to_string())
+        answer.recv_timeout(most).map_err(|_| "the data plane did not answer".to_string())
+    }
+
+    /// Gives the DAG hosted here as `hosted` back to the home node at data address `home`:
+    /// waits until its chains have stopped, and returns their state.
+    pub fn give_back(&self, home: SocketAddr, hosted: u32) -> Returned {
+        self.ask_within(super::handback::RETURN_TIMEOUT, |r| Cmd::Return(home, hosted, r))?
     }
 
     /// Hosts DAG `req` for the peer whose data address is `home`: its number here.
@@ -299,142 +321,6 @@ pub struct RedirectSnap {
     pub share: u16,
     /// Packets sent there.
     pub packets: u64,
-}
-
-/// What the data plane hosts for peers: (home, request, local tenant, route).
-type HostedList = Vec<(SocketAddr, HostRequest, TenantId, u32)>;
-
-/// The local tenant a peer's DAG is charged to: the highest id neither the plan nor another
-/// hosted DAG uses.
-fn guest_tenant(plan: &Plan, hosted: &HostedList) -> Option<TenantId> {
-    (1..snic_control::state::MAX_TENANTS)
-        .rev()
-        .map(TenantId)
-        .find(|t| !plan.tenants.iter().any(|p| p.id == *t) && !hosted.iter().any(|h| h.2 == *t))
-}
-
-/// The local tenant `t` standing in for the home node's tenant of `req`.
-fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
-    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new() }
-}
-
-/// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the entry step's
-/// launched, the others on demand), its route.
-fn host(node: &mut Node<UdpBackend>, plan: &Plan, hosted: &mut HostedList, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
-    req.validate()?;
-    let t = guest_tenant(plan, hosted).ok_or("no tenant id left for a guest")?;
-    crate::deploy::set_tenant(node, &stand_in(&req, t));
-    let ids: Vec<ChainId> = req
-        .chains
-        .iter()
-        .map(|(nts, specs)| {
-            let c = node.add_chain(specs.clone());
-            node.label_chain(c, nts);
-            c
-        })
-        .collect();
-    let undo = |node: &mut Node<UdpBackend>| {
-        for c in &ids {
-            node.remove_chain(*c);
-        }
-        crate::deploy::remove_tenant(node, &stand_in(&req, t));
-    };
-    let first = ids[req.steps[req.entry].0];
-    if let Err(e) = node.launch(first) {
-        undo(node);
-        return Err(format!("cannot launch its entry chain: {e}"));
-    }
-    let route = match req.route(|c| ids[c]) {
-        Ok(r) => r,
-        Err(e) => {
-            undo(node);
-            return Err(e);
-        }
-    };
-    let r = node.host_dag(home, t, route);
-    tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, local_tenant = t.0, route = r, "pool: hosting a DAG for a peer");
-    hosted.push((home, req, t, r));
-    Ok(r)
-}
-
-/// The peer at data address `peer` is down: the chains redirected to it run here again, and
-/// the DAGs hosted for it go (their chains and their tenant).
-fn peer_down(node: &mut Node<UdpBackend>, hosted: &mut HostedList, peer: SocketAddr) {
-    for c in node.forget_peer(peer) {
-        tracing::warn!(peer = %peer, chain = chain_name(node, c), "pool: the peer running a chain is down; it runs here again");
-    }
-    for (home, req, _, _) in unhost(node, hosted, |h| h.0 == peer) {
-        tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
-    }
-}
-
-/// Stops hosting the DAGs `which` picks: their chains and their stand-in tenants go. Returns
-/// them.
-fn unhost(
-    node: &mut Node<UdpBackend>,
-    hosted: &mut HostedList,
-    which: impl Fn(&(SocketAddr, HostRequest, TenantId, u32)) -> bool,
-) -> HostedList {
-    let (gone, kept): (HostedList, HostedList) = std::mem::take(hosted).into_iter().partition(which);
-    *hosted = kept;
-    for (_, req, t, r) in &gone {
-        let chains: Vec<ChainId> =
-            node.sched().route(DagUid(*r)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
-        node.unhost_dag(*r);
-        for c in chains {
-            node.remove_chain(c);
-        }
-        crate::deploy::remove_tenant(node, &stand_in(req, *t));
-    }
-    gone
-}
-
-/// A remote launch asked of a peer for a chain the node has no room for, waiting for its
-/// answer.
-struct Placing {
-    chain: ChainId,
-    route: u32,
-    /// The peer's pool address.
-    peer: SocketAddr,
-    answer: mpsc::Receiver<Hosting>,
-}
-
-/// Carries out what the node asks of the pool (remote launches, unhosting), and gives it the
-/// answers that came.
-fn pool_work(node: &mut Node<UdpBackend>, plan: &Plan, link: Option<&PoolLink>, placing: &mut Vec<Placing>) {
-    while let Some(r) = node.poll_pool() {
-        match r {
-            PoolRequest::Place { chain, route, dag, pos, peer } => {
-                let d = plan.dags.iter().find(|d| d.uid == dag);
-                let req = d.and_then(|d| plan.host_request(&d.name)).map(|r| HostRequest { entry: pos as usize, ..r });
-                match (link, req) {
-                    // (The node's events say what happens, in the log too: `log_news`.)
-                    (Some(l), Some(req)) => placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) }),
-                    _ => node.pool_place_failed(chain, route, peer),
-                }
-            }
-            PoolRequest::Unhost { peer, hosted } => {
-                if let Some(l) = link {
-                    l.unhost(peer, hosted);
-                }
-            }
-        }
-    }
-    placing.retain(|p| {
-        let answer = match p.answer.try_recv() {
-            Err(mpsc::TryRecvError::Empty) => return true,
-            Ok(a) => a,
-            Err(mpsc::TryRecvError::Disconnected) => Err("the pool thread has stopped".into()),
-        };
-        match answer {
-            Ok((data, hosted)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted),
-            Err(e) => {
-                tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
-                node.pool_place_failed(p.chain, p.route, p.peer);
-            }
-        }
-        false
-    });
 }
 
 /// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`): its first chain is
@@ -685,23 +571,22 @@ fn run(
 ) {
     // With a waker (made at start), an idle wait may last until the next snapshot: a command
     // ends it. Without one, waits stay at 1 ms.
-    let waker = node.backend_mut().waker().is_some();
+    let dp_waker = node.backend_mut().waker();
+    let waker = dp_waker.is_some();
     let mut node = Some(node);
     let mut last_pub = Instant::now();
     let mut prev: Vec<(u64, u64)> = Vec::new();
     let mut rebuilds = 0;
     let mut polls = 0u32;
     let mut logged = Logged::default();
-    let mut hosted = HostedList::new();
-    let mut pool: Option<PoolLink> = None;
-    let mut placing = Vec::new();
+    let mut pool = PoolWork::new(dp_waker);
     while !stop.load(Ordering::Relaxed) {
         let Some(n) = node.as_mut() else {
             tracing::error!("the data plane could not be rebuilt and has stopped");
             return;
         };
         let work = n.poll();
-        pool_work(n, &plan, pool.as_ref(), &mut placing);
+        pool.poll(n, &plan);
         polls = polls.wrapping_add(1);
         if work == 0 {
             // Until traffic, a command (the waker), the node's next timer, or the next snapshot.
@@ -721,7 +606,7 @@ fn run(
                     }
                     Cmd::Host(home, req, ack) => {
                         let r = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
-                        let _ = ack.send(r.and_then(|n| host(n, &plan, &mut hosted, home, req)));
+                        let _ = ack.send(r.and_then(|n| pool.host(n, &plan, home, req)));
                     }
                     Cmd::Redirect(uid, peer, r, ack) => {
                         let n = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
@@ -729,7 +614,7 @@ fn run(
                     }
                     Cmd::PeerDown(peer) => {
                         if let Some(n) = node.as_mut() {
-                            peer_down(n, &mut hosted, peer);
+                            pool.peer_down(n, peer);
                         }
                     }
                     Cmd::PoolReport(from, r) => {
@@ -742,14 +627,18 @@ fn run(
                             n.pool_member(e);
                         }
                     }
-                    Cmd::SetPool(link) => pool = Some(link),
+                    Cmd::SetPool(link) => pool.set_link(link),
                     Cmd::Unhost(home, route) => {
                         if let Some(n) = node.as_mut() {
-                            for (home, req, _, r) in unhost(n, &mut hosted, |h| h.0 == home && h.3 == route) {
-                                tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, route = r, "pool: the home node took its DAG back; no longer hosting it");
-                            }
+                            pool.unhost(n, home, route);
                         }
                     }
+                    Cmd::Return(home, route, reply) => match node.as_mut() {
+                        Some(n) => pool.give_back(n, home, route, reply),
+                        None => {
+                            let _ = reply.send(Err("the data plane is down".into()));
+                        }
+                    },
                 }
             }
         }
@@ -760,7 +649,7 @@ fn run(
                 log_news(n, &plan, &mut logged);
                 let s = Snapshot {
                     published: Some(last_pub),
-                    hosted: hosted_snap(n, &hosted),
+                    hosted: pool.hosted_snap(n),
                     redirects: n
                         .redirects()
                         .map(|(c, r)| RedirectSnap {
@@ -834,21 +723,6 @@ fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids
     crate::deploy::compact_forms(node, new)?;
     node.mat_handle().store(Arc::new(new.mat()));
     Ok(now)
-}
-
-/// The DAGs hosted for peers, with their packet counts.
-fn hosted_snap(node: &Node<UdpBackend>, hosted: &HostedList) -> Vec<HostedSnap> {
-    hosted
-        .iter()
-        .map(|(home, req, t, r)| HostedSnap {
-            home: home.to_string(),
-            tenant: req.tenant.clone(),
-            dag: req.dag.clone(),
-            route: *r,
-            local_tenant: t.0,
-            packets: node.hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
-        })
-        .collect()
 }
 
 fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
@@ -930,7 +804,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
 const EVENTS_SHOWN: usize = 32;
 
 /// A chain, by its NTs' names.
-fn chain_name(node: &Node<UdpBackend>, c: ChainId) -> String {
+pub(super) fn chain_name(node: &Node<UdpBackend>, c: ChainId) -> String {
     node.meter().chain_names(c).join(" → ")
 }
 
@@ -953,7 +827,11 @@ fn describe(node: &Node<UdpBackend>, plan: &Plan, ev: &Event) -> String {
         EventKind::PlaceAsked { peer } => format!("no room here: asked pool member {peer} to host it"),
         EventKind::Placed { peer } => format!("runs on peer {peer}: redirected there"),
         EventKind::PlaceRefused { peer } => format!("pool member {peer} did not host it"),
-        EventKind::MovedBack { peer } => format!("moved back from peer {peer}: runs here again"),
+        EventKind::MovingBack { peer } => format!("moving back from peer {peer}: its packets wait for its state"),
+        EventKind::MovedBack { peer, restored: Some(n) } => {
+            format!("moved back from peer {peer} with its state ({n} entries): runs here again")
+        }
+        EventKind::MovedBack { peer, restored: None } => format!("moved back from peer {peer} WITHOUT its state: runs here again, afresh"),
         EventKind::PeerLost { peer } => format!("peer {peer} running it died: runs here again"),
         k => format!("{k:?}").to_lowercase(),
     }
@@ -986,6 +864,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
             | EventKind::PlaceAsked { .. }
             | EventKind::Placed { .. }
             | EventKind::PlaceRefused { .. }
+            | EventKind::MovingBack { .. }
             | EventKind::MovedBack { .. }
             | EventKind::PeerLost { .. }
             | EventKind::EndpointFallback => {

@@ -1,0 +1,153 @@
+//! A chain comes home from a peer with its NTs' state (paper §5: "pause new traffic, migrate
+//! state, resume"), both sides.
+//!
+//! Home ([`super::pool`] decides the move back): the chain's packets stop going to the peer and
+//! wait here ([`PoolRequest::Return`](super::PoolRequest::Return)). The peer takes the DAG
+//! down — what it had received runs to the end first — and its chains' instances, as each
+//! stops, give their NTs' state ([`Node::export_chain`], [`Node::poll_exported`]). Home builds
+//! the chain's NTs, restores every instance's state into them ([`Node::pool_returned`]), and
+//! keeps them for the chain's launch, which the waiting packets start: a NAT keeps its
+//! mappings, a counter its counts, and no packet runs here before the peer has run all it was
+//! sent. A state that does not come (the peer does not answer, or dies) does not hold the
+//! packets: the chain starts afresh, and the event says so.
+//!
+//! State moves as bytes ([`snic_nt::Nt::save_state`]): times in it are relative, so it means
+//! the same on a node whose clock started elsewhere. It travels between the nodes' drivers
+//! ([`ChainState`], serde).
+
+use super::{Backend, Node};
+use crate::elastic::EventKind;
+use serde::{Deserialize, Serialize};
+use snic_core::ids::ChainId;
+use snic_core::pool::ChainKey;
+use snic_core::time::Instant;
+use snic_nt::Nt;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+/// The NT state of a chain's instances, as it moves between nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChainState {
+    /// The chain, pool-wide (its NTs' names): the home node's chain of the same key takes it.
+    pub key: ChainKey,
+    /// Per instance the chain had (running, or stopped with its state saved), per NT in chain
+    /// order: its saved state, if it keeps one.
+    pub instances: Vec<Vec<Option<Vec<u8>>>>,
+}
+
+/// Chains whose state is being collected (the peer's side), and chains coming home that wait
+/// for theirs (home's).
+#[derive(Default)]
+pub(crate) struct Handback {
+    exporting: Vec<(ChainId, ChainState)>,
+    exported: VecDeque<(ChainId, ChainState)>,
+    /// Coming home: the chain, the peer's pool and data addresses, since when.
+    returning: Vec<(ChainId, SocketAddr, SocketAddr, Instant)>,
+}
+
+impl Handback {
+    /// True while `chain` comes home and waits for its state.
+    pub(crate) fn returning(&self, chain: ChainId) -> bool {
+        self.returning.iter().any(|r| r.0 == chain)
+    }
+
+    pub(super) fn start_return(&mut self, chain: ChainId, peer: SocketAddr, data: SocketAddr, now: Instant) {
+        self.returning.push((chain, peer, data, now));
+    }
+}
+
+fn save_all(nts: &[Box<dyn Nt>], now: Instant) -> Vec<Option<Vec<u8>>> {
+    nts.iter().map(|n| n.save_state(now)).collect()
+}
+
+impl<B: Backend> Node<B> {
+    /// Takes `chain` away (as [`Node::remove_chain`]) and collects its NTs' state as its
+    /// instances stop: what they have finishes first. The state comes out of
+    /// [`Node::poll_exported`] once the last instance has stopped. Routes that use the chain
+    /// (the hosted DAG) should be removed first.
+    pub fn export_chain(&mut self, chain: ChainId) {
+        let now = self.clock.now();
+        let mut state = ChainState { key: self.chain_key(chain), instances: Vec::new() };
+        if !self.is_live(chain) {
+            self.pool.handback.exported.push_back((chain, state));
+            return;
+        }
+        // State that stopped instances saved for the chain's next launch moves too.
+        for nts in self.elastic.saved.get_mut(chain.index()).map(std::mem::take).unwrap_or_default() {
+            state.instances.push(save_all(&nts, now));
+        }
+        self.pool.handback.exporting.push((chain, state));
+        self.remove_chain(chain);
+        self.export_if_stopped(chain);
+    }
+
+    /// A chain's state, collected ([`Node::export_chain`]), for the driver.
+    pub fn poll_exported(&mut self) -> Option<(ChainId, ChainState)> {
+        self.pool.handback.exported.pop_front()
+    }
+
+    /// An instance of a chain taken away stopped with `nts`: their state, if the chain's is
+    /// being collected.
+    pub(super) fn exported_nts(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
+        let now = self.clock.now();
+        if let Some((_, state)) = self.pool.handback.exporting.iter_mut().find(|e| e.0 == chain) {
+            state.instances.push(save_all(&nts, now));
+        }
+    }
+
+    /// The chain's state is whole once no instance of it runs or launches.
+    pub(super) fn export_if_stopped(&mut self, chain: ChainId) {
+        let h = &mut self.pool.handback;
+        let Some(i) = h.exporting.iter().position(|e| e.0 == chain) else { return };
+        if self.sched.instances_of(chain).is_empty() && !self.elastic.pending.iter().any(|p| p.chain == chain) {
+            let e = h.exporting.swap_remove(i);
+            h.exported.push_back(e);
+        }
+    }
+
+    /// The answer to [`PoolRequest::Return`](super::PoolRequest::Return) for `chain`: the
+    /// peer's state of the DAG's chains (or why it did not come). The chain's own state is
+    /// restored into its NTs for its launch here, and its waiting packets go on. An answer for
+    /// a chain not coming home (it was answered already, or its peer died) is ignored.
+    pub fn pool_returned(&mut self, chain: ChainId, result: Result<Vec<ChainState>, String>) {
+        let now = self.clock.now();
+        let h = &mut self.pool.handback;
+        let Some(i) = h.returning.iter().position(|r| r.0 == chain) else { return };
+        let (_, _, data, since) = h.returning.swap_remove(i);
+        let restored = result.ok().map(|states| self.restore(chain, &states, now));
+        self.elastic.stats.moves_back += 1;
+        let took = now.saturating_since(since).as_nanos() as u64;
+        self.record(now, chain, None, EventKind::MovedBack { peer: data, restored }, took);
+        self.release_waiting(Some(chain), now);
+    }
+
+    /// The peer at pool address `peer` died: chains coming home from it do not wait for their
+    /// state any more.
+    pub(super) fn returns_lost(&mut self, peer: SocketAddr) {
+        let lost: Vec<ChainId> = self.pool.handback.returning.iter().filter(|r| r.1 == peer).map(|r| r.0).collect();
+        for chain in lost {
+            self.pool_returned(chain, Err(format!("peer {peer} died")));
+        }
+    }
+
+    /// Builds `chain`'s NTs and restores into them every instance's state of `states` for its
+    /// key; they are kept for its next launch. The entries restored.
+    fn restore(&mut self, chain: ChainId, states: &[ChainState], now: Instant) -> u32 {
+        let key = self.chain_key(chain);
+        let mine: Vec<&Vec<Option<Vec<u8>>>> = states.iter().filter(|s| s.key == key).flat_map(|s| &s.instances).collect();
+        if mine.iter().all(|i| i.iter().all(Option::is_none)) {
+            return 0;
+        }
+        let Ok(specs) = self.live_specs(chain) else { return 0 };
+        let Ok(mut nts) = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>() else { return 0 };
+        let mut n = 0;
+        for inst in mine {
+            for (nt, s) in nts.iter_mut().zip(inst) {
+                // (A state that does not parse is left out: the NT starts without it.)
+                n += s.as_ref().and_then(|s| nt.restore_state(s, now).ok()).unwrap_or(0);
+            }
+        }
+        self.save_state(chain, nts);
+        n as u32
+    }
+}

@@ -1,0 +1,265 @@
+//! The data-plane thread's side of the pool: hosting peers' DAGs (and giving them back with
+//! their state), and carrying out what the node's pool agent asks — remote launches, moves
+//! home — with the answers given back to the node as they come, never waited for.
+
+use super::handback::Returned;
+use super::pool::{Hosting, PoolLink};
+use super::worker::{chain_name, HostedSnap};
+use snic_control::plan::{HostRequest, Plan, TenantPlan};
+use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::Waker;
+use snic_dataplane::node::{ChainState, PoolRequest};
+use snic_dataplane::Node;
+use std::net::SocketAddr;
+use std::sync::mpsc;
+
+/// A DAG hosted for a peer: its home's data address, the request, the local tenant standing
+/// in for the home's, its route here.
+type Hosted = (SocketAddr, HostRequest, TenantId, u32);
+
+/// A remote launch asked of a peer for a chain the node has no room for, waiting for its
+/// answer.
+struct Placing {
+    chain: ChainId,
+    route: u32,
+    /// The peer's pool address.
+    peer: SocketAddr,
+    answer: mpsc::Receiver<Hosting>,
+}
+
+/// A chain coming home, waiting for the peer's answer with its state.
+struct Returning {
+    chain: ChainId,
+    answer: mpsc::Receiver<Returned>,
+}
+
+/// A DAG being given back to its home: the chains whose state is still being collected, the
+/// states collected, who waits for them.
+struct GivingBack {
+    chains: Vec<ChainId>,
+    states: Vec<ChainState>,
+    reply: mpsc::Sender<Returned>,
+}
+
+/// The pool's work on the data-plane thread.
+pub(super) struct PoolWork {
+    /// Wakes the data-plane thread when an answer comes.
+    waker: Option<Waker>,
+    hosted: Vec<Hosted>,
+    link: Option<PoolLink>,
+    placing: Vec<Placing>,
+    returning: Vec<Returning>,
+    giving_back: Vec<GivingBack>,
+}
+
+impl PoolWork {
+    pub(super) fn new(waker: Option<Waker>) -> Self {
+        PoolWork { waker, hosted: Vec::new(), link: None, placing: Vec::new(), returning: Vec::new(), giving_back: Vec::new() }
+    }
+
+    /// The pool thread, to reach peers.
+    pub(super) fn set_link(&mut self, link: PoolLink) {
+        self.link = Some(link);
+    }
+
+    /// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the entry step's
+    /// launched, the others on demand), its route. Its number here.
+    pub(super) fn host(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
+        req.validate()?;
+        let t = self.guest_tenant(plan).ok_or("no tenant id left for a guest")?;
+        crate::deploy::set_tenant(node, &stand_in(&req, t));
+        let ids: Vec<ChainId> = req
+            .chains
+            .iter()
+            .map(|(nts, specs)| {
+                let c = node.add_chain(specs.clone());
+                node.label_chain(c, nts);
+                c
+            })
+            .collect();
+        let undo = |node: &mut Node<UdpBackend>| {
+            for c in &ids {
+                node.remove_chain(*c);
+            }
+            crate::deploy::remove_tenant(node, &stand_in(&req, t));
+        };
+        let first = ids[req.steps[req.entry].0];
+        if let Err(e) = node.launch(first) {
+            undo(node);
+            return Err(format!("cannot launch its entry chain: {e}"));
+        }
+        let route = match req.route(|c| ids[c]) {
+            Ok(r) => r,
+            Err(e) => {
+                undo(node);
+                return Err(e);
+            }
+        };
+        let r = node.host_dag(home, t, route);
+        tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, local_tenant = t.0, route = r, "pool: hosting a DAG for a peer");
+        self.hosted.push((home, req, t, r));
+        Ok(r)
+    }
+
+    /// The local tenant a peer's DAG is charged to: the highest id neither the plan nor another
+    /// hosted DAG uses.
+    fn guest_tenant(&self, plan: &Plan) -> Option<TenantId> {
+        (1..snic_control::state::MAX_TENANTS)
+            .rev()
+            .map(TenantId)
+            .find(|t| !plan.tenants.iter().any(|p| p.id == *t) && !self.hosted.iter().any(|h| h.2 == *t))
+    }
+
+    /// The peer at data address `peer` is down: the chains redirected to it run here again, and
+    /// the DAGs hosted for it go (their chains and their tenant).
+    pub(super) fn peer_down(&mut self, node: &mut Node<UdpBackend>, peer: SocketAddr) {
+        for c in node.forget_peer(peer) {
+            tracing::warn!(peer = %peer, chain = chain_name(node, c), "pool: the peer running a chain is down; it runs here again");
+        }
+        for (home, req, _, _) in self.unhost_where(node, |h| h.0 == peer, false) {
+            tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, "pool: the peer a DAG was hosted for is down; it goes");
+        }
+    }
+
+    /// The home node at data address `home` no longer needs its DAG hosted here as `route`.
+    pub(super) fn unhost(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32) {
+        for (home, req, _, r) in self.unhost_where(node, |h| h.0 == home && h.3 == route, false) {
+            tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, route = r, "pool: the home node took its DAG back; no longer hosting it");
+        }
+    }
+
+    /// The home node at data address `home` takes its DAG hosted here as `route` back: it
+    /// stops here, what it has runs to the end, and `reply` gets its chains' state once their
+    /// instances have stopped (an error at once if it is not hosted here).
+    pub(super) fn give_back(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32, reply: mpsc::Sender<Returned>) {
+        let Some((_, req, _, _)) = self.hosted.iter().find(|h| h.0 == home && h.3 == route) else {
+            let _ = reply.send(Err(format!("no DAG {route} is hosted here for {home}")));
+            return;
+        };
+        tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, route, "pool: the home node takes its DAG back; stopping it and collecting its state");
+        let chains = route_chains(node, route);
+        self.unhost_where(node, |h| h.0 == home && h.3 == route, true);
+        self.giving_back.push(GivingBack { chains, states: Vec::new(), reply });
+    }
+
+    /// Stops hosting the DAGs `which` picks: their chains (with their state collected if
+    /// `export`) and their stand-in tenants go. Returns them.
+    fn unhost_where(&mut self, node: &mut Node<UdpBackend>, which: impl Fn(&Hosted) -> bool, export: bool) -> Vec<Hosted> {
+        let (gone, kept): (Vec<Hosted>, Vec<Hosted>) = std::mem::take(&mut self.hosted).into_iter().partition(which);
+        self.hosted = kept;
+        for (_, req, t, r) in &gone {
+            let chains = route_chains(node, *r);
+            node.unhost_dag(*r);
+            for c in chains {
+                if export {
+                    node.export_chain(c);
+                } else {
+                    node.remove_chain(c);
+                }
+            }
+            crate::deploy::remove_tenant(node, &stand_in(req, *t));
+        }
+        gone
+    }
+
+    /// Carries out what the node asks of the pool (remote launches, moves home, unhosting),
+    /// and gives it the answers that came; sends the state of DAGs given back once collected.
+    pub(super) fn poll(&mut self, node: &mut Node<UdpBackend>, plan: &Plan) {
+        while let Some(r) = node.poll_pool() {
+            self.request(node, plan, r);
+        }
+        self.placing.retain(|p| {
+            let answer = match p.answer.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Ok(a) => a,
+                Err(mpsc::TryRecvError::Disconnected) => Err("the pool thread has stopped".into()),
+            };
+            match answer {
+                Ok((data, hosted)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted),
+                Err(e) => {
+                    tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
+                    node.pool_place_failed(p.chain, p.route, p.peer);
+                }
+            }
+            false
+        });
+        self.returning.retain(|r| {
+            let answer = match r.answer.try_recv() {
+                Err(mpsc::TryRecvError::Empty) => return true,
+                Ok(a) => a,
+                Err(mpsc::TryRecvError::Disconnected) => Err("the thread moving it stopped".into()),
+            };
+            if let Err(e) = &answer {
+                tracing::warn!(chain = chain_name(node, r.chain), reason = e.as_str(), "pool: the chain's state did not come home");
+            }
+            node.pool_returned(r.chain, answer);
+            false
+        });
+        while let Some((chain, state)) = node.poll_exported() {
+            if let Some(g) = self.giving_back.iter_mut().find(|g| g.chains.contains(&chain)) {
+                g.chains.retain(|c| *c != chain);
+                g.states.push(state);
+            }
+        }
+        self.giving_back.retain_mut(|g| {
+            if !g.chains.is_empty() {
+                return true;
+            }
+            let _ = g.reply.send(Ok(std::mem::take(&mut g.states)));
+            false
+        });
+    }
+
+    fn request(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, r: PoolRequest) {
+        match r {
+            PoolRequest::Place { chain, route, dag, pos, peer } => {
+                let d = plan.dags.iter().find(|d| d.uid == dag);
+                let req = d.and_then(|d| plan.host_request(&d.name)).map(|r| HostRequest { entry: pos as usize, ..r });
+                match (&self.link, req) {
+                    // (The node's events say what happens, in the log too: `log_news`.)
+                    (Some(l), Some(req)) => self.placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) }),
+                    _ => node.pool_place_failed(chain, route, peer),
+                }
+            }
+            PoolRequest::Return { chain, peer, hosted, .. } => match &self.link {
+                Some(l) => self.returning.push(Returning { chain, answer: l.fetch_state(peer, hosted, self.waker.clone()) }),
+                None => node.pool_returned(chain, Err("no pool".into())),
+            },
+            PoolRequest::Unhost { peer, hosted } => {
+                if let Some(l) = &self.link {
+                    l.unhost(peer, hosted);
+                }
+            }
+        }
+    }
+
+    /// The DAGs hosted for peers, with their packet counts, for status.
+    pub(super) fn hosted_snap(&self, node: &Node<UdpBackend>) -> Vec<HostedSnap> {
+        self.hosted
+            .iter()
+            .map(|(home, req, t, r)| HostedSnap {
+                home: home.to_string(),
+                tenant: req.tenant.clone(),
+                dag: req.dag.clone(),
+                route: *r,
+                local_tenant: t.0,
+                packets: node.hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
+            })
+            .collect()
+    }
+}
+
+/// The chains a hosted route steps through.
+fn route_chains(node: &Node<UdpBackend>, route: u32) -> Vec<ChainId> {
+    let mut chains: Vec<ChainId> =
+        node.sched().route(DagUid(route)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
+    chains.sort_by_key(|c| c.index());
+    chains.dedup();
+    chains
+}
+
+/// The local tenant `t` standing in for the home node's tenant of `req`.
+fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
+    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new() }
+}
