@@ -119,6 +119,7 @@ with tempfile.TemporaryDirectory() as tmp:
                     lat.append(x[0])
                 time.sleep(0.002)
             return first, lat, lost
+        last_back = [0.0]
         for r in range(rounds):
             # Blue placed on B: its first packet waits for the remote launch.
             first, at_b, lost_b = phase(b_data)
@@ -126,7 +127,12 @@ with tempfile.TemporaryDirectory() as tmp:
             green_on.clear()
             back, at_a, lost_a = phase(a_data)
             lost = lost_a + lost_b
-            evs = [e for e in call("GET", a + "/v1/status")["elastic"]["events"] if "moved back from peer" in e["event"]]
+            # (The status is published every 250 ms: wait for this round's move back in it.)
+            # (Green may have been placed on B and moved back too: count blue's.)
+            blue_back = lambda: [e for e in call("GET", a + "/v1/status")["elastic"]["events"] if "moved back from peer" in e["event"] and e["chain"].startswith("blue")]
+            until(lambda: any(e["at_ms"] > last_back[0] for e in blue_back()))
+            evs = blue_back()
+            last_back[0] = evs[-1]["at_ms"] if evs else last_back[0]
             row = {"bench": "auto_place", "round": r, "place_ms": first * 1e3 if first else None,
                    "redirected_p50_us": statistics.median(at_b[1:]) * 1e6 if len(at_b) > 1 else None,
                    "back_ms": back * 1e3 if back else None,

@@ -47,7 +47,7 @@ const MAX_SERVING: usize = 8;
 const NONCES: usize = 4096;
 
 /// The DAG `hosted` back, for the home node whose data address is `home`.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct ReturnMsg {
     nonce: u64,
     home: SocketAddr,
@@ -69,7 +69,7 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
-fn write_frame(s: &mut TcpStream, key: &hmac::Key, kind: u8, payload: &[u8]) -> std::io::Result<()> {
+fn write_frame(s: &mut impl Write, key: &hmac::Key, kind: u8, payload: &[u8]) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(payload.len() + 64);
     seal(key, kind, 0, 0, payload, &mut buf);
     s.write_all(&(buf.len() as u32).to_le_bytes())?;
@@ -77,7 +77,7 @@ fn write_frame(s: &mut TcpStream, key: &hmac::Key, kind: u8, payload: &[u8]) -> 
 }
 
 /// Reads one frame of at most `max` bytes and opens it as a message of `kind`: its payload.
-fn read_frame(s: &mut TcpStream, key: &hmac::Key, kind: u8, max: usize) -> Result<Vec<u8>, String> {
+fn read_frame(s: &mut impl Read, key: &hmac::Key, kind: u8, max: usize) -> Result<Vec<u8>, String> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len).map_err(|e| format!("reading: {e}"))?;
     let len = u32::from_le_bytes(len) as usize;
@@ -91,6 +91,25 @@ fn read_frame(s: &mut TcpStream, key: &hmac::Key, kind: u8, max: usize) -> Resul
         Ok(o) => Err(format!("a message of kind {}, not {kind}", o.kind)),
         Err(e) => Err(format!("refused: {e:?}")),
     }
+}
+
+/// Reads a request to give a DAG back and checks it: sealed under the pool's key, fresh at
+/// `now_ms`, its nonce not seen before (it is remembered).
+fn read_request(s: &mut impl Read, key: &hmac::Key, seen: &Mutex<VecDeque<u64>>, now_ms: u64) -> Result<ReturnMsg, String> {
+    let m: ReturnMsg =
+        read_frame(s, key, RETURN, MAX_REQUEST).and_then(|p| postcard::from_bytes(&p).map_err(|e| format!("a malformed request: {e}")))?;
+    if now_ms.abs_diff(m.sent_ms) > FRESH.as_millis() as u64 {
+        return Err("a stale request".into());
+    }
+    let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.contains(&m.nonce) {
+        return Err("a replayed request".into());
+    }
+    if seen.len() == NONCES {
+        seen.pop_front();
+    }
+    seen.push_back(m.nonce);
+    Ok(m)
 }
 
 /// Asks the peer at pool address `peer` for DAG `hosted` back (this node's data address:
@@ -180,23 +199,7 @@ fn serve(mut conn: TcpStream, key: &hmac::Key, link: &DpLink, seen: &Mutex<VecDe
     let from = conn.peer_addr().ok();
     let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
     let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
-    let req = read_frame(&mut conn, key, RETURN, MAX_REQUEST)
-        .and_then(|p| postcard::from_bytes::<ReturnMsg>(&p).map_err(|e| format!("a malformed request: {e}")))
-        .and_then(|m| {
-            if now_ms().abs_diff(m.sent_ms) > FRESH.as_millis() as u64 {
-                return Err("a stale request".into());
-            }
-            let mut seen = seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if seen.contains(&m.nonce) {
-                return Err("a replayed request".into());
-            }
-            if seen.len() == NONCES {
-                seen.pop_front();
-            }
-            seen.push_back(m.nonce);
-            Ok(m)
-        });
-    let m = match req {
+    let m = match read_request(&mut conn, key, seen, now_ms()) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(from = ?from, reason = e.as_str(), "pool: refused a request to give a DAG back");
@@ -219,5 +222,42 @@ fn serve(mut conn: TcpStream, key: &hmac::Key, link: &DpLink, seen: &Mutex<VecDe
         .and_then(|bytes| write_frame(&mut conn, key, STATE, &bytes));
     if let Err(e) = sent {
         tracing::warn!(home = %home, error = %e, "pool: sending a DAG's state home");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(key: &hmac::Key, nonce: u64, sent_ms: u64) -> Vec<u8> {
+        let m = ReturnMsg { nonce, home: "127.0.0.1:4789".parse().unwrap(), hosted: 3, sent_ms };
+        let mut out = Vec::new();
+        write_frame(&mut out, key, RETURN, &postcard::to_allocvec(&m).unwrap()).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_request_is_taken_only_sealed_under_the_pool_key_fresh_and_once() {
+        let key = hmac::Key::new(hmac::HMAC_SHA256, b"the pool secret, 32 bytes long..");
+        let other = hmac::Key::new(hmac::HMAC_SHA256, b"another secret, also 32 bytes...");
+        let seen = Mutex::new(VecDeque::new());
+        let now = 1_800_000_000_000;
+        let ok = read_request(&mut &request(&key, 7, now - 1_000)[..], &key, &seen, now).unwrap();
+        assert_eq!((ok.nonce, ok.hosted), (7, 3));
+        let refused = |bytes: Vec<u8>| read_request(&mut &bytes[..], &key, &seen, now).unwrap_err();
+        assert!(refused(request(&key, 7, now)).contains("replayed"));
+        assert!(refused(request(&other, 8, now)).contains("Unauthenticated"));
+        assert!(refused(request(&key, 9, now - 61_000)).contains("stale"));
+        assert!(refused(request(&key, 10, now + 61_000)).contains("stale"));
+        let mut tampered = request(&key, 11, now);
+        let n = tampered.len();
+        tampered[n - 40] ^= 1;
+        assert!(refused(tampered).contains("Unauthenticated"));
+        // An answer is not a request, and a frame longer than a request is not read.
+        let mut answer = Vec::new();
+        write_frame(&mut answer, &key, STATE, b"x").unwrap();
+        assert!(refused(answer).contains("kind 6"));
+        assert!(refused((MAX_REQUEST as u32 + 1).to_le_bytes().to_vec()).contains("more than"));
+        assert_eq!(read_request(&mut &request(&key, 12, now)[..], &key, &seen, now).map(|m| m.nonce), Ok(12));
     }
 }

@@ -165,10 +165,12 @@ impl PoolWork {
 
     /// Carries out what the node asks of the pool (remote launches, moves home, unhosting),
     /// and gives it the answers that came; sends the state of DAGs given back once collected.
-    pub(super) fn poll(&mut self, node: &mut Node<UdpBackend>, plan: &Plan) {
+    /// The answers given to the node.
+    pub(super) fn poll(&mut self, node: &mut Node<UdpBackend>, plan: &Plan) -> usize {
         while let Some(r) = node.poll_pool() {
             self.request(node, plan, r);
         }
+        let waiting = self.placing.len() + self.returning.len();
         self.placing.retain(|p| {
             let answer = match p.answer.try_recv() {
                 Err(mpsc::TryRecvError::Empty) => return true,
@@ -209,6 +211,7 @@ impl PoolWork {
             let _ = g.reply.send(Ok(std::mem::take(&mut g.states)));
             false
         });
+        waiting.saturating_sub(self.placing.len() + self.returning.len())
     }
 
     fn request(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, r: PoolRequest) {

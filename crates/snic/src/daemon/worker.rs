@@ -585,8 +585,9 @@ fn run(
             tracing::error!("the data plane could not be rebuilt and has stopped");
             return;
         };
-        let work = n.poll();
-        pool.poll(n, &plan);
+        // (An answer from the pool releases waiting packets: poll them now, not after an idle
+        // wait.)
+        let work = n.poll() + pool.poll(n, &plan);
         polls = polls.wrapping_add(1);
         if work == 0 {
             // Until traffic, a command (the waker), the node's next timer, or the next snapshot.
