@@ -196,19 +196,17 @@ impl Launcher {
         if endpoint {
             return Decision::Endpoint;
         }
-        // 6. Stop-and-launch: the least recently descheduled victim, else the least-loaded
-        // running chain.
-        let target = self.oldest_victim().or_else(|| {
-            self.regions
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| match *r {
-                    RegionState::Running { chain: c, load } => Some((i, c, load)),
-                    _ => None,
-                })
-                .min_by(|a, b| a.2.total_cmp(&b.2))
-                .map(|(i, c, _)| (i, c))
-        });
+        // 6. Stop-and-launch: the least-loaded running chain (a victim made way at step 3).
+        let target = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match *r {
+                RegionState::Running { chain: c, load } => Some((i, c, load)),
+                _ => None,
+            })
+            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .map(|(i, c, _)| (i, c));
         match target {
             Some((region, evicted)) => {
                 self.occupy(region, chain, now);

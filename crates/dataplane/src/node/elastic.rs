@@ -55,11 +55,15 @@ impl<B: Backend> Node<B> {
         // Timed on the node's work timer: a node on a virtual clock builds in no time, so its
         // launch time (and MONITOR_PERIOD, which follows it) does not depend on the machine.
         let t0 = self.work_timer.now_ns();
-        let specs = self.live_specs(chain)?;
-        let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
+        let nts = self.build_nts(chain)?;
         let ns = self.work_timer.now_ns().saturating_sub(t0);
         self.core.elastic.built(ns);
         Ok((nts, ns))
+    }
+
+    /// A live chain's NTs, freshly built from its specs.
+    pub(super) fn build_nts(&self, chain: ChainId) -> Result<Vec<Box<dyn Nt>>, LaunchError> {
+        Ok(self.live_specs(chain)?.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
@@ -293,7 +297,7 @@ impl<B: Backend> Node<B> {
                 Some(_) => at != chain,
                 // (A chain a peer is asked to host waits for the answer, one coming home for
                 // its state.)
-                None => at.is_some_and(|c| self.pool.place.placing(c) || self.pool.handback.returning(c)),
+                None => at.is_some_and(|c| self.waits_for_pool(c)),
             };
             if stays {
                 self.elastic.waiting.push_back(idx);

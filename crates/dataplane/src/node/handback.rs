@@ -138,8 +138,7 @@ impl<B: Backend> Node<B> {
         if mine.iter().all(|i| i.iter().all(Option::is_none)) {
             return 0;
         }
-        let Ok(specs) = self.live_specs(chain) else { return 0 };
-        let Ok(mut nts) = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>() else { return 0 };
+        let Ok(mut nts) = self.build_nts(chain) else { return 0 };
         let mut n = 0;
         for inst in mine {
             for (nt, s) in nts.iter_mut().zip(inst) {

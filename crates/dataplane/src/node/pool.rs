@@ -109,10 +109,7 @@ impl<B: Backend> Node<B> {
         if let MemberEvent::Down(peer) = event {
             self.returns_lost(peer);
         }
-        let mut acts = std::mem::take(&mut self.pool.place.acts);
-        self.core.pool.handle_member(event, &mut acts);
-        self.pool_acts(&mut acts);
-        self.pool.place.acts = acts;
+        self.carry_out(|core, acts| core.pool.handle_member(event, acts));
     }
 
     /// What the node asks of the pool, oldest first.
@@ -157,6 +154,12 @@ impl<B: Backend> Node<B> {
         self.release_waiting(Some(chain), now);
     }
 
+    /// True while `chain`'s packets wait for the pool: a peer is asked to host it, or it comes
+    /// home and waits for its state.
+    pub(super) fn waits_for_pool(&self, chain: ChainId) -> bool {
+        self.pool.place.placing(chain) || self.pool.handback.returning(chain)
+    }
+
     /// `chain`'s pool-wide key (its NTs' names).
     pub(super) fn chain_key(&self, chain: ChainId) -> ChainKey {
         ChainKey::of_names(self.core.meter.chain_names(chain))
@@ -166,7 +169,7 @@ impl<B: Backend> Node<B> {
     /// node's regions, then (with the pool's key and datagram framing) a peer, which is asked
     /// to host the DAG while the packets wait.
     pub(super) fn place(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> Result<snic_core::launcher::Decision, OnDemand> {
-        if self.pool.place.placing(chain) || self.pool.handback.returning(chain) {
+        if self.waits_for_pool(chain) {
             return Err(OnDemand::Wait);
         }
         let placement = if self.pooled() {
@@ -217,8 +220,13 @@ impl<B: Backend> Node<B> {
 
     /// The epoch's pool decisions (after the elasticity policy's).
     pub(super) fn pool_epoch(&mut self) {
+        self.carry_out(|core, acts| core.pool_acts(acts));
+    }
+
+    /// Carries out the agent's decisions `decide` gives (in a buffer kept between calls).
+    fn carry_out(&mut self, decide: impl FnOnce(&mut snic_core::node::NodeCore, &mut Vec<PoolAct>)) {
         let mut acts = std::mem::take(&mut self.pool.place.acts);
-        self.core.pool_acts(&mut acts);
+        decide(&mut self.core, &mut acts);
         if !acts.is_empty() {
             self.pool_acts(&mut acts);
         }

@@ -13,7 +13,7 @@
 //! so that an answer cannot be replayed into another move. Anything that does not verify is
 //! dropped and logged, and the connection closed.
 
-use super::pool::{open, seal};
+use super::pool::{open, reachable, seal};
 use super::worker::DpLink;
 use anyhow::Context;
 use ring::hmac;
@@ -185,8 +185,7 @@ impl StateServer {
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
         // A connection ends the listener's wait.
-        let ip = if self.addr.ip().is_unspecified() { std::net::Ipv4Addr::LOCALHOST.into() } else { self.addr.ip() };
-        let _ = TcpStream::connect_timeout(&SocketAddr::new(ip, self.addr.port()), IO_TIMEOUT);
+        let _ = TcpStream::connect_timeout(&reachable(self.addr, std::net::Ipv4Addr::LOCALHOST.into()), IO_TIMEOUT);
         if let Some(j) = self.join.take() {
             let _ = j.join();
         }
@@ -206,10 +205,7 @@ fn serve(mut conn: TcpStream, key: &hmac::Key, link: &DpLink, seen: &Mutex<VecDe
             return;
         }
     };
-    let home = match (m.home.ip().is_unspecified(), from) {
-        (true, Some(f)) => SocketAddr::new(f.ip(), m.home.port()),
-        _ => m.home,
-    };
+    let home = from.map_or(m.home, |f| reachable(m.home, f.ip()));
     let result = link.give_back(home, m.hosted);
     match &result {
         Ok(states) => {

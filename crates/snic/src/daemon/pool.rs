@@ -100,19 +100,22 @@ impl PoolLink {
     /// LAUNCH_TIMEOUT; a receiver whose sender is gone means the pool thread stopped).
     pub fn place_async(&self, peer: SocketAddr, req: HostRequest) -> mpsc::Receiver<Hosting> {
         let (tx, rx) = mpsc::channel();
-        if self.cmds.send(PoolCmd::Place(peer, req, tx)).is_ok() {
+        self.tell(PoolCmd::Place(peer, req, tx));
+        rx
+    }
+
+    /// Hands `cmd` to the pool thread and wakes it.
+    fn tell(&self, cmd: PoolCmd) {
+        if self.cmds.send(cmd).is_ok() {
             let _ = self.wake.send_to(&[], self.addr);
         }
-        rx
     }
 
     /// Tells the member at pool address `peer` that it need not host its DAG `hosted` for this
     /// node any more (fire and forget: a peer that does not hear it keeps an idle DAG, whose
     /// region its auto-scaler frees).
     pub fn unhost(&self, peer: SocketAddr, hosted: u32) {
-        if self.cmds.send(PoolCmd::Unhost(peer, hosted)).is_ok() {
-            let _ = self.wake.send_to(&[], self.addr);
-        }
+        self.tell(PoolCmd::Unhost(peer, hosted));
     }
 
     /// Asks the member at pool address `peer` for its DAG `hosted` back, with the state of its
@@ -129,7 +132,7 @@ impl PoolLink {
 
 /// The unspecified IP of `a` replaced by `ip` (a socket bound to all addresses is reached at
 /// the one its datagrams come from).
-fn reachable(a: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
+pub(super) fn reachable(a: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
     if a.ip().is_unspecified() {
         SocketAddr::new(ip, a.port())
     } else {
@@ -441,7 +444,7 @@ impl Thread {
                 match cmd {
                     PoolCmd::Place(peer, req, reply) => self.ask(peer, req, reply),
                     PoolCmd::Unhost(peer, hosted) => {
-                        if self.membership.members().any(|m| m == peer) {
+                        if self.is_member(peer) {
                             self.send(peer, UNHOST, &hosted.to_le_bytes());
                         }
                     }
@@ -468,6 +471,11 @@ impl Thread {
         tracing::info!("pool: left");
     }
 
+    /// True if `addr` is a member of the pool (membership says who is).
+    fn is_member(&self, addr: SocketAddr) -> bool {
+        self.membership.members().any(|m| m == addr)
+    }
+
     /// This thread's own pool address.
     fn own_addr(&self) -> SocketAddr {
         self.membership.me().addr
@@ -486,7 +494,7 @@ impl Thread {
             MEMBERSHIP => self.membership.handle_data(now, payload).is_ok(),
             // A report counts only from a member: membership says who is in the pool.
             LOAD => match LoadReport::decode(payload) {
-                Some(r) if self.membership.members().any(|m| m == from) => {
+                Some(r) if self.is_member(from) => {
                     self.link.pool_report(from, r.clone());
                     self.agent.handle_report(now, from, r);
                     true
@@ -495,7 +503,7 @@ impl Thread {
                 None => false,
             },
             // Remote launch: only between members, as load reports.
-            HOST | HOSTED | UNHOST if !self.membership.members().any(|m| m == from) => false,
+            HOST | HOSTED | UNHOST if !self.is_member(from) => false,
             HOST => match serde_json::from_slice::<HostMsg>(payload) {
                 Ok(m) => {
                     self.host(m, from);
@@ -534,7 +542,7 @@ impl Thread {
 
     /// Asks `peer` to host a DAG; `reply` gets the answer.
     fn ask(&mut self, peer: SocketAddr, request: HostRequest, reply: mpsc::Sender<Hosting>) {
-        if !self.membership.members().any(|m| m == peer) {
+        if !self.is_member(peer) {
             self.answer(&reply, Err(format!("{peer} is not a member of the pool")));
             return;
         }

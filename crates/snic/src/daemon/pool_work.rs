@@ -43,6 +43,7 @@ struct GivingBack {
 }
 
 /// The pool's work on the data-plane thread.
+#[derive(Default)]
 pub(super) struct PoolWork {
     /// Wakes the data-plane thread when an answer comes.
     waker: Option<Waker>,
@@ -55,7 +56,7 @@ pub(super) struct PoolWork {
 
 impl PoolWork {
     pub(super) fn new(waker: Option<Waker>) -> Self {
-        PoolWork { waker, hosted: Vec::new(), link: None, placing: Vec::new(), returning: Vec::new(), giving_back: Vec::new() }
+        PoolWork { waker, ..Default::default() }
     }
 
     /// The pool thread, to reach peers.
@@ -172,11 +173,7 @@ impl PoolWork {
         }
         let waiting = self.placing.len() + self.returning.len();
         self.placing.retain(|p| {
-            let answer = match p.answer.try_recv() {
-                Err(mpsc::TryRecvError::Empty) => return true,
-                Ok(a) => a,
-                Err(mpsc::TryRecvError::Disconnected) => Err("the pool thread has stopped".into()),
-            };
+            let Some(answer) = answered(&p.answer, "the pool thread has stopped") else { return true };
             match answer {
                 Ok((data, hosted)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted),
                 Err(e) => {
@@ -187,11 +184,7 @@ impl PoolWork {
             false
         });
         self.returning.retain(|r| {
-            let answer = match r.answer.try_recv() {
-                Err(mpsc::TryRecvError::Empty) => return true,
-                Ok(a) => a,
-                Err(mpsc::TryRecvError::Disconnected) => Err("the thread moving it stopped".into()),
-            };
+            let Some(answer) = answered(&r.answer, "the thread moving it stopped") else { return true };
             if let Err(e) = &answer {
                 tracing::warn!(chain = chain_name(node, r.chain), reason = e.as_str(), "pool: the chain's state did not come home");
             }
@@ -250,6 +243,15 @@ impl PoolWork {
                 packets: node.hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
             })
             .collect()
+    }
+}
+
+/// The answer on `rx`, if it came (`gone`: the error if its sender went without one).
+fn answered<T>(rx: &mpsc::Receiver<Result<T, String>>, gone: &str) -> Option<Result<T, String>> {
+    match rx.try_recv() {
+        Ok(a) => Some(a),
+        Err(mpsc::TryRecvError::Empty) => None,
+        Err(mpsc::TryRecvError::Disconnected) => Some(Err(gone.into())),
     }
 }
 

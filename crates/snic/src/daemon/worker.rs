@@ -231,9 +231,7 @@ impl DpLink {
     /// Sends `cmd` without waiting for an answer.
     fn tell(&self, cmd: Cmd) {
         let _ = self.tx.send(cmd);
-        if let Some(w) = &self.waker {
-            w.wake();
-        }
+        self.wake();
     }
 
     /// Ends the data plane's idle wait: an answer it waits for has come.
@@ -265,9 +263,7 @@ impl DpLink {
     fn ask_within<T>(&self, most: Duration, cmd: impl FnOnce(mpsc::Sender<T>) -> Cmd) -> Result<T, String> {
         let (reply, answer) = mpsc::channel();
         self.tx.send(cmd(reply)).map_err(|_| "the data plane has stopped".to_string())?;
-        if let Some(w) = &self.waker {
-            w.wake();
-        }
+        self.wake();
         answer.recv_timeout(most).map_err(|_| "the data plane did not answer".to_string())
     }
 
