@@ -116,10 +116,18 @@ pub struct HostRequest {
     /// The step redirected packets enter first: its chain is launched with the DAG.
     #[serde(default)]
     pub entry: usize,
+    /// The flood lists (broadcast and unknown unicast) of the tenant's VNIs at home: a
+    /// redirected packet whose destination the home node could not resolve is flooded to them
+    /// by the peer, as the home node would have.
+    #[serde(default)]
+    pub floods: Vec<(u32, Vec<SocketAddr>)>,
 }
 
 /// Most chains in a [`HostRequest`] (and NTs per chain: a mask has 64 bits).
 const MAX_HOSTED_CHAINS: usize = 64;
+
+/// Most flood-list entries in a [`HostRequest`], over all its VNIs.
+const MAX_HOSTED_FLOODS: usize = 4096;
 
 impl HostRequest {
     /// Checks what a peer sent before anything is built from it: chain indices and masks in
@@ -146,6 +154,10 @@ impl HostRequest {
         }
         if self.entry >= self.steps.len() {
             return Err(format!("entry step {} of {} steps", self.entry, self.steps.len()));
+        }
+        let floods: usize = self.floods.iter().map(|(_, v)| v.len()).sum();
+        if floods > MAX_HOSTED_FLOODS {
+            return Err(format!("{floods} flood-list entries: at most {MAX_HOSTED_FLOODS}"));
         }
         let steps = self.steps.iter().map(|&(c, m)| Step { chain: ChainId(c as u16), mask: NtMask(m) }).collect();
         DagRoute::with_groups(steps, &self.groups).map(|_| ()).map_err(|e| e.to_string())
@@ -180,6 +192,15 @@ impl Plan {
             steps: d.steps.iter().map(|&(c, m)| (index(c), m.0)).collect(),
             groups: d.groups.clone(),
             entry: 0,
+            floods: t
+                .vnis
+                .iter()
+                .map(|&vni| {
+                    let flood = |r: &&RoutePlan| r.vni == vni && r.entry == RouteEntry::Flood;
+                    (vni, self.routes.iter().filter(flood).map(|r| r.vtep).collect::<Vec<_>>())
+                })
+                .filter(|(_, v)| !v.is_empty())
+                .collect(),
         })
     }
 }
@@ -524,10 +545,20 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
     #[test]
     fn a_host_request_carries_the_dag_whole_and_a_bad_one_is_refused() {
         let dag = "---\napiVersion: snic/v1\nkind: DAG\nmetadata: {name: d}\nspec: {tenant: a, nodes: [nt1, nt2, nt3x], edges: [[nt1, nt3x], [nt2, nt3x]], parallel: true}\n---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: nt3x}\nspec: {tenant: a, config: {kind: counter}}\n";
-        let p = plan(&state(dag), 8).unwrap();
+        let route = |name: &str, vni: u32, vtep: &str, flood: bool| {
+            format!(
+                "---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: {name}}}\nspec: {{vni: {vni}, vtep: '{vtep}', flood: {flood}}}\n"
+            )
+        };
+        // Tenant a's flood list goes with its DAG; its unicast routes and b's flood list do not.
+        let routes = [route("f1", 1, "10.0.0.1:4789", true), route("f2", 1, "10.0.0.2:4789", true), route("b1", 2, "10.0.0.3:4789", true)];
+        let mac = "---\napiVersion: snic/v1\nkind: Route\nmetadata: {name: m1}\nspec: {vni: 1, vtep: '10.0.0.4:4789', mac: '02:00:00:00:00:01'}\n";
+        let p = plan(&state(&format!("{dag}{}{mac}", routes.concat())), 8).unwrap();
         assert_eq!(p.host_request("nope"), None);
         let r = p.host_request("d").unwrap();
         assert_eq!((r.tenant.as_str(), r.dag.as_str(), r.chains.len(), r.groups.as_slice()), ("a", "d", 3, &[(0, 2)][..]));
+        let vtep = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(r.floods, vec![(1, vec![vtep("10.0.0.1:4789"), vtep("10.0.0.2:4789")])]);
         // What a peer receives is what was sent, and builds the same route.
         let back: HostRequest = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
         assert_eq!(back, r);
@@ -545,6 +576,7 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         assert!(bad(|b| b.entry = 9).is_err(), "an entry step past the end");
         assert!(bad(|b| b.chains[0].0.push("extra".into())).is_err());
         assert!(bad(|b| b.steps.clear()).is_err());
+        assert!(bad(|b| b.floods = vec![(1, vec!["10.0.0.1:4789".parse().unwrap(); 4097])]).unwrap_err().contains("flood"));
     }
 
     #[test]
