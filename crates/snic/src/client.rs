@@ -63,7 +63,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// Sends a request; returns the JSON body of a 2xx, or fails with the API's error.
-fn call(method: &str, url: String, body: Option<String>) -> anyhow::Result<Value> {
+pub(crate) fn call(method: &str, url: String, body: Option<String>) -> anyhow::Result<Value> {
     let a = agent();
     let res = match (method, body) {
         ("POST", Some(b)) => a.post(&url).header("content-type", "application/yaml").send(b),

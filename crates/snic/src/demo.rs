@@ -30,25 +30,31 @@ use std::time::{Duration, Instant};
 /// Options of `snic demo`.
 #[derive(Args)]
 pub struct DemoArgs {
-    /// How long to run traffic.
-    #[arg(long, default_value_t = 10)]
-    seconds: u64,
-    /// Packets per second each tenant's sender offers.
-    #[arg(long, default_value_t = 20_000)]
-    rate: u64,
+    /// How long to run traffic [default: 10; with --pool, how long each phase is held: 4].
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Packets per second each tenant's sender offers [default: 20000; 2000 with --pool].
+    #[arg(long)]
+    rate: Option<u64>,
     /// Print only the summary, as JSON.
     #[arg(long)]
     json: bool,
+    /// Three nodes in a pool instead of one (child `snic run` processes on loopback): the
+    /// first has one region, held by green, so blue's chain is launched on a peer and
+    /// redirected there; green stops and blue's chain moves back with its state. `--seconds`
+    /// is then how long each phase runs once reached.
+    #[arg(long)]
+    pool: bool,
 }
 
 /// The two tenants of `examples/demo.yaml`, as the demo's endpoints see them.
-struct Tenant {
-    name: &'static str,
-    vni: u32,
-    out_vni: u32,
+pub(crate) struct Tenant {
+    pub(crate) name: &'static str,
+    pub(crate) vni: u32,
+    pub(crate) out_vni: u32,
 }
 
-const TENANTS: [Tenant; 2] = [Tenant { name: "blue", vni: 100, out_vni: 100 }, Tenant { name: "green", vni: 200, out_vni: 300 }];
+pub(crate) const TENANTS: [Tenant; 2] = [Tenant { name: "blue", vni: 100, out_vni: 100 }, Tenant { name: "green", vni: 200, out_vni: 300 }];
 
 /// What the deployment gave each tenant.
 struct Placed {
@@ -58,14 +64,16 @@ struct Placed {
 }
 
 const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
-const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
+pub(crate) const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
 
 #[derive(Default)]
-struct Receiver {
-    packets: AtomicU64,
-    bytes: AtomicU64,
+pub(crate) struct Receiver {
+    pub(crate) packets: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     /// Packets that arrived without the transformation the tenant's chain promises.
-    wrong: AtomicU64,
+    pub(crate) wrong: AtomicU64,
+    /// Packets from each of these senders (the pool demo's nodes).
+    pub(crate) by_source: Vec<(SocketAddr, AtomicU64)>,
 }
 
 #[derive(Serialize)]
@@ -104,7 +112,7 @@ struct Summary {
     tenants: Vec<TenantSummary>,
 }
 
-fn frame(vni: u32, l4: L4Spec, payload: usize) -> Vec<u8> {
+pub(crate) fn frame(vni: u32, l4: L4Spec, payload: usize) -> Vec<u8> {
     let spec = FrameSpec {
         outer: None,
         vni,
@@ -148,12 +156,21 @@ fn build_node(receivers: &[SocketAddr; 2]) -> anyhow::Result<(Node<UdpBackend>, 
     Ok((node, placed))
 }
 
-fn sender(sock: UdpSocket, node: SocketAddr, t: &'static Tenant, rate: u64, until: Instant, sent: Arc<AtomicU64>) {
+/// Sends tenant `t`'s traffic to `node` at `rate` until `until` or `stop`; counts in `sent`.
+pub(crate) fn sender(
+    sock: UdpSocket,
+    node: SocketAddr,
+    t: &'static Tenant,
+    rate: u64,
+    until: Instant,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+) {
     let allowed = frame(t.vni, L4Spec::Udp { src_port: 4000, dst_port: 5001 }, 512);
     let denied = frame(t.vni, L4Spec::Tcp { src_port: 4001, dst_port: 22, flags: 0x02 }, 0);
     let start = Instant::now();
     let mut n = 0u64;
-    while Instant::now() < until {
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         // Pace to `rate`: send what is due, then sleep a little.
         let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
         while n < due {
@@ -169,11 +186,15 @@ fn sender(sock: UdpSocket, node: SocketAddr, t: &'static Tenant, rate: u64, unti
     }
 }
 
-fn receiver(sock: UdpSocket, t: &'static Tenant, stop: Arc<AtomicBool>, r: Arc<Receiver>) {
+/// Receives tenant `t`'s packets until `stop`, checking each was transformed as promised.
+pub(crate) fn receiver(sock: UdpSocket, t: &'static Tenant, stop: Arc<AtomicBool>, r: Arc<Receiver>) {
     let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
     let mut buf = [0u8; 2048];
     while !stop.load(Ordering::Relaxed) {
-        let Ok((n, _)) = sock.recv_from(&mut buf) else { continue };
+        let Ok((n, from)) = sock.recv_from(&mut buf) else { continue };
+        if let Some((_, c)) = r.by_source.iter().find(|(a, _)| *a == from) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
         let d = &buf[..n];
         let ok = match (parse_vxlan(d), d.get(8..).map(parse_inner)) {
             (Ok(vni), Some(Ok(l))) if t.name == "blue" => {
@@ -192,6 +213,10 @@ fn receiver(sock: UdpSocket, t: &'static Tenant, stop: Arc<AtomicBool>, r: Arc<R
 
 /// Runs the demo.
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    if a.pool {
+        return crate::demo_pool::run(a.seconds.unwrap_or(4), a.rate.unwrap_or(2_000), a.json);
+    }
+    let (seconds, rate) = (a.seconds.unwrap_or(10), a.rate.unwrap_or(20_000));
     let recv_socks = [UdpSocket::bind("127.0.0.1:0")?, UdpSocket::bind("127.0.0.1:0")?];
     let recv_addrs = [recv_socks[0].local_addr()?, recv_socks[1].local_addr()?];
     let (mut node, placed) = build_node(&recv_addrs)?;
@@ -233,7 +258,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
         node
     })?;
 
-    let until = Instant::now() + Duration::from_secs(a.seconds);
+    let until = Instant::now() + Duration::from_secs(seconds);
     let receivers: Vec<Arc<Receiver>> = (0..2).map(|_| Arc::new(Receiver::default())).collect();
     let sent: Vec<Arc<AtomicU64>> = (0..2).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let mut threads = Vec::new();
@@ -246,13 +271,12 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let mut senders = Vec::new();
     for (i, s) in sent.iter().enumerate() {
         let sock = UdpSocket::bind("127.0.0.1:0")?;
-        let s = s.clone();
-        let rate = a.rate;
-        senders.push(std::thread::spawn(move || sender(sock, node_addr, &TENANTS[i], rate, until, s)));
+        let (s, st) = (s.clone(), stop.clone());
+        senders.push(std::thread::spawn(move || sender(sock, node_addr, &TENANTS[i], rate, until, st, s)));
     }
 
     if !a.json {
-        println!("snic demo: node on {node_addr} (loopback UDP, VXLAN), {} s, {} pkt/s offered per tenant", a.seconds, a.rate);
+        println!("snic demo: node on {node_addr} (loopback UDP, VXLAN), {} s, {} pkt/s offered per tenant", seconds, rate);
         println!("  configuration: examples/demo.yaml (embedded), deployed through the control plane");
         for ((t, r), p) in TENANTS.iter().zip(&recv_addrs).zip(&placed) {
             println!("  tenant {:<5} VNI {} → [{}] in region {} → endpoint {} on VNI {}", t.name, t.vni, p.chain, p.region, r, t.out_vni);

@@ -8,6 +8,7 @@ mod client;
 mod cost_cmd;
 mod daemon;
 mod demo;
+mod demo_pool;
 mod deploy;
 mod plan_cmd;
 mod sim_cmd;

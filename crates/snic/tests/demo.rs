@@ -46,6 +46,41 @@ fn demo_delivers_each_tenants_traffic_transformed() {
     }
 }
 
+/// `snic demo --pool`: three child nodes; blue's chain runs on a peer while A has no room and
+/// comes home once green stops; every delivered packet carries its chain's rewrite, and every
+/// node the demo started is gone when it ends.
+#[test]
+fn the_pool_demo_places_blue_on_a_peer_and_moves_it_back() {
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["demo", "--pool", "--seconds", "1", "--rate", "300", "--json"])
+        .output()
+        .expect("snic runs");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON summary");
+    let n = |t: &serde_json::Value, k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k}: {t}"));
+    assert_eq!(v["blue_placed_on"], "B", "the peer with the most free regions: {v}");
+    assert_eq!(v["blue_moved_back"], true, "{v}");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!((n(&nodes[0], "remote_launches"), n(&nodes[0], "moves_back")), (1, 1), "{v}");
+    assert!(n(&nodes[1], "hosted_packets_seen") > 0 && n(&nodes[2], "hosted_packets_seen") == 0, "{v}");
+    for t in v["tenants"].as_array().unwrap() {
+        assert_eq!(n(t, "unverified_packets"), 0, "every delivered packet carries its chain's rewrite: {t}");
+        assert!(n(t, "delivered_packets") + n(t, "denied_by_policy") <= n(t, "sent_packets"), "{t}");
+        let by = |node: &str| t["delivered_by"].as_array().unwrap().iter().find(|d| d[0] == node).map(|d| d[1].as_u64().unwrap());
+        match t["name"].as_str().unwrap() {
+            // Blue: delivered by B while its chain ran there, by A before and after.
+            "blue" => assert!(by("A") > Some(0) && by("B") > Some(0) && by("C") == Some(0), "{t}"),
+            "green" => assert!(by("A") > Some(0) && by("B") == Some(0), "{t}"),
+            other => panic!("unexpected tenant {other}"),
+        }
+    }
+    // The nodes were stopped: their addresses are free again.
+    for node in nodes {
+        let data: std::net::SocketAddr = node["data"].as_str().unwrap().parse().unwrap();
+        assert!(std::net::UdpSocket::bind(data).is_ok(), "node {} still holds {data}", node["name"]);
+    }
+}
+
 #[test]
 fn bad_arguments_are_rejected_with_help() {
     let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["demo", "--seconds", "soon"]).output().unwrap();
