@@ -71,6 +71,7 @@ pub mod node;
 pub mod placement;
 pub mod pool;
 pub mod rechain;
+pub mod replay;
 pub mod sched;
 pub mod time;
 pub mod walk;

@@ -41,6 +41,9 @@ pub enum Drop {
     Unauthenticated,
     /// A redirected packet for a DAG this node does not host (any more).
     NotHosted,
+    /// A redirected packet whose (sender, counter) was seen before, or is older than the
+    /// sender's window: a replay (or a duplicate the network made).
+    ReplayedRedirect,
 }
 
 const N_PARSE: usize = ParseError::ALL.len();
@@ -49,7 +52,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 8;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 9;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -78,6 +81,7 @@ impl Drop {
             Drop::ForeignVtep => N_PARSE + 4 + N_SCHED + N_NT + 5,
             Drop::Unauthenticated => N_PARSE + 4 + N_SCHED + N_NT + 6,
             Drop::NotHosted => N_PARSE + 4 + N_SCHED + N_NT + 7,
+            Drop::ReplayedRedirect => N_PARSE + 4 + N_SCHED + N_NT + 8,
         }
     }
 
@@ -100,6 +104,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 5 => "foreign_vtep",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 6 => "unauthenticated_redirect",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 7 => "not_hosted",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 8 => "replayed_redirect",
             _ => "unknown",
         }
     }
@@ -124,6 +129,7 @@ mod tests {
             Drop::ForeignVtep,
             Drop::Unauthenticated,
             Drop::NotHosted,
+            Drop::ReplayedRedirect,
         ]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();

@@ -185,6 +185,27 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
     }
 }
 
+/// A redirected packet received twice — replayed by someone on the path, or duplicated by the
+/// network — runs once; packets reordered on the way all run.
+#[test]
+fn the_peer_runs_a_redirected_packet_once_and_accepts_reordering() {
+    let (mut h, mut p, _) = pool();
+    for i in 0..3u8 {
+        h.backend_mut().rx.push_back((datagram(80, i), a()));
+    }
+    run_until_idle(&mut h);
+    let sent: Vec<Vec<u8>> = h.backend_mut().tx.drain(..).map(|(d, _)| d).collect();
+    assert_eq!(sent.len(), 3);
+    // Reordered: 3rd, 1st, 2nd; then the 2nd and the 3rd again.
+    for i in [2, 0, 1, 1, 2] {
+        p.backend_mut().rx.push_back((sent[i].clone(), home()));
+    }
+    run_until_idle(&mut p);
+    assert_eq!(p.stats().tenants[7].tx_packets, 3, "each packet ran once");
+    assert_eq!(p.stats().unattributed[Drop::ReplayedRedirect.index()], 2);
+    assert_eq!(Drop::name(Drop::ReplayedRedirect.index()), "replayed_redirect");
+}
+
 #[test]
 fn stopping_a_redirect_brings_the_chain_back_home() {
     let (mut h, _p, _) = pool();

@@ -36,12 +36,32 @@ pub(crate) struct PoolLink {
     /// Packets sent to a peer, per chain.
     sent: Vec<u64>,
     hosted: HostTable,
+    /// Per sending node (its nonce's sender part), the window of counters seen: anti-replay.
+    seen: rustc_hash::FxHashMap<u32, snic_core::replay::Window>,
     /// Placements the pool agent decided: asked, done.
     pub(super) place: super::pool::Placements,
     /// Chains coming home with their state, and state collected for peers.
     pub(super) handback: super::handback::Handback,
     /// The per-packet check runs: a key, datagram framing, and a chain redirected.
     pub(crate) on: bool,
+}
+
+/// Most sending nodes whose windows a node keeps. Only members make new senders (each start
+/// of a node takes a random one), so the table holds the pool's nodes and their restarts; when
+/// it is full a window goes to make room (most likely a restarted node's old one).
+const MAX_SENDERS: usize = 4096;
+
+impl PoolLink {
+    /// True if `(sender, counter)` of an authenticated redirected packet is new (anti-replay,
+    /// [`snic_core::replay`]): a duplicate or replay of one already received is not.
+    fn admit(&mut self, sender: u32, counter: u64) -> bool {
+        if !self.seen.contains_key(&sender) && self.seen.len() >= MAX_SENDERS {
+            if let Some(k) = self.seen.keys().next().copied() {
+                self.seen.remove(&k);
+            }
+        }
+        self.seen.entry(sender).or_default().admit(counter)
+    }
 }
 
 /// The key for redirected packets, from the pool secret.
@@ -223,6 +243,9 @@ impl<B: Backend> Node<B> {
         let Some(&Hosted { tenant, .. }) = self.pool.hosted.arrive(h.route) else {
             return self.drop_unattributed(idx, Drop::NotHosted);
         };
+        if !self.pool.admit(h.sender, h.counter) {
+            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+        }
         let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
         let vni = match layout::parse_vxlan(&buf[off..off + len]) {
             Ok(v) => v,

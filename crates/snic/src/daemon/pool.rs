@@ -185,39 +185,25 @@ pub(super) fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refus
     Ok(Opened { kind: body[4], gen: word(5), counter: word(13), payload: &body[HEADER..] })
 }
 
-/// Anti-replay, per sender (as IPsec's): its generation, the highest counter seen, and which of
-/// the 64 before it were seen.
+/// Anti-replay, per sender (as IPsec's): its generation, and the window of its counters.
 #[derive(Debug, Default, Clone, Copy)]
 struct Window {
     gen: u64,
-    top: u64,
-    seen: u64,
+    counters: snic_core::replay::Window,
 }
 
 impl Window {
-    /// True if `(gen, counter)` is new: a newer generation (a restart), a counter past the
-    /// highest, or one of the last 64 not seen yet.
+    /// True if `(gen, counter)` is new: a newer generation (a restart), or a counter the
+    /// window admits.
     fn accept(&mut self, gen: u64, counter: u64) -> bool {
         if gen != self.gen {
             if gen < self.gen {
                 return false;
             }
-            *self = Window { gen, top: counter, seen: 1 };
+            *self = Window { gen, counters: snic_core::replay::Window::starting_at(counter) };
             return true;
         }
-        if counter > self.top {
-            let shift = counter - self.top;
-            self.seen = if shift >= 64 { 0 } else { self.seen << shift };
-            self.seen |= 1;
-            self.top = counter;
-            return true;
-        }
-        let back = self.top - counter;
-        if back >= 64 || self.seen & (1 << back) != 0 {
-            return false;
-        }
-        self.seen |= 1 << back;
-        true
+        self.counters.admit(counter)
     }
 }
 
