@@ -163,6 +163,13 @@ impl HostRequest {
         DagRoute::with_groups(steps, &self.groups).map(|_| ()).map_err(|e| e.to_string())
     }
 
+    /// Its flood lists as forwarding entries, as the peer installs them (and removes them).
+    pub fn flood_routes(&self) -> impl Iterator<Item = RoutePlan> + '_ {
+        self.floods.iter().flat_map(|(vni, vteps)| {
+            vteps.iter().map(|&vtep| RoutePlan { vni: *vni, vtep, vtep_mac: MacAddr::default(), entry: RouteEntry::Flood })
+        })
+    }
+
     /// The route, with chain `c` of the request deployed as `chain(c)` (after
     /// [`HostRequest::validate`]).
     pub fn route(&self, chain: impl Fn(usize) -> ChainId) -> Result<DagRoute, String> {

@@ -190,11 +190,12 @@ struct Live {
 }
 
 impl Live {
-    /// Prints A's new events, and once a second a line per tenant: offered and delivered
-    /// packets per second, by the node that delivered them.
-    fn tick(&mut self, pool: &Pool, traffic: &[Option<Traffic>; 2], phase: &str) -> anyhow::Result<()> {
-        for (i, n) in pool.nodes.iter().enumerate() {
-            let v = status(n)?;
+    /// Reads every node's status (returned, in [`NODES`]' order), prints A's new events, and
+    /// once a second a line per tenant: offered and delivered packets per second, by the node
+    /// that delivered them.
+    fn tick(&mut self, pool: &Pool, traffic: &[Option<Traffic>; 2], phase: &str) -> anyhow::Result<Vec<Value>> {
+        let statuses = pool.nodes.iter().map(status).collect::<anyhow::Result<Vec<Value>>>()?;
+        for (i, v) in statuses.iter().enumerate() {
             let entries = |k: &str, id: &dyn Fn(&Value) -> String| {
                 v[k].as_array()
                     .into_iter()
@@ -209,8 +210,7 @@ impl Live {
                 *m = (*m).max(p);
             }
         }
-        let a = status(pool.node("A"))?;
-        for e in a["elastic"]["events"].as_array().into_iter().flatten() {
+        for e in statuses[0]["elastic"]["events"].as_array().into_iter().flatten() {
             let key =
                 (e["at_ms"].as_u64().unwrap_or(0), format!("{} {}", e["chain"].as_str().unwrap_or(""), e["event"].as_str().unwrap_or("")));
             if self.seen.contains(&key) {
@@ -230,7 +230,7 @@ impl Live {
             self.seen.push(key);
         }
         if self.json || self.last.elapsed() < Duration::from_secs(1) {
-            return Ok(());
+            return Ok(statuses);
         }
         let dt = self.last.elapsed().as_secs_f64();
         self.last = Instant::now();
@@ -251,23 +251,22 @@ impl Live {
             );
             self.prev[i] = (sent, by);
         }
-        Ok(())
+        Ok(statuses)
     }
 
-    /// Ticks every 100 ms until `done` holds (or fails after [`PHASE_LIMIT`]).
+    /// Ticks every 100 ms until `done` holds for A's status (or fails after [`PHASE_LIMIT`]).
     fn until(
         &mut self,
         pool: &Pool,
         traffic: &[Option<Traffic>; 2],
         phase: &str,
-        mut done: impl FnMut(&Pool) -> anyhow::Result<bool>,
+        mut done: impl FnMut(&Value) -> bool,
     ) -> anyhow::Result<()> {
         let t0 = Instant::now();
-        while !done(pool)? {
+        while !done(&self.tick(pool, traffic, phase)?[0]) {
             if t0.elapsed() > PHASE_LIMIT {
                 bail!("{phase}: not reached within {PHASE_LIMIT:?}");
             }
-            self.tick(pool, traffic, phase)?;
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(())
@@ -370,9 +369,9 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
     };
     let mut traffic: [Option<Traffic>; 2] = [None, None];
     let result = (|| -> anyhow::Result<Summary> {
-        live.until(&pool, &traffic, "forming the pool", |p| {
-            let m = status(p.node("A"))?["pool"]["members"].as_array().cloned().unwrap_or_default();
-            Ok(m.len() == 2 && m.iter().all(|m| m["free_regions"].as_u64() >= Some(1)))
+        live.until(&pool, &traffic, "forming the pool", |a| {
+            let m = a["pool"]["members"].as_array().cloned().unwrap_or_default();
+            m.len() == 2 && m.iter().all(|m| m["free_regions"].as_u64() >= Some(1))
         })?;
         // Routes to the in-process receivers (their ports are the OS's choice).
         let socks = [UdpSocket::bind("127.0.0.1:0")?, UdpSocket::bind("127.0.0.1:0")?];
@@ -388,14 +387,14 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
         call("POST", format!("{}/v1/apply", a.api), Some(green.join("\n---\n")))?;
         let [bs, gs] = socks;
         traffic[1] = Some(start_traffic(1, gs, &pool, rate)?);
-        live.until(&pool, &traffic, "green takes A's region", |p| Ok(runs(&status(p.node("A"))?, "green-counter")))?;
+        live.until(&pool, &traffic, "green takes A's region", |a| runs(a, "green-counter"))?;
         live.hold(&pool, &traffic, "green holds A", hold)?;
         call("POST", format!("{}/v1/apply", a.api), Some(all.clone()))?;
         traffic[0] = Some(start_traffic(0, bs, &pool, rate)?);
         let mut placed = None;
-        live.until(&pool, &traffic, "blue: no room at A", |p| {
-            placed = blue_redirect(&status(p.node("A"))?);
-            Ok(placed.is_some())
+        live.until(&pool, &traffic, "blue: no room at A", |a| {
+            placed = blue_redirect(a);
+            placed.is_some()
         })?;
         let placed_on = placed.as_deref().map(|d| pool.name_of(d));
         live.hold(&pool, &traffic, "blue redirected", hold)?;
@@ -410,9 +409,8 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
                 .find(|e| e["event"].as_str().is_some_and(|s| s.starts_with("moved back")))
                 .cloned()
         };
-        live.until(&pool, &traffic, "green stopped, waiting", |p| Ok(moved(&status(p.node("A"))?).is_some()))?;
+        live.until(&pool, &traffic, "green stopped, waiting", |a| moved(a).is_some())?;
         live.hold(&pool, &traffic, "blue home again", hold)?;
-        let pause = moved(&status(pool.node("A"))?).and_then(|e| e["took_us"].as_f64());
         // The senders stop; what is in flight drains (at most 2 s).
         for t in traffic.iter().flatten() {
             t.stop.store(true, Ordering::Relaxed);
@@ -428,10 +426,10 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
             }
             last = now;
         }
-        live.tick(&pool, &traffic, "drained")?;
+        let statuses = live.tick(&pool, &traffic, "drained")?;
+        let pause = moved(&statuses[0]).and_then(|e| e["took_us"].as_f64());
         let mut nodes = Vec::new();
-        for (i, n) in pool.nodes.iter().enumerate() {
-            let v = status(n)?;
+        for (i, (n, v)) in pool.nodes.iter().zip(&statuses).enumerate() {
             let carried = |k: &str| live.carried[i].iter().filter(|(key, _)| key.starts_with(k)).map(|(_, p)| p).sum::<u64>();
             let sum = |f: &dyn Fn(&Value) -> u64| v["tenants"].as_array().into_iter().flatten().map(|t| f(&t["stats"])).sum::<u64>();
             let drops = |s: &Value| s["drops"].as_array().into_iter().flatten().filter_map(|d| d[1].as_u64()).sum::<u64>();
@@ -445,8 +443,8 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
                 dropped_packets: sum(&drops),
                 redirected_packets_seen: carried("redirects"),
                 hosted_packets_seen: carried("hosted"),
-                remote_launches: counter(&v, "remote_launches"),
-                moves_back: counter(&v, "moves_back"),
+                remote_launches: counter(v, "remote_launches"),
+                moves_back: counter(v, "moves_back"),
             });
         }
         let tenants = TENANTS

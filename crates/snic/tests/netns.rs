@@ -84,9 +84,14 @@ impl Topo {
         let bin = env!("CARGO_BIN_EXE_snic");
         self.spawn("node", &[bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state]);
         wait_for("the node comes up", Duration::from_secs(10), || self.exec_status("node", &[bin, "status"]).status.code() == Some(0));
-        let mf = self.state.with_extension("yaml");
+        self.apply("node", manifest);
+    }
+
+    /// Applies `manifest` to the node in namespace `n`.
+    fn apply(&self, n: &str, manifest: &str) {
+        let mf = self.state.with_extension(format!("{n}.yaml"));
         std::fs::write(&mf, manifest).unwrap();
-        self.snic(&["apply", "-f", mf.to_str().unwrap()]);
+        self.snic_in(n, &["apply", "-f", mf.to_str().unwrap()]);
         std::fs::remove_file(&mf).ok();
     }
 
@@ -201,9 +206,14 @@ impl Topo {
     }
 
     fn snic(&self, args: &[&str]) -> String {
+        self.snic_in("node", args)
+    }
+
+    /// Runs `snic args` in namespace `n`.
+    fn snic_in(&self, n: &str, args: &[&str]) -> String {
         let mut v = vec![env!("CARGO_BIN_EXE_snic")];
         v.extend_from_slice(args);
-        self.exec("node", &v)
+        self.exec(n, &v)
     }
 }
 
@@ -706,13 +716,8 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
         let m = status(&t, "nodea")["pool"]["members"].as_array().cloned().unwrap_or_default();
         m.len() == 2 && m.iter().all(|m| m["free_regions"].as_u64() >= Some(1))
     });
-    let apply = |t: &Topo, manifest: &str| {
-        let mf = t.state.join("apply.yaml");
-        std::fs::write(&mf, manifest).unwrap();
-        t.exec("nodea", &[bin, "apply", "-f", mf.to_str().unwrap()]);
-    };
     let green: Vec<&str> = RING.split("\n---\n").filter(|d| d.contains("green")).collect();
-    apply(&t, &green.join("\n---\n"));
+    t.apply("nodea", &green.join("\n---\n"));
     // Green's traffic (a ping every 10 ms, bounded) holds A's only region.
     let green_runs = |t: &Topo| {
         let v = status(t, "nodea");
@@ -720,7 +725,7 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     };
     let green_ping = t.spawn("c", &["ping", "-q", "-i", "0.01", "-w", "120", "10.1.0.2"]);
     wait_for("green runs at A", Duration::from_secs(30), || green_runs(&t));
-    apply(&t, RING);
+    t.apply("nodea", RING);
     // The SNAT address lives on blue's overlay: B's endpoint needs to know where it is.
     let amac = t.mac("a");
     t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);

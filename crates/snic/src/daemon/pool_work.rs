@@ -10,7 +10,6 @@ use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Waker;
 use snic_dataplane::node::{ChainState, PoolRequest};
-use snic_dataplane::store::Peer;
 use snic_dataplane::Node;
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -101,23 +100,21 @@ impl PoolWork {
         let r = node.host_dag(home, t, route);
         tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, local_tenant = t.0, route = r, "pool: hosting a DAG for a peer");
         // The hosted VNIs' flood lists (kept in the request: what unhosting removes).
-        let local = |vni: u32| plan.tenants.iter().any(|t| t.vnis.contains(&vni));
         let mut req = req;
         req.floods.retain(|(vni, _)| {
-            if local(*vni) {
+            let local = plan.tenants.iter().any(|t| t.vnis.contains(vni));
+            if local {
                 tracing::warn!(
                     vni,
                     tenant = req.tenant,
                     "pool: a hosted tenant's VNI is also a local tenant's: its broadcasts go where the local tenant's do"
                 );
             }
-            !local(*vni)
+            !local
         });
-        for (vni, vteps) in &req.floods {
-            for &addr in vteps {
-                if node.fdb_mut().add_flood(*vni, Peer { addr, mac: Default::default() }).is_none() {
-                    tracing::warn!(vni, vtep = %addr, "pool: the forwarding table's peer table is full: a hosted VNI's flood list is incomplete");
-                }
+        for r in req.flood_routes() {
+            if let Err(e) = crate::deploy::add_route(node, &r) {
+                tracing::warn!(vni = r.vni, vtep = %r.vtep, error = %e, "pool: a hosted VNI's flood list is incomplete");
             }
         }
         self.hosted.push((home, req, t, r));
@@ -184,12 +181,9 @@ impl PoolWork {
         }
         // The hosted VNIs' flood lists, unless another hosted DAG has the VNI.
         for (_, req, _, _) in &gone {
-            for (vni, vteps) in &req.floods {
-                if self.hosted.iter().any(|h| h.1.floods.iter().any(|f| f.0 == *vni)) {
-                    continue;
-                }
-                for &addr in vteps {
-                    node.fdb_mut().remove_flood(*vni, Peer { addr, mac: Default::default() });
+            for r in req.flood_routes() {
+                if !self.hosted.iter().any(|h| h.1.floods.iter().any(|f| f.0 == r.vni)) {
+                    crate::deploy::remove_route(node, &r);
                 }
             }
         }
