@@ -279,6 +279,8 @@ pub struct PoolConfig {
     pub membership: MembershipConfig,
     /// Hops to each peer the links reach (empty without links).
     pub hops: std::collections::BTreeMap<SocketAddr, u32>,
+    /// The pool's links (pass-through routes: [`crate::pool::PoolAgent::set_links`]).
+    pub links: Vec<[SocketAddr; 2]>,
 }
 
 impl PoolSection {
@@ -302,6 +304,7 @@ impl PoolSection {
         let ms = Duration::from_millis;
         Ok(PoolConfig {
             hops: crate::pool::topology::hops(self.listen, &self.links),
+            links: self.links.clone(),
             listen: self.listen,
             seeds: self.seeds.iter().copied().filter(|&s| s != self.listen).collect(),
             secret_file: self.secret_file.clone(),

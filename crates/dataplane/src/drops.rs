@@ -44,7 +44,13 @@ pub enum Drop {
     /// A redirected packet whose (sender, counter) was seen before, or is older than the
     /// sender's window: a replay (or a duplicate the network made).
     ReplayedRedirect,
+    /// A redirected packet that crossed [`MAX_PASS_THROUGH`] pass-through nodes and was still
+    /// not at the node that runs it: the pool's routes disagree (a loop), it goes no further.
+    PassThroughHops,
 }
+
+/// Most pass-through nodes a redirected packet crosses (a ring of 32 nodes needs 15).
+pub const MAX_PASS_THROUGH: u8 = 16;
 
 const N_PARSE: usize = ParseError::ALL.len();
 const N_SCHED: usize = 4;
@@ -52,7 +58,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 9;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 10;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -82,6 +88,7 @@ impl Drop {
             Drop::Unauthenticated => N_PARSE + 4 + N_SCHED + N_NT + 6,
             Drop::NotHosted => N_PARSE + 4 + N_SCHED + N_NT + 7,
             Drop::ReplayedRedirect => N_PARSE + 4 + N_SCHED + N_NT + 8,
+            Drop::PassThroughHops => N_PARSE + 4 + N_SCHED + N_NT + 9,
         }
     }
 
@@ -105,6 +112,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 6 => "unauthenticated_redirect",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 7 => "not_hosted",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 8 => "replayed_redirect",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 9 => "pass_through_hops",
             _ => "unknown",
         }
     }
@@ -130,6 +138,7 @@ mod tests {
             Drop::Unauthenticated,
             Drop::NotHosted,
             Drop::ReplayedRedirect,
+            Drop::PassThroughHops,
         ]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();

@@ -55,5 +55,5 @@ pub mod stats;
 pub mod store;
 pub mod worker;
 
-pub use drops::Drop;
+pub use drops::{Drop, MAX_PASS_THROUGH};
 pub use node::{Node, NodeConfig};

@@ -161,7 +161,7 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
     let mut changed = good.clone();
     *changed.last_mut().unwrap() ^= 1;
     let mut forged = [0u8; HEADER_LEN];
-    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()) }.emit(&mut forged);
+    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()), destination: None }.emit(&mut forged);
     let mut forged = forged.to_vec();
     forged.extend_from_slice(&good[HEADER_LEN..]);
     for d in [changed, forged, good.clone()] {
@@ -204,6 +204,95 @@ fn the_peer_runs_a_redirected_packet_once_and_accepts_reordering() {
     assert_eq!(p.stats().tenants[7].tx_packets, 3, "each packet ran once");
     assert_eq!(p.stats().unattributed[Drop::ReplayedRedirect.index()], 2);
     assert_eq!(Drop::name(Drop::ReplayedRedirect.index()), "replayed_redirect");
+}
+
+/// The pool address of the node whose data address ends in `last`.
+fn pool_addr(last: u8) -> SocketAddr {
+    addr(last, 7946)
+}
+
+/// Node `n` (pool address ending in `me`) knows the pool's `links` and the data addresses of
+/// the members `others` (last bytes), from their reports.
+fn learn_links(n: &mut Node<MemPort>, me: u8, links: &[[SocketAddr; 2]], others: &[u8]) {
+    n.set_pool_links(pool_addr(me), links);
+    for &o in others {
+        let r = snic_core::pool::LoadReport { gen: 1, seq: 1, data: Some(addr(o, 4789)), ..Default::default() };
+        n.pool_report(pool_addr(o), r);
+    }
+}
+
+/// The pool's links join home (10) and peer (11) only through a third node T (12): the
+/// redirected packet goes to T, which forwards it, runs nothing, counts it; the peer runs it.
+#[test]
+fn a_pass_through_node_forwards_a_redirected_packet_without_running_it_and_counts_it() {
+    let (mut h, mut p, _) = pool();
+    let t_addr = addr(12, 4789);
+    let mut t = node();
+    t.set_pool_secret(Some(SECRET));
+    let links = [[pool_addr(10), pool_addr(12)], [pool_addr(12), pool_addr(11)]];
+    learn_links(&mut h, 10, &links, &[11, 12]);
+    learn_links(&mut t, 12, &links, &[10, 11]);
+    for i in 0..20u8 {
+        h.backend_mut().rx.push_back((datagram(80, i), a()));
+    }
+    run_until_idle(&mut h);
+    let to_t = |n: &Node<MemPort>| {
+        n.backend().tx.iter().map(|(d, to)| (*to, RedirectRepr::parse(d).map(|r| (r.destination, r.hops)))).collect::<Vec<_>>()
+    };
+    assert_eq!(to_t(&h), vec![(t_addr, Ok((Some(peer()), 0))); 20], "to T, for the peer");
+    assert_eq!(carry(&mut h, home(), &mut t, t_addr), 20);
+    run_until_idle(&mut t);
+    assert_eq!(t.pass_through().0, 20);
+    assert_eq!(to_t(&t), vec![(peer(), Ok((None, 1))); 20], "on to the peer, one hop more, T the last on the way");
+    assert_eq!(t.store().charged(), 0, "nothing held once sent");
+    assert!(t.stats().unattributed.iter().all(|&c| c == 0));
+    assert_eq!(carry(&mut t, t_addr, &mut p, peer()), 20);
+    run_until_idle(&mut p);
+    // The peer ran it and delivered where home would have; the frame came through intact.
+    let pt = &p.stats().tenants[7];
+    assert_eq!((pt.rx_packets, pt.tx_packets, pt.dropped()), (20, 20, 0));
+    assert!(p.backend().tx.iter().all(|(d, to)| *to == b() && parse_inner(&d[8..]).unwrap().key.src == IpAddr::from([203, 0, 113, 1])));
+    // A datagram changed on the way is refused by T before it forwards anything.
+    h.backend_mut().rx.push_back((datagram(80, 99), a()));
+    run_until_idle(&mut h);
+    let (mut d, _) = h.backend_mut().tx.pop().unwrap();
+    d[HEADER_LEN + 20] ^= 1;
+    t.backend_mut().rx.push_back((d, home()));
+    run_until_idle(&mut t);
+    assert_eq!((t.stats().unattributed[Drop::Unauthenticated.index()], t.pass_through().0), (1, 20));
+}
+
+/// Two nodes whose routes point at each other (links that disagree): the datagram bounces a
+/// bounded number of times, then is dropped and counted.
+#[test]
+fn a_redirected_packet_caught_in_a_loop_of_pass_through_nodes_is_dropped_after_the_limit() {
+    let (mut h, _p, _) = pool();
+    let t_addr = addr(12, 4789);
+    let mut t = node();
+    t.set_pool_secret(Some(SECRET));
+    // H believes the peer is behind T; T believes it is behind H.
+    learn_links(&mut h, 10, &[[pool_addr(10), pool_addr(12)], [pool_addr(12), pool_addr(11)]], &[11, 12]);
+    learn_links(&mut t, 12, &[[pool_addr(12), pool_addr(10)], [pool_addr(10), pool_addr(11)]], &[10, 11]);
+    h.backend_mut().rx.push_back((datagram(80, 1), a()));
+    run_until_idle(&mut h);
+    let mut bounces = 0;
+    loop {
+        let moved = carry(&mut h, home(), &mut t, t_addr);
+        run_until_idle(&mut t);
+        let back = carry(&mut t, t_addr, &mut h, home());
+        run_until_idle(&mut h);
+        if moved + back == 0 {
+            break;
+        }
+        bounces += moved + back;
+        assert!(bounces <= 40, "the loop did not end");
+    }
+    let limit = snic_dataplane::MAX_PASS_THROUGH as u64;
+    assert_eq!(h.pass_through().0 + t.pass_through().0, limit);
+    let hops = Drop::PassThroughHops.index();
+    assert_eq!(h.stats().unattributed[hops] + t.stats().unattributed[hops], 1);
+    assert_eq!(Drop::name(hops), "pass_through_hops");
+    assert_eq!((h.store().charged(), t.store().charged()), (0, 0));
 }
 
 #[test]

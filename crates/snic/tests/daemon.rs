@@ -926,6 +926,78 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
     assert_eq!(stop(a), 0);
 }
 
+/// The intermediate topology (paper §5): three daemons whose `pool.links` are a line A – B – C.
+/// A places blue's DAG on C, which it has no link to: blue's packets go to B, which passes them
+/// on without running anything and counts them (status and `/metrics`), and C runs the chain
+/// and delivers. Gossip and the launch itself go straight between members; only the data path
+/// follows the links.
+#[test]
+fn a_redirect_to_a_peer_without_a_link_crosses_the_node_between() {
+    let dirs: Vec<TempDir> = (0..3).map(|i| TempDir::new(&format!("line{i}"))).collect();
+    let secret = dirs[0].0.join("pool.key");
+    std::fs::write(
+        &secret,
+        "a pool secret of 32 characters..
+",
+    )
+    .unwrap();
+    // Fixed pool addresses (the links name them), each on its own loopback address.
+    let addr = |i: usize| format!("127.0.77.{}:7946", i + 1);
+    let section = |i: usize| {
+        format!(
+            "pool:\n  listen: {}\n  secret_file: {}\n  seeds: [{}]\n  links: [[{}, {}], [{}, {}]]\n",
+            addr(i),
+            secret.display(),
+            addr(0),
+            addr(0),
+            addr(1),
+            addr(1),
+            addr(2)
+        )
+    };
+    let nodes: Vec<Daemon> = (0..3).map(|i| start_with(&dirs[i].0, &section(i))).collect();
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let formed = |v: &serde_json::Value| {
+        let m = v["pool"]["members"].as_array().cloned().unwrap_or_default();
+        m.len() == 2 && m.iter().all(|m| m["report_age_ms"].is_u64())
+    };
+    for d in [a, b, c] {
+        let v = status_within(&d.api, Duration::from_secs(30), formed);
+        assert!(formed(&v), "{}", v["pool"]);
+    }
+    let (rb, rg) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &demo_with_routes(&rb, &rg));
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = http("POST", &format!("{}/v1/pool/place", a.api), &format!(r#"{{"dag": "blue-edge", "peer": "{}"}}"#, addr(2)));
+    assert_eq!(st, 200, "{v}");
+    let va = status_until(&a.api, |v| v["redirects"][0]["via"] == b.data.to_string().as_str());
+    assert_eq!(
+        (va["redirects"][0]["peer"].as_str(), va["redirects"][0]["via"].as_str()),
+        (Some(c.data.to_string().as_str()), Some(b.data.to_string().as_str())),
+        "{}",
+        va["redirects"]
+    );
+    let (gb, gg) = traffic(a.data, &rb, &rg, 50);
+    assert_eq!((gb.len(), gg.len()), (50, 50));
+    for d in &gb {
+        let k = snic_wire::layout::parse_inner(&d[8..]).unwrap().key;
+        assert_eq!((k.src, k.dst_port), (IpAddr::from([203, 0, 113, 1]), 5001), "C's firewall and SNAT ran");
+    }
+    // 50 to port 5001, 5 to port 22 (dropped by the firewall on C): 55 crossed B.
+    let passed = |v: &serde_json::Value| v["pass_through"]["packets"].as_u64() == Some(55);
+    let vb = status_until(&b.api, passed);
+    assert!(passed(&vb), "{}", vb["pass_through"]);
+    assert!(vb["hosted"].as_array().is_some_and(|h| h.is_empty()), "B runs none of it: {}", vb["hosted"]);
+    let vc = status_until(&c.api, |v| v["hosted"][0]["packets"].as_u64() == Some(55));
+    assert_eq!(vc["hosted"][0]["packets"].as_u64(), Some(55), "{}", vc["hosted"]);
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let m = agent.get(format!("{}/metrics", b.api)).call().unwrap().body_mut().read_to_string().unwrap();
+    assert!(m.contains(r#"snic_pass_through_total{unit="packets"} 55"#), "{m}");
+    for d in nodes {
+        assert_eq!(stop(d), 0);
+    }
+}
+
 /// Automatic placement and move back between two daemons (paper §4.3, §5): node A has one
 /// region, which tenant green's busy chain holds. Blue's packets need a chain A has no room
 /// for: A's pool agent picks B (a member with free regions), B hosts blue's DAG, and blue's

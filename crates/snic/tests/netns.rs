@@ -669,7 +669,7 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     t.add_ns("tor");
     t.exec("tor", &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
     // Nodes A, B, C at 10.0.{1,2,3}.2. The links between nodes carry a redirected datagram,
-    // 60 bytes longer than the endpoint's: their MTU is larger (docs/pool.md).
+    // 80 bytes longer than the endpoint's: their MTU is larger (docs/pool.md).
     let nodes = [("nodea", 1, 1), ("nodeb", 2, 4), ("nodec", 3, 2)];
     for (n, i, _) in nodes {
         t.add_ns(n);

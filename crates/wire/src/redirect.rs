@@ -8,7 +8,7 @@
 //!  0               1               2               3
 //!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
 //! +---------------+---------------+---------------+---------------+
-//! |      'S'      |      'N'      |      'R'      |  version (1)  |  0
+//! |      'S'      |      'N'      |      'R'      |  version (2)  |  0
 //! +---------------+---------------+---------------+---------------+
 //! |                                                               |  4
 //! |      tag: AES-128-GCM over bytes 20.. (no plaintext: GMAC)    |
@@ -24,7 +24,11 @@
 //! +---------------+---------------+---------------+---------------+
 //! |        delivery address (IPv6, or IPv4-mapped)                |  44
 //! +---------------+---------------+---------------+---------------+
-//! |                 VXLAN header + tenant's frame                 |  60
+//! |  destination port             |   reserved                    |  60
+//! +---------------+---------------+---------------+---------------+
+//! |      destination address (IPv6, or IPv4-mapped)               |  64
+//! +---------------+---------------+---------------+---------------+
+//! |                 VXLAN header + tenant's frame                 |  80
 //! ```
 //!
 //! - *route*: the DAG the peer hosts for the home node (the peer's number, from the launch);
@@ -32,7 +36,11 @@
 //! - *hops*: nodes the packet crossed after its home (a pass-through node adds one);
 //! - *flags*: bit 0 — a delivery address is given: the VTEP the home node would have sent the
 //!   packet to (its forwarding table's answer for the inner destination). Without it the peer
-//!   uses its own table.
+//!   uses its own table. Bit 1 — a destination is given: the data address of the node that
+//!   runs the DAG, when the datagram goes through pass-through nodes first (the pool's links
+//!   are a ring or another graph without a direct link). A node that receives a datagram with
+//!   a destination forwards it toward it without running anything; the last pass-through node
+//!   clears the bit. Without it, the receiver is the node that runs it.
 //!
 //! The first byte, `'S'` (0x53), has VXLAN's I flag (0x08) clear, so no VXLAN datagram is ever
 //! mistaken for a redirected one. This module reads and writes the fields; the tag is the data
@@ -42,11 +50,11 @@ use crate::{be16, be32, put16, put32};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 /// Bytes in front of the VXLAN datagram.
-pub const HEADER_LEN: usize = 60;
+pub const HEADER_LEN: usize = 80;
 /// The first three bytes.
 pub const MAGIC: [u8; 3] = *b"SNR";
 /// The version this module writes and reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Where the tag is (16 bytes).
 pub const TAG: core::ops::Range<usize> = 4..20;
 /// Where the nonce is (12 bytes).
@@ -55,6 +63,7 @@ pub const NONCE: core::ops::Range<usize> = 20..32;
 pub const AUTHENTICATED_FROM: usize = 20;
 
 const FLAG_DELIVERY: u8 = 1;
+const FLAG_DESTINATION: u8 = 2;
 
 /// The header's fields (all but the tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +80,8 @@ pub struct RedirectRepr {
     pub hops: u8,
     /// Where the home node would have delivered it, if it knew.
     pub delivery: Option<SocketAddr>,
+    /// The node that runs it, when the receiver is a pass-through node on the way.
+    pub destination: Option<SocketAddr>,
 }
 
 /// Why a datagram is not a redirected packet this node can read.
@@ -102,17 +113,14 @@ impl RedirectRepr {
         if d[3] != VERSION {
             return Err(RedirectError::Version(d[3]));
         }
-        let mut ip = [0u8; 16];
-        ip.copy_from_slice(&d[44..60]);
-        let ip6 = Ipv6Addr::from(ip);
-        let ip = ip6.to_ipv4_mapped().map_or(IpAddr::V6(ip6), IpAddr::V4);
         Ok(RedirectRepr {
             sender: be32(d, 20),
             counter: u64::from(be32(d, 24)) << 32 | u64::from(be32(d, 28)),
             route: be32(d, 32),
             pos: d[36],
             hops: d[37],
-            delivery: (d[38] & FLAG_DELIVERY != 0).then(|| SocketAddr::new(ip, be16(d, 40))),
+            delivery: (d[38] & FLAG_DELIVERY != 0).then(|| read_addr(d, 40, 44)),
+            destination: (d[38] & FLAG_DESTINATION != 0).then(|| read_addr(d, 60, 64)),
         })
     }
 
@@ -127,22 +135,37 @@ impl RedirectRepr {
         put32(h, 32, self.route);
         h[36] = self.pos;
         h[37] = self.hops;
-        h[38] = if self.delivery.is_some() { FLAG_DELIVERY } else { 0 };
+        h[38] = if self.delivery.is_some() { FLAG_DELIVERY } else { 0 } | if self.destination.is_some() { FLAG_DESTINATION } else { 0 };
         h[39] = 0;
-        let (port, ip) = match self.delivery {
-            Some(a) => (
-                a.port(),
-                match a.ip() {
-                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-                    IpAddr::V6(v6) => v6,
-                },
-            ),
-            None => (0, Ipv6Addr::UNSPECIFIED),
-        };
-        put16(h, 40, port);
-        put16(h, 42, 0);
-        h[44..60].copy_from_slice(&ip.octets());
+        write_addr(h, 40, 44, self.delivery);
+        write_addr(h, 60, 64, self.destination);
     }
+}
+
+/// The address whose port is at `port` and IPv6 (or IPv4-mapped) address at `ip`.
+fn read_addr(d: &[u8], port: usize, ip: usize) -> SocketAddr {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&d[ip..ip + 16]);
+    let ip6 = Ipv6Addr::from(a);
+    SocketAddr::new(ip6.to_ipv4_mapped().map_or(IpAddr::V6(ip6), IpAddr::V4), be16(d, port))
+}
+
+/// Writes `a` (or zeros) as [`read_addr`] reads it, and zeros the two reserved bytes after the
+/// port.
+fn write_addr(h: &mut [u8; HEADER_LEN], port: usize, ip: usize, a: Option<SocketAddr>) {
+    let (p, addr) = match a {
+        Some(a) => (
+            a.port(),
+            match a.ip() {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                IpAddr::V6(v6) => v6,
+            },
+        ),
+        None => (0, Ipv6Addr::UNSPECIFIED),
+    };
+    put16(h, port, p);
+    put16(h, port + 2, 0);
+    h[ip..ip + 16].copy_from_slice(&addr.octets());
 }
 
 #[cfg(test)]
@@ -150,18 +173,22 @@ mod tests {
     use super::*;
 
     fn repr(delivery: Option<SocketAddr>) -> RedirectRepr {
-        RedirectRepr { sender: 0xdead_beef, counter: 0x0102_0304_0506_0708, route: 7, pos: 2, hops: 1, delivery }
+        RedirectRepr { sender: 0xdead_beef, counter: 0x0102_0304_0506_0708, route: 7, pos: 2, hops: 1, delivery, destination: None }
     }
 
     #[test]
     fn a_header_reads_back_as_written_for_both_address_families_and_none() {
-        for d in [None, Some("192.0.2.9:4789".parse().unwrap()), Some("[2001:db8::9]:4790".parse().unwrap())] {
-            let mut h = [0u8; HEADER_LEN];
-            repr(d).emit(&mut h);
-            let mut dgram = h.to_vec();
-            dgram.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
-            assert!(is_redirect(&dgram));
-            assert_eq!(RedirectRepr::parse(&dgram), Ok(repr(d)));
+        let addrs: [Option<SocketAddr>; 3] = [None, Some("192.0.2.9:4789".parse().unwrap()), Some("[2001:db8::9]:4790".parse().unwrap())];
+        for d in addrs {
+            for dest in addrs {
+                let mut h = [0u8; HEADER_LEN];
+                let r = RedirectRepr { destination: dest, ..repr(d) };
+                r.emit(&mut h);
+                let mut dgram = h.to_vec();
+                dgram.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
+                assert!(is_redirect(&dgram));
+                assert_eq!(RedirectRepr::parse(&dgram), Ok(r));
+            }
         }
     }
 
@@ -172,8 +199,8 @@ mod tests {
         let mut d = h.to_vec();
         assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Truncated), "no VXLAN header behind it");
         d.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
-        d[3] = 2;
-        assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Version(2)));
+        d[3] = 1;
+        assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Version(1)), "the 60-byte header of the first version");
         let vxlan = [0x08u8, 0, 0, 0, 0, 0, 100, 0];
         assert!(!is_redirect(&vxlan));
         assert_eq!(RedirectRepr::parse(&vxlan), Err(RedirectError::NotRedirect));

@@ -67,6 +67,8 @@ struct Peer {
     report: Option<(LoadReport, Instant)>,
     /// Refused a launch since its last report.
     refused: bool,
+    /// Its data address, as its reports give it.
+    data: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -86,12 +88,27 @@ pub struct PoolAgent {
     hops: BTreeMap<SocketAddr, u32>,
     unknown_hops: u32,
     placed: BTreeMap<ChainKey, Placed>,
+    /// This node's pool address and the pool's links (pass-through routes).
+    me: Option<SocketAddr>,
+    links: Vec<[SocketAddr; 2]>,
+    /// Data address of a node that runs what is redirected → data address of the
+    /// pass-through node the datagram goes to first.
+    via: BTreeMap<SocketAddr, SocketAddr>,
 }
 
 impl PoolAgent {
     /// An agent with no peers yet.
     pub fn new(cfg: AgentConfig) -> Self {
-        PoolAgent { cfg, peers: BTreeMap::new(), hops: BTreeMap::new(), unknown_hops: 1, placed: BTreeMap::new() }
+        PoolAgent {
+            cfg,
+            peers: BTreeMap::new(),
+            hops: BTreeMap::new(),
+            unknown_hops: 1,
+            placed: BTreeMap::new(),
+            me: None,
+            links: Vec::new(),
+            via: BTreeMap::new(),
+        }
     }
 
     /// The settings (MONITOR_PERIOD follows the auto-scaler's: see [`PoolAgent::set_monitor_period`]).
@@ -112,6 +129,38 @@ impl PoolAgent {
         self.unknown_hops = if self.hops.is_empty() { 1 } else { u32::MAX };
     }
 
+    /// The pool's links (node.yaml's `pool.links`) and this node's pool address in them: a
+    /// packet redirected to a peer it has no link to crosses the nodes in between
+    /// ([`PoolAgent::via`]).
+    pub fn set_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
+        (self.me, self.links) = (Some(me), links.to_vec());
+        self.update_via();
+    }
+
+    /// Where a datagram for the node at data address `data` goes first: the data address of
+    /// the pass-through node on the shortest path of live members, or `None` — straight to
+    /// it (a neighbour, no links given, or no live path: the network may still reach it).
+    #[inline]
+    pub fn via(&self, data: SocketAddr) -> Option<SocketAddr> {
+        if self.via.is_empty() {
+            return None;
+        }
+        self.via.get(&data).copied()
+    }
+
+    /// Recomputes the pass-through routes (links, members up, their data addresses).
+    fn update_via(&mut self) {
+        self.via.clear();
+        let Some(me) = self.me.filter(|_| !self.links.is_empty()) else { return };
+        let down: std::collections::BTreeSet<SocketAddr> = self.peers.iter().filter(|(_, p)| !p.up).map(|(a, _)| *a).collect();
+        let data = |a: &SocketAddr| self.peers.get(a).filter(|p| p.up).and_then(|p| p.data);
+        for (to, next) in crate::pool::topology::next_hops(me, &self.links, &down) {
+            if let (Some(t), Some(n)) = (data(&to), data(&next)) {
+                self.via.insert(t, n);
+            }
+        }
+    }
+
     /// Hops to `peer`.
     pub fn hops(&self, peer: SocketAddr) -> u32 {
         self.hops.get(&peer).copied().unwrap_or(self.unknown_hops)
@@ -123,19 +172,30 @@ impl PoolAgent {
         if p.report.as_ref().is_some_and(|(r, _)| r.gen == report.gen && r.seq >= report.seq) {
             return;
         }
+        let moved = report.data.is_some_and(|d| p.data != Some(d));
+        if let Some(d) = report.data {
+            p.data = Some(d);
+        }
         p.report = Some((report, now));
         p.refused = false;
+        if moved {
+            self.update_via();
+        }
     }
 
     /// A membership change. A peer going down loses what it ran for this node.
     pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
         match event {
-            MemberEvent::Up(a) => self.peer(a).up = true,
+            MemberEvent::Up(a) => {
+                self.peer(a).up = true;
+                self.update_via();
+            }
             MemberEvent::Down(a) => {
                 if let Some(p) = self.peers.get_mut(&a) {
                     p.up = false;
                     p.report = None;
                 }
+                self.update_via();
                 let lost: Vec<ChainKey> = self.placed.iter().filter(|(_, p)| p.peer == a).map(|(k, _)| *k).collect();
                 for key in lost {
                     self.placed.remove(&key);
@@ -148,7 +208,7 @@ impl PoolAgent {
 
     /// `addr`'s entry; a peer first heard of is up.
     fn peer(&mut self, addr: SocketAddr) -> &mut Peer {
-        self.peers.entry(addr).or_insert(Peer { up: true, report: None, refused: false })
+        self.peers.entry(addr).or_insert(Peer { up: true, report: None, refused: false, data: None })
     }
 
     /// The peer's report, if it counts now (up, fresh).
@@ -402,5 +462,29 @@ mod tests {
         assert_eq!(agent.remote_for(now, ChainKey(1), 0.5), Some(far), "the graph's peer before one it does not reach");
         agent.handle_report(now, near, report(1, 1, &[]));
         assert_eq!(agent.remote_for(now, ChainKey(1), 0.5), Some(near), "the nearest");
+    }
+
+    #[test]
+    fn a_peer_without_a_link_is_reached_through_the_live_node_between() {
+        let data = |i: u8| SocketAddr::from(([10, 0, 1, i], 4789));
+        let mut g = PoolAgent::new(AgentConfig::default());
+        // A line me(1) - 2 - 3, and 4 linked to both 1 and 3 (1-4-3 is the other way round).
+        g.set_links(addr(1), &[[addr(1), addr(2)], [addr(2), addr(3)], [addr(3), addr(4)], [addr(4), addr(1)]]);
+        let mut acts = Vec::new();
+        for i in 2..=4 {
+            g.handle_member(MemberEvent::Up(addr(i)), &mut acts);
+            if i <= 3 {
+                assert_eq!(g.via(data(3)), None, "not before the data addresses of 2 and 3 are known");
+            }
+            g.handle_report(Instant::ZERO, addr(i), LoadReport { data: Some(data(i)), ..report(1, 0, &[]) });
+        }
+        assert_eq!(g.via(data(3)), Some(data(2)), "two hops: through the lowest-addressed neighbour");
+        assert_eq!((g.via(data(2)), g.via(data(4))), (None, None), "neighbours directly");
+        g.handle_member(MemberEvent::Down(addr(2)), &mut acts);
+        assert_eq!(g.via(data(3)), Some(data(4)), "the other way round the ring");
+        g.handle_member(MemberEvent::Down(addr(4)), &mut acts);
+        assert_eq!(g.via(data(3)), None, "no live path: straight to it");
+        g.handle_member(MemberEvent::Up(addr(2)), &mut acts);
+        assert_eq!(g.via(data(3)), Some(data(2)));
     }
 }

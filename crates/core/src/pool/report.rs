@@ -50,6 +50,9 @@ pub struct LoadReport {
     pub port_spare_gbps: f32,
     /// Its hop distance to each peer it has a path to.
     pub hops: Vec<(SocketAddr, u8)>,
+    /// Its data address: where redirected packets for it go (an unspecified IP: the address
+    /// the report came from).
+    pub data: Option<SocketAddr>,
 }
 
 impl LoadReport {
@@ -83,6 +86,7 @@ mod tests {
             mem_free_mib: 512,
             port_spare_gbps: 12.5,
             hops: vec![(SocketAddr::from(([10, 0, 0, 2], 7946)), 1)],
+            data: Some(SocketAddr::from(([10, 0, 0, 2], 4789))),
         };
         assert_eq!(LoadReport::decode(&r.encode()), Some(r));
         assert_eq!(LoadReport::decode(&[0xff; 3]), None);

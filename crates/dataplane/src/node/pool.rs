@@ -97,6 +97,13 @@ impl<B: Backend> Node<B> {
         self.core.pool.set_hops(hops);
     }
 
+    /// The pool's links (node.yaml's `pool.links`) and this node's pool address: a redirect to
+    /// a peer with no link to this node goes through the nodes between
+    /// ([`snic_core::pool::PoolAgent::via`]), which pass it on.
+    pub fn set_pool_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
+        self.core.pool.set_links(me, links);
+    }
+
     /// A member's load report (`from`: its pool address).
     pub fn pool_report(&mut self, from: SocketAddr, report: LoadReport) {
         let now = self.clock.now();

@@ -38,6 +38,9 @@ pub(crate) struct PoolLink {
     hosted: HostTable,
     /// Per sending node (its nonce's sender part), the window of counters seen: anti-replay.
     seen: rustc_hash::FxHashMap<u32, snic_core::replay::Window>,
+    /// Redirected packets forwarded toward the node that runs them (this node a pass-through
+    /// node on the way), and their bytes.
+    pass_through: (u64, u64),
     /// Placements the pool agent decided: asked, done.
     pub(super) place: super::pool::Placements,
     /// Chains coming home with their state, and state collected for peers.
@@ -195,9 +198,21 @@ impl<B: Backend> Node<B> {
             Route::Unicast(p) => Some(self.fdb.peer(p).addr),
             _ => None,
         };
+        // A peer the pool's links do not join to this node: through the nodes between.
+        let (to, destination) = match self.core.pool.via(t.peer) {
+            Some(next) => (next, Some(t.peer)),
+            None => (t.peer, None),
+        };
         self.pool.counter += 1;
-        let repr =
-            RedirectRepr { sender: self.pool.sender, counter: self.pool.counter, route: t.route, pos: d.walk.pos, hops: 0, delivery };
+        let repr = RedirectRepr {
+            sender: self.pool.sender,
+            counter: self.pool.counter,
+            route: t.route,
+            pos: d.walk.pos,
+            hops: 0,
+            delivery,
+            destination,
+        };
         let start = off - HEADER_LEN;
         let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
         repr.emit(h);
@@ -208,8 +223,13 @@ impl<B: Backend> Node<B> {
             self.pool.sent.resize(c + 1, 0);
         }
         self.pool.sent[c] += 1;
-        self.queue_tx(tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: t.peer });
+        self.queue_tx(tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: to });
         true
+    }
+
+    /// Redirected packets this node forwarded as a pass-through node, and their bytes.
+    pub fn pass_through(&self) -> (u64, u64) {
+        self.pool.pass_through
     }
 
     /// A datagram that is not VXLAN (`e`): a peer's redirected packet, or a drop for `e`.
@@ -239,6 +259,9 @@ impl<B: Backend> Node<B> {
         };
         if !self.pool.key.as_ref().is_some_and(|k| verify(k, data)) {
             return self.drop_unattributed(idx, Drop::Unauthenticated);
+        }
+        if let Some(dest) = h.destination {
+            return self.pass_on(idx, m, h, dest, now);
         }
         let Some(&Hosted { tenant, .. }) = self.pool.hosted.arrive(h.route) else {
             return self.drop_unattributed(idx, Drop::NotHosted);
@@ -272,5 +295,45 @@ impl<B: Backend> Node<B> {
         self.store.tag_route(idx, h.route);
         let e = self.walk_enter(idx, now);
         self.entered(idx, e, now);
+    }
+
+    /// This node is a pass-through node on the way to `dest` (the pool's links join the home
+    /// node and `dest` through it): the datagram goes on toward `dest`, nothing of it runs
+    /// here. It was authenticated; it is checked against replay, sealed again under this
+    /// node's nonce (one more hop), and charged meanwhile to the node's own account (tenant 0,
+    /// which no tenant of a manifest is).
+    #[cold]
+    #[inline(never)]
+    fn pass_on(&mut self, idx: u32, m: RxMeta, mut h: RedirectRepr, dest: SocketAddr, now: Instant) {
+        if h.hops >= crate::drops::MAX_PASS_THROUGH {
+            return self.drop_unattributed(idx, Drop::PassThroughHops);
+        }
+        if !self.pool.admit(h.sender, h.counter) {
+            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+        }
+        let stored = m.len as usize;
+        let own = TenantId(0);
+        if let Err(why) = self.store.charge(idx, own, HEADROOM..HEADROOM + stored) {
+            return self.drop_unattributed(idx, why);
+        }
+        let next = self.core.pool.via(dest);
+        self.pool.counter += 1;
+        (h.sender, h.counter, h.hops) = (self.pool.sender, self.pool.counter, h.hops + 1);
+        h.destination = next.map(|_| dest);
+        // SAFETY: the dispatcher owns `idx` (just received).
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        let hdr: &mut [u8; HEADER_LEN] = (&mut buf[HEADROOM..HEADROOM + HEADER_LEN]).try_into().expect("HEADER_LEN bytes");
+        h.emit(hdr);
+        seal(self.pool.key.as_ref().expect("verified under it"), &mut buf[HEADROOM..HEADROOM + stored]);
+        d.meta.off = HEADROOM as u16;
+        d.meta.len = stored as u16;
+        d.meta.tenant = own;
+        d.meta.inner = None;
+        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
+        d.verdict = None;
+        d.charged = true;
+        self.pool.pass_through.0 += 1;
+        self.pool.pass_through.1 += stored as u64;
+        self.queue_tx(own, TxReq { idx, start: HEADROOM as u16, len: stored as u16, dst: next.unwrap_or(dest) });
     }
 }

@@ -2,14 +2,16 @@
 //! at home, over real UDP sockets on loopback, in the same run.
 //!
 //! - *local*: endpoint A → node H (runs the chain) → endpoint B;
-//! - *redirected*: A → H (the chain redirected) → peer P (hosts the DAG, runs the chain) → B.
+//! - *redirected*: A → H (the chain redirected) → peer P (hosts the DAG, runs the chain) → B;
+//! - *pass-through*: as redirected, but the pool's links join H and P only through a third
+//!   node T (the intermediate topology): A → H → T (verifies, seals again, passes on) → P → B.
 //!
 //! Each node runs on its own thread as the daemon runs it (poll; idle in the socket's wait when
 //! there is nothing to do). Two phases per path: latency at a low paced rate (A stamps each
 //! packet with its send time, B reads it: one clock; each node wakes from its idle wait for
 //! each packet, as a lightly loaded daemon does), then throughput with A sending as fast as it
 //! can for the same time (what B receives, per second). The machine's cores are shared by A, B
-//! and the nodes (three threads on the local path, four redirected): the throughput phase
+//! and the nodes (three threads on the local path, four redirected, five through T): the throughput phase
 //! measures the whole loopback path on this machine, not a node.
 
 use anyhow::{bail, Context};
@@ -96,8 +98,26 @@ fn route(c: snic_core::ids::ChainId, n: usize) -> DagRoute {
     DagRoute::new(vec![Step { chain: c, mask: NtMask::all(n) }])
 }
 
+/// The paths measured, in order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Local,
+    Redirected,
+    PassThrough,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Local => "local",
+            Path::Redirected => "redirected",
+            Path::PassThrough => "pass-through",
+        }
+    }
+}
+
 /// The nodes of one path, B's address, and where A sends.
-fn setup(specs: &[NtSpec], redirected: bool, sink: SocketAddr) -> anyhow::Result<(Vec<Node<UdpBackend>>, SocketAddr)> {
+fn setup(specs: &[NtSpec], path: Path, sink: SocketAddr) -> anyhow::Result<(Vec<Node<UdpBackend>>, SocketAddr)> {
     const SECRET: &[u8] = b"snic bench redirect: a pool secret";
     let (hb, ha) = bind()?;
     let mut h = node(hb)?;
@@ -108,7 +128,7 @@ fn setup(specs: &[NtSpec], redirected: bool, sink: SocketAddr) -> anyhow::Result
     mat.insert(crate::testbed::dag_rule(100, TenantId(1), DagUid(1)));
     h.mat_handle().store(Arc::new(mat));
     h.fdb_mut().add_static(100, MAC_B, Peer { addr: sink, mac: MacAddr::default() });
-    if !redirected {
+    if path == Path::Local {
         h.launch(c)?;
         return Ok((vec![h], ha));
     }
@@ -122,7 +142,21 @@ fn setup(specs: &[NtSpec], redirected: bool, sink: SocketAddr) -> anyhow::Result
     h.set_pool_secret(Some(SECRET));
     h.redirect_chain(c, pa, SHARE_ALL);
     anyhow::ensure!(h.redirect_route(DagUid(1), pa, hosted), "the DAG is deployed");
-    Ok((vec![h, p], ha))
+    if path == Path::Redirected {
+        return Ok((vec![h, p], ha));
+    }
+    // The pool's links H – T – P (pool addresses stand for the nodes; only H routes), and the
+    // data addresses H knows from the members' reports.
+    let (tb, ta) = bind()?;
+    let mut t = node(tb)?;
+    t.set_pool_secret(Some(SECRET));
+    let pool = |i: u16| SocketAddr::from(([127, 0, 0, 1], i));
+    h.set_pool_links(pool(1), &[[pool(1), pool(2)], [pool(2), pool(3)]]);
+    for (i, data) in [(2, ta), (3, pa)] {
+        h.pool_report(pool(i), snic_core::pool::LoadReport { gen: 1, seq: 1, data: Some(data), ..Default::default() });
+    }
+    anyhow::ensure!(h.pool_agent().via(pa) == Some(ta), "the route through T");
+    Ok((vec![h, t, p], ha))
 }
 
 fn spawn(mut n: Node<UdpBackend>, stop: Arc<AtomicBool>) -> JoinHandle<Node<UdpBackend>> {
@@ -175,11 +209,11 @@ fn frame(size: usize) -> anyhow::Result<Vec<u8>> {
 }
 
 /// One path: latency at `rate`, then throughput, each `seconds` long.
-fn measure(a: &RedirectArgs, redirected: bool) -> anyhow::Result<Line> {
+fn measure(a: &RedirectArgs, path: Path) -> anyhow::Result<Line> {
     let specs = specs(&a.chain)?;
     let b = UdpSocket::bind("127.0.0.1:0")?;
     b.set_read_timeout(Some(Duration::from_millis(20)))?;
-    let (nodes, to) = setup(&specs, redirected, b.local_addr()?)?;
+    let (nodes, to) = setup(&specs, path, b.local_addr()?)?;
     let stop_nodes = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = nodes.into_iter().map(|n| spawn(n, stop_nodes.clone())).collect();
     let src = UdpSocket::bind("127.0.0.1:0")?;
@@ -232,7 +266,7 @@ fn measure(a: &RedirectArgs, redirected: bool) -> anyhow::Result<Line> {
     }
     Ok(Line {
         bench: "redirect",
-        path: if redirected { "redirected" } else { "local" },
+        path: path.name(),
         chain: a.chain.clone(),
         packet_size: a.size,
         rate_pps: a.rate,
@@ -246,13 +280,13 @@ fn measure(a: &RedirectArgs, redirected: bool) -> anyhow::Result<Line> {
 
 /// Runs `snic bench redirect`.
 pub fn run(a: &RedirectArgs) -> anyhow::Result<()> {
-    for redirected in [false, true] {
-        let l = measure(a, redirected)?;
+    for path in [Path::Local, Path::Redirected, Path::PassThrough] {
+        let l = measure(a, path)?;
         if a.json {
             println!("{}", serde_json::to_string(&l)?);
         } else {
             println!(
-                "{:<10} {} {} B: latency p50 {:.1} µs p99 {:.1} µs ({} samples at {} pps); delivered {:.3} of {:.3} Mpps offered",
+                "{:<12} {} {} B: latency p50 {:.1} µs p99 {:.1} µs ({} samples at {} pps); delivered {:.3} of {:.3} Mpps offered",
                 l.path, l.chain, l.packet_size, l.p50_us, l.p99_us, l.latency_samples, l.rate_pps, l.delivered_mpps, l.offered_mpps
             );
         }

@@ -413,6 +413,7 @@ async fn status(AxState(shared): AxState<SharedRef>) -> Response {
         "pool": c.pool.as_ref().map(|p| p.snap()),
         "hosted": snap.hosted,
         "redirects": snap.redirects,
+        "pass_through": {"packets": snap.pass_through_packets, "bytes": snap.pass_through_bytes},
     }))
     .into_response()
 }

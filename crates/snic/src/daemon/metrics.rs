@@ -141,6 +141,13 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
             }
         }
     }
+    let pass = family::<Counter>(
+        &mut reg,
+        "snic_pass_through",
+        "Redirected packets this node passed on toward the node that runs them, and their bytes",
+    );
+    pass.get_or_create(&l(&[("unit", "packets")])).inc_by(snap.pass_through_packets);
+    pass.get_or_create(&l(&[("unit", "bytes")])).inc_by(snap.pass_through_bytes);
     lat.get_or_create(&l(&[("quantile", "0.5")])).set(snap.latency_p50_ns as i64);
     lat.get_or_create(&l(&[("quantile", "0.99")])).set(snap.latency_p99_ns as i64);
     let mut out = String::new();

@@ -480,7 +480,8 @@ impl Thread {
             MEMBERSHIP => self.membership.handle_data(now, payload).is_ok(),
             // A report counts only from a member: membership says who is in the pool.
             LOAD => match LoadReport::decode(payload) {
-                Some(r) if self.is_member(from) => {
+                Some(mut r) if self.is_member(from) => {
+                    r.data = r.data.map(|d| reachable(d, from.ip()));
                     self.link.pool_report(from, r.clone());
                     self.agent.handle_report(now, from, r);
                     true
@@ -665,6 +666,7 @@ impl Thread {
             mem_free_mib: (free_bytes >> 20) as u32,
             port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
             hops: self.hops.clone(),
+            data: Some(self.data),
         };
         let bytes = r.encode();
         let members: Vec<SocketAddr> = self.membership.members().collect();

@@ -146,6 +146,11 @@ pub struct Snapshot {
     pub hosted: Vec<HostedSnap>,
     /// Chains this node sends to peers.
     pub redirects: Vec<RedirectSnap>,
+    /// Redirected packets this node passed on toward the peer that runs them (a pass-through
+    /// node on the pool's links), and their bytes.
+    pub pass_through_packets: u64,
+    /// Their bytes.
+    pub pass_through_bytes: u64,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
@@ -315,6 +320,9 @@ pub struct RedirectSnap {
     pub peer: String,
     /// Share of the chain's flows, in 1/1024ths.
     pub share: u16,
+    /// The pass-through node its packets go to first (the pool's links join this node and the
+    /// peer only through others), by data address; null: straight to the peer.
+    pub via: Option<String>,
     /// Packets sent there.
     pub packets: u64,
 }
@@ -380,6 +388,7 @@ fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(
     if let Some(p) = &cfg.pool {
         node.set_pool_secret(Some(&super::config::read_pool_secret(p)?));
         node.set_pool_hops(p.hops.iter().map(|(a, h)| (*a, *h)));
+        node.set_pool_links(p.listen, &p.links);
     }
     let queues = match steered {
         Ok(q) => q,
@@ -653,9 +662,12 @@ fn run(
                             chain: chain_name(n, c),
                             peer: r.peer.to_string(),
                             share: r.share,
+                            via: n.pool_agent().via(r.peer).map(|a| a.to_string()),
                             packets: n.redirected(c),
                         })
                         .collect(),
+                    pass_through_packets: n.pass_through().0,
+                    pass_through_bytes: n.pass_through().1,
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
                 if let Ok(mut g) = snap.lock() {
