@@ -22,6 +22,9 @@
 //! long until every survivor notices a death, and wrong suspicions. `pool_placement` (paper
 //! Fig. 11): chains a node has no room for placed on peers by the daemon's pool agent, in a
 //! ring or behind a switch, and the latency the extra hops cost ([`pool_place`]).
+//! `pool_overflow` (paper Fig. 10): one node against a pool of two as background load on the
+//! home node rises — throughput and OpEx, placements by the daemon's pool agent
+//! ([`pool_overflow`]).
 
 pub mod autoscale;
 pub mod chaining;
@@ -29,6 +32,7 @@ pub mod fairness;
 mod fluid;
 pub mod plot;
 pub mod pool;
+pub mod pool_overflow;
 pub mod pool_place;
 pub mod trace;
 pub mod usage;
@@ -47,7 +51,7 @@ pub struct Scenario {
     /// Its name (reported).
     pub name: String,
     /// The experiment: `consolidation`, `fairness`, `autoscale`, `victim_cache`,
-    /// `consolidation_usage`, `chaining`, `membership` or `pool_placement`.
+    /// `consolidation_usage`, `chaining`, `membership`, `pool_placement` or `pool_overflow`.
     pub experiment: String,
     /// Seed of every random stream (overridden by `--seed`).
     #[serde(default)]
@@ -88,6 +92,9 @@ pub struct Scenario {
     /// Nodes, regions, loads and latencies (`pool_placement`).
     #[serde(default)]
     pub pool_placement: Option<pool_place::PlacementSpec>,
+    /// Nodes, regions, foreground and background loads, energy (`pool_overflow`).
+    #[serde(default)]
+    pub pool_overflow: Option<pool_overflow::OverflowSpec>,
     /// The simulated nodes' configuration: node.yaml's tree, defaults and checks
     /// (`snic_core::config`), as `[node]`, `[node.elastic]`, `[node.fairness]`. The experiments
     /// take their policy settings from it: `autoscale`, `victim_cache` and
@@ -153,7 +160,7 @@ pub enum SimError {
     Trace(#[from] trace::TraceError),
     /// No such experiment.
     #[error(
-        "unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining, membership, pool_placement)"
+        "unknown experiment `{0}` (runnable: consolidation, fairness, autoscale, victim_cache, consolidation_usage, chaining, membership, pool_placement, pool_overflow)"
     )]
     Unknown(String),
 }
@@ -367,6 +374,32 @@ impl Scenario {
                     log_y: false,
                 };
                 Ok(self.report(seed, None, &rows, figure))
+            }
+            "pool_overflow" => {
+                let spec = self.pool_overflow.as_ref();
+                let (t, w, bins) =
+                    self.inputs("[topology], [workload] and [pool_overflow]", spec.is_some(), || spec.map_or(Ok(()), |s| s.validate()))?;
+                let spec = spec.expect("checked by inputs");
+                let bin_s = self.bin_ms / 1e3;
+                // The foreground: the first rack's endpoints.
+                let fg = w.series(seed, t.endpoints_per_rack, bins, bin_s, |_| {});
+                let rows = spec.run(&fg, bin_s, self.duration_s);
+                // OpEx against the single node at the first (lowest) background load.
+                let base = rows.first().map_or(1.0, |r| r.opex_j).max(f64::MIN_POSITIVE);
+                let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+                for topo in ["single", "ring", "switch"] {
+                    let mine = || rows.iter().filter(|r| r.topology == topo);
+                    lines.push((format!("{topo}: foreground throughput"), mine().map(|r| (r.bg_load, r.fg_throughput)).collect()));
+                    lines.push((format!("{topo}: OpEx"), mine().map(|r| (r.bg_load, r.opex_j / base)).collect()));
+                }
+                let figure = plot::Figure::Lines {
+                    title: format!("{}: foreground throughput (÷ offered), OpEx (÷ one node's, no background)", self.name),
+                    x: "background load (share of one node)".into(),
+                    y: "relative".into(),
+                    lines,
+                    log_y: false,
+                };
+                Ok(self.report(seed, Some(t.endpoints_per_rack), &rows, figure))
             }
             "chaining" => {
                 let Some(spec) = &self.chaining else {
@@ -806,5 +839,44 @@ mod fig22 {
                 .unwrap()
         };
         assert!(inst(4, 4.0) < inst(4, 1.0) && inst(2, 1.0) < inst(4, 1.0));
+    }
+}
+
+#[cfg(test)]
+mod fig10 {
+    use super::*;
+
+    /// Paper Fig. 10's shape: the single node slows down as background load rises past its
+    /// capacity, the pool (either topology) does not while the two nodes can carry it all, and
+    /// the intermediate topology pays for passing traffic on.
+    #[test]
+    fn a_pool_keeps_the_foreground_whole_while_one_node_slows_down() {
+        let text = include_str!("../../../scenarios/fig10.toml").replace("duration_s = 10.0", "duration_s = 4.0");
+        let r = Scenario::parse(&text).unwrap().run(1, |_, _| {}).unwrap();
+        assert_eq!(r.results.len(), 18, "6 background loads × 3 topologies");
+        let row = |t: &str, bg: f64| r.results.iter().find(|x| x["topology"] == t && x["bg_load"].as_f64() == Some(bg)).unwrap().clone();
+        let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
+        for t in ["single", "ring", "switch"] {
+            let x = row(t, 0.0);
+            assert_eq!((f(&x, "fg_throughput"), x["placements"].as_u64(), f(&x, "opex_vs_single")), (1.0, Some(0), 1.0), "{x}");
+        }
+        let mut last = (1.0, 0.0);
+        for bg in [0.0, 0.25, 0.5, 0.75, 1.0, 1.25] {
+            let (s, ring, sw) = (row("single", bg), row("ring", bg), row("switch", bg));
+            assert!(
+                f(&s, "fg_throughput") <= last.0 + 1e-9 && f(&s, "opex_j") >= last.1 - 1e-9,
+                "one node: slower and costlier as load rises: {s}"
+            );
+            last = (f(&s, "fg_throughput"), f(&s, "opex_j"));
+            for p in [&ring, &sw] {
+                assert!(f(p, "fg_throughput") > 0.99 && f(p, "bg_throughput") > 0.99, "the pool carries it: {p}");
+                assert!(p["moves_back"].as_u64() <= p["placements"].as_u64(), "{p}");
+            }
+            assert_eq!(f(&ring, "on_peers"), f(&sw, "on_peers"), "the same placements either way");
+            assert!(f(&ring, "opex_j") >= f(&sw, "opex_j"), "passing traffic on costs: {ring} {sw}");
+            assert_eq!(f(&ring, "opex_j") > f(&sw, "opex_j"), f(&ring, "on_peers") > 0.0, "and only that: {ring} {sw}");
+        }
+        assert!(f(&row("single", 1.0), "fg_throughput") < 0.8, "over-committed by half: {}", row("single", 1.0));
+        assert!(f(&row("ring", 1.0), "on_peers") > 0.2);
     }
 }
