@@ -90,12 +90,13 @@ fn parallel_bench_reports_every_mode_with_its_stages() {
 }
 
 #[test]
-fn redirect_bench_carries_packets_through_both_paths() {
+fn redirect_bench_carries_packets_through_every_path() {
     let runs = bench_json(&["bench", "redirect", "--seconds", "0.2", "--rate", "2000", "--chain", "dummy", "--json"]);
     let paths: Vec<&str> = runs.iter().map(|r| r["path"].as_str().unwrap()).collect();
-    assert_eq!(paths, ["local", "redirected"]);
+    assert_eq!(paths, ["local", "redirected", "pass-through"]);
     for r in &runs {
-        // Stamped packets crossed the path (redirected: sealed at home, verified at the peer).
+        // Stamped packets crossed the path (redirected: sealed at home, verified at the peer;
+        // pass-through: verified and sealed again by the node between).
         assert!(r["latency_samples"].as_u64().unwrap() > 0 && r["delivered_mpps"].as_f64().unwrap() > 0.0, "{r}");
     }
     assert!(bench_refuses(&["bench", "redirect", "--chain", "vpc"]).contains("unknown chain"));
