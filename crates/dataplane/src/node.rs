@@ -115,7 +115,7 @@ pub struct NodeConfig {
     /// The thresholds of `auto_place`.
     pub placement: PlacementConfig,
     /// The pool agent's settings: how old a peer's load report may be and still count (the
-    /// pool's links are given with [`Node::set_pool_hops`]).
+    /// pool's links are given with [`Node::set_pool_links`]).
     pub pool: AgentConfig,
 }
 
@@ -935,7 +935,7 @@ impl<B: Backend> Node<B> {
         d.meta.tenant = tenant;
         d.src = src;
         d.flow_hash = flow_hash;
-        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
+        d.rx_ns = m.arrival(now);
         d.verdict = None;
         d.charged = true;
         let Some(uid) = dag else {

@@ -176,14 +176,13 @@ impl OverflowSpec {
         let monitor_bins = ((self.monitor_ms / 1e3) / bin_s).round().max(1.0) as usize;
         let gossip_bins = ((self.gossip_ms / 1e3) / bin_s).round().max(1.0) as usize;
         let limit = ((duration_s * MAX_STRETCH) / bin_s).ceil() as usize;
-        let used = |at: &[usize], size: &[f64], node: usize| -> f64 { (0..n).filter(|&c| at[c] == node).map(|c| size[c]).sum() };
         let mut b = 0usize;
         while b < limit {
             let now = Instant::from_nanos((b as f64 * bin_s * 1e9) as u64);
             if pooled && b.is_multiple_of(gossip_bins) {
                 seq += 1;
                 for j in 1..self.nodes {
-                    let free = (self.regions as f64 - used(&at, &size, j)).max(0.0).floor();
+                    let free = (self.regions as f64 - load_on(&at, &size, j)).max(0.0).floor();
                     agent.handle_report(
                         now,
                         addr(j),
@@ -275,10 +274,9 @@ impl OverflowSpec {
     ) {
         let n = at.len();
         let regions = self.regions as f64;
-        let used = |at: &[usize], node: usize| -> f64 { (0..n).filter(|&c| at[c] == node).map(|c| size[c]).sum() };
         // Home's room, chain by chain: what runs at home and the chains coming home first.
         let mut acts = Vec::new();
-        let mut budget = (regions - used(at, 0)).max(0.0);
+        let mut budget = (regions - load_on(at, size, 0)).max(0.0);
         agent.epoch(
             now,
             |k| {
@@ -307,7 +305,7 @@ impl OverflowSpec {
         for c in over.into_iter().rev() {
             while let Some(p) = agent.remote_for(now, key(c), size[c]) {
                 let j = (1..self.nodes).find(|&j| addr(j) == p).expect("a member");
-                if used(at, j) + size[c] <= regions {
+                if load_on(at, size, j) + size[c] <= regions {
                     at[c] = j;
                     agent.placed(now, key(c), p);
                     *placements += 1;
@@ -317,4 +315,10 @@ impl OverflowSpec {
             }
         }
     }
+}
+
+/// The load of the chains on `node` (instances' worth): `at[c]` is where chain `c` runs,
+/// `size[c]` its load.
+fn load_on(at: &[usize], size: &[f64], node: usize) -> f64 {
+    at.iter().zip(size).filter(|(&a, _)| a == node).map(|(_, s)| s).sum()
 }

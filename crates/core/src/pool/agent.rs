@@ -129,10 +129,12 @@ impl PoolAgent {
         self.unknown_hops = if self.hops.is_empty() { 1 } else { u32::MAX };
     }
 
-    /// The pool's links (node.yaml's `pool.links`) and this node's pool address in them: a
+    /// The pool's links (node.yaml's `pool.links`) and this node's pool address in them: the
+    /// hop distance to each peer ([`PoolAgent::set_hops`]), and the pass-through routes — a
     /// packet redirected to a peer it has no link to crosses the nodes in between
     /// ([`PoolAgent::via`]).
     pub fn set_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
+        self.set_hops(crate::pool::topology::hops(me, links));
         (self.me, self.links) = (Some(me), links.to_vec());
         self.update_via();
     }
@@ -142,9 +144,6 @@ impl PoolAgent {
     /// it (a neighbour, no links given, or no live path: the network may still reach it).
     #[inline]
     pub fn via(&self, data: SocketAddr) -> Option<SocketAddr> {
-        if self.via.is_empty() {
-            return None;
-        }
         self.via.get(&data).copied()
     }
 
@@ -173,8 +172,8 @@ impl PoolAgent {
             return;
         }
         let moved = report.data.is_some_and(|d| p.data != Some(d));
-        if let Some(d) = report.data {
-            p.data = Some(d);
+        if moved {
+            p.data = report.data;
         }
         p.report = Some((report, now));
         p.refused = false;

@@ -36,6 +36,19 @@ pub struct RxMeta {
     pub arrival_ns: u64,
 }
 
+impl RxMeta {
+    /// When it arrived, in the node clock's nanoseconds: the backend's timestamp, or `now`
+    /// (the dispatcher's reception) when it has none.
+    #[inline]
+    pub fn arrival(&self, now: snic_core::time::Instant) -> u64 {
+        if self.arrival_ns != 0 {
+            self.arrival_ns
+        } else {
+            now.as_nanos()
+        }
+    }
+}
+
 impl Default for RxMeta {
     fn default() -> Self {
         RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false, arrival_ns: 0 }

@@ -92,13 +92,9 @@ impl Placements {
 }
 
 impl<B: Backend> Node<B> {
-    /// The pool's links: this node's hop distance to each peer (pool addresses).
-    pub fn set_pool_hops(&mut self, hops: impl IntoIterator<Item = (SocketAddr, u32)>) {
-        self.core.pool.set_hops(hops);
-    }
-
-    /// The pool's links (node.yaml's `pool.links`) and this node's pool address: a redirect to
-    /// a peer with no link to this node goes through the nodes between
+    /// The pool's links (node.yaml's `pool.links`) and this node's pool address: the hop
+    /// distance to each peer (the agent prefers the nearest), and the pass-through routes — a
+    /// redirect to a peer with no link to this node goes through the nodes between
     /// ([`snic_core::pool::PoolAgent::via`]), which pass it on.
     pub fn set_pool_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
         self.core.pool.set_links(me, links);

@@ -288,7 +288,7 @@ impl<B: Backend> Node<B> {
         d.meta.tenant = tenant;
         d.src = Peer { addr: m.src, mac: Default::default() };
         d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
-        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
+        d.rx_ns = m.arrival(now);
         d.verdict = None;
         d.charged = true;
         d.walk = Walk::at(DagUid(h.route), h.pos);
@@ -329,7 +329,7 @@ impl<B: Backend> Node<B> {
         d.meta.len = stored as u16;
         d.meta.tenant = own;
         d.meta.inner = None;
-        d.rx_ns = if m.arrival_ns != 0 { m.arrival_ns } else { now.as_nanos() };
+        d.rx_ns = m.arrival(now);
         d.verdict = None;
         d.charged = true;
         self.pool.pass_through.0 += 1;

@@ -303,7 +303,7 @@ impl Pool {
         let snapshot = Arc::new(Mutex::new(stats.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
-        agent.set_hops(cfg.hops.iter().map(|(a, h)| (*a, *h)));
+        agent.set_links(cfg.listen, &cfg.links);
         let server = super::handback::StateServer::start(addr, key.clone(), link.clone())?;
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = sock.try_clone()?;

@@ -387,7 +387,6 @@ fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(
     let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
     if let Some(p) = &cfg.pool {
         node.set_pool_secret(Some(&super::config::read_pool_secret(p)?));
-        node.set_pool_hops(p.hops.iter().map(|(a, h)| (*a, *h)));
         node.set_pool_links(p.listen, &p.links);
     }
     let queues = match steered {
@@ -653,6 +652,7 @@ fn run(
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
                 log_news(n, &plan, &mut logged);
+                let (pass_through_packets, pass_through_bytes) = n.pass_through();
                 let s = Snapshot {
                     published: Some(last_pub),
                     hosted: pool.hosted_snap(n),
@@ -666,8 +666,8 @@ fn run(
                             packets: n.redirected(c),
                         })
                         .collect(),
-                    pass_through_packets: n.pass_through().0,
-                    pass_through_bytes: n.pass_through().1,
+                    pass_through_packets,
+                    pass_through_bytes,
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
                 if let Ok(mut g) = snap.lock() {
