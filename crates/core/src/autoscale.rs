@@ -137,6 +137,12 @@ impl Autoscaler {
         self.chains[i].launching = yes;
     }
 
+    /// Since when `chain` has been overloaded (its load above what its instances carry), if
+    /// it is.
+    pub fn over_since(&self, chain: ChainId) -> Option<Instant> {
+        self.chains.get(chain.index()).and_then(|w| w.over_since)
+    }
+
     /// `chain` carried `load` (in instances' worth of work, e.g. 1.5 = one and a half
     /// instances) on `instances` running instances at `now`; `free_region` says whether one
     /// more could be launched. Returns the scale event due, if any.

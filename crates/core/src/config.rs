@@ -249,8 +249,21 @@ pub struct PoolSection {
     /// a peer nearer in hops is preferred. None: every member is one hop away (a switch).
     #[serde(default)]
     pub links: Vec<[SocketAddr; 2]>,
+    /// A flow a chain spilled to a peer, not seen this long, has ended; once none of the
+    /// peer's has been seen this long the spill ends, ms.
+    #[serde(default = "flow_idle_ms")]
+    pub flow_idle_ms: u64,
+    /// Flows a spilling chain records (each keeps its side), at most.
+    #[serde(default = "spill_flows")]
+    pub spill_flows: usize,
 }
 
+fn flow_idle_ms() -> u64 {
+    crate::pool::AgentConfig::default().flow_idle.as_millis() as u64
+}
+fn spill_flows() -> usize {
+    crate::pool::AgentConfig::default().spill_flows
+}
 fn gossip_ms() -> u64 {
     MembershipConfig::default().gossip_period.as_millis() as u64
 }
@@ -281,6 +294,10 @@ pub struct PoolConfig {
     pub hops: std::collections::BTreeMap<SocketAddr, u32>,
     /// The pool's links (pass-through routes: [`crate::pool::PoolAgent::set_links`]).
     pub links: Vec<[SocketAddr; 2]>,
+    /// A spilled flow not seen this long has ended.
+    pub flow_idle: Duration,
+    /// Flows a spilling chain records, at most.
+    pub spill_flows: usize,
 }
 
 impl PoolSection {
@@ -301,8 +318,12 @@ impl PoolSection {
             self.links.is_empty() || self.links.iter().flatten().any(|&a| a == self.listen),
             "pool.links must include this node's pool.listen address",
         )?;
+        ensure((1..=3_600_000).contains(&self.flow_idle_ms), "pool.flow_idle_ms must be between 1 and 3600000")?;
+        ensure((1..=4_194_304).contains(&self.spill_flows), "pool.spill_flows must be between 1 and 4194304")?;
         let ms = Duration::from_millis;
         Ok(PoolConfig {
+            flow_idle: ms(self.flow_idle_ms),
+            spill_flows: self.spill_flows,
             hops: crate::pool::topology::hops(self.listen, &self.links),
             links: self.links.clone(),
             listen: self.listen,
@@ -409,6 +430,8 @@ mod tests {
             seeds: vec!["10.0.0.1:7946".parse().unwrap(), "10.0.0.2:7946".parse().unwrap()],
             secret_file: PathBuf::from("pool.key"),
             gossip_period_ms: 100,
+            flow_idle_ms: 10_000,
+            spill_flows: 65_536,
             probe_period_ms: 300,
             probe_rtt_ms: 100,
             suspect_after_ms: 700,
@@ -421,6 +444,8 @@ mod tests {
         assert!(with(pool("0.0.0.0:7946")).unwrap_err().0.contains("pool.listen"));
         assert!(with(PoolSection { probe_rtt_ms: 300, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.probe_rtt_ms"));
         assert!(with(PoolSection { gossip_period_ms: 1, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.gossip_period_ms"));
+        assert!(with(PoolSection { flow_idle_ms: 0, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.flow_idle_ms"));
+        assert!(with(PoolSection { spill_flows: 0, ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.spill_flows"));
         assert!(NodeSettings::default().validate().unwrap().pool.is_none(), "alone by default");
         let (me, b, c): (SocketAddr, SocketAddr, SocketAddr) =
             ("10.0.0.1:7946".parse().unwrap(), "10.0.0.2:7946".parse().unwrap(), "10.0.0.3:7946".parse().unwrap());

@@ -199,6 +199,11 @@ impl<T: Copy> DagTable<T> {
         (r & HOLD == 0).then_some(r)
     }
 
+    /// The DAGs and the internal routes their arrivals enter now (those not switching).
+    pub fn arrivals(&self) -> impl Iterator<Item = (DagUid, u32)> + '_ {
+        self.live.iter().enumerate().filter(|(_, &r)| r & HOLD == 0).map(|(i, &r)| (DagUid(i as u32), r))
+    }
+
     /// The DAG whose arrivals enter internal route `route` now (the reverse of
     /// [`DagTable::arriving`]; not per packet).
     pub fn uid_arriving_as(&self, route: u32) -> Option<DagUid> {

@@ -306,6 +306,17 @@ impl Elasticity {
         }
     }
 
+    /// Since when `chain` has been overloaded (its load above what its instances carry before
+    /// they count as overloaded), if it is.
+    pub fn over_since(&self, chain: ChainId) -> Option<Instant> {
+        self.scaler.over_since(chain)
+    }
+
+    /// What `chain`'s instances carry before they count as overloaded (instances' worth).
+    pub fn capacity(&self, chain: ChainId) -> f64 {
+        self.instances(chain) as f64 * self.cfg.high
+    }
+
     /// `chain`'s smoothed load, idle epochs included (instances' worth).
     pub fn smoothed_load(&self, chain: ChainId) -> f64 {
         self.load.get(chain.index()).map_or(0.0, LoadSmoother::smoothed)

@@ -18,15 +18,20 @@
 //! The pool's agent ([`PoolAgent`]) is part of it: [`NodeCore::place`] is the whole on-demand
 //! launch order (local room, then the pool, then the endpoint and a context switch), and each
 //! epoch tells the agent whether this node has room, so that a chain placed on a peer comes
-//! home once room has lasted ([`NodeCore::pool_acts`]).
+//! home once room has lasted ([`NodeCore::pool_acts`]). So is the spill policy
+//! ([`crate::pool::spill`]): a chain overloaded here with no room sends a share of its new
+//! flows to a peer, and each epoch sees its whole load, home's and the peer's share.
 
 use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::meter::{Arrivals, Counters, Meter};
-use crate::pool::{ChainKey, Placement, PoolAct, PoolAgent};
+use crate::pool::redirect::Redirects;
+use crate::pool::spill::{Look, Spills};
+use crate::pool::{ChainKey, MemberEvent, Placement, PoolAct, PoolAgent};
 use crate::sched::{InstanceState, Scheduler};
 use crate::time::Instant;
+use std::net::SocketAddr;
 
 /// What a node's core is built from (its validated configuration's sections, and the node's
 /// sizes).
@@ -81,6 +86,13 @@ pub struct NodeCore {
     pub elastic: Elasticity,
     /// Where chains run when this node has no room: its peers.
     pub pool: PoolAgent,
+    /// Which packets go to a peer (per chain, and per flow for a chain that spills).
+    pub redirects: Redirects,
+    /// Chains that spill a share of their flows to a peer, or may.
+    pub spills: Spills,
+    /// This node can redirect packets to its peers (a pool key, datagram framing): the driver
+    /// says so.
+    pub pooled: bool,
     acts: Vec<Act>,
     pool_acts: Vec<PoolAct>,
 }
@@ -92,6 +104,9 @@ impl NodeCore {
             meter: Meter::new(cfg.fair, now, cfg.link_bps, cfg.workers, cfg.store_buffers, cfg.max_tenants),
             elastic: Elasticity::new(cfg.elastic),
             pool: PoolAgent::new(cfg.pool),
+            redirects: Redirects::new(),
+            spills: Spills::new(),
+            pooled: false,
             acts: Vec::new(),
             pool_acts: Vec::new(),
         }
@@ -115,6 +130,7 @@ impl NodeCore {
         !self.meter.quiet()
             || sched.has_parked()
             || self.pool.has_placed()
+            || !self.spills.is_empty()
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
@@ -138,15 +154,34 @@ impl NodeCore {
         }
         self.acts.clear();
         if self.elastic.on() {
+            // The pool's decisions hold as long as the auto-scaler's.
+            self.pool.set_monitor_period(self.elastic.monitor_period());
             for c in 0..chains {
                 let chain = ChainId(c as u16);
-                if live(chain) {
-                    self.elastic.epoch(now, chain, self.meter.chain_load(chain), &mut self.acts);
+                if !live(chain) {
+                    continue;
                 }
+                let load = self.spills.whole_load(chain, self.meter.chain_load(chain), &mut self.redirects);
+                self.elastic.epoch(now, chain, load, &mut self.acts);
+                if self.pooled {
+                    let look = Look {
+                        over_since: self.elastic.over_since(chain),
+                        room: self.elastic.has_room(),
+                        load: self.elastic.smoothed_load(chain),
+                        capacity: self.elastic.capacity(chain),
+                    };
+                    let meter = &self.meter;
+                    let key = || ChainKey::of_names(meter.chain_names(chain));
+                    self.spills.epoch(now, chain, key, look, &self.pool, &mut self.redirects, &mut self.pool_acts);
+                }
+            }
+            if !self.spills.is_empty() {
+                let meter = &self.meter;
+                let key = |c: ChainId| ChainKey::of_names(meter.chain_names(c));
+                self.spills.retain_live(&live, key, &mut self.redirects, &mut self.pool_acts);
             }
             if self.pool.has_placed() {
                 // Room: a region a launch could take without stopping a running chain.
-                self.pool.set_monitor_period(self.elastic.monitor_period());
                 let room = self.elastic.has_room();
                 self.pool.epoch(now, |_| room, &mut self.pool_acts);
             }
@@ -158,6 +193,30 @@ impl NodeCore {
     /// died), moved into `out`.
     pub fn pool_acts(&mut self, out: &mut Vec<PoolAct>) {
         out.append(&mut self.pool_acts);
+    }
+
+    /// A membership change: a peer that went down loses what it ran for this node, whole
+    /// chains and spilled flows ([`PoolAct::Lost`]).
+    pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
+        if let MemberEvent::Down(peer) = event {
+            let meter = &self.meter;
+            let key = |c: ChainId| ChainKey::of_names(meter.chain_names(c));
+            self.spills.lost(peer, key, &mut self.redirects, acts);
+        }
+        self.pool.handle_member(event, acts);
+    }
+
+    /// The peer asked to take a share of `chain`'s flows ([`PoolAct::Spill`]) hosts its DAG at
+    /// data address `data`: new flows in the share go there from now.
+    pub fn spill_placed(&mut self, now: Instant, chain: ChainId, data: SocketAddr) {
+        self.spills.placed(now, chain, data, &mut self.redirects);
+    }
+
+    /// The peer asked to take a share of `chain`'s flows refused (or did not answer): it is not
+    /// asked again until it reports anew, and the next epoch may choose another.
+    pub fn spill_failed(&mut self, now: Instant, chain: ChainId, peer: SocketAddr) {
+        self.pool.refused(peer);
+        self.spills.failed(now, chain);
     }
 
     /// Packets need `chain` (pool-wide `key`), which has no active instance here: the whole

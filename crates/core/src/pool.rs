@@ -5,6 +5,8 @@
 //! - [`redirect`]: which packets go to a peer, and what a node runs for its peers;
 //! - [`agent`]: where a chain runs when its home node has no room (a peer that runs it with
 //!   spare bandwidth, else the nearest peer with a free region), and when it comes home;
+//! - [`spill`]: a chain that outgrows its home node sends a share of its new flows to a peer,
+//!   each flow keeping its side while it lives;
 //! - [`topology`]: the pool's links and each node's hop distance to its peers;
 //! - [`on_demand`]: the whole launch order, the node's elasticity policy and the agent composed.
 //!
@@ -15,6 +17,7 @@ pub mod agent;
 pub mod membership;
 pub mod redirect;
 pub mod report;
+pub mod spill;
 pub mod topology;
 
 pub use agent::{AgentConfig, PoolAct, PoolAgent};

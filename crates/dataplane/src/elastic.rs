@@ -100,6 +100,35 @@ pub enum EventKind {
         /// The peer.
         peer: SocketAddr,
     },
+    /// Overloaded with no room here: a peer (its pool address) is asked to host the chain's DAG
+    /// for `share` (of 1024) of its new flows.
+    SpillAsked {
+        /// The peer.
+        peer: SocketAddr,
+        /// Of 1024.
+        share: u16,
+    },
+    /// A peer (its data address) hosts the chain's DAG: `share` (of 1024) of its new flows go
+    /// there, each flow keeping its side.
+    Spilled {
+        /// The peer.
+        peer: SocketAddr,
+        /// Of 1024.
+        share: u16,
+    },
+    /// The share of the chain's new flows sent to its peer (data address) changed: 0 when its
+    /// load fits here again (the peer's flows finish there), back when it is overloaded again.
+    SpillShare {
+        /// The peer.
+        peer: SocketAddr,
+        /// Of 1024.
+        share: u16,
+    },
+    /// The chain's flows on its peer (data address) have all ended: it runs only here.
+    Unspilled {
+        /// The peer.
+        peer: SocketAddr,
+    },
     /// The peer (its pool address) refused, or did not answer.
     PlaceRefused {
         /// The peer.
@@ -185,6 +214,8 @@ pub struct ElasticStats {
     pub remote_refusals: u64,
     /// Chains that came home from a peer.
     pub moves_back: u64,
+    /// Chains that began sending a share of their new flows to a peer.
+    pub spills: u64,
     /// Most recent events, oldest first (at most [`ElasticStats::EVENTS`]).
     pub events: VecDeque<Event>,
     /// Events recorded since the start (the last `events.len()` of them are in `events`).
@@ -205,6 +236,7 @@ impl ElasticStats {
             EventKind::ScaleIn => self.scale_ins += 1,
             EventKind::Deschedule => self.deschedules += 1,
             EventKind::Moved { .. } => self.moves += 1,
+            EventKind::Spilled { .. } => self.spills += 1,
             EventKind::MoveFailed { .. }
             | EventKind::Running { .. }
             | EventKind::EndpointFallback
@@ -216,7 +248,10 @@ impl ElasticStats {
             | EventKind::PlaceRefused { .. }
             | EventKind::MovingBack { .. }
             | EventKind::MovedBack { .. }
-            | EventKind::PeerLost { .. } => {}
+            | EventKind::PeerLost { .. }
+            | EventKind::SpillAsked { .. }
+            | EventKind::SpillShare { .. }
+            | EventKind::Unspilled { .. } => {}
         }
         if self.events.len() == Self::EVENTS {
             self.events.pop_front();

@@ -1000,7 +1000,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     fn enter_pooled(&mut self, idx: u32, now: Instant) {
-        if !self.redirect(idx) {
+        if !self.redirect(idx, now) {
             let e = self.walk_enter(idx, now);
             self.entered(idx, e, now);
         }

@@ -44,6 +44,10 @@ struct Bed {
     /// port (its order is checked under that); a packet that leaves SNATed on another port
     /// fails the test.
     nat_ports: HashMap<u16, u16>,
+    /// The flows (by the source port in their payload) with a packet run here, and sent to a
+    /// peer.
+    flows_here: std::collections::BTreeSet<u16>,
+    flows_sent: std::collections::BTreeSet<u16>,
 }
 
 fn engine(pps: u64) -> NtSpec {
@@ -63,8 +67,12 @@ impl Bed {
     }
 
     fn with_workers(elastic: ElasticConfig, chains: Vec<Vec<NtSpec>>, prelaunch: bool, workers: usize) -> Self {
+        Self::with_config(NodeConfig { elastic, workers, ..Default::default() }, chains, prelaunch)
+    }
+
+    fn with_config(cfg: NodeConfig, chains: Vec<Vec<NtSpec>>, prelaunch: bool) -> Self {
         let clock = ManualClock::default();
-        let cfg = NodeConfig { vtep_port: None, elastic, workers, ..Default::default() };
+        let cfg = NodeConfig { vtep_port: None, ..cfg };
         let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
         let mut mat = Mat::new();
         let mut ids = Vec::new();
@@ -96,6 +104,8 @@ impl Bed {
             sent: HashMap::new(),
             redirected: HashMap::new(),
             nat_ports: HashMap::new(),
+            flows_here: Default::default(),
+            flows_sent: Default::default(),
         }
     }
 
@@ -137,6 +147,8 @@ impl Bed {
             let inner = parse_inner(&bytes[8..]).unwrap();
             let n = bytes.len();
             let seq = u32::from_be_bytes(bytes[n - 4..].try_into().unwrap());
+            let flow = u16::from_be_bytes(bytes[n - 6..n - 4].try_into().unwrap());
+            if redirected { &mut self.flows_sent } else { &mut self.flows_here }.insert(flow);
             let mut sport = inner.key.src_port;
             if !redirected && !self.nat_ports.is_empty() && inner.key.src == IpAddr::from(NAT_PUBLIC) {
                 let flow = u16::from_be_bytes(bytes[n - 6..n - 4].try_into().unwrap());
@@ -159,6 +171,19 @@ impl Bed {
         for _ in 0..ms {
             for k in 0..per_ms {
                 self.push(i, 1 + (k as u16 % flows));
+            }
+            self.clock.advance(MS);
+            self.poll();
+        }
+    }
+
+    /// `per_ms` packets per millisecond on chain `i`, over the flows in `flows` in turn, for
+    /// `ms` ms.
+    fn run_flows(&mut self, i: usize, per_ms: usize, flows: impl IntoIterator<Item = u16>, ms: u64) {
+        let all: Vec<u16> = flows.into_iter().collect();
+        for t in 0..ms as usize {
+            for k in 0..per_ms {
+                self.push(i, all[(t * per_ms + k) % all.len()]);
             }
             self.clock.advance(MS);
             self.poll();
@@ -572,6 +597,82 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.node.pool_member(MemberEvent::Down(m1.0));
     assert!(b.kinds().contains(&(1, EventKind::PeerLost { peer: m1.1 })));
     assert!(b.node.redirects().next().is_none(), "no redirect to a dead peer");
+}
+
+/// Overflow by flow share (paper §5; the home node keeps the chain): chain 0 — a 10 kpps engine
+/// and a NAT, in the node's one region — gets twice what an instance carries. A whole
+/// MONITOR_PERIOD later a peer is asked to host it for a share of its new flows. Then the flows
+/// seen before stay here with their NAT mappings, and new flows split between here and the
+/// peer, each on one side only (`Bed::poll` also fails a flow whose first packets went missing,
+/// as they would if a flow changed side or NAT mapping). The load falls: a period later new
+/// flows stay here while the peer's keep going there; once those have been idle `flow_idle`,
+/// the peer is told it may stop hosting. Nothing lost.
+#[test]
+fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side() {
+    use snic_core::pool::AgentConfig;
+    let pool = AgentConfig { flow_idle: Duration::from_millis(50), ..Default::default() };
+    let elastic = ElasticConfig { regions: 1, autoscale: true, ..cfg(1, 0) };
+    let mut b = Bed::with_config(NodeConfig { elastic, pool, ..Default::default() }, vec![vec![engine(10_000), nat()]], true);
+    b.node.set_pool_secret(Some(b"a pool secret of 32 bytes, more!"));
+    let m1 = member(1);
+    b.node.pool_member(MemberEvent::Up(m1.0));
+    b.node.pool_report(m1.0, report(1, 2));
+    // 1. 20 packets a ms over flows 1..=8: twice what the instance carries, no room here.
+    let mut asked = None;
+    for ms in 0..50 {
+        b.run_flows(0, 20, 1..=8, 1);
+        if let Some(r) = b.node.poll_pool() {
+            asked = Some((ms, r));
+            break;
+        }
+    }
+    let Some((ms, PoolRequest::Place { chain, route, dag, pos, peer })) = asked else { panic!("a peer is asked: {:?}", b.kinds()) };
+    assert!(ms >= 5, "not before a whole MONITOR_PERIOD of overload ({ms} ms)");
+    assert_eq!((chain, dag, pos, peer), (ChainId(0), DagUid(1), 0, m1.0));
+    assert!(matches!(b.kinds().last(), Some((0, EventKind::SpillAsked { .. }))));
+    // (Flows 1..=8 are seen no more until the peer hosts: only what was learnt keeps them here.)
+    b.run_flows(0, 20, 9..=16, 2);
+    assert_eq!(b.node.poll_pool(), None, "asked once");
+    assert!(b.flows_sent.is_empty(), "nothing leaves while the peer is asked");
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    let (_, r) = b.node.redirects().next().expect("a share of the chain's flows is redirected");
+    assert!(r.share > 0 && r.share < 1024, "a share, not all: {}", r.share);
+    assert!(b.kinds().contains(&(0, EventKind::Spilled { peer: m1.1, share: r.share })));
+    // 2. New flows 17..=200 join.
+    b.run_flows(0, 40, 1..=200, 20);
+    assert!(b.flows_sent.len() > 40 && b.flows_here.len() > 40, "new flows on both sides: {} sent", b.flows_sent.len());
+    assert!((1..=16).all(|f| !b.flows_sent.contains(&f)), "the flows seen before stay here");
+    assert!(b.flows_here.is_disjoint(&b.flows_sent), "each flow on one side");
+    assert_eq!(b.lost(0), 0);
+    // 3. The load falls to 4 a ms over flows 1..=40; once the smoothed load has fitted a whole
+    // period, new flows stay here, while
+    // the peer's among 1..=40 go on there.
+    let on_peer: Vec<u16> = (1..=40).filter(|f| b.flows_sent.contains(f)).collect();
+    assert!(!on_peer.is_empty());
+    b.run_flows(0, 4, 1..=40, 30);
+    assert!(b.kinds().contains(&(0, EventKind::SpillShare { peer: m1.1, share: 0 })), "{:?}", b.kinds());
+    let sent = b.redirected[&m1.1];
+    b.run_flows(0, 8, 201..=240, 5);
+    b.run_flows(0, 4, 1..=40, 10);
+    assert!((201..=240).all(|f| !b.flows_sent.contains(&f)), "no new flow goes to the peer");
+    assert!(b.redirected[&m1.1] > sent, "the peer's flows go on there");
+    assert_eq!(b.node.poll_pool(), None, "the peer still runs flows");
+    // 4. Only flows here go on: once the peer's have been idle 50 ms, the peer may stop.
+    let here: Vec<u16> = b.flows_here.iter().copied().filter(|f| *f <= 40 || *f > 200).collect();
+    let mut unhost = None;
+    for _ in 0..120 {
+        b.run_flows(0, 4, here.iter().copied(), 1);
+        if let Some(r) = b.node.poll_pool() {
+            unhost = Some(r);
+            break;
+        }
+    }
+    assert_eq!(unhost, Some(PoolRequest::Unhost { peer: m1.0, hosted: 5 }));
+    assert!(b.kinds().contains(&(0, EventKind::Unspilled { peer: m1.1 })));
+    assert!(b.node.redirects().next().is_none(), "nothing redirected");
+    assert!(b.flows_here.is_disjoint(&b.flows_sent), "each flow on one side");
+    assert_eq!(b.lost(0), 0);
+    assert_eq!(b.node.elastic().stats().spills, 1);
 }
 
 /// Moving home with the NTs' state (paper §5: pause new traffic, migrate state, resume): chain

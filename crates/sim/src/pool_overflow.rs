@@ -158,7 +158,11 @@ impl OverflowSpec {
         };
         let pooled = topo != "single";
         let period = Duration::from_secs_f64(self.monitor_ms / 1e3);
-        let mut agent = PoolAgent::new(AgentConfig { monitor_period: period, report_ttl: Duration::from_secs_f64(self.gossip_ms * 3e-3) });
+        let mut agent = PoolAgent::new(AgentConfig {
+            monitor_period: period,
+            report_ttl: Duration::from_secs_f64(self.gossip_ms * 3e-3),
+            ..Default::default()
+        });
         let mut acts = Vec::new();
         for j in 1..self.nodes {
             agent.handle_member(MemberEvent::Up(addr(j)), &mut acts);

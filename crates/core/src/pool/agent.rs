@@ -19,6 +19,7 @@
 //! auto-scaler decides. A peer that dies hosting a chain gives [`PoolAct::Lost`]: the home node
 //! serves it again (locally, or on another peer) and says so. Sans-IO.
 
+use crate::ids::ChainId;
 use crate::pool::report::{ChainKey, LoadReport};
 use crate::pool::MemberEvent;
 use crate::time::Instant;
@@ -33,11 +34,21 @@ pub struct AgentConfig {
     pub monitor_period: Duration,
     /// A peer's report older than this does not count.
     pub report_ttl: Duration,
+    /// A chain that spills a share of its flows ([`crate::pool::spill`]): a flow not seen this
+    /// long has ended (its side is forgotten; the spill ends once the peer has none left).
+    pub flow_idle: Duration,
+    /// A chain that spills records at most this many flows' sides.
+    pub spill_flows: usize,
 }
 
 impl Default for AgentConfig {
     fn default() -> Self {
-        AgentConfig { monitor_period: Duration::from_millis(100), report_ttl: Duration::from_secs(1) }
+        AgentConfig {
+            monitor_period: Duration::from_millis(100),
+            report_ttl: Duration::from_secs(1),
+            flow_idle: Duration::from_secs(10),
+            spill_flows: 65_536,
+        }
     }
 }
 
@@ -52,11 +63,45 @@ pub enum PoolAct {
         /// Where it ran.
         peer: SocketAddr,
     },
-    /// `peer` died (or left) while running chain `key` for this node: serve it again.
+    /// `peer` died (or left) while running chain `key` (or a share of its flows) for this
+    /// node: serve it again.
     Lost {
         /// The chain.
         key: ChainKey,
         /// The peer.
+        peer: SocketAddr,
+    },
+    /// Chain `chain` (key `key`) is overloaded here with no room: ask `peer` (pool address) to
+    /// host its DAG for `share` of its new flows ([`crate::pool::spill`]); answer with
+    /// [`crate::node::NodeCore::spill_placed`] or [`crate::node::NodeCore::spill_failed`].
+    Spill {
+        /// The chain, here.
+        chain: ChainId,
+        /// Its pool-wide key.
+        key: ChainKey,
+        /// The peer's pool address.
+        peer: SocketAddr,
+        /// Of [`crate::pool::redirect::SHARE_ALL`].
+        share: u16,
+    },
+    /// The share of `chain`'s new flows that spill to `peer` is now `share` (0: its load fits
+    /// home again, the peer's flows finish there; else it is overloaded again).
+    SpillShare {
+        /// The chain.
+        chain: ChainId,
+        /// The peer's pool address.
+        peer: SocketAddr,
+        /// Of [`crate::pool::redirect::SHARE_ALL`].
+        share: u16,
+    },
+    /// `chain`'s flows on `peer` (pool address) have all ended: it no longer needs to host the
+    /// chain's DAG.
+    Unspill {
+        /// The chain.
+        chain: ChainId,
+        /// Its pool-wide key.
+        key: ChainKey,
+        /// The peer's pool address.
         peer: SocketAddr,
     },
 }

@@ -4,8 +4,11 @@
 //! **Home side.** A chain placed on a peer ([`crate::pool::PoolAgent::placed`]) is *redirected*:
 //! packets that reach it are sent to the peer, which runs it and the rest of their DAG and
 //! delivers them. All of its packets, or a share of its flows: a flow's share is decided by its
-//! hash, so a flow keeps its path for as long as the share does not change. The peer names the
-//! DAG it hosts for this node by its own number; [`Redirects::target`] pairs the two.
+//! hash, so a flow keeps its path for as long as the share does not change — and a chain that
+//! spills a share of its flows ([`crate::pool::spill`]) records each flow's side
+//! ([`FlowPaths`]), so that a flow keeps its path while it lives, whatever the share does. The
+//! peer names the DAG it hosts for this node by its own number; [`Redirects::target`] pairs the
+//! two.
 //!
 //! **Peer side.** [`HostTable`]: the DAGs a node hosts for its peers — whose, under which local
 //! tenant, and how many packets it ran for them.
@@ -13,6 +16,7 @@
 //! Sans-IO: the data plane asks, per packet, and does the sending.
 
 use crate::ids::{ChainId, TenantId};
+use crate::pool::spill::FlowPaths;
 use crate::time::Instant;
 use std::net::SocketAddr;
 
@@ -51,6 +55,9 @@ pub struct Redirects {
     /// (this node's route, peer, the peer's hosted DAG).
     routes: Vec<(u32, SocketAddr, u32)>,
     count: usize,
+    /// Per chain, the side each of its flows runs on (chains that spill, or may).
+    paths: Vec<Option<FlowPaths>>,
+    tables: usize,
 }
 
 impl Redirects {
@@ -107,10 +114,48 @@ impl Redirects {
         out
     }
 
-    /// True if any chain is redirected (the per-packet check is skipped otherwise).
+    /// Sets the share of `chain`'s new flows sent to its peer (a chain that spills, draining:
+    /// 0), if it is redirected.
+    pub fn set_share(&mut self, chain: ChainId, share: u16) {
+        if let Some(Some(r)) = self.by_chain.get_mut(chain.index()) {
+            r.share = share;
+        }
+    }
+
+    /// Records the side of each of `chain`'s flows from now, at most `cap` of them
+    /// ([`FlowPaths`]): a flow seen keeps its side.
+    pub fn learn(&mut self, chain: ChainId, cap: usize) {
+        let i = chain.index();
+        if self.paths.len() <= i {
+            self.paths.resize(i + 1, None);
+        }
+        if self.paths[i].replace(FlowPaths::new(cap)).is_none() {
+            self.tables += 1;
+        }
+    }
+
+    /// Stops recording `chain`'s flows.
+    pub fn forget_paths(&mut self, chain: ChainId) {
+        if self.paths.get_mut(chain.index()).and_then(Option::take).is_some() {
+            self.tables -= 1;
+        }
+    }
+
+    /// `chain`'s recorded flows, if it has them.
+    pub fn paths(&self, chain: ChainId) -> Option<&FlowPaths> {
+        self.paths.get(chain.index()).and_then(Option::as_ref)
+    }
+
+    /// `chain`'s recorded flows, if it has them.
+    pub fn paths_mut(&mut self, chain: ChainId) -> Option<&mut FlowPaths> {
+        self.paths.get_mut(chain.index()).and_then(Option::as_mut)
+    }
+
+    /// True if any chain is redirected or has its flows recorded (the per-packet check is
+    /// skipped otherwise).
     #[inline]
     pub fn active(&self) -> bool {
-        self.count > 0
+        self.count > 0 || self.tables > 0
     }
 
     /// `chain`'s redirect.
@@ -124,10 +169,18 @@ impl Redirects {
     }
 
     /// Where a packet of flow `flow_hash` on this node's route `route` that reaches `chain`
-    /// goes: a peer (which hosts the route), or `None` — here.
+    /// `now` goes: a peer (which hosts the route), or `None` — here. A chain whose flows are
+    /// recorded sends a flow where it went before; a new one by the share.
     #[inline]
-    pub fn target(&self, chain: ChainId, route: u32, flow_hash: u64) -> Option<Target> {
-        let r = self.get(chain).filter(|r| in_share(flow_hash, r.share))?;
+    pub fn target(&mut self, chain: ChainId, route: u32, flow_hash: u64, now: Instant) -> Option<Target> {
+        let r = self.get(chain);
+        let r = match self.paths.get_mut(chain.index()).and_then(Option::as_mut) {
+            Some(paths) => {
+                let new_peer = r.is_some_and(|r| in_share(flow_hash, r.share));
+                paths.side(flow_hash, now, new_peer).then_some(r).flatten()?
+            }
+            None => r.filter(|r| in_share(flow_hash, r.share))?,
+        };
         let (_, _, hosted) = self.routes.iter().find(|(h, p, _)| *h == route && *p == r.peer)?;
         Some(Target { peer: r.peer, route: *hosted })
     }
@@ -204,18 +257,18 @@ mod tests {
         let mut sent = 0;
         for f in 0..10_000u64 {
             let h = f.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let t = r.target(ChainId(3), 9, h);
-            assert_eq!(t, r.target(ChainId(3), 9, h), "the same flow, the same side");
+            let t = r.target(ChainId(3), 9, h, Instant::ZERO);
+            assert_eq!(t, r.target(ChainId(3), 9, h, Instant::ZERO), "the same flow, the same side");
             if let Some(t) = t {
                 assert_eq!(t, Target { peer: a(1), route: 4 });
                 sent += 1;
             }
         }
         assert!((2000..3000).contains(&sent), "a quarter of the flows, got {sent}");
-        assert_eq!(r.target(ChainId(2), 9, u64::MAX), None, "another chain stays");
-        assert_eq!(r.target(ChainId(3), 8, 0), None, "a route the peer does not host stays");
+        assert_eq!(r.target(ChainId(2), 9, u64::MAX, Instant::ZERO), None, "another chain stays");
+        assert_eq!(r.target(ChainId(3), 8, 0, Instant::ZERO), None, "a route the peer does not host stays");
         r.set(ChainId(3), Redirect { peer: a(1), share: SHARE_ALL });
-        assert!((0..1000u64).all(|f| r.target(ChainId(3), 9, f.wrapping_mul(0x9e37_79b9_7f4a_7c15)).is_some()));
+        assert!((0..1000u64).all(|f| r.target(ChainId(3), 9, f.wrapping_mul(0x9e37_79b9_7f4a_7c15), Instant::ZERO).is_some()));
     }
 
     #[test]
@@ -226,8 +279,8 @@ mod tests {
         r.set_route(0, a(1), 0);
         r.set_route(1, a(2), 0);
         assert_eq!(r.forget_peer(a(1)), vec![ChainId(0)]);
-        assert_eq!(r.target(ChainId(0), 0, 0), None);
-        assert!(r.target(ChainId(1), 1, 0).is_some());
+        assert_eq!(r.target(ChainId(0), 0, 0, Instant::ZERO), None);
+        assert!(r.target(ChainId(1), 1, 0, Instant::ZERO).is_some());
         assert_eq!(r.clear(ChainId(1)).map(|r| r.peer), Some(a(2)));
         assert!(!r.active());
     }

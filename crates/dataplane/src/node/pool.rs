@@ -9,6 +9,11 @@
 //! stops, the chain's next packets launch it here, and the driver tells the peer it may stop
 //! hosting ([`PoolRequest::Unhost`]). A peer that dies: its chains run here again.
 //!
+//! A chain overloaded here with no room *spills* a share of its new flows to a peer
+//! ([`snic_core::pool::spill`], decided in the core): the same remote launch, then a redirect
+//! of that share, each flow keeping its side; when its flows on the peer have ended, the peer
+//! is told it may stop hosting.
+//!
 //! Pool addresses (the agent's, the membership's) and data addresses (where redirected packets
 //! go) differ: the answer to a placement gives the peer's data address.
 
@@ -17,6 +22,7 @@ use crate::elastic::EventKind;
 use crate::node::elastic::OnDemand;
 use snic_core::ids::{ChainId, DagUid};
 use snic_core::pool::redirect::SHARE_ALL;
+use snic_core::pool::spill::Phase;
 use snic_core::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct};
 use snic_core::time::Instant;
 use std::collections::VecDeque;
@@ -72,22 +78,38 @@ struct PlacedDag {
     peer: SocketAddr,
     data: SocketAddr,
     hosted: u32,
+    /// It takes a share of the chain's new flows (the chain runs here too).
+    spill: bool,
+}
+
+/// A placement asked for and not answered.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    chain: ChainId,
+    route: u32,
+    /// A share of the chain's new flows (a spill), not the whole chain.
+    spill: bool,
 }
 
 /// Placements under way and done.
 #[derive(Default)]
 pub(crate) struct Placements {
-    /// Asked, not answered: (chain, route, peer).
-    placing: Vec<(ChainId, u32, SocketAddr)>,
+    placing: Vec<Asked>,
     placed: Vec<PlacedDag>,
     requests: VecDeque<PoolRequest>,
     acts: Vec<PoolAct>,
 }
 
 impl Placements {
-    /// True while a placement of `chain` is asked and not answered.
+    /// True while a placement of the whole of `chain` is asked and not answered.
     pub(crate) fn placing(&self, chain: ChainId) -> bool {
-        self.placing.iter().any(|p| p.0 == chain)
+        self.placing.iter().any(|p| p.chain == chain && !p.spill)
+    }
+
+    /// Takes the placement of `chain` on `route` asked for: whether it was a spill.
+    fn answered(&mut self, chain: ChainId, route: u32) -> Option<bool> {
+        let i = self.placing.iter().position(|p| p.chain == chain && p.route == route)?;
+        Some(self.placing.swap_remove(i).spill)
     }
 }
 
@@ -112,7 +134,7 @@ impl<B: Backend> Node<B> {
         if let MemberEvent::Down(peer) = event {
             self.returns_lost(peer);
         }
-        self.carry_out(|core, acts| core.pool.handle_member(event, acts));
+        self.carry_out(|core, acts| core.handle_member(event, acts));
     }
 
     /// What the node asks of the pool, oldest first.
@@ -126,34 +148,46 @@ impl<B: Backend> Node<B> {
     }
 
     /// The peer at pool address `peer` (data address `data`) hosts `route`'s DAG as `hosted`:
-    /// `chain`'s packets on that route go there from now, those that waited first.
+    /// `chain`'s packets on that route go there from now, those that waited first (or, for a
+    /// spill, the share of its new flows).
     pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32) {
         let now = self.clock.now();
-        self.pool.place.placing.retain(|p| !(p.0 == chain && p.1 == route));
-        if !self.is_live(chain) {
-            // It went away meanwhile: the peer need not host it.
+        let spill = self.pool.place.answered(chain, route).unwrap_or(false);
+        if !self.is_live(chain) || (spill && !matches!(self.core.spills.phase(chain), Some(Phase::Asked { .. }))) {
+            // It went away meanwhile (or no longer spills): the peer need not host it.
             self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted });
             return;
         }
-        self.pool.redirects.set_route(route, data, hosted);
+        self.core.redirects.set_route(route, data, hosted);
+        self.pool.place.placed.push(PlacedDag { chain, route, peer, data, hosted, spill });
+        self.elastic.stats.remote_launches += 1;
+        if spill {
+            self.core.spill_placed(now, chain, data);
+            let share = self.core.redirects.get(chain).map_or(0, |r| r.share);
+            self.update_pool_on();
+            self.record(now, chain, None, EventKind::Spilled { peer: data, share }, 0);
+            return;
+        }
         self.redirect_chain(chain, data, SHARE_ALL);
-        self.pool.place.placed.push(PlacedDag { chain, route, peer, data, hosted });
         let key = self.chain_key(chain);
         self.core.pool.placed(now, key, peer);
-        self.elastic.stats.remote_launches += 1;
         self.record(now, chain, None, EventKind::Placed { peer: data }, 0);
         self.release_waiting(Some(chain), now);
     }
 
     /// The peer at pool address `peer` did not host `route`'s DAG for `chain` (it refused, or
     /// did not answer): the agent does not ask it again until it reports anew, and the packets
-    /// that waited take the next step of the launch order.
+    /// that waited take the next step of the launch order (a spill looks for another peer).
     pub fn pool_place_failed(&mut self, chain: ChainId, route: u32, peer: SocketAddr) {
         let now = self.clock.now();
-        self.pool.place.placing.retain(|p| !(p.0 == chain && p.1 == route));
-        self.core.pool.refused(peer);
+        let spill = self.pool.place.answered(chain, route).unwrap_or(false);
         self.elastic.stats.remote_refusals += 1;
         self.record(now, chain, None, EventKind::PlaceRefused { peer }, 0);
+        if spill {
+            self.core.spill_failed(now, chain, peer);
+            return;
+        }
+        self.core.pool.refused(peer);
         self.release_waiting(Some(chain), now);
     }
 
@@ -186,22 +220,41 @@ impl<B: Backend> Node<B> {
             Placement::Peer(peer) => peer,
         };
         let Some(dag) = self.dags.uid_arriving_as(route) else { return Err(OnDemand::Nothing) };
-        self.pool.place.placing.push((chain, route, peer));
+        self.pool.place.placing.push(Asked { chain, route, spill: false });
         self.pool.place.requests.push_back(PoolRequest::Place { chain, route, dag, pos, peer });
         self.record(now, chain, None, EventKind::PlaceAsked { peer }, 0);
         Err(OnDemand::Wait)
     }
 
-    /// Carries out the agent's decisions: chains that come home, chains whose peer died.
+    /// Carries out the agent's decisions: chains that come home, chains whose peer died, chains
+    /// that spill a share of their flows.
     pub(super) fn pool_acts(&mut self, acts: &mut Vec<PoolAct>) {
         let now = self.clock.now();
         for act in acts.drain(..) {
-            let (PoolAct::MoveBack { key, peer } | PoolAct::Lost { key, peer }) = act;
-            let (went, kept): (Vec<PlacedDag>, Vec<PlacedDag>) =
-                std::mem::take(&mut self.pool.place.placed).into_iter().partition(|p| p.peer == peer && self.chain_key(p.chain) == key);
+            let (key, peer, spill) = match act {
+                PoolAct::MoveBack { key, peer } => (key, peer, false),
+                PoolAct::Lost { key, peer } => (key, peer, true),
+                PoolAct::Spill { chain, peer, share, .. } => {
+                    self.spill(chain, peer, share, now);
+                    continue;
+                }
+                PoolAct::SpillShare { chain, peer, share } => {
+                    let data = self.pool.place.placed.iter().find(|p| p.chain == chain && p.spill).map_or(peer, |p| p.data);
+                    self.record(now, chain, None, EventKind::SpillShare { peer: data, share }, 0);
+                    continue;
+                }
+                PoolAct::Unspill { chain, .. } => {
+                    self.unspill(chain, now);
+                    continue;
+                }
+            };
+            // (A peer lost takes spilled flows with it too; a chain coming home is a whole one.)
+            let (went, kept): (Vec<PlacedDag>, Vec<PlacedDag>) = std::mem::take(&mut self.pool.place.placed)
+                .into_iter()
+                .partition(|p| p.peer == peer && (spill || !p.spill) && self.chain_key(p.chain) == key);
             self.pool.place.placed = kept;
             for p in went {
-                self.pool.redirects.clear_route(p.route, p.data);
+                self.core.redirects.clear_route(p.route, p.data);
                 if !self.pool.place.placed.iter().any(|q| q.chain == p.chain) {
                     self.stop_redirect(p.chain);
                 }
@@ -211,7 +264,7 @@ impl<B: Backend> Node<B> {
                         self.pool.handback.start_return(p.chain, peer, p.data, now);
                         EventKind::MovingBack { peer: p.data }
                     }
-                    PoolAct::Lost { .. } => EventKind::PeerLost { peer: p.data },
+                    _ => EventKind::PeerLost { peer: p.data },
                 };
                 self.record(now, p.chain, None, kind, 0);
             }
@@ -219,11 +272,43 @@ impl<B: Backend> Node<B> {
                 self.core.pool.home(key);
             }
         }
+        self.update_pool_on();
+    }
+
+    /// The core decided that `chain` spills `share` of its new flows to `peer` (pool address):
+    /// ask it to host the DAG the chain serves.
+    fn spill(&mut self, chain: ChainId, peer: SocketAddr, share: u16, now: Instant) {
+        // The DAG whose arrivals reach the chain, and the step they reach it at.
+        let found = self.dags.arrivals().find_map(|(dag, route)| {
+            let steps = self.sched.route(DagUid(route))?.steps().len();
+            (0..steps as u8).find(|&pos| self.sched.chain_at(DagUid(route), pos) == Some(chain)).map(|pos| (dag, route, pos))
+        });
+        let Some((dag, route, pos)) = found else {
+            self.core.spill_failed(now, chain, peer);
+            return;
+        };
+        self.pool.place.placing.push(Asked { chain, route, spill: true });
+        self.pool.place.requests.push_back(PoolRequest::Place { chain, route, dag, pos, peer });
+        self.record(now, chain, None, EventKind::SpillAsked { peer, share }, 0);
+    }
+
+    /// `chain`'s flows on its peer have ended: the peer may stop hosting its DAG.
+    fn unspill(&mut self, chain: ChainId, now: Instant) {
+        let (went, kept): (Vec<PlacedDag>, Vec<PlacedDag>) =
+            std::mem::take(&mut self.pool.place.placed).into_iter().partition(|p| p.chain == chain && p.spill);
+        self.pool.place.placed = kept;
+        for p in went {
+            self.core.redirects.clear_route(p.route, p.data);
+            self.pool.place.requests.push_back(PoolRequest::Unhost { peer: p.peer, hosted: p.hosted });
+            self.record(now, chain, None, EventKind::Unspilled { peer: p.data }, 0);
+        }
     }
 
     /// The epoch's pool decisions (after the elasticity policy's).
     pub(super) fn pool_epoch(&mut self) {
         self.carry_out(|core, acts| core.pool_acts(acts));
+        // (The core may have begun or stopped recording a chain's flows.)
+        self.update_pool_on();
     }
 
     /// Carries out the agent's decisions `decide` gives (in a buffer kept between calls).

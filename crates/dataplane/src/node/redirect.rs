@@ -17,7 +17,7 @@ use crate::Drop;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use snic_core::dag::DagRoute;
 use snic_core::ids::{ChainId, DagUid, TenantId};
-use snic_core::pool::redirect::{HostTable, Hosted, Redirect, Redirects};
+use snic_core::pool::redirect::{HostTable, Hosted, Redirect};
 use snic_core::time::Instant;
 use snic_core::walk::Walk;
 use snic_nt::HEADROOM;
@@ -32,7 +32,6 @@ pub(crate) struct PoolLink {
     /// The nonce's sender part (random per node start) and counter.
     sender: u32,
     counter: u64,
-    pub(super) redirects: Redirects,
     /// Packets sent to a peer, per chain.
     sent: Vec<u64>,
     hosted: HostTable,
@@ -111,15 +110,16 @@ impl<B: Backend> Node<B> {
         self.pool.key.is_some() && self.framing == Framing::Datagram
     }
 
-    fn update_pool_on(&mut self) {
-        self.pool.on = self.pooled() && self.pool.redirects.active();
+    pub(super) fn update_pool_on(&mut self) {
+        self.core.pooled = self.pooled();
+        self.pool.on = self.core.pooled && self.core.redirects.active();
     }
 
     /// Sends chain `chain`'s packets — `share` of its flows, in 1/1024ths of all
     /// ([`snic_core::pool::redirect::SHARE_ALL`]: all) — to the peer whose data address is
     /// `peer`, for the routes that peer hosts ([`Node::redirect_route`]); the others stay here.
     pub fn redirect_chain(&mut self, chain: ChainId, peer: SocketAddr, share: u16) {
-        self.pool.redirects.set(chain, Redirect { peer, share });
+        self.core.redirects.set(chain, Redirect { peer, share });
         self.update_pool_on();
     }
 
@@ -127,13 +127,13 @@ impl<B: Backend> Node<B> {
     /// name it. False if `dag` is not deployed here (or is switching between forms: ask again).
     pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32) -> bool {
         let Some(route) = self.dags.arriving(dag) else { return false };
-        self.pool.redirects.set_route(route, peer, hosted);
+        self.core.redirects.set_route(route, peer, hosted);
         true
     }
 
     /// Stops redirecting `chain`: its packets run here again (launched on demand if need be).
     pub fn stop_redirect(&mut self, chain: ChainId) -> Option<Redirect> {
-        let r = self.pool.redirects.clear(chain);
+        let r = self.core.redirects.clear(chain);
         self.update_pool_on();
         r
     }
@@ -141,14 +141,14 @@ impl<B: Backend> Node<B> {
     /// Forgets what `peer` hosts (it died or left): the chains redirected to it, which now run
     /// here again.
     pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {
-        let chains = self.pool.redirects.forget_peer(peer);
+        let chains = self.core.redirects.forget_peer(peer);
         self.update_pool_on();
         chains
     }
 
     /// The chains this node redirects.
     pub fn redirects(&self) -> impl Iterator<Item = (ChainId, Redirect)> + '_ {
-        self.pool.redirects.iter()
+        self.core.redirects.iter()
     }
 
     /// Packets of `chain` sent to a peer so far (they count as transmitted too).
@@ -183,14 +183,14 @@ impl<B: Backend> Node<B> {
     /// whose NTs left no room in front of it for the header.
     #[cold]
     #[inline(never)]
-    pub(super) fn redirect(&mut self, idx: u32) -> bool {
+    pub(super) fn redirect(&mut self, idx: u32, now: Instant) -> bool {
         // SAFETY: the dispatcher owns `idx`.
         let (buf, d) = unsafe { self.slots.get(idx) };
         if d.walk.join_at != 0 {
             return false;
         }
         let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
-        let Some(t) = self.pool.redirects.target(chain, d.walk.dag.0, d.flow_hash) else { return false };
+        let Some(t) = self.core.redirects.target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         // Where the home node would deliver it: the peer delivers there.

@@ -363,10 +363,12 @@ fn node_config(cfg: &Config) -> NodeConfig {
         fair: cfg.fair,
         link_bps: cfg.link_bps,
         elastic: cfg.elastic,
-        pool: AgentConfig {
-            report_ttl: cfg.pool.as_ref().map_or(AgentConfig::default().report_ttl, |p| p.gossip_period * 10),
+        pool: cfg.pool.as_ref().map_or_else(AgentConfig::default, |p| AgentConfig {
+            report_ttl: p.gossip_period * 10,
+            flow_idle: p.flow_idle,
+            spill_flows: p.spill_flows,
             ..AgentConfig::default()
-        },
+        }),
         ..Default::default()
     }
 }
@@ -842,8 +844,24 @@ fn describe(node: &Node<UdpBackend>, plan: &Plan, ev: &Event) -> String {
         }
         EventKind::MovedBack { peer, restored: None } => format!("moved back from peer {peer} WITHOUT its state: runs here again, afresh"),
         EventKind::PeerLost { peer } => format!("peer {peer} running it died: runs here again"),
+        EventKind::SpillAsked { peer, share } => {
+            format!("overloaded with no room here: asked pool member {peer} to host it for {} of its new flows", share_text(share))
+        }
+        EventKind::Spilled { peer, share } => {
+            format!("spills to peer {peer}: {} of its new flows go there, each flow keeps its side", share_text(share))
+        }
+        EventKind::SpillShare { peer, share: 0 } => {
+            format!("fits here again: new flows stay here, those on peer {peer} finish there")
+        }
+        EventKind::SpillShare { peer, share } => format!("overloaded again: {} of its new flows go to peer {peer}", share_text(share)),
+        EventKind::Unspilled { peer } => format!("its flows on peer {peer} have ended: runs only here"),
         k => format!("{k:?}").to_lowercase(),
     }
+}
+
+/// A share of flows (of 1024) as a percentage.
+fn share_text(share: u16) -> String {
+    format!("{:.1}%", share as f64 * 100.0 / 1024.0)
 }
 
 /// What the data plane has logged so far: events, and which tenants fair sharing limits.
@@ -876,6 +894,10 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
             | EventKind::MovingBack { .. }
             | EventKind::MovedBack { .. }
             | EventKind::PeerLost { .. }
+            | EventKind::SpillAsked { .. }
+            | EventKind::Spilled { .. }
+            | EventKind::SpillShare { .. }
+            | EventKind::Unspilled { .. }
             | EventKind::EndpointFallback => {
                 tracing::info!(chain = chain_name(node, ev.chain), region, took_us, "{}", describe(node, plan, ev))
             }
@@ -921,6 +943,7 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("remote_launches", st.remote_launches),
             ("remote_refusals", st.remote_refusals),
             ("moves_back", st.moves_back),
+            ("spills", st.spills),
         ],
         events: events
             .map(|ev| EventSnap {
