@@ -404,6 +404,11 @@ impl Meter {
         }
     }
 
+    /// `chain`'s pool-wide key (its NTs' names: [`crate::pool::ChainKey::of_names`]).
+    pub fn chain_key(&self, chain: ChainId) -> crate::pool::ChainKey {
+        crate::pool::ChainKey::of_names(self.chain_names(chain))
+    }
+
     /// The load that arrived for `chain` over the last epoch, in instances' worth of work (its
     /// busiest NT's arrivals ÷ one instance's throughput): what auto-scaling watches. Exactly 0
     /// only if nothing arrived.

@@ -171,13 +171,13 @@ impl NodeCore {
                         capacity: self.elastic.capacity(chain),
                     };
                     let meter = &self.meter;
-                    let key = || ChainKey::of_names(meter.chain_names(chain));
+                    let key = || meter.chain_key(chain);
                     self.spills.epoch(now, chain, key, look, &self.pool, &mut self.redirects, &mut self.pool_acts);
                 }
             }
             if !self.spills.is_empty() {
                 let meter = &self.meter;
-                let key = |c: ChainId| ChainKey::of_names(meter.chain_names(c));
+                let key = |c: ChainId| meter.chain_key(c);
                 self.spills.retain_live(&live, key, &mut self.redirects, &mut self.pool_acts);
             }
             if self.pool.has_placed() {
@@ -200,7 +200,7 @@ impl NodeCore {
     pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
         if let MemberEvent::Down(peer) = event {
             let meter = &self.meter;
-            let key = |c: ChainId| ChainKey::of_names(meter.chain_names(c));
+            let key = |c: ChainId| meter.chain_key(c);
             self.spills.lost(peer, key, &mut self.redirects, acts);
         }
         self.pool.handle_member(event, acts);

@@ -245,8 +245,7 @@ impl Spills {
             Phase::Learning => {
                 if look.over_since.is_none() || look.room {
                     // The load fell, or a region is free: the auto-scaler looks after it here.
-                    self.chains.remove(&chain);
-                    redirects.forget_paths(chain);
+                    self.end(chain, redirects);
                 } else if held(look.over_since) && held(Some(s.learning_since)) {
                     let excess = look.load - look.capacity;
                     let share = share_for(excess, look.load);
@@ -277,9 +276,7 @@ impl Spills {
                     let Some(paths) = redirects.paths_mut(chain) else { return };
                     paths.expire(now, cfg.flow_idle);
                     if paths.flows().1 == 0 {
-                        self.chains.remove(&chain);
-                        redirects.forget_paths(chain);
-                        redirects.clear(chain);
+                        self.end(chain, redirects);
                         acts.push(PoolAct::Unspill { chain, key: key(), peer });
                     }
                 }
@@ -316,16 +313,7 @@ impl Spills {
     /// `peer` (pool address) died or left: the chains it took flows of run wholly at home again
     /// (those that spilled there give [`PoolAct::Lost`] with `key(chain)`).
     pub fn lost(&mut self, peer: SocketAddr, key: impl Fn(ChainId) -> ChainKey, redirects: &mut Redirects, acts: &mut Vec<PoolAct>) {
-        let gone: Vec<(ChainId, Phase)> = self
-            .chains
-            .iter()
-            .filter(|(_, s)| matches!(s.phase, Phase::Asked { peer: p, .. } | Phase::Spilled { peer: p, .. } | Phase::Draining { peer: p, .. } if p == peer))
-            .map(|(c, s)| (*c, s.phase))
-            .collect();
-        for (chain, phase) in gone {
-            self.chains.remove(&chain);
-            redirects.forget_paths(chain);
-            redirects.clear(chain);
+        for (chain, phase) in self.end_where(|_, phase| phase.peer() == Some(peer), redirects) {
             if !matches!(phase, Phase::Asked { .. }) {
                 acts.push(PoolAct::Lost { key: key(chain), peer });
             }
@@ -340,14 +328,36 @@ impl Spills {
         redirects: &mut Redirects,
         acts: &mut Vec<PoolAct>,
     ) {
-        let gone: Vec<(ChainId, Phase)> = self.chains.iter().filter(|(c, _)| !live(**c)).map(|(c, s)| (*c, s.phase)).collect();
-        for (chain, phase) in gone {
-            self.chains.remove(&chain);
-            redirects.forget_paths(chain);
-            redirects.clear(chain);
+        for (chain, phase) in self.end_where(|chain, _| !live(chain), redirects) {
             if let Phase::Spilled { peer, .. } | Phase::Draining { peer, .. } = phase {
                 acts.push(PoolAct::Unspill { chain, key: key(chain), peer });
             }
+        }
+    }
+
+    /// Ends `chain`'s spill: its flows are no longer recorded nor redirected.
+    fn end(&mut self, chain: ChainId, redirects: &mut Redirects) {
+        self.chains.remove(&chain);
+        redirects.forget_paths(chain);
+        redirects.clear(chain);
+    }
+
+    /// Ends the spills of the chains `which` picks; what each was.
+    fn end_where(&mut self, which: impl Fn(ChainId, Phase) -> bool, redirects: &mut Redirects) -> Vec<(ChainId, Phase)> {
+        let gone: Vec<(ChainId, Phase)> = self.chains.iter().map(|(c, s)| (*c, s.phase)).filter(|&(c, p)| which(c, p)).collect();
+        for &(chain, _) in &gone {
+            self.end(chain, redirects);
+        }
+        gone
+    }
+}
+
+impl Phase {
+    /// The peer (pool address) asked, or taking flows; none while learning.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        match *self {
+            Phase::Learning => None,
+            Phase::Asked { peer, .. } | Phase::Spilled { peer, .. } | Phase::Draining { peer, .. } => Some(peer),
         }
     }
 }

@@ -199,7 +199,7 @@ impl<B: Backend> Node<B> {
 
     /// `chain`'s pool-wide key (its NTs' names).
     pub(super) fn chain_key(&self, chain: ChainId) -> ChainKey {
-        ChainKey::of_names(self.core.meter.chain_names(chain))
+        self.core.meter.chain_key(chain)
     }
 
     /// The whole launch order for `chain`, which packets on `route` need at step `pos`: this

@@ -797,11 +797,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
     }
     out.chains = running
         .into_iter()
-        .map(|(c, instances)| ChainSnap {
-            key: snic_core::pool::ChainKey::of_names(node.meter().chain_names(c)).0,
-            instances,
-            load: node.meter().chain_load(c),
-        })
+        .map(|(c, instances)| ChainSnap { key: node.meter().chain_key(c).0, instances, load: node.meter().chain_load(c) })
         .collect();
     let fair = node.meter().fairness();
     out.epochs = fair.epochs();
