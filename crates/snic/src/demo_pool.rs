@@ -142,7 +142,9 @@ fn start_node(dir: &Path, name: &'static str, regions: u32, seed: &str, secret: 
     let Some((data, api, pool)) = parsed else {
         let _ = child.kill();
         let _ = child.wait();
-        bail!("node {name} did not start (it said {line:?}); its log: {}", dir.join(format!("{name}.log")).display());
+        let log = dir.join(format!("{name}.log"));
+        let last = std::fs::read_to_string(&log).ok().and_then(|l| l.lines().last().map(String::from)).unwrap_or_default();
+        bail!("node {name} did not start (it said {line:?}; its log ends {last:?}); its log: {}", log.display());
     };
     Ok(NodeProc { name, regions, child, data, pool, api, _stdout: out })
 }

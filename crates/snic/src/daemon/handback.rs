@@ -144,6 +144,23 @@ pub fn fetch(key: hmac::Key, home: SocketAddr, peer: SocketAddr, hosted: u32, wa
     rx
 }
 
+/// Binds the pool's address for UDP (gossip, control) and TCP (chains moving home) on one
+/// port. With port 0 the kernel picks a free UDP port, whose TCP twin may be taken by another
+/// process: then another UDP port is tried, a bounded number of times.
+pub fn bind_pool(listen: SocketAddr) -> anyhow::Result<(std::net::UdpSocket, TcpListener)> {
+    const TRIES: usize = 32;
+    for _ in 0..TRIES {
+        let udp = std::net::UdpSocket::bind(listen).with_context(|| format!("binding pool.listen {listen} (UDP)"))?;
+        let addr = udp.local_addr()?;
+        match TcpListener::bind(addr) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if listen.port() == 0 && e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(e).with_context(|| format!("binding pool.listen {addr} (TCP, to move chains home)")),
+        }
+    }
+    anyhow::bail!("binding pool.listen {listen}: no port free for both UDP and TCP in {TRIES} tries")
+}
+
 /// The peer's side: a TCP listener on the pool address that gives DAGs back with their state.
 pub struct StateServer {
     stop: Arc<AtomicBool>,
@@ -152,9 +169,9 @@ pub struct StateServer {
 }
 
 impl StateServer {
-    /// Listens on `addr` (the pool's address, TCP).
-    pub fn start(addr: SocketAddr, key: hmac::Key, link: DpLink) -> anyhow::Result<StateServer> {
-        let listener = TcpListener::bind(addr).with_context(|| format!("binding pool.listen {addr} (TCP, to move chains home)"))?;
+    /// Serves on `listener` (the pool's address, TCP: see [`bind_pool`]).
+    pub fn start(listener: TcpListener, key: hmac::Key, link: DpLink) -> anyhow::Result<StateServer> {
+        let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let (s, seen, serving) = (stop.clone(), Arc::new(Mutex::new(VecDeque::new())), Arc::new(AtomicUsize::new(0)));
         let join = std::thread::Builder::new().name("snic-state".into()).spawn(move || {

@@ -16,7 +16,6 @@
 //! per sender, an older generation, or a counter already seen or older than the last 64), is
 //! dropped and counted; nothing in it reaches the core.
 
-use anyhow::Context;
 use ring::hmac;
 use serde::Serialize;
 use snic_control::plan::HostRequest;
@@ -293,7 +292,7 @@ impl Pool {
     pub fn start(cfg: &PoolConfig, facts: NodeFacts, dp: Arc<Mutex<Snapshot>>, link: DpLink, data: SocketAddr) -> anyhow::Result<Pool> {
         let secret = super::config::read_pool_secret(cfg)?;
         let key = hmac::Key::new(hmac::HMAC_SHA256, &secret);
-        let sock = UdpSocket::bind(cfg.listen).with_context(|| format!("binding pool.listen {}", cfg.listen))?;
+        let (sock, listener) = super::handback::bind_pool(cfg.listen)?;
         let addr = sock.local_addr()?;
         // A generation newer than any earlier run's: the wall clock's milliseconds.
         let gen = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_millis() as u64).max(1);
@@ -304,7 +303,7 @@ impl Pool {
         let stop = Arc::new(AtomicBool::new(false));
         let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
         agent.set_links(cfg.listen, &cfg.links);
-        let server = super::handback::StateServer::start(addr, key.clone(), link.clone())?;
+        let server = super::handback::StateServer::start(listener, key.clone(), link.clone())?;
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = sock.try_clone()?;
         let mut t = Thread {
