@@ -876,17 +876,8 @@ impl<B: Backend> Node<B> {
             src.addr.set_port(p);
         }
         // Parsed straight into the descriptor (a layout built on the stack and copied in cost
-        // ~30 instructions a packet).
-        let parse_err = match layout::parse_inner(&buf[off + vxlan::HEADER_LEN..off + len]) {
-            Ok(l) => {
-                d.meta.inner = Some(l);
-                None
-            }
-            Err(e) => {
-                d.meta.inner = None;
-                Some(e)
-            }
-        };
+        // ~30 instructions a packet, and a store-forwarding stall).
+        let parse_err = layout::parse_inner_into(&buf[off + vxlan::HEADER_LEN..off + len], &mut d.meta.inner).err();
         let inner = &d.meta.inner;
         let key = match inner {
             Some(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(rebuild(&l.key.dst)), dst_port: l.key.dst_port },
