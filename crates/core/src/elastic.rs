@@ -317,7 +317,7 @@ impl Elasticity {
         self.instances(chain) as f64 * self.cfg.high
     }
 
-    /// `chain`'s smoothed load, idle epochs included (instances' worth).
+    /// `chain`'s smoothed load (instances' worth).
     pub fn smoothed_load(&self, chain: ChainId) -> f64 {
         self.load.get(chain.index()).map_or(0.0, LoadSmoother::smoothed)
     }
@@ -342,7 +342,9 @@ impl Elasticity {
     /// weighs it), asks the auto-scaler, and pushes what is to be done onto `acts`.
     pub fn epoch(&mut self, now: Instant, chain: ChainId, load: f64, acts: &mut Vec<Act>) {
         let Some(smoother) = self.load.get_mut(chain.index()) else { return };
-        let load = smoother.update(load);
+        // (The meter reads exactly 0 only if nothing arrived.)
+        let arrived = load > 0.0;
+        let load = smoother.update(load, crate::autoscale::smoothing_weight(self.scaler.config().monitor_period));
         let (running, launching) = self.held_by(chain);
         let instances = running + launching;
         if instances == 0 {
@@ -356,7 +358,7 @@ impl Elasticity {
                 self.launcher.set_load(region, share);
             }
         }
-        match self.scaler.observe(now, chain, load, instances, self.launcher.has_room()) {
+        match self.scaler.observe(now, chain, load, arrived, instances, self.launcher.has_room()) {
             // As many as there are regions for (each launch takes one).
             Some(Scale::Out(_, n)) => {
                 for _ in 0..n {
@@ -431,6 +433,34 @@ mod tests {
             e.epoch(Instant(u * MS), A, 2.5, &mut more);
         }
         assert!(more.is_empty(), "{more:?}");
+    }
+
+    /// Found by the daemon's spill test: a chain offered 20 times what it carries, in packets
+    /// that arrive in one epoch of ten (a few thousand packets a second, epochs of 100 µs),
+    /// never scaled out — each epoch without an arrival read as idle and reset the overload
+    /// watch. It scales out after a period; and a chain idle for a period is still descheduled.
+    #[test]
+    fn an_overload_in_sparse_bursts_scales_out_and_idleness_is_no_arrival_at_all() {
+        let mut e = elastic(4);
+        let r0 = e.prelaunch(A, Instant::ZERO).unwrap();
+        e.running(r0);
+        let mut acts = Vec::new();
+        // Epochs of 100 µs; one in ten carries 200 instances' worth (20 on average).
+        let t = (0..200u64).find(|&t| {
+            e.epoch(Instant(t * MS / 10), A, if t % 10 == 0 { 200.0 } else { 0.0 }, &mut acts);
+            !acts.is_empty()
+        });
+        let t = t.unwrap_or_else(|| panic!("never scaled out: {acts:?}"));
+        assert!(t * MS / 10 >= 5 * MS, "not before a whole period ({t} epochs)");
+        assert!(acts.len() == 3 && acts.iter().all(|a| matches!(a, Act::Launch { chain: A, .. })), "{acts:?}");
+        // Chain B, running alone on a region, gets nothing at all for a period: descheduled.
+        let mut e = elastic(4);
+        let r = e.prelaunch(B, Instant::ZERO).unwrap();
+        e.running(r);
+        e.epoch(Instant::ZERO, B, 0.5, &mut acts);
+        acts.clear();
+        let (_, acts) = until_act(&mut e, 1, B, 0.0);
+        assert_eq!(acts, vec![Act::Stop { chain: B, region: r, last: true }]);
     }
 
     #[test]

@@ -1094,3 +1094,166 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
     assert_eq!(stop(b), 0);
     drop(rg);
 }
+
+/// A chain A carries only a share of: one synthetic NT declared to carry 100 packets a second,
+/// on A's one region.
+fn spill_manifest(rb: &UdpSocket) -> String {
+    format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: blue}}\nspec: {{weight: 1, vnis: [100]}}\n---\n\
+         apiVersion: snic/v1\nkind: NT\nmetadata: {{name: blue-slow}}\nspec: {{tenant: blue, config: {{kind: synthetic, cost_ns: 1000, capacity_pps: 100}}}}\n---\n\
+         apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: blue-edge}}\nspec: {{tenant: blue, nodes: [blue-slow]}}\n---\n\
+         apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: blue-all}}\nspec: {{vni: 100, action: {{dag: blue-edge}}}}\n---\n\
+         apiVersion: snic/v1\nkind: Route\nmetadata: {{name: blue-b}}\nspec: {{vni: 100, mac: '{MAC_B}', vtep: '{}'}}\n",
+        rb.local_addr().unwrap()
+    )
+}
+
+/// Sends blue packets (VNI 100) to `to`, two a millisecond at most, packet `i` on flow
+/// `flow(i)` (its UDP source port), until `done` holds of `api`'s status (read every 200 ms)
+/// or `limit` passed; records in `seen` which data addresses delivered each flow to `rx`. The
+/// last status.
+fn pump(
+    to: SocketAddr,
+    api: &str,
+    rx: &UdpSocket,
+    limit: Duration,
+    flow: impl Fn(u64) -> u16,
+    seen: &mut std::collections::BTreeMap<u16, std::collections::BTreeSet<SocketAddr>>,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rx.set_nonblocking(true).unwrap();
+    let (t0, mut checked, mut i) = (Instant::now(), Instant::now(), 0u64);
+    let mut buf = [0u8; 2048];
+    let mut drain = |seen: &mut std::collections::BTreeMap<u16, std::collections::BTreeSet<SocketAddr>>| {
+        while let Ok((k, from)) = rx.recv_from(&mut buf) {
+            let port = parse_inner(&buf[8..k]).unwrap().key.src_port;
+            seen.entry(port).or_default().insert(from);
+        }
+    };
+    loop {
+        for _ in 0..2 {
+            tx.send_to(&frame(100, L4Spec::Udp { src_port: flow(i), dst_port: 5001 }), to).unwrap();
+            i += 1;
+        }
+        drain(seen);
+        if checked.elapsed() >= Duration::from_millis(200) || t0.elapsed() > limit {
+            checked = Instant::now();
+            let (s, v) = http("GET", &format!("{api}/v1/status"), "");
+            if (s == 200 && done(&v)) || t0.elapsed() > limit {
+                // What is still on its way.
+                std::thread::sleep(Duration::from_millis(100));
+                drain(seen);
+                rx.set_nonblocking(false).unwrap();
+                return v;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Overflow by flow share between two daemons (issue 17 item 3): blue's chain, on A's only
+/// region, is offered several times what it carries. A records blue's flows, asks B to host
+/// the chain, and sends B a share of the *new* flows only: the flows that ran at A before stay
+/// there, every flow is delivered by one node only, and the status shows the share and the
+/// flow table. The load falls to what A carries: new flows stay at A, and once B's flows have
+/// been idle `pool.flow_idle_ms`, B no longer hosts the chain.
+#[test]
+fn an_overloaded_chain_spills_a_share_of_its_new_flows_to_a_peer_and_each_flow_keeps_its_node() {
+    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("spill{i}"))).collect();
+    let section = pool_section(&dirs[0].0);
+    let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
+    let idle = "  flow_idle_ms: 1000\n";
+    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}{idle}", section("")));
+    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}{idle}", section(&a.pool.unwrap().to_string())));
+    let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
+    let v = status_within(&a.api, Duration::from_secs(30), knows_b);
+    assert!(knows_b(&v), "{}", v["pool"]);
+    let rb = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &spill_manifest(&rb));
+    assert_eq!(st, 200, "{v}");
+    let spill = |v: &serde_json::Value| v["redirects"].as_array().and_then(|r| r.first()).cloned();
+    let events = |v: &serde_json::Value, what: &str| {
+        v["elastic"]["events"].as_array().into_iter().flatten().any(|e| e["event"].as_str().is_some_and(|s| s.contains(what)))
+    };
+    // 1. Flows 1000..1016 (several times what A carries) until B takes a share of them.
+    let mut before = std::collections::BTreeMap::new();
+    let v = pump(
+        a.data,
+        &a.api,
+        &rb,
+        Duration::from_secs(30),
+        |i| 1000 + (i % 16) as u16,
+        &mut before,
+        |v| spill(v).is_some_and(|r| r["share"].as_u64().is_some_and(|s| s > 0 && s < 1024)),
+    );
+    let r = spill(&v).unwrap_or_else(|| panic!("A spills: {} {} {} {}", v["redirects"], v["elastic"], v["regions"], v["pool"]));
+    assert_eq!(r["peer"], b.data.to_string().as_str(), "{r}");
+    assert!(events(&v, "asked pool member") && events(&v, "new flows go there"), "{}", v["elastic"]["events"]);
+    // 2. New flows 2000..2064 join the old ones, until B has delivered some.
+    let mut after = std::collections::BTreeMap::new();
+    let on_b = |seen: &std::collections::BTreeMap<u16, std::collections::BTreeSet<SocketAddr>>| {
+        seen.iter().filter(|(p, f)| **p >= 2000 && f.contains(&b.data)).count()
+    };
+    let mut v = v;
+    for _ in 0..20 {
+        v = pump(
+            a.data,
+            &a.api,
+            &rb,
+            Duration::from_secs(1),
+            |i| if i % 2 == 0 { 1000 + (i / 2 % 16) as u16 } else { 2000 + (i / 2 % 64) as u16 },
+            &mut after,
+            |_| false,
+        );
+        if on_b(&after) > 0 && after.keys().filter(|p| **p >= 2000).count() == 64 {
+            break;
+        }
+    }
+    assert!(on_b(&after) > 0, "B delivers some new flows: {after:?}");
+    assert!(after.iter().any(|(p, f)| *p >= 2000 && f.contains(&a.data)), "A keeps the others: {after:?}");
+    // The flows A ran before the spill stay at A; every flow has one node.
+    for (p, from) in before.iter().chain(&after) {
+        assert_eq!(from.len(), 1, "flow {p} was delivered by {from:?}");
+        if *p < 2000 {
+            assert_eq!(from.first(), Some(&a.data), "flow {p} ran at A before the spill and stays there");
+        }
+    }
+    let r = spill(&v).expect("still spilling");
+    let flows = |k: &str| r["flows"][k].as_u64().unwrap_or_else(|| panic!("{r}"));
+    assert!(flows("here") >= 16 && flows("peer") >= 1, "the flow table: {r}");
+    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue-edge");
+    assert_eq!(vb["hosted"][0]["tenant"], "blue", "{}", vb["hosted"]);
+    // 3. The load falls to what A carries, over flows A runs and a new flow each second: once
+    // it has fitted a period, new flows stay at A; B's flows end, and once they have been idle
+    // a second B is told it may stop hosting.
+    let here: Vec<u16> = after.iter().chain(&before).filter(|(_, f)| f.contains(&a.data)).map(|(p, _)| *p).take(8).collect();
+    let mut late = std::collections::BTreeMap::new();
+    let ended = |v: &serde_json::Value| events(v, "have ended") && v["redirects"].as_array().is_some_and(|r| r.is_empty());
+    let mut v = serde_json::Value::Null;
+    for round in 0..30u64 {
+        // 20 packets a second, one every 50 ms: 4 flows that run at A and one new flow a round.
+        let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for p in here.iter().copied().take(4).chain([3000 + round as u16]).cycle().take(20) {
+            s.send_to(&frame(100, L4Spec::Udp { src_port: p, dst_port: 5001 }), a.data).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        v = pump(a.data, &a.api, &rb, Duration::ZERO, |_| here[0], &mut late, |_| false);
+        if ended(&v) {
+            break;
+        }
+    }
+    assert!(ended(&v), "the spill ends: {} {}", v["redirects"], v["elastic"]["events"]);
+    assert!(events(&v, "fits here again"), "{}", v["elastic"]["events"]);
+    // (New flows sent before A's load had fitted a whole period may have gone to B.)
+    assert!(late.values().all(|f| f.len() == 1), "each flow on one node: {late:?}");
+    assert!(here.iter().take(4).all(|p| late.get(p).is_some_and(|f| f.contains(&a.data))), "A's flows stay at A: {late:?}");
+    let newest = late.range(3000..).next_back().expect("new flows were sent");
+    assert!(newest.1.contains(&a.data), "new flows stay at A once it carries the load: {late:?}");
+    let vb = status_until(&b.api, |v| v["hosted"].as_array().is_some_and(|h| h.is_empty()));
+    assert_eq!(vb["hosted"].as_array().map(Vec::len), Some(0), "B no longer hosts blue: {}", vb["hosted"]);
+    let counter = |name: &str| v["elastic"]["counters"].as_array().and_then(|c| c.iter().find(|c| c[0] == name)).map(|c| c[1].clone());
+    assert_eq!(counter("spills"), Some(1.into()), "{}", v["elastic"]);
+    assert_eq!(stop(a), 0);
+    assert_eq!(stop(b), 0);
+}

@@ -151,6 +151,12 @@ impl<B: Backend> Node<B> {
         self.core.redirects.iter()
     }
 
+    /// The flows `chain` records while it spills ([`snic_core::pool::spill`]): their count at
+    /// home and on the peer, and the packets of new flows that found the table full.
+    pub fn spill_flows(&self, chain: ChainId) -> Option<((usize, usize), u64)> {
+        self.core.redirects.paths(chain).map(|p| (p.flows(), p.unpinned()))
+    }
+
     /// Packets of `chain` sent to a peer so far (they count as transmitted too).
     pub fn redirected(&self, chain: ChainId) -> u64 {
         self.pool.sent.get(chain.index()).copied().unwrap_or(0)

@@ -43,7 +43,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
     let drops = family::<Counter>(&mut reg, "snic_tenant_drops", "Drops per tenant and reason");
     let store = family::<Gauge>(&mut reg, "snic_tenant_store_buffers", "Packet-store buffers held per tenant");
     let unattr = family::<Counter>(&mut reg, "snic_unattributed_drops", "Drops before a tenant was known, per reason");
-    let elastic = family::<Counter>(&mut reg, "snic_elastic_events", "Elastic NT events since start: launches, resumes (victim hits), context switches, scale outs and ins, deschedules, packets sent for the endpoint, region shortfalls, DAG chain switches, region moves, chains placed on peers (remote launches), remote launches refused, chains moved back");
+    let elastic = family::<Counter>(&mut reg, "snic_elastic_events", "Elastic NT events since start: launches, resumes (victim hits), context switches, scale outs and ins, deschedules, packets sent for the endpoint, region shortfalls, DAG chain switches, region moves, chains placed on peers (remote launches), remote launches refused, chains moved back, chains that spilled a share of their new flows to a peer");
     let queue = family::<Gauge>(&mut reg, "snic_region_queue_depth", "Packets waiting per region");
     let credits = family::<Gauge>(&mut reg, "snic_region_credits", "Free credits per region");
     let region_p = family::<Counter>(&mut reg, "snic_region_packets", "Packets run per region");

@@ -320,11 +320,27 @@ pub struct RedirectSnap {
     pub peer: String,
     /// Share of the chain's flows, in 1/1024ths.
     pub share: u16,
+    /// While it spills a share of its flows: the flows it records (running here, on the peer),
+    /// and the packets of new flows that found that table full and went by their hash alone.
+    /// Absent for a whole chain redirected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flows: Option<SpillFlows>,
     /// The pass-through node its packets go to first (the pool's links join this node and the
     /// peer only through others), by data address; null: straight to the peer.
     pub via: Option<String>,
     /// Packets sent there.
     pub packets: u64,
+}
+
+/// A spilling chain's flow table, as status shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SpillFlows {
+    /// Flows recorded running here.
+    pub here: usize,
+    /// Flows recorded running on the peer.
+    pub peer: usize,
+    /// Packets of new flows that found the table full (`pool.spill_flows`).
+    pub unpinned: u64,
 }
 
 /// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`): its first chain is
@@ -664,6 +680,7 @@ fn run(
                             chain: chain_name(n, c),
                             peer: r.peer.to_string(),
                             share: r.share,
+                            flows: n.spill_flows(c).map(|((here, peer), unpinned)| SpillFlows { here, peer, unpinned }),
                             via: n.pool_agent().via(r.peer).map(|a| a.to_string()),
                             packets: n.redirected(c),
                         })
