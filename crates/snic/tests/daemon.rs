@@ -998,6 +998,21 @@ fn a_redirect_to_a_peer_without_a_link_crosses_the_node_between() {
     }
 }
 
+/// Two pool members: A with one region, B with four, elastic and auto-scaling with a
+/// MONITOR_PERIOD of 1 s (a sender paused by a loaded machine does not lose its region for
+/// it); `pool` adds to their `pool:` sections. Returns once A knows B's free regions.
+fn a_short_and_b_roomy(tag: &str, pool: &str) -> (Vec<TempDir>, Daemon, Daemon) {
+    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("{tag}{i}"))).collect();
+    let section = pool_section(&dirs[0].0);
+    let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
+    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}{pool}", section("")));
+    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}{pool}", section(&a.pool.unwrap().to_string())));
+    let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
+    let v = status_within(&a.api, Duration::from_secs(30), knows_b);
+    assert!(knows_b(&v), "{}", v["pool"]);
+    (dirs, a, b)
+}
+
 /// Automatic placement and move back between two daemons (paper §4.3, §5): node A has one
 /// region, which tenant green's busy chain holds. Blue's packets need a chain A has no room
 /// for: A's pool agent picks B (a member with free regions), B hosts blue's DAG, and blue's
@@ -1008,17 +1023,7 @@ fn a_redirect_to_a_peer_without_a_link_crosses_the_node_between() {
 /// and B no longer hosts it.
 #[test]
 fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns() {
-    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("auto{i}"))).collect();
-    let section = pool_section(&dirs[0].0);
-    // (A MONITOR_PERIOD of 1 s: green's sender, paused by a loaded machine, does not lose its
-    // region for it.)
-    let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
-    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}", section("")));
-    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}", section(&a.pool.unwrap().to_string())));
-    // A knows B's load (free regions) before blue needs a region.
-    let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
-    let v = status_within(&a.api, Duration::from_secs(30), knows_b);
-    assert!(knows_b(&v), "{}", v["pool"]);
+    let (_dirs, a, b) = a_short_and_b_roomy("auto", "");
     let (rb, rg) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
     let all = demo_with_routes(&rb, &rg);
     let green: Vec<&str> = all.split("\n---\n").filter(|d| d.contains("green")).collect();
@@ -1160,15 +1165,7 @@ fn pump(
 /// been idle `pool.flow_idle_ms`, B no longer hosts the chain.
 #[test]
 fn an_overloaded_chain_spills_a_share_of_its_new_flows_to_a_peer_and_each_flow_keeps_its_node() {
-    let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("spill{i}"))).collect();
-    let section = pool_section(&dirs[0].0);
-    let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
-    let idle = "  flow_idle_ms: 1000\n";
-    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}{idle}", section("")));
-    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}{idle}", section(&a.pool.unwrap().to_string())));
-    let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
-    let v = status_within(&a.api, Duration::from_secs(30), knows_b);
-    assert!(knows_b(&v), "{}", v["pool"]);
+    let (_dirs, a, b) = a_short_and_b_roomy("spill", "  flow_idle_ms: 1000\n");
     let rb = UdpSocket::bind("127.0.0.1:0").unwrap();
     let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &spill_manifest(&rb));
     assert_eq!(st, 200, "{v}");
