@@ -352,7 +352,9 @@ impl Elasticity {
             return;
         }
         self.scaler.set_launching(chain, launching > 0);
-        let share = load / instances as f64;
+        // The launcher weighs a region whose chain got nothing this epoch as unloaded (when it
+        // must stop a chain, such a region goes first: Fig. 13's victim choice).
+        let share = if arrived { load / instances as f64 } else { 0.0 };
         for region in 0..self.regions().len() {
             if matches!(self.regions()[region], RegionState::Running { chain: c, .. } if c == chain) {
                 self.launcher.set_load(region, share);
