@@ -151,7 +151,6 @@ impl Bed {
             if redirected { &mut self.flows_sent } else { &mut self.flows_here }.insert(flow);
             let mut sport = inner.key.src_port;
             if !redirected && !self.nat_ports.is_empty() && inner.key.src == IpAddr::from(NAT_PUBLIC) {
-                let flow = u16::from_be_bytes(bytes[n - 6..n - 4].try_into().unwrap());
                 assert_eq!(self.nat_ports.get(&sport), Some(&flow), "flow {flow} left on port {sport}, not the mapping it had");
                 sport = flow;
             }

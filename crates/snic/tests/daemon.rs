@@ -1146,8 +1146,8 @@ fn pump(
             checked = Instant::now();
             let (s, v) = http("GET", &format!("{api}/v1/status"), "");
             if (s == 200 && done(&v)) || t0.elapsed() > limit {
-                // What is still on its way.
-                std::thread::sleep(Duration::from_millis(100));
+                // (What is still on its way is recorded by the next call, or not at all: each
+                // flow's node is checked on what arrived.)
                 drain(seen);
                 rx.set_nonblocking(false).unwrap();
                 return v;

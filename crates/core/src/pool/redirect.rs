@@ -174,7 +174,7 @@ impl Redirects {
     #[inline]
     pub fn target(&mut self, chain: ChainId, route: u32, flow_hash: u64, now: Instant) -> Option<Target> {
         let r = self.get(chain);
-        let r = match self.paths.get_mut(chain.index()).and_then(Option::as_mut) {
+        let r = match self.paths_mut(chain) {
             Some(paths) => {
                 let new_peer = r.is_some_and(|r| in_share(flow_hash, r.share));
                 paths.side(flow_hash, now, new_peer).then_some(r).flatten()?

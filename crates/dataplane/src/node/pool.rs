@@ -231,7 +231,8 @@ impl<B: Backend> Node<B> {
     pub(super) fn pool_acts(&mut self, acts: &mut Vec<PoolAct>) {
         let now = self.clock.now();
         for act in acts.drain(..) {
-            let (key, peer, spill) = match act {
+            // (A peer lost takes spilled flows with it too; a chain coming home is a whole one.)
+            let (key, peer, with_spills) = match act {
                 PoolAct::MoveBack { key, peer } => (key, peer, false),
                 PoolAct::Lost { key, peer } => (key, peer, true),
                 PoolAct::Spill { chain, peer, share, .. } => {
@@ -248,10 +249,9 @@ impl<B: Backend> Node<B> {
                     continue;
                 }
             };
-            // (A peer lost takes spilled flows with it too; a chain coming home is a whole one.)
             let (went, kept): (Vec<PlacedDag>, Vec<PlacedDag>) = std::mem::take(&mut self.pool.place.placed)
                 .into_iter()
-                .partition(|p| p.peer == peer && (spill || !p.spill) && self.chain_key(p.chain) == key);
+                .partition(|p| p.peer == peer && (with_spills || !p.spill) && self.chain_key(p.chain) == key);
             self.pool.place.placed = kept;
             for p in went {
                 self.core.redirects.clear_route(p.route, p.data);
@@ -272,7 +272,6 @@ impl<B: Backend> Node<B> {
                 self.core.pool.home(key);
             }
         }
-        self.update_pool_on();
     }
 
     /// The core decided that `chain` spills `share` of its new flows to `peer` (pool address):
@@ -307,8 +306,6 @@ impl<B: Backend> Node<B> {
     /// The epoch's pool decisions (after the elasticity policy's).
     pub(super) fn pool_epoch(&mut self) {
         self.carry_out(|core, acts| core.pool_acts(acts));
-        // (The core may have begun or stopped recording a chain's flows.)
-        self.update_pool_on();
     }
 
     /// Carries out the agent's decisions `decide` gives (in a buffer kept between calls).
@@ -319,5 +316,7 @@ impl<B: Backend> Node<B> {
             self.pool_acts(&mut acts);
         }
         self.pool.place.acts = acts;
+        // (The core may have begun or stopped recording a chain's flows, or redirected one.)
+        self.update_pool_on();
     }
 }
