@@ -224,7 +224,7 @@ pub struct Meter {
     /// last epoch's load in instances' worth (its busiest NT).
     nt_work: Vec<Vec<f64>>,
     chain_load: Vec<f64>,
-    /// Per chain: its NTs' names (their kinds until labelled).
+    /// Per chain: its NTs' names (`chainC.I:kind` until labelled: unique on the node).
     chain_names: Vec<Vec<String>>,
     /// Per chain: packets arrived for it this epoch.
     chain_arrived: Vec<bool>,
@@ -328,9 +328,9 @@ impl Meter {
         self.nt_work[c] = vec![0.0; kinds.len()];
         self.chain_load[c] = 0.0;
         self.chain_arrived[c] = false;
-        self.chain_names[c] = kinds.iter().map(|k| k.to_string()).collect();
         self.chains[c] =
             kinds.iter().enumerate().map(|(i, k)| NtState { label: format!("chain{c}.{i}:{k}"), ..NtState::default() }).collect();
+        self.chain_names[c] = self.chains[c].iter().map(|n| n.label.clone()).collect();
         self.publish_resources();
     }
 
@@ -362,7 +362,7 @@ impl Meter {
         }
     }
 
-    /// The names of `chain`'s NTs (as labelled, else their kinds).
+    /// The names of `chain`'s NTs (as labelled, else `chainC.I:kind`).
     pub fn chain_names(&self, chain: ChainId) -> &[String] {
         self.chain_names.get(chain.index()).map_or(&[], Vec::as_slice)
     }
@@ -404,7 +404,10 @@ impl Meter {
         }
     }
 
-    /// `chain`'s pool-wide key (its NTs' names: [`crate::pool::ChainKey::of_names`]).
+    /// `chain`'s pool-wide key (its NTs' names: [`crate::pool::ChainKey::of_names`]). Names are
+    /// unique in a desired state (an NT shared by tenants is one chain), so two chains of the
+    /// same kinds — two tenants' firewalls — have two keys; an unlabelled chain's names carry its
+    /// id, so it never shares a key on the node either.
     pub fn chain_key(&self, chain: ChainId) -> crate::pool::ChainKey {
         crate::pool::ChainKey::of_names(self.chain_names(chain))
     }
@@ -851,5 +854,23 @@ mod tests {
             s.push(16 * 50, 16);
         }
         assert_eq!(s.take_median(), Some(50.0));
+    }
+
+    #[test]
+    fn two_chains_of_the_same_kinds_have_two_pool_keys_and_one_name_list_one_key() {
+        let mut m = Meter::new(FairConfig::default(), Instant::ZERO, 10e9, 0, 1000, 8);
+        for _ in 0..3 {
+            m.add_chain(&["firewall", "nat"]);
+        }
+        let (a, b, c) = (ChainId(0), ChainId(1), ChainId(2));
+        assert_ne!(m.chain_key(a), m.chain_key(b), "unlabelled chains of the same kinds");
+        m.label_chain(a, &["blue-fw".into(), "blue-nat".into()]);
+        m.label_chain(b, &["red-fw".into(), "red-nat".into()]);
+        assert_ne!(m.chain_key(a), m.chain_key(b), "two tenants' chains of the same kinds");
+        m.label_chain(c, &["blue-fw".into(), "blue-nat".into()]);
+        assert_eq!(m.chain_key(a), m.chain_key(c), "the same NTs (a peer hosting the chain) have one key");
+        m.remove_chain(b);
+        m.reuse_chain(b, &["firewall", "nat"]);
+        assert_ne!(m.chain_key(b), m.chain_key(a), "a reused id is unlabelled again");
     }
 }
