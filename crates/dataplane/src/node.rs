@@ -629,6 +629,11 @@ impl<B: Backend> Node<B> {
         busy.then_some(epoch).into_iter().chain(launch).min()
     }
 
+    /// The node's clock, now.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
     /// Waits in the backend for traffic, a wake-up ([`Backend::waker`]) or the node's
     /// [`Node::poll_timeout`], at most `most`.
     pub fn idle(&mut self, most: Duration) {

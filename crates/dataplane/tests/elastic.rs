@@ -573,8 +573,11 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     // chain 1 comes home: the peer is told, the packets run here.
     let at_peer = b.redirected[&m1.1];
     b.run(1, 5, 2, 30);
-    let Some(PoolRequest::Return { chain, peer, hosted, .. }) = b.node.poll_pool() else { panic!("the peer is asked for the chain back") };
+    let Some(PoolRequest::Return { chain, peer, hosted, sent, .. }) = b.node.poll_pool() else {
+        panic!("the peer is asked for the chain back")
+    };
     assert_eq!((chain, peer, hosted), (ChainId(1), m1.0, 5));
+    assert_eq!(Some(sent), b.redirected.get(&m1.1).copied(), "the peer is told how many packets to wait for: all it was sent");
     assert!(b.kinds().contains(&(1, EventKind::MovingBack { peer: m1.1 })));
     // (Its NTs keep no state: the peer sends none.)
     b.node.pool_returned(chain, Ok(Vec::new()));
@@ -713,7 +716,9 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     assert!(!b.nat_ports.contains_key(&1024) || b.nat_ports[&1024] != 1, "the peer's mapping is not the one a fresh NAT makes");
     // Chain 0 stops; a whole MONITOR_PERIOD of room later chain 1 comes home.
     b.run(1, 4, 4, 30);
-    let Some(PoolRequest::Return { chain, key, peer, hosted }) = b.node.poll_pool() else { panic!("the peer is asked for the chain back") };
+    let Some(PoolRequest::Return { chain, key, peer, hosted, .. }) = b.node.poll_pool() else {
+        panic!("the peer is asked for the chain back")
+    };
     assert_eq!((chain, peer, hosted), (ChainId(1), m1.0, 5));
     let (sent, redirected) = (b.sent[&101], b.redirected[&m1.1]);
     b.run(1, 4, 4, 5);

@@ -189,7 +189,7 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
 /// network — runs once; packets reordered on the way all run.
 #[test]
 fn the_peer_runs_a_redirected_packet_once_and_accepts_reordering() {
-    let (mut h, mut p, _) = pool();
+    let (mut h, mut p, hosted) = pool();
     for i in 0..3u8 {
         h.backend_mut().rx.push_back((datagram(80, i), a()));
     }
@@ -203,6 +203,9 @@ fn the_peer_runs_a_redirected_packet_once_and_accepts_reordering() {
     run_until_idle(&mut p);
     assert_eq!(p.stats().tenants[7].tx_packets, 3, "each packet ran once");
     assert_eq!(p.stats().unattributed[Drop::ReplayedRedirect.index()], 2);
+    // What a DAG given back waits for (the home's count of packets sent) counts each once.
+    assert_eq!(p.hosted_received(hosted), Some(3), "replays are not received packets");
+    assert_eq!(p.hosted_received(hosted + 1), None);
     assert_eq!(Drop::name(Drop::ReplayedRedirect.index()), "replayed_redirect");
 }
 

@@ -13,11 +13,17 @@
 //! **Peer side.** [`HostTable`]: the DAGs a node hosts for its peers — whose, under which local
 //! tenant, and how many packets it ran for them.
 //!
+//! **Giving a DAG back** (a chain moving home): home counts the packets it sent each hosted
+//! DAG and names the count when it asks for the DAG back; the peer stops it only once it has
+//! received that many ([`Fence`]), so that a packet still in the network when home asks is run
+//! there, not dropped — or, if one was lost on the way, after [`FENCE_WAIT`].
+//!
 //! Sans-IO: the data plane asks, per packet, and does the sending.
 
 use crate::ids::{ChainId, TenantId};
 use crate::pool::spill::FlowPaths;
 use crate::time::Instant;
+use core::time::Duration;
 use std::net::SocketAddr;
 
 /// A share of all flows, in 1/1024ths: [`SHARE_ALL`] sends every flow.
@@ -48,12 +54,21 @@ pub fn in_share(flow_hash: u64, share: u16) -> bool {
     ((flow_hash >> 54) as u16) < share
 }
 
+/// This node's route `route`, hosted by `peer` as its DAG `hosted`; packets sent there so far.
+#[derive(Debug, Clone, Copy)]
+struct HostedRoute {
+    route: u32,
+    peer: SocketAddr,
+    hosted: u32,
+    sent: u64,
+}
+
 /// A home node's redirects. See the module docs.
 #[derive(Debug, Clone, Default)]
 pub struct Redirects {
     by_chain: Vec<Option<Redirect>>,
-    /// (this node's route, peer, the peer's hosted DAG).
-    routes: Vec<(u32, SocketAddr, u32)>,
+    /// This node's routes that peers host.
+    routes: Vec<HostedRoute>,
     count: usize,
     /// Per chain, the side each of its flows runs on (chains that spill, or may).
     paths: Vec<Option<FlowPaths>>,
@@ -86,23 +101,27 @@ impl Redirects {
         r
     }
 
-    /// `peer` hosts this node's route `route` as its DAG `hosted`.
+    /// `peer` hosts this node's route `route` as its DAG `hosted` (its count of packets sent
+    /// starts from 0 for a DAG new to it).
     pub fn set_route(&mut self, route: u32, peer: SocketAddr, hosted: u32) {
-        match self.routes.iter_mut().find(|(r, p, _)| *r == route && *p == peer) {
-            Some(e) => e.2 = hosted,
-            None => self.routes.push((route, peer, hosted)),
+        match self.routes.iter_mut().find(|e| e.route == route && e.peer == peer) {
+            Some(e) if e.hosted == hosted => {}
+            Some(e) => (e.hosted, e.sent) = (hosted, 0),
+            None => self.routes.push(HostedRoute { route, peer, hosted, sent: 0 }),
         }
     }
 
-    /// `peer` no longer hosts this node's route `route`.
-    pub fn clear_route(&mut self, route: u32, peer: SocketAddr) {
-        self.routes.retain(|(r, p, _)| !(*r == route && *p == peer));
+    /// `peer` no longer hosts this node's route `route`: the packets sent to it for the route,
+    /// if it did ([`Fence`]).
+    pub fn clear_route(&mut self, route: u32, peer: SocketAddr) -> Option<u64> {
+        let i = self.routes.iter().position(|e| e.route == route && e.peer == peer)?;
+        Some(self.routes.swap_remove(i).sent)
     }
 
     /// Forgets what `peer` hosts (it died, or left); the chains redirected to it, which no longer
     /// are.
     pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {
-        self.routes.retain(|(_, p, _)| *p != peer);
+        self.routes.retain(|e| e.peer != peer);
         let mut out = Vec::new();
         for (i, r) in self.by_chain.iter_mut().enumerate() {
             if r.is_some_and(|r| r.peer == peer) {
@@ -170,7 +189,8 @@ impl Redirects {
 
     /// Where a packet of flow `flow_hash` on this node's route `route` that reaches `chain`
     /// `now` goes: a peer (which hosts the route), or `None` — here. A chain whose flows are
-    /// recorded sends a flow where it went before; a new one by the share.
+    /// recorded sends a flow where it went before; a new one by the share. A packet given a
+    /// peer is counted as sent there: the caller sends it.
     #[inline]
     pub fn target(&mut self, chain: ChainId, route: u32, flow_hash: u64, now: Instant) -> Option<Target> {
         let r = self.get(chain);
@@ -181,8 +201,9 @@ impl Redirects {
             }
             None => r.filter(|r| in_share(flow_hash, r.share))?,
         };
-        let (_, _, hosted) = self.routes.iter().find(|(h, p, _)| *h == route && *p == r.peer)?;
-        Some(Target { peer: r.peer, route: *hosted })
+        let e = self.routes.iter_mut().find(|e| e.route == route && e.peer == r.peer)?;
+        e.sent += 1;
+        Some(Target { peer: r.peer, route: e.hosted })
     }
 }
 
@@ -195,8 +216,54 @@ pub struct Hosted {
     pub tenant: TenantId,
     /// Since when.
     pub since: Instant,
-    /// Packets received for it.
+    /// Packets received for it (authenticated, and not replays).
     pub packets: u64,
+}
+
+/// How long a peer giving a DAG back waits for packets its home sent before asking that have
+/// not arrived (lost on the way, or dropped at home's transmit queue): they would be dropped
+/// as not hosted after it.
+pub const FENCE_WAIT: Duration = Duration::from_millis(100);
+
+/// A DAG to give back once the packets its home sent it have arrived. See the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    /// Packets home sent the DAG in all.
+    pub sent: u64,
+    /// Waits no longer than this.
+    pub until: Instant,
+}
+
+/// Whether a DAG can be given back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceState {
+    /// Packets home sent are still on the way: wait (at most until the fence's `until`).
+    Wait,
+    /// Every packet home sent has arrived.
+    Ready,
+    /// `missing` packets did not arrive in time: give it back without them.
+    TimedOut {
+        /// Sent but not received.
+        missing: u64,
+    },
+}
+
+impl Fence {
+    /// A fence for `sent` packets, asked `now`: waits at most [`FENCE_WAIT`].
+    pub fn new(sent: u64, now: Instant) -> Fence {
+        Fence { sent, until: now + FENCE_WAIT }
+    }
+
+    /// With `received` packets of the DAG arrived by `now`.
+    pub fn check(&self, received: u64, now: Instant) -> FenceState {
+        if received >= self.sent {
+            FenceState::Ready
+        } else if now >= self.until {
+            FenceState::TimedOut { missing: self.sent - received }
+        } else {
+            FenceState::Wait
+        }
+    }
 }
 
 /// The DAGs a node hosts for its peers, by its own number for each (its route).
@@ -220,12 +287,18 @@ impl HostTable {
         self.by_route[i] = Some(h);
     }
 
-    /// Route `route`'s entry, counting a packet for it.
+    /// Route `route`'s entry.
     #[inline]
-    pub fn arrive(&mut self, route: u32) -> Option<&Hosted> {
-        let h = self.by_route.get_mut(route as usize)?.as_mut()?;
-        h.packets += 1;
-        Some(h)
+    pub fn get(&self, route: u32) -> Option<&Hosted> {
+        self.by_route.get(route as usize)?.as_ref()
+    }
+
+    /// Counts a packet received for route `route` (authenticated, not a replay).
+    #[inline]
+    pub fn count(&mut self, route: u32) {
+        if let Some(Some(h)) = self.by_route.get_mut(route as usize) {
+            h.packets += 1;
+        }
     }
 
     /// Stops hosting `route`.
@@ -289,11 +362,47 @@ mod tests {
     fn the_host_table_counts_what_arrives_for_each_hosted_dag() {
         let mut t = HostTable::new();
         t.insert(2, Hosted { home: a(1), tenant: TenantId(5), since: Instant::ZERO, packets: 0 });
-        assert_eq!(t.arrive(1), None);
-        assert_eq!(t.arrive(2).map(|h| h.tenant), Some(TenantId(5)));
-        t.arrive(2);
+        assert_eq!(t.get(1), None);
+        assert_eq!(t.get(2).map(|h| h.tenant), Some(TenantId(5)));
+        t.count(2);
+        t.count(2);
+        t.count(1);
         assert_eq!(t.iter().map(|(r, h)| (r, h.packets)).collect::<Vec<_>>(), vec![(2, 2)]);
         assert!(t.remove(2).is_some());
-        assert_eq!(t.arrive(2), None);
+        t.count(2);
+        assert_eq!(t.get(2), None);
+    }
+
+    #[test]
+    fn home_counts_what_it_sent_each_hosted_dag_and_the_peer_gives_it_back_once_all_arrived() {
+        let mut r = Redirects::new();
+        r.set(ChainId(1), Redirect { peer: a(1), share: SHARE_ALL });
+        r.set_route(5, a(1), 7);
+        for f in 0..10u64 {
+            assert_eq!(r.target(ChainId(1), 5, f << 40, Instant::ZERO), Some(Target { peer: a(1), route: 7 }));
+        }
+        assert_eq!(r.target(ChainId(1), 6, 0, Instant::ZERO), None, "a route the peer does not host is not counted");
+        r.set_route(5, a(1), 7);
+        assert_eq!(r.clear_route(5, a(1)), Some(10), "the same DAG again keeps its count");
+        assert_eq!(r.clear_route(5, a(1)), None);
+        r.set_route(5, a(1), 7);
+        r.target(ChainId(1), 5, 0, Instant::ZERO);
+        r.set_route(5, a(1), 8);
+        assert_eq!(r.clear_route(5, a(1)), Some(0), "another DAG on the peer counts from 0");
+
+        let mut hosts = HostTable::new();
+        hosts.insert(7, Hosted { home: a(2), tenant: TenantId(3), since: Instant::ZERO, packets: 0 });
+        let now = Instant::from_nanos(1_000);
+        let fence = Fence::new(10, now);
+        for _ in 0..9 {
+            hosts.count(7);
+        }
+        hosts.count(8);
+        let got = hosts.get(7).unwrap().packets;
+        assert_eq!(fence.check(got, now + FENCE_WAIT / 2), FenceState::Wait, "one is still on the way");
+        assert_eq!(fence.check(got, now + FENCE_WAIT), FenceState::TimedOut { missing: 1 });
+        hosts.count(7);
+        assert_eq!(fence.check(hosts.get(7).unwrap().packets, now), FenceState::Ready);
+        assert_eq!(Fence::new(0, now).check(0, now), FenceState::Ready, "nothing sent: nothing to wait for");
     }
 }

@@ -47,8 +47,9 @@ pub enum PoolRequest {
         peer: SocketAddr,
     },
     /// Chain `chain` comes home: the member at pool address `peer` is to stop hosting its DAG
-    /// `hosted` for this node — running first what it was sent — and send the state of its
-    /// chains' NTs; answer with [`Node::pool_returned`] (the chain's packets wait for it).
+    /// `hosted` for this node — once the `sent` packets this node sent it have arrived, and it
+    /// has run them — and send the state of its chains' NTs; answer with
+    /// [`Node::pool_returned`] (the chain's packets wait for it).
     Return {
         /// The chain coming home.
         chain: ChainId,
@@ -58,6 +59,8 @@ pub enum PoolRequest {
         peer: SocketAddr,
         /// Its number for the DAG.
         hosted: u32,
+        /// Packets this node sent it for the DAG, in all.
+        sent: u64,
     },
     /// The member at pool address `peer` no longer needs to host its DAG `hosted` for this
     /// node (the chain went away while it was being placed).
@@ -254,13 +257,13 @@ impl<B: Backend> Node<B> {
                 .partition(|p| p.peer == peer && (with_spills || !p.spill) && self.chain_key(p.chain) == key);
             self.pool.place.placed = kept;
             for p in went {
-                self.core.redirects.clear_route(p.route, p.data);
+                let sent = self.core.redirects.clear_route(p.route, p.data).unwrap_or(0);
                 if !self.pool.place.placed.iter().any(|q| q.chain == p.chain) {
                     self.stop_redirect(p.chain);
                 }
                 let kind = match act {
                     PoolAct::MoveBack { .. } => {
-                        self.pool.place.requests.push_back(PoolRequest::Return { chain: p.chain, key, peer, hosted: p.hosted });
+                        self.pool.place.requests.push_back(PoolRequest::Return { chain: p.chain, key, peer, hosted: p.hosted, sent });
                         self.pool.handback.start_return(p.chain, peer, p.data, now);
                         EventKind::MovingBack { peer: p.data }
                     }

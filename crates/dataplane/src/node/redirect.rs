@@ -171,6 +171,13 @@ impl<B: Backend> Node<B> {
         r
     }
 
+    /// Packets received so far for the DAG hosted as `route` (`None`: not hosted): a DAG given
+    /// back waits until what its home sent has arrived
+    /// ([`snic_core::pool::redirect::Fence`]).
+    pub fn hosted_received(&self, route: u32) -> Option<u64> {
+        self.pool.hosted.get(route).map(|h| h.packets)
+    }
+
     /// Stops hosting `route`: what arrives for it from now is dropped (`not_hosted`); what runs
     /// it finishes.
     pub fn unhost_dag(&mut self, route: u32) -> Option<Hosted> {
@@ -196,9 +203,10 @@ impl<B: Backend> Node<B> {
             return false;
         }
         let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
-        let Some(t) = self.core.redirects.target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
+        // (From here the packet goes: the target counts it as sent.)
+        let Some(t) = self.core.redirects.target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         // Where the home node would deliver it: the peer delivers there.
         let delivery = match self.fdb.route(d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
             Route::Unicast(p) => Some(self.fdb.peer(p).addr),
@@ -269,12 +277,14 @@ impl<B: Backend> Node<B> {
         if let Some(dest) = h.destination {
             return self.pass_on(idx, m, h, dest, now);
         }
-        let Some(&Hosted { tenant, .. }) = self.pool.hosted.arrive(h.route) else {
+        let Some(&Hosted { tenant, .. }) = self.pool.hosted.get(h.route) else {
             return self.drop_unattributed(idx, Drop::NotHosted);
         };
         if !self.pool.admit(h.sender, h.counter) {
             return self.drop_unattributed(idx, Drop::ReplayedRedirect);
         }
+        // (What home sent arrived: a DAG given back waits for this count, `Fence`.)
+        self.pool.hosted.count(h.route);
         let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
         let vni = match layout::parse_vxlan(&buf[off..off + len]) {
             Ok(v) => v,

@@ -1,7 +1,10 @@
 //! Moving a chain home with its NTs' state, between daemons (docs/pool.md, "Moving back").
 //!
 //! The home node asks the peer for its DAG back over TCP, on the peer's pool address (the same
-//! address and port as the pool's UDP socket): one connection per move. The peer stops the DAG
+//! address and port as the pool's UDP socket): one connection per move. The request names how
+//! many packets home sent the DAG: redirected packets still on the way (UDP, another path than
+//! the request's) arrive and run there first, and the peer waits for them at most
+//! [`FENCE_WAIT`](snic_core::pool::redirect::FENCE_WAIT). The peer then stops the DAG
 //! — what it had received runs to the end — and answers on that connection with the state of
 //! its chains' NTs ([`snic_dataplane::node::ChainState`]), which can be megabytes (a NAT's
 //! flows): too much for a pool datagram, hence TCP.
@@ -52,6 +55,8 @@ struct ReturnMsg {
     nonce: u64,
     home: SocketAddr,
     hosted: u32,
+    /// Packets home sent the DAG, in all: the peer gives it back once they have arrived.
+    sent: u64,
     sent_ms: u64,
 }
 
@@ -113,9 +118,15 @@ fn read_request(s: &mut impl Read, key: &hmac::Key, seen: &Mutex<VecDeque<u64>>,
 }
 
 /// Asks the peer at pool address `peer` for DAG `hosted` back (this node's data address:
-/// `home`), without waiting: the answer comes on the receiver, within [`RETURN_TIMEOUT`] and
-/// a few seconds, and `wake` is woken then.
-pub fn fetch(key: hmac::Key, home: SocketAddr, peer: SocketAddr, hosted: u32, wake: Option<Waker>) -> mpsc::Receiver<Returned> {
+/// `home`; it sent the DAG `sent` packets), without waiting: the answer comes on the receiver,
+/// within [`RETURN_TIMEOUT`] and a few seconds, and `wake` is woken then.
+pub fn fetch(
+    key: hmac::Key,
+    home: SocketAddr,
+    peer: SocketAddr,
+    (hosted, sent): (u32, u64),
+    wake: Option<Waker>,
+) -> mpsc::Receiver<Returned> {
     let (tx, rx) = mpsc::channel();
     let ask = move || -> Returned {
         let mut s = TcpStream::connect_timeout(&peer, IO_TIMEOUT).map_err(|e| format!("connecting to {peer}: {e}"))?;
@@ -123,7 +134,7 @@ pub fn fetch(key: hmac::Key, home: SocketAddr, peer: SocketAddr, hosted: u32, wa
         let mut nonce = [0u8; 8];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce).map_err(|_| "no random source")?;
         let nonce = u64::from_le_bytes(nonce);
-        let req = postcard::to_allocvec(&ReturnMsg { nonce, home, hosted, sent_ms: now_ms() }).map_err(|e| e.to_string())?;
+        let req = postcard::to_allocvec(&ReturnMsg { nonce, home, hosted, sent, sent_ms: now_ms() }).map_err(|e| e.to_string())?;
         write_frame(&mut s, &key, RETURN, &req).map_err(|e| format!("sending to {peer}: {e}"))?;
         let payload = read_frame(&mut s, &key, STATE, MAX_STATE)?;
         let m: StateMsg = postcard::from_bytes(&payload).map_err(|e| format!("a malformed answer: {e}"))?;
@@ -223,7 +234,7 @@ fn serve(mut conn: TcpStream, key: &hmac::Key, link: &DpLink, seen: &Mutex<VecDe
         }
     };
     let home = from.map_or(m.home, |f| reachable(m.home, f.ip()));
-    let result = link.give_back(home, m.hosted);
+    let result = link.give_back(home, m.hosted, m.sent);
     match &result {
         Ok(states) => {
             tracing::info!(home = %home, hosted = m.hosted, chains = states.len(), "pool: gave a DAG back to its home node, with its state")
@@ -243,7 +254,7 @@ mod tests {
     use super::*;
 
     fn request(key: &hmac::Key, nonce: u64, sent_ms: u64) -> Vec<u8> {
-        let m = ReturnMsg { nonce, home: "127.0.0.1:4789".parse().unwrap(), hosted: 3, sent_ms };
+        let m = ReturnMsg { nonce, home: "127.0.0.1:4789".parse().unwrap(), hosted: 3, sent: 40, sent_ms };
         let mut out = Vec::new();
         write_frame(&mut out, key, RETURN, &postcard::to_allocvec(&m).unwrap()).unwrap();
         out
@@ -256,7 +267,7 @@ mod tests {
         let seen = Mutex::new(VecDeque::new());
         let now = 1_800_000_000_000;
         let ok = read_request(&mut &request(&key, 7, now - 1_000)[..], &key, &seen, now).unwrap();
-        assert_eq!((ok.nonce, ok.hosted), (7, 3));
+        assert_eq!((ok.nonce, ok.hosted, ok.sent), (7, 3, 40));
         let refused = |bytes: Vec<u8>| read_request(&mut &bytes[..], &key, &seen, now).unwrap_err();
         assert!(refused(request(&key, 7, now)).contains("replayed"));
         assert!(refused(request(&other, 8, now)).contains("Unauthenticated"));

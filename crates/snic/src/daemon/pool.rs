@@ -117,15 +117,17 @@ impl PoolLink {
         self.tell(PoolCmd::Unhost(peer, hosted));
     }
 
-    /// Asks the member at pool address `peer` for its DAG `hosted` back, with the state of its
-    /// chains' NTs, without waiting (see [`super::handback`]).
+    /// Asks the member at pool address `peer` for its DAG `hosted` back (once the `sent`
+    /// packets this node sent it have arrived), with the state of its chains' NTs, without
+    /// waiting (see [`super::handback`]).
     pub fn fetch_state(
         &self,
         peer: SocketAddr,
         hosted: u32,
+        sent: u64,
         wake: Option<snic_dataplane::backend::Waker>,
     ) -> mpsc::Receiver<super::handback::Returned> {
-        super::handback::fetch(self.key.clone(), self.data, peer, hosted, wake)
+        super::handback::fetch(self.key.clone(), self.data, peer, (hosted, sent), wake)
     }
 }
 

@@ -7,6 +7,8 @@ use super::pool::{Hosting, PoolLink};
 use super::worker::{chain_name, HostedSnap};
 use snic_control::plan::{HostRequest, Plan, TenantPlan};
 use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::pool::redirect::{Fence, FenceState};
+use snic_core::time::Instant;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Waker;
 use snic_dataplane::node::{ChainState, PoolRequest};
@@ -34,6 +36,15 @@ struct Returning {
     answer: mpsc::Receiver<Returned>,
 }
 
+/// A DAG to give back once the packets its home sent it have arrived: its home's data
+/// address, its route here, the fence, who waits.
+struct Fenced {
+    home: SocketAddr,
+    route: u32,
+    fence: Fence,
+    reply: mpsc::Sender<Returned>,
+}
+
 /// A DAG being given back to its home: the chains whose state is still being collected, the
 /// states collected, who waits for them.
 struct GivingBack {
@@ -51,6 +62,7 @@ pub(super) struct PoolWork {
     link: Option<PoolLink>,
     placing: Vec<Placing>,
     returning: Vec<Returning>,
+    fenced: Vec<Fenced>,
     giving_back: Vec<GivingBack>,
 }
 
@@ -148,10 +160,49 @@ impl PoolWork {
         }
     }
 
-    /// The home node at data address `home` takes its DAG hosted here as `route` back: it
-    /// stops here, what it has runs to the end, and `reply` gets its chains' state once their
+    /// The home node at data address `home` takes its DAG hosted here as `route` back, having
+    /// sent it `sent` packets: once they have arrived (or [`Fence`] stops waiting) it stops
+    /// here, what it has runs to the end, and `reply` gets its chains' state once their
     /// instances have stopped (an error at once if it is not hosted here).
-    pub(super) fn give_back(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32, reply: mpsc::Sender<Returned>) {
+    pub(super) fn give_back(
+        &mut self,
+        node: &mut Node<UdpBackend>,
+        home: SocketAddr,
+        route: u32,
+        sent: u64,
+        reply: mpsc::Sender<Returned>,
+    ) {
+        if !self.hosted.iter().any(|h| h.0 == home && h.3 == route) {
+            let _ = reply.send(Err(format!("no DAG {route} is hosted here for {home}")));
+            return;
+        }
+        self.fenced.push(Fenced { home, route, fence: Fence::new(sent, node.now()), reply });
+        self.check_fences(node);
+    }
+
+    /// Gives back the DAGs whose home's packets have all arrived, or waited long enough.
+    fn check_fences(&mut self, node: &mut Node<UdpBackend>) {
+        let now = node.now();
+        for f in std::mem::take(&mut self.fenced) {
+            let received = node.hosted_received(f.route).unwrap_or(0);
+            match f.fence.check(received, now) {
+                FenceState::Wait => self.fenced.push(f),
+                FenceState::Ready => self.stop_and_export(node, f.home, f.route, f.reply),
+                FenceState::TimedOut { missing } => {
+                    tracing::warn!(home = %f.home, route = f.route, missing, "pool: packets the home node sent a DAG it takes back did not arrive in time; giving it back without them");
+                    self.stop_and_export(node, f.home, f.route, f.reply);
+                }
+            }
+        }
+    }
+
+    /// How long until a DAG given back stops waiting for its home's packets, if one waits.
+    pub(super) fn next_deadline(&self, now: Instant) -> Option<std::time::Duration> {
+        self.fenced.iter().map(|f| f.fence.until.saturating_since(now)).min()
+    }
+
+    /// Stops the DAG hosted for `home` as `route` and collects its chains' state for `reply`.
+    fn stop_and_export(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32, reply: mpsc::Sender<Returned>) {
         let Some((_, req, _, _)) = self.hosted.iter().find(|h| h.0 == home && h.3 == route) else {
             let _ = reply.send(Err(format!("no DAG {route} is hosted here for {home}")));
             return;
@@ -197,6 +248,7 @@ impl PoolWork {
         while let Some(r) = node.poll_pool() {
             self.request(node, plan, r);
         }
+        self.check_fences(node);
         let waiting = self.placing.len() + self.returning.len();
         self.placing.retain(|p| {
             let Some(answer) = answered(&p.answer, "the pool thread has stopped") else { return true };
@@ -244,8 +296,8 @@ impl PoolWork {
                     _ => node.pool_place_failed(chain, route, peer),
                 }
             }
-            PoolRequest::Return { chain, peer, hosted, .. } => match &self.link {
-                Some(l) => self.returning.push(Returning { chain, answer: l.fetch_state(peer, hosted, self.waker.clone()) }),
+            PoolRequest::Return { chain, peer, hosted, sent, .. } => match &self.link {
+                Some(l) => self.returning.push(Returning { chain, answer: l.fetch_state(peer, hosted, sent, self.waker.clone()) }),
                 None => node.pool_returned(chain, Err("no pool".into())),
             },
             PoolRequest::Unhost { peer, hosted } => {

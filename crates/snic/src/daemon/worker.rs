@@ -221,8 +221,8 @@ enum Cmd {
     /// The home node at this data address no longer needs the DAG hosted here as the number.
     Unhost(SocketAddr, u32),
     /// The home node at this data address takes the DAG hosted here as the number back, with
-    /// its chains' state.
-    Return(SocketAddr, u32, mpsc::Sender<Returned>),
+    /// its chains' state, once the packets it sent the DAG (the count) have arrived.
+    Return(SocketAddr, u32, u64, mpsc::Sender<Returned>),
 }
 
 /// A handle on the data-plane thread for the other threads (the pool's, the API's).
@@ -272,10 +272,11 @@ impl DpLink {
         answer.recv_timeout(most).map_err(|_| "the data plane did not answer".to_string())
     }
 
-    /// Gives the DAG hosted here as `hosted` back to the home node at data address `home`:
-    /// waits until its chains have stopped, and returns their state.
-    pub fn give_back(&self, home: SocketAddr, hosted: u32) -> Returned {
-        self.ask_within(super::handback::RETURN_TIMEOUT, |r| Cmd::Return(home, hosted, r))?
+    /// Gives the DAG hosted here as `hosted` back to the home node at data address `home`,
+    /// once the `sent` packets it sent the DAG have arrived: waits until its chains have
+    /// stopped, and returns their state.
+    pub fn give_back(&self, home: SocketAddr, hosted: u32, sent: u64) -> Returned {
+        self.ask_within(super::handback::RETURN_TIMEOUT, |r| Cmd::Return(home, hosted, sent, r))?
     }
 
     /// Hosts DAG `req` for the peer whose data address is `home`: its number here.
@@ -614,6 +615,8 @@ fn run(
         if work == 0 {
             // Until traffic, a command (the waker), the node's next timer, or the next snapshot.
             let most = if waker { PUBLISH_EVERY.saturating_sub(last_pub.elapsed()) } else { Duration::from_millis(1) };
+            // (A DAG given back waits for packets on the way, a bounded time.)
+            let most = pool.next_deadline(n.now()).map_or(most, |d| d.min(most));
             n.idle(most);
         }
         if work == 0 || polls.is_multiple_of(1024) {
@@ -656,8 +659,8 @@ fn run(
                             pool.unhost(n, home, route);
                         }
                     }
-                    Cmd::Return(home, route, reply) => match node.as_mut() {
-                        Some(n) => pool.give_back(n, home, route, reply),
+                    Cmd::Return(home, route, sent, reply) => match node.as_mut() {
+                        Some(n) => pool.give_back(n, home, route, sent, reply),
                         None => {
                             let _ = reply.send(Err("the data plane is down".into()));
                         }
