@@ -9,7 +9,7 @@
 pub const WINDOW: u64 = 64;
 
 /// One sender's window.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Window {
     top: u64,
     /// Bit `i`: number `top - i` was accepted.
@@ -43,6 +43,14 @@ impl Window {
         }
     }
 
+    /// Takes in what `other` accepted (the same sender's numbers seen by another instance):
+    /// afterwards a number either window refused is refused.
+    pub fn merge(&mut self, other: &Window) {
+        let top = self.top.max(other.top);
+        let shifted = |w: &Window| if top - w.top >= WINDOW { 0 } else { w.seen << (top - w.top) };
+        (self.seen, self.top) = (shifted(self) | shifted(other), top);
+    }
+
     /// [`Window::check`], then [`Window::accept`] if new.
     pub fn admit(&mut self, n: u64) -> bool {
         let new = self.check(n);
@@ -74,6 +82,28 @@ mod tests {
                     top = Some(top.map_or(n, |t| t.max(n)));
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// Two instances that each admitted some of a sender's numbers, merged: a number either
+        /// admitted is refused, and a number past both is new.
+        #[test]
+        fn a_merged_window_refuses_what_either_admitted(ns in proptest::collection::vec((0u64..300, any::<bool>()), 1..300)) {
+            let (mut a, mut b) = (Window::default(), Window::default());
+            let mut admitted = Vec::new();
+            for (n, first) in ns {
+                if (if first { &mut a } else { &mut b }).admit(n) {
+                    admitted.push(n);
+                }
+            }
+            let mut m = a;
+            m.merge(&b);
+            for n in admitted {
+                prop_assert!(!m.check(n), "number {} was admitted by one of them", n);
+            }
+            prop_assert_eq!(m.top, a.top.max(b.top));
+            prop_assert!(m.check(m.top + 1));
         }
     }
 

@@ -16,15 +16,20 @@
 //! window, or already seen, is dropped before any decryption work; the window moves only after
 //! the tag verifies.
 //!
+//! A decryptor that moves to another node (a chain coming home from a peer) takes its windows
+//! with it ([`Nt::save_state`]): a packet it opened there is a replay here too. An encryptor
+//! moves nothing: the new instance draws a new sender id, so its nonces are fresh.
+//!
 //! The header is inserted without moving the payload: the VXLAN header moves 16 bytes into the
 //! buffer's headroom and the crypto header takes its old place. Decryption undoes it.
 
-use crate::{Ctx, DropReason, Nt, Pkt, Verdict};
+use crate::{Ctx, DropReason, Nt, Pkt, StateError, Verdict};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM};
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use snic_core::ids::TenantId;
 use snic_core::replay::Window;
+use snic_core::time::Instant;
 use snic_wire::{layout, vxlan};
 
 /// Bytes the encryptor adds: header and tag.
@@ -257,6 +262,12 @@ impl Crypto {
     }
 }
 
+/// A decryptor's moved state: its replay windows, by (SPI, sender).
+#[derive(Serialize, Deserialize)]
+struct SavedWindows {
+    windows: Vec<((u32, u32), Window)>,
+}
+
 impl Nt for Crypto {
     fn kind(&self) -> &'static str {
         "aes_gcm"
@@ -269,6 +280,35 @@ impl Nt for Crypto {
             Direction::Encrypt => self.encrypt(pkt),
             Direction::Decrypt => self.decrypt(pkt),
         }
+    }
+
+    /// A decryptor's replay windows (see the module docs); an encryptor has nothing to move.
+    fn save_state(&self, _now: Instant) -> Option<Vec<u8>> {
+        if self.dir == Direction::Encrypt {
+            return None;
+        }
+        postcard::to_allocvec(&SavedWindows { windows: self.windows.iter().map(|(k, w)| (*k, *w)).collect() }).ok()
+    }
+
+    /// Merges saved windows into this decryptor's (a sender both saw: what either opened is a
+    /// replay). Windows past `max_senders` are left out.
+    fn restore_state(&mut self, state: &[u8], _now: Instant) -> Result<usize, StateError> {
+        if self.dir == Direction::Encrypt {
+            return Err(StateError::Unsupported("aes_gcm (encrypt)"));
+        }
+        let saved: SavedWindows = postcard::from_bytes(state).map_err(|e| StateError::Malformed("aes_gcm", e.to_string()))?;
+        let mut took = 0;
+        for (k, w) in &saved.windows {
+            if let Some(mine) = self.windows.get_mut(k) {
+                mine.merge(w);
+            } else if self.windows.len() < self.max_senders {
+                self.windows.insert(*k, *w);
+            } else {
+                continue;
+            }
+            took += 1;
+        }
+        Ok(took)
     }
 }
 
@@ -342,6 +382,39 @@ mod tests {
         let mut s = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 10);
         s.meta.tenant = TenantId(3);
         assert_eq!(enc.process(&cx(), &mut s.pkt()), Verdict::Drop(DropReason::CryptoNoKey));
+    }
+
+    #[test]
+    fn a_moved_decryptor_refuses_what_it_opened_before_the_move_and_opens_what_follows() {
+        let mut enc = Crypto::with_sender(&cfg(Direction::Encrypt), 7).unwrap();
+        let (mut there, mut here) =
+            (Crypto::with_sender(&cfg(Direction::Decrypt), 9).unwrap(), Crypto::with_sender(&cfg(Direction::Decrypt), 10).unwrap());
+        let sealed: Vec<(Vec<u8>, _)> = (0..4)
+            .map(|_| {
+                let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 100);
+                enc.process(&cx(), &mut p.pkt());
+                (p.buf, p.meta)
+            })
+            .collect();
+        let open = |d: &mut Crypto, i: usize| {
+            let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 100);
+            (p.buf, p.meta) = sealed[i].clone();
+            d.process(&cx(), &mut p.pkt())
+        };
+        // The peer opened packets 0 and 2; home had opened 1 before it went.
+        assert_eq!(
+            (open(&mut there, 0), open(&mut there, 2), open(&mut here, 1)),
+            (Verdict::Continue, Verdict::Continue, Verdict::Continue)
+        );
+        assert_eq!(enc.save_state(Instant::ZERO), None, "an encryptor moves nothing");
+        let state = there.save_state(Instant::ZERO).expect("a decryptor saves its windows");
+        assert_eq!(here.restore_state(&state, Instant::ZERO), Ok(1));
+        for i in 0..3 {
+            assert_eq!(open(&mut here, i), Verdict::Drop(DropReason::CryptoReplay), "packet {i}, opened on one side or the other");
+        }
+        assert_eq!(open(&mut here, 3), Verdict::Continue);
+        assert!(matches!(here.restore_state(b"garbage", Instant::ZERO), Err(StateError::Malformed(..))));
+        assert!(matches!(enc.restore_state(&state, Instant::ZERO), Err(StateError::Unsupported(_))));
     }
 
     #[test]
