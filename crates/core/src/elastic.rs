@@ -122,6 +122,10 @@ pub struct Elasticity {
     shortfalls_seen: u64,
     /// Smoothed time to build a chain's NTs, ns (0 until one is built).
     build_ns: f64,
+    /// The load smoothing's weight and the MONITOR_PERIOD it is for
+    /// ([`crate::autoscale::smoothing_weight`], a `powf`: once per period change, not per
+    /// chain per epoch).
+    smoothing: (Duration, f64),
 }
 
 /// Weight of the newest build in the smoothed build time.
@@ -149,6 +153,7 @@ impl Elasticity {
             rechainer: Rechainer::new(scaler.config().monitor_period, cfg.high),
             shortfalls_seen: 0,
             build_ns: 0.0,
+            smoothing: (scaler.config().monitor_period, crate::autoscale::smoothing_weight(scaler.config().monitor_period)),
             launcher: Launcher::new(LauncherConfig { share_below: cfg.share_below, launch_time: cfg.launch_delay }, cfg.regions),
             scaler,
             load: Vec::new(),
@@ -344,7 +349,11 @@ impl Elasticity {
         let Some(smoother) = self.load.get_mut(chain.index()) else { return };
         // (The meter reads exactly 0 only if nothing arrived.)
         let arrived = load > 0.0;
-        let load = smoother.update(load, crate::autoscale::smoothing_weight(self.scaler.config().monitor_period));
+        let period = self.scaler.config().monitor_period;
+        if self.smoothing.0 != period {
+            self.smoothing = (period, crate::autoscale::smoothing_weight(period));
+        }
+        let load = smoother.update(load, self.smoothing.1);
         let (running, launching) = self.held_by(chain);
         let instances = running + launching;
         if instances == 0 {
