@@ -140,6 +140,13 @@ impl<B: Backend> Node<B> {
         self.carry_out(|core, acts| core.handle_member(event, acts));
     }
 
+    /// The DAGs peers host for this node (placed, or taking a share of a chain's flows): each
+    /// peer's pool address and its number for the DAG. A driver that replaces the node (a
+    /// rebuild) tells them to stop ([`PoolRequest::Unhost`]): the new node places afresh.
+    pub fn placed_dags(&self) -> Vec<(SocketAddr, u32)> {
+        self.pool.place.placed.iter().map(|p| (p.peer, p.hosted)).collect()
+    }
+
     /// What the node asks of the pool, oldest first.
     pub fn poll_pool(&mut self) -> Option<PoolRequest> {
         self.pool.place.requests.pop_front()

@@ -153,6 +153,27 @@ impl PoolWork {
         }
     }
 
+    /// The data plane is rebuilt (a change failed half way): the DAGs `old` (the node
+    /// replaced) had peers host for it are given up — the peers stop them, and the new node
+    /// places its chains afresh — and the DAGs hosted here for peers are gone with the old
+    /// node: their homes' redirected packets are dropped here (`not_hosted`) until they move
+    /// them.
+    pub(super) fn rebuilt(&mut self, old: &Node<UdpBackend>) {
+        for (peer, hosted) in old.placed_dags() {
+            tracing::warn!(peer = %peer, hosted, "pool: the data plane was rebuilt; the DAG a peer hosted for it is given up (placed again on demand)");
+            if let Some(l) = &self.link {
+                l.unhost(peer, hosted);
+            }
+        }
+        self.placing.clear();
+        self.returning.clear();
+        self.fenced.clear();
+        self.giving_back.clear();
+        for (home, req, _, route) in std::mem::take(&mut self.hosted) {
+            tracing::warn!(home = %home, tenant = req.tenant, dag = req.dag, route, "pool: the data plane was rebuilt; a DAG hosted for a peer is gone with it");
+        }
+    }
+
     /// The home node at data address `home` no longer needs its DAG hosted here as `route`.
     pub(super) fn unhost(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32) {
         for (home, req, _, r) in self.unhost_where(node, |h| h.0 == home && h.3 == route, false) {

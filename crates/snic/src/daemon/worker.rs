@@ -623,7 +623,7 @@ fn run(
             while let Ok(cmd) = rx.try_recv() {
                 match cmd {
                     Cmd::Deploy(p, ack) => {
-                        let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds);
+                        let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds, &mut pool);
                         if r.is_ok() {
                             plan = p;
                             prev.clear();
@@ -707,6 +707,7 @@ fn apply(
     new: &Plan,
     ids: &mut ChainIds,
     rebuilds: &mut u64,
+    pool: &mut PoolWork,
 ) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
     let e = match change(cfg, node, old, new, ids) {
@@ -720,6 +721,7 @@ fn apply(
     tracing::warn!(error = %format!("{e:#}"), "a change failed half way; rebuilding the previous deployment (NT state starts afresh)");
     let mut old_node = slot.take().context("no data plane")?;
     old_node.drain(Duration::from_millis(200));
+    pool.rebuilt(&old_node);
     let (n, r) = build(cfg, old_node.into_backend(), old)?;
     *ids = r.context("restoring the previous deployment")?;
     *slot = Some(n);
