@@ -258,10 +258,36 @@ impl Elasticity {
         self.launcher.has_room()
     }
 
+    /// A chain starts in `region` at `now` (a launch asked for, or a victim resumed): it is
+    /// the newest there (a scale-in stops it first), and no context switch stops it for a
+    /// MONITOR_PERIOD.
+    fn start(&mut self, region: usize, now: Instant) {
+        self.started[region] = now;
+        self.launcher.hold(region, now + self.scaler.config().monitor_period);
+    }
+
+    /// Regions a launch could take without stopping a running chain: free ones and victims
+    /// (what a node reports to its pool as free).
+    pub fn unused(&self) -> usize {
+        self.launcher.unused()
+    }
+
+    /// A peer asks this node to host `chain` (paper §5: the peer "launches the chain in one of
+    /// its own free regions"): a victim of it resumes, else it launches into a free region or a
+    /// victim's — never stopping a running chain, as its load report promised. `None`: no room
+    /// (the peer is refused).
+    pub fn host(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
+        let d = self.launcher.scale_out(chain, now)?;
+        if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = d {
+            self.start(region, now);
+        }
+        Some(d)
+    }
+
     /// Pre-launch at deploy: `chain` takes a free region if there is one (never evicts).
     pub fn prelaunch(&mut self, chain: ChainId, now: Instant) -> Option<usize> {
         let region = self.launcher.prelaunch(chain, now)?;
-        self.started[region] = now;
+        self.start(region, now);
         Some(region)
     }
 
@@ -277,7 +303,7 @@ impl Elasticity {
             _ => {}
         }
         if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = decision {
-            self.started[region] = now;
+            self.start(region, now);
         }
         decision
     }
@@ -379,7 +405,7 @@ impl Elasticity {
                         Some(Decision::ContextSwitch { region, evicted }) => (region, Act::Launch { chain, region, evict: Some(evicted) }),
                         _ => break,
                     };
-                    self.started[region] = now;
+                    self.start(region, now);
                     acts.push(act);
                 }
             }
@@ -541,7 +567,34 @@ mod tests {
         assert_eq!(e.shortfalls(), 1);
         assert_eq!(e.on_demand(B, Instant(MS), true), Decision::Remote, "a peer with room comes before the endpoint");
         e.set_endpoint_fallback(B, false);
-        assert_eq!(e.on_demand(B, Instant(2 * MS), false), Decision::ContextSwitch { region: 0, evicted: A });
-        assert_eq!(e.shortfalls(), 3);
+        // A stops no earlier than a MONITOR_PERIOD after it started: the packets wait till then.
+        assert_eq!(e.on_demand(B, Instant(2 * MS), false), Decision::Busy);
+        assert_eq!(e.on_demand(B, Instant(5 * MS), false), Decision::ContextSwitch { region: 0, evicted: A });
+        assert_eq!(e.shortfalls(), 4);
+    }
+
+    /// Found by the pool simulator: with more chains needing regions than there are, each chain
+    /// that finished its launch had measured no load yet — the least loaded — and the next
+    /// context switch stopped it before it ran a packet: a livelock in which no chain ran at
+    /// all. A chain now runs a MONITOR_PERIOD before a context switch may stop it, so every
+    /// chain runs in turn.
+    #[test]
+    fn chains_that_outnumber_the_regions_take_turns_and_each_runs_before_it_is_stopped() {
+        let mut e = elastic(1);
+        let mut ran = [0u64; 2];
+        for t in 0..100u64 {
+            let now = Instant(t * MS);
+            e.tick(now);
+            for (i, c) in [A, B].into_iter().enumerate() {
+                if e.instances(c) == 0 {
+                    e.on_demand(c, now, false);
+                }
+                if matches!(e.regions()[0], RegionState::Running { chain, .. } if chain == c) {
+                    ran[i] += 1;
+                }
+            }
+        }
+        // Launches take no time here; each start holds the region for 5 ms.
+        assert!(ran[0] >= 40 && ran[1] >= 40, "each ran about half the time: {ran:?}");
     }
 }

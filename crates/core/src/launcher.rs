@@ -92,7 +92,8 @@ pub enum Decision {
         /// The chain that stops.
         evicted: ChainId,
     },
-    /// Every region is launching: nothing can be decided until one runs.
+    /// Every region is launching, or runs a chain that started too recently to be stopped:
+    /// nothing can be decided until one runs or its hold ends.
     Busy,
 }
 
@@ -116,12 +117,14 @@ impl Default for LauncherConfig {
 pub struct Launcher {
     cfg: LauncherConfig,
     regions: Vec<RegionState>,
+    /// Per region: a context switch does not stop its chain before this time.
+    held_until: Vec<Instant>,
 }
 
 impl Launcher {
     /// A node with `regions` free regions.
     pub fn new(cfg: LauncherConfig, regions: usize) -> Self {
-        Launcher { cfg, regions: vec![RegionState::Free; regions] }
+        Launcher { cfg, regions: vec![RegionState::Free; regions], held_until: vec![Instant::ZERO; regions] }
     }
 
     /// The regions.
@@ -138,6 +141,16 @@ impl Launcher {
                     *r = RegionState::Running { chain, load: 0.0 };
                 }
             }
+        }
+    }
+
+    /// The chain that starts in `region` is not stopped by a context switch before `until`: a
+    /// chain just launched has measured no load yet, so it would be the least loaded, and
+    /// stopping it before it ran would let two chains that need the region take it from each
+    /// other forever (paper §4.4: MONITOR_PERIOD, at least a launch, avoids thrashing).
+    pub fn hold(&mut self, region: usize, until: Instant) {
+        if let Some(h) = self.held_until.get_mut(region) {
+            *h = until;
         }
     }
 
@@ -196,13 +209,14 @@ impl Launcher {
         if endpoint {
             return Decision::Endpoint;
         }
-        // 6. Stop-and-launch: the least-loaded running chain (a victim made way at step 3).
+        // 6. Stop-and-launch: the least-loaded running chain (a victim made way at step 3) of
+        // those that have run their hold; none: the packets wait.
         let target = self
             .regions
             .iter()
             .enumerate()
             .filter_map(|(i, r)| match *r {
-                RegionState::Running { chain: c, load } => Some((i, c, load)),
+                RegionState::Running { chain: c, load } if self.held_until[i] <= now => Some((i, c, load)),
                 _ => None,
             })
             .min_by(|a, b| a.2.total_cmp(&b.2))

@@ -152,6 +152,21 @@ impl NodeCore {
             let inst = InstanceId(i as u16);
             sched.set_cost(inst, self.meter.chain_cost_ns(sched.chain_of(inst)));
         }
+        self.handle_loads(now, chains, Meter::chain_load, live)
+    }
+
+    /// The epoch's decisions on chains, given each chain's load of the epoch (instances' worth;
+    /// exactly 0 only if nothing arrived): elasticity, spills and the pool's moves back. A
+    /// node's epoch ([`NodeCore::handle_epoch`]) calls it with the demand model's loads; a
+    /// driver that knows its chains' loads without counters (a fluid simulator) calls it
+    /// directly.
+    pub fn handle_loads(
+        &mut self,
+        now: Instant,
+        chains: usize,
+        load_of: impl Fn(&Meter, ChainId) -> f64,
+        live: impl Fn(ChainId) -> bool,
+    ) -> &[Act] {
         self.acts.clear();
         if self.elastic.on() {
             // The pool's decisions hold as long as the auto-scaler's.
@@ -161,7 +176,7 @@ impl NodeCore {
                 if !live(chain) {
                     continue;
                 }
-                let load = self.spills.whole_load(chain, self.meter.chain_load(chain), &mut self.redirects);
+                let load = self.spills.whole_load(chain, load_of(&self.meter, chain), &mut self.redirects);
                 self.elastic.epoch(now, chain, load, &mut self.acts);
                 if self.pooled {
                     let look = Look {

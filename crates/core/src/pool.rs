@@ -90,6 +90,13 @@ mod tests {
         e.set_endpoint_fallback(b, true);
         assert_eq!(on_demand(&mut e, &agent, b, kb, now), Placement::Here(Decision::Endpoint));
         e.set_endpoint_fallback(b, false);
-        assert!(matches!(on_demand(&mut e, &agent, b, kb, now), Placement::Here(Decision::ContextSwitch { .. })));
+        // (Once a's region has held it a MONITOR_PERIOD.)
+        let later = now + Duration::from_secs(1);
+        agent.handle_report(
+            later,
+            peer,
+            LoadReport { gen: 1, seq: 3, free_regions: 0, chains: vec![ChainSpare { key: ka, spare: 0.9 }], ..Default::default() },
+        );
+        assert!(matches!(on_demand(&mut e, &agent, b, kb, later), Placement::Here(Decision::ContextSwitch { .. })));
     }
 }

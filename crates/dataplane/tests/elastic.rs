@@ -273,6 +273,36 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
     assert!(ports.contains(&1025), "state restored: the NAT remembered port 1024 was taken ({ports:?})");
 }
 
+/// A node's load report counts victims' regions as free (they make way for a launch), so a
+/// peer asked to host a chain must take one: found when the pool simulator ran the nodes' own
+/// cores (a peer whose regions held only victims refused every placement). Deploy-time
+/// pre-launch still never evicts; hosting never stops a running chain.
+#[test]
+fn a_chain_hosted_for_a_peer_takes_a_victims_region_but_never_a_running_chains() {
+    let mut b = Bed::new(cfg(2, 5), vec![vec![engine(1_000_000)]; 3], false);
+    // Chain 0 runs; chain 2 runs, then idles into a victim.
+    b.run(0, 10, 2, 8);
+    for _ in 0..4 {
+        b.run(0, 10, 2, 1);
+        b.run(2, 1, 1, 1);
+    }
+    b.run(0, 10, 2, 12);
+    let victim = |b: &Bed, c: usize| {
+        b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == c))
+    };
+    assert!(victim(&b, 2), "{:?}", b.node.elasticity().regions());
+    assert!(matches!(b.node.launch(ChainId(1)), Err(LaunchError::NoFreeRegion)), "pre-launch never evicts");
+    b.node.launch_for_peer(ChainId(1)).expect("the victim makes way");
+    assert!(b.kinds().contains(&(1, EventKind::ContextSwitch { evicted: ChainId(2) })));
+    b.run(1, 10, 2, 8);
+    b.run(0, 10, 2, 1);
+    assert_eq!((b.lost(0), b.lost(1)), (0, 0), "the hosted chain runs; the running one was not touched");
+    // Both regions run chains: a second request is refused, and nothing changes.
+    let before = b.node.elasticity().regions().to_vec();
+    assert!(matches!(b.node.launch_for_peer(ChainId(2)), Err(LaunchError::NoFreeRegion)));
+    assert_eq!(b.node.elasticity().regions(), &before[..]);
+}
+
 #[test]
 fn endpoint_fallback_comes_before_a_context_switch() {
     let mut b = Bed::new(cfg(1, 0), vec![vec![engine(1_000_000)]; 2], true);

@@ -33,6 +33,15 @@ pub struct ChainSpare {
     pub spare: f32,
 }
 
+impl ChainSpare {
+    /// What a node reports of chain `key`, which runs on `instances` instances carrying `load`
+    /// (instances' worth): their spare capacity, if any.
+    pub fn of(key: ChainKey, instances: usize, load: f64) -> Option<ChainSpare> {
+        let spare = (instances as f64 - load).max(0.0) as f32;
+        (instances > 0 && spare > 0.0).then_some(ChainSpare { key, spare })
+    }
+}
+
 /// A node's load report. See the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {

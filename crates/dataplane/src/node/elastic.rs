@@ -136,6 +136,31 @@ impl<B: Backend> Node<B> {
         Ok(Some(inst))
     }
 
+    /// A peer asks this node to host `chain` (a DAG placed here, or a share of its flows): it
+    /// launches where a launch can go without stopping a running chain — a free region, or a
+    /// victim's, as the node's load report counted them free ([`snic_core::elastic::Elasticity::host`]);
+    /// with neither it fails with [`LaunchError::NoFreeRegion`]. Without elasticity, as
+    /// [`Node::launch`].
+    pub fn launch_for_peer(&mut self, chain: ChainId) -> Result<(), LaunchError> {
+        if !self.core.elastic.on() {
+            return self.launch(chain).map(|_| ());
+        }
+        let now = self.clock.now();
+        let done = match self.core.elastic.host(chain, now) {
+            Some(Decision::Launch { region }) => self.launch_into(chain, region, None, now, EventKind::Launch),
+            Some(Decision::ContextSwitch { region, evicted }) => {
+                let old = self.elastic.slots[region].0;
+                self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
+            }
+            Some(Decision::Resume { region }) if self.resume(chain, region, now, false) => OnDemand::Retry,
+            _ => OnDemand::Nothing,
+        };
+        match done {
+            OnDemand::Retry => Ok(()),
+            _ => Err(LaunchError::NoFreeRegion),
+        }
+    }
+
     /// A launch begins: the chain in its region (if any) is stopped, the launch runs from
     /// `launch_delay` after its request, the event is recorded, and whatever can advance does
     /// (a launch with no delay into an empty region runs at once).

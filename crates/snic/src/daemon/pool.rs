@@ -642,8 +642,7 @@ impl Thread {
                 .chains
                 .iter()
                 // Each running chain's spare capacity: its instances less its load.
-                .map(|c| ChainSpare { key: ChainKey(c.key), spare: (c.instances as f64 - c.load).max(0.0) as f32 })
-                .filter(|c| c.spare > 0.0)
+                .filter_map(|c| ChainSpare::of(ChainKey(c.key), c.instances, c.load))
                 .collect();
             (
                 snap.regions.iter().filter(|r| r.state != "victim").count(),

@@ -98,7 +98,7 @@ impl PoolWork {
             crate::deploy::remove_tenant(node, &stand_in(&req, t));
         };
         let first = ids[req.steps[req.entry].0];
-        if let Err(e) = node.launch(first) {
+        if let Err(e) = node.launch_for_peer(first) {
             undo(node);
             return Err(format!("cannot launch its entry chain: {e}"));
         }
