@@ -32,6 +32,7 @@ pub mod fairness;
 mod fluid;
 pub mod plot;
 pub mod pool;
+pub mod pool_node;
 pub mod pool_overflow;
 pub mod pool_place;
 pub mod trace;
@@ -383,7 +384,7 @@ impl Scenario {
                 let bin_s = self.bin_ms / 1e3;
                 // The foreground: the first rack's endpoints.
                 let fg = w.series(seed, t.endpoints_per_rack, bins, bin_s, |_| {});
-                let rows = spec.run(&fg, bin_s, self.duration_s);
+                let rows = spec.run(&fg, &node.elastic, seed, bin_s, self.duration_s);
                 // OpEx against the single node at the first (lowest) background load.
                 let base = rows.first().map_or(1.0, |r| r.opex_j).max(f64::MIN_POSITIVE);
                 let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
@@ -846,9 +847,11 @@ mod fig22 {
 mod fig10 {
     use super::*;
 
-    /// Paper Fig. 10's shape: the single node slows down as background load rises past its
-    /// capacity, the pool (either topology) does not while the two nodes can carry it all, and
-    /// the intermediate topology pays for passing traffic on.
+    /// Paper Fig. 10's shape, from the nodes' own cores: with no background every topology is
+    /// the same; as the background rises the single node (ten chains for eight regions:
+    /// context switches, chains it cannot scale out) slows both classes down, while the pool
+    /// carries everything; the intermediate topology pays for passing traffic on, and only when
+    /// something runs on the peer.
     #[test]
     fn a_pool_keeps_the_foreground_whole_while_one_node_slows_down() {
         let text = include_str!("../../../scenarios/fig10.toml").replace("duration_s = 10.0", "duration_s = 4.0");
@@ -856,27 +859,29 @@ mod fig10 {
         assert_eq!(r.results.len(), 18, "6 background loads × 3 topologies");
         let row = |t: &str, bg: f64| r.results.iter().find(|x| x["topology"] == t && x["bg_load"].as_f64() == Some(bg)).unwrap().clone();
         let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap();
-        for t in ["single", "ring", "switch"] {
+        let alone = row("single", 0.0);
+        for t in ["ring", "switch"] {
             let x = row(t, 0.0);
-            assert_eq!((f(&x, "fg_throughput"), x["placements"].as_u64(), f(&x, "opex_vs_single")), (1.0, Some(0), 1.0), "{x}");
+            assert_eq!(f(&x, "fg_throughput"), f(&alone, "fg_throughput"), "{x}");
+            assert_eq!((x["placements"].as_u64(), x["spills"].as_u64(), f(&x, "opex_vs_single")), (Some(0), Some(0), 1.0), "{x}");
         }
-        let mut last = (1.0, 0.0);
-        for bg in [0.0, 0.25, 0.5, 0.75, 1.0, 1.25] {
+        let mut last = f(&alone, "opex_j");
+        for bg in [0.25, 0.5, 0.75, 1.0, 1.25] {
             let (s, ring, sw) = (row("single", bg), row("ring", bg), row("switch", bg));
-            assert!(
-                f(&s, "fg_throughput") <= last.0 + 1e-9 && f(&s, "opex_j") >= last.1 - 1e-9,
-                "one node: slower and costlier as load rises: {s}"
-            );
-            last = (f(&s, "fg_throughput"), f(&s, "opex_j"));
+            assert!(f(&s, "context_switches") > 0.0 && f(&s, "fg_throughput") < f(&alone, "fg_throughput"), "one node thrashes: {s}");
+            assert!(f(&s, "opex_j") >= last, "one node costs more as load rises: {s}");
+            last = f(&s, "opex_j");
             for p in [&ring, &sw] {
-                assert!(f(p, "fg_throughput") > 0.99 && f(p, "bg_throughput") > 0.99, "the pool carries it: {p}");
-                assert!(p["moves_back"].as_u64() <= p["placements"].as_u64(), "{p}");
+                // (What waited while the overload was watched a MONITOR_PERIOD is served late:
+                // over 4 s, up to 2% of the run.)
+                assert!(f(p, "fg_throughput") > 0.98 && f(p, "bg_throughput") > 0.98, "the pool carries it: {p}");
+                assert_eq!(f(p, "context_switches"), 0.0, "a peer comes before a context switch: {p}");
+                assert!(f(p, "on_peers") > 0.0 && p["moves_back"].as_u64() <= p["placements"].as_u64(), "{p}");
             }
-            assert_eq!(f(&ring, "on_peers"), f(&sw, "on_peers"), "the same placements either way");
-            assert!(f(&ring, "opex_j") >= f(&sw, "opex_j"), "passing traffic on costs: {ring} {sw}");
-            assert_eq!(f(&ring, "opex_j") > f(&sw, "opex_j"), f(&ring, "on_peers") > 0.0, "and only that: {ring} {sw}");
+            assert_eq!(f(&ring, "on_peers"), f(&sw, "on_peers"), "two nodes: the same decisions either way");
+            assert!(f(&ring, "opex_j") > f(&sw, "opex_j"), "passing traffic on costs: {ring} {sw}");
         }
-        assert!(f(&row("single", 1.0), "fg_throughput") < 0.8, "over-committed by half: {}", row("single", 1.0));
-        assert!(f(&row("ring", 1.0), "on_peers") > 0.2);
+        let s = row("single", 1.0);
+        assert!(f(&s, "bg_throughput") < 0.8, "over-committed: {s}");
     }
 }

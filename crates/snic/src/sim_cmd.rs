@@ -134,6 +134,51 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
                 r["reordered"]
             );
         }
+        if r.get("bg_throughput").is_some() {
+            println!(
+                "  {:<6} background {:.2}: foreground {:.3}, background {:.3} of offered (all served by {:.2} s)  on peers {:>4.1}%  placed {} back {} spills {} context switches {}  OpEx {:.0} J ({:.3}× single)",
+                r["topology"].as_str().unwrap_or(""),
+                f(&r["bg_load"]),
+                f(&r["fg_throughput"]),
+                f(&r["bg_throughput"]),
+                f(&r["makespan_s"]),
+                100.0 * f(&r["on_peers"]),
+                r["placements"],
+                r["moves_back"],
+                r["spills"],
+                r["context_switches"],
+                f(&r["opex_j"]),
+                f(&r["opex_vs_single"])
+            );
+        }
+        if r.get("refusals_per_remote").is_some() {
+            println!(
+                "  {:<6} load {:.2}: {} chains, {:>5.1}% here, {:>5.1}% on a peer, {:>5.1}% turned away ({:.2} refusals per placement)  latency p50 {:.1} µs p99 {:.1} µs max {:.1} µs",
+                r["topology"].as_str().unwrap_or(""),
+                f(&r["load"]),
+                r["chains"],
+                100.0 * f(&r["local"]),
+                100.0 * f(&r["remote"]),
+                100.0 * f(&r["rejected"]),
+                f(&r["refusals_per_remote"]),
+                f(&r["p50_us"]),
+                f(&r["p99_us"]),
+                f(&r["max_us"])
+            );
+        }
+        if r.get("detect_max_s").is_some() {
+            println!(
+                "  {:>3} nodes, {:>3}‰ lost: formed in {:.2} s; a death seen by all in {:.2} s (median), {:.2} s (worst); missed {}, false downs {}; {:.1} datagrams/node/s",
+                r["nodes"],
+                r["loss_per_mille"],
+                f(&r["converge_s"]),
+                f(&r["detect_p50_s"]),
+                f(&r["detect_max_s"]),
+                r["missed"],
+                r["false_downs"],
+                f(&r["datagrams_per_node_s"])
+            );
+        }
         for t in r["tenants"].as_array().into_iter().flatten() {
             println!(
                 "  {:<10} before {:>7.3} units  after {:>7.3} units  dominant {} ({:.3})",
