@@ -212,8 +212,14 @@ fn packet_cases(a: &LaunchArgs, chain: &'static str) -> anyhow::Result<()> {
         // One region: chain 0 runs; a packet for chain 1 stops it (stop-and-launch); then
         // chain 1 idles into a victim and is resumed; then chain 0 comes back by evicting it.
         let (mut node, _) = elastic_node(chain, 1, a.delay_ms)?;
+        let launched = Instant::now();
         one_packet(&mut node, 0)?;
         warm.push(one_packet(&mut node, 0)?);
+        // A chain runs a MONITOR_PERIOD before a context switch may stop it: chain 0 keeps its
+        // traffic until then, so that what is timed is the stop-and-launch, not the hold.
+        while launched.elapsed() < node.elasticity().monitor_period() {
+            one_packet(&mut node, 0)?;
+        }
         switch.push(one_packet(&mut node, 1)?);
         idle(&mut node)?;
         resume.push(one_packet(&mut node, 1)?);
