@@ -31,9 +31,9 @@ is_root() { [ "$(id -u)" = 0 ]; }
 step "toolchain: $(cargo --version)"
 
 # System tools the namespace tests drive (real endpoints: kernel VXLAN, ping, iperf3; ss is
-# iproute2's).
+# iproute2's), and etcd for the pool's shared desired state.
 need=()
-for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3; do
+for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 etcd:etcd-server; do
   command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -69,6 +69,16 @@ if is_root; then
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests"
 else
   skip "tests that need root (crates/snic/tests/netns.rs)" "not root"
+fi
+
+# Tests that need a real etcd (Debian etcd-server, installed above): ignored in the plain run,
+# counted here where they run (in the same log as the root tests).
+if command -v etcd >/dev/null 2>&1; then
+  step "tests that need etcd (the pool's one desired state)"
+  cargo test --locked -p snic --test daemon -- --ignored 2>&1 | tee -a "$root_log"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "etcd tests"
+else
+  skip "tests that need etcd (crates/snic/tests/daemon.rs, two_nodes_share_…)" "etcd is not installed (apt-get install etcd-server, as root)"
 fi
 
 if [ "$fuzz_seconds" -gt 0 ]; then

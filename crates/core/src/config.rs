@@ -256,6 +256,18 @@ pub struct PoolSection {
     /// Flows a spilling chain records (each keeps its side), at most.
     #[serde(default = "spill_flows")]
     pub spill_flows: usize,
+    /// etcd endpoints (`http://HOST:PORT`) keeping the pool's one desired state: an apply on
+    /// any node writes it there in one transaction and every node deploys what changed.
+    /// Empty: this node keeps its own state (in `state_dir`).
+    #[serde(default)]
+    pub etcd: Vec<String>,
+    /// The key prefix of the pool's objects in etcd (one pool per prefix).
+    #[serde(default = "etcd_prefix")]
+    pub etcd_prefix: String,
+}
+
+fn etcd_prefix() -> String {
+    "/snic/".into()
 }
 
 fn flow_idle_ms() -> u64 {
@@ -298,6 +310,10 @@ pub struct PoolConfig {
     pub flow_idle: Duration,
     /// Flows a spilling chain records, at most.
     pub spill_flows: usize,
+    /// etcd endpoints keeping the pool's desired state (empty: the node's own store).
+    pub etcd: Vec<String>,
+    /// Their key prefix.
+    pub etcd_prefix: String,
 }
 
 impl PoolSection {
@@ -320,8 +336,21 @@ impl PoolSection {
         )?;
         ensure((1..=3_600_000).contains(&self.flow_idle_ms), "pool.flow_idle_ms must be between 1 and 3600000")?;
         ensure((1..=4_194_304).contains(&self.spill_flows), "pool.spill_flows must be between 1 and 4194304")?;
+        for e in &self.etcd {
+            let hostport = e.strip_prefix("http://").or_else(|| e.strip_prefix("https://"));
+            ensure(
+                hostport.is_some_and(|h| !h.is_empty() && !h.contains('/')),
+                &format!("pool.etcd: `{e}` is not an endpoint like http://127.0.0.1:2379"),
+            )?;
+        }
+        ensure(
+            self.etcd_prefix.starts_with('/') && self.etcd_prefix.ends_with('/') && self.etcd_prefix.len() > 1,
+            "pool.etcd_prefix must start and end with `/` (e.g. /snic/)",
+        )?;
         let ms = Duration::from_millis;
         Ok(PoolConfig {
+            etcd: self.etcd.clone(),
+            etcd_prefix: self.etcd_prefix.clone(),
             flow_idle: ms(self.flow_idle_ms),
             spill_flows: self.spill_flows,
             hops: crate::pool::topology::hops(self.listen, &self.links),
@@ -436,6 +465,8 @@ mod tests {
             probe_rtt_ms: 100,
             suspect_after_ms: 700,
             links: Vec::new(),
+            etcd: Vec::new(),
+            etcd_prefix: "/snic/".into(),
         };
         let with = |p: PoolSection| NodeSettings { pool: Some(p), ..Default::default() }.validate();
         let c = with(pool("10.0.0.1:7946")).unwrap().pool.unwrap();
@@ -453,5 +484,9 @@ mod tests {
         assert_eq!((line.hops[&b], line.hops[&c]), (1, 2));
         assert!(with(PoolSection { links: vec![[b, c]], ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.listen"));
         assert!(with(PoolSection { links: vec![[me, me]], ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("two different"));
+        let etcd = |e: &str| PoolSection { etcd: vec![e.into()], ..pool("10.0.0.1:7946") };
+        assert_eq!(with(etcd("http://10.0.0.9:2379")).unwrap().pool.unwrap().etcd, vec!["http://10.0.0.9:2379".to_string()]);
+        assert!(with(etcd("10.0.0.9:2379")).unwrap_err().0.contains("pool.etcd"));
+        assert!(with(PoolSection { etcd_prefix: "snic".into(), ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.etcd_prefix"));
     }
 }

@@ -24,7 +24,8 @@
 // control path.
 #![allow(clippy::result_large_err)]
 
-use super::persist::Db;
+use super::etcd::StoreError;
+use super::persist::Store;
 use super::worker::DataPlane;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State as AxState};
@@ -51,8 +52,8 @@ pub struct Control {
     pub state: State,
     /// Its plan, as running.
     pub plan: Plan,
-    /// Persistence.
-    pub db: Db,
+    /// Persistence: this node's database, or the pool's etcd.
+    pub db: Store,
     /// Regions of this node.
     pub regions: usize,
     /// The most chains a plan may have (no limit when chains come and go).
@@ -256,7 +257,18 @@ fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration),
     let t0 = std::time::Instant::now();
     c.db.save_change(&c.state, &next).map_err(|e| {
         tracing::error!(error = %format!("{e:#}"), "saving the state failed; nothing changed");
-        internal(e)
+        match e.downcast_ref::<StoreError>() {
+            Some(StoreError::Conflict) => err(StatusCode::CONFLICT, "state_changed", "", "", "", &e.to_string()),
+            Some(StoreError::Unavailable(_)) => err(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "state_store_unavailable",
+                "",
+                "",
+                "",
+                &format!("{e}; nothing was changed, and the node keeps running what it has"),
+            ),
+            None => internal(e),
+        }
     })?;
     let t1 = std::time::Instant::now();
     if let Err(e) = c.dp.deploy(p.clone()) {
@@ -267,6 +279,39 @@ fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration),
     c.state = next;
     c.plan = p;
     Ok((t1 - t0, t1.elapsed()))
+}
+
+/// The pool's desired state may have changed (etcd said so): if its revision moved, deploys it
+/// here — planned and deployed as an apply is, not stored again. Serialized with applies.
+pub fn reload(s: &Shared) {
+    let _writer = s.writer.lock().unwrap_or_else(PoisonError::into_inner);
+    let (next, plan_regions) = {
+        let c = s.lock();
+        match c.db.changed() {
+            Ok(Some(n)) => (n, c.plan_regions),
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "loading the pool's desired state failed; running what this node has");
+                return;
+            }
+        }
+    };
+    let p = match plan::plan(&next, plan_regions) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(reason = %e, "the pool's desired state does not fit this node; running what it has");
+            return;
+        }
+    };
+    let mut c = s.lock();
+    match c.dp.deploy(p.clone()) {
+        Ok(()) => {
+            c.state = next;
+            c.plan = p;
+            tracing::info!(objects = c.state.objects().count(), chains = c.plan.chains.len(), "state changed by the pool (etcd)");
+        }
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "deploying the pool's desired state failed; running what this node has"),
+    }
 }
 
 async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderMap, body: Body) -> Response {

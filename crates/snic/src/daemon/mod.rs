@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod config;
+pub mod etcd;
 pub mod handback;
 pub mod metrics;
 pub mod persist;
@@ -103,9 +104,15 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         link_gbps = s.fairness.link_gbps,
         "starting"
     );
-    let db = persist::Db::open(&s.state_dir)?;
-    let state = db.load()?;
-    tracing::info!(objects = state.objects().count(), "state loaded");
+    // The desired state: the pool's, in etcd, or this node's own.
+    let (changed_tx, changed_rx) = std::sync::mpsc::channel();
+    let db = match cfg.pool.as_ref().filter(|p| !p.etcd.is_empty()) {
+        Some(p) => persist::Store::Etcd(etcd::Etcd::start(p.etcd.clone(), p.etcd_prefix.clone(), changed_tx)?),
+        None => persist::Store::Local(persist::Db::open(&s.state_dir)?),
+    };
+    let state = db.load().context("loading the desired state")?;
+    let from = if matches!(db, persist::Store::Etcd(_)) { "etcd" } else { "state_dir" };
+    tracing::info!(objects = state.objects().count(), from, "state loaded");
     let plan = plan::plan(&state, cfg.plan_regions()).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
     let pool = match &cfg.pool {
@@ -123,6 +130,18 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp, pool },
         std::time::Duration::from_millis(s.api_body_timeout_ms),
     );
+    if matches!(ctl.lock().db, persist::Store::Etcd(_)) {
+        // Deploys what other nodes apply (the watch says when the state may have changed).
+        let weak = Arc::downgrade(&ctl);
+        std::thread::Builder::new().name("snic-reload".into()).spawn(move || {
+            while changed_rx.recv().is_ok() {
+                // One reload for a burst of events.
+                while changed_rx.try_recv().is_ok() {}
+                let Some(shared) = weak.upgrade() else { return };
+                api::reload(&shared);
+            }
+        })?;
+    }
     let served = ctl.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(s.api).await.with_context(|| format!("binding the API on {}", s.api))?;

@@ -96,3 +96,39 @@ impl Db {
         Ok(())
     }
 }
+
+/// Where the desired state lives: this node's own database, or the pool's etcd.
+pub enum Store {
+    /// `state_dir/state.redb`.
+    Local(Db),
+    /// The pool's etcd (node.yaml `pool.etcd`).
+    Etcd(super::etcd::Etcd),
+}
+
+impl Store {
+    /// Loads the stored state.
+    pub fn load(&self) -> anyhow::Result<State> {
+        match self {
+            Store::Local(db) => db.load(),
+            Store::Etcd(e) => e.load(),
+        }
+    }
+
+    /// With etcd, the pool's state if another node changed it since this node loaded or saved
+    /// it; a node alone has no one else to change it.
+    pub fn changed(&self) -> anyhow::Result<Option<State>> {
+        match self {
+            Store::Local(_) => Ok(None),
+            Store::Etcd(e) => e.changed(),
+        }
+    }
+
+    /// Stores `new` where `old` is stored, atomically (with etcd: refused with
+    /// [`super::etcd::StoreError`] if another node changed it first, or etcd cannot be reached).
+    pub fn save_change(&self, old: &State, new: &State) -> anyhow::Result<()> {
+        match self {
+            Store::Local(db) => db.save_change(old, new),
+            Store::Etcd(e) => Ok(e.save(old, new)?),
+        }
+    }
+}
