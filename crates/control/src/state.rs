@@ -69,7 +69,26 @@ impl State {
     pub fn restore(objects: Vec<Object>, ids: Ids) -> Result<State, Error> {
         let s = State { objects: objects.into_iter().map(|o| ((o.kind, o.name.clone()), o)).collect(), ids };
         s.validate()?;
+        // Every tenant and DAG has its id, and no two share one (a store written by something
+        // else than a node — an etcd edited by hand — may say otherwise).
+        let ids = &s.ids;
+        s.check_ids(Kind::Tenant, |n| ids.tenants.get(n).map(|&i| i as u32))?;
+        s.check_ids(Kind::Dag, |n| ids.dags.get(n).copied())?;
         Ok(s)
+    }
+
+    /// Every object of `kind` has an id (`id_of` its name), and no two the same.
+    fn check_ids(&self, kind: Kind, id_of: impl Fn(&str) -> Option<u32>) -> Result<(), Error> {
+        let mut taken = BTreeSet::new();
+        for o in self.list(kind) {
+            let why = match id_of(&o.name) {
+                None => "has no id in the stored ids",
+                Some(id) if !taken.insert(id) => "shares its id with another object in the stored ids",
+                Some(_) => continue,
+            };
+            return Err(Error::new(ErrorCode::InvalidManifest, kind, &o.name, "metadata.name", why));
+        }
+        Ok(())
     }
 
     /// The state with `objs` created or replaced, if the result is valid.
@@ -384,6 +403,24 @@ spec: {vni: 100, action: {dag: blue-path}}
             .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: blue-path}\nspec: {tenant: blue, nodes: [blue-fw]}\n").unwrap())
             .unwrap();
         assert_eq!(s.ids().dags["blue-path"], 1, "a name keeps its UID");
+    }
+
+    /// Found by the etcd test: two nodes writing without the revision guard left ids that
+    /// named a tenant twice or not at all, and planning such a state panicked. A state whose
+    /// ids do not cover its objects once each is refused when it is restored.
+    #[test]
+    fn a_stored_state_whose_ids_miss_or_repeat_is_refused() {
+        let s = base();
+        let objects = || s.objects().cloned().collect::<Vec<_>>();
+        assert_eq!(State::restore(objects(), s.ids().clone()).unwrap(), s);
+        let mut missing = s.ids().clone();
+        missing.tenants.remove("green");
+        let e = State::restore(objects(), missing).unwrap_err();
+        assert_eq!((e.name.as_str(), e.reason.as_str()), ("green", "has no id in the stored ids"));
+        let mut twice = s.ids().clone();
+        twice.tenants.insert("green".into(), 1);
+        let e = State::restore(objects(), twice).unwrap_err();
+        assert!(e.reason.contains("shares its id"), "{e}");
     }
 
     #[test]

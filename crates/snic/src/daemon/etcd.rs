@@ -53,6 +53,8 @@ enum Req {
 pub struct Etcd {
     tx: tokio::sync::mpsc::UnboundedSender<Req>,
     prefix: String,
+    /// Tells the node to load the pool's state (after a save another node's write refused).
+    nudge: std_mpsc::Sender<()>,
     /// The revision key's revision in the state this node runs (0: none yet).
     rev: Mutex<i64>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -63,9 +65,9 @@ impl Etcd {
     /// prefix may have changed (a watch event, or the watch (re)starting).
     pub fn start(endpoints: Vec<String>, prefix: String, changed: std_mpsc::Sender<()>) -> anyhow::Result<Etcd> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let p = prefix.clone();
+        let (p, nudge) = (prefix.clone(), changed.clone());
         let thread = std::thread::Builder::new().name("snic-etcd".into()).spawn(move || run(endpoints, p, rx, changed))?;
-        Ok(Etcd { tx, prefix, rev: Mutex::new(0), thread: Some(thread) })
+        Ok(Etcd { tx, prefix, nudge, rev: Mutex::new(0), thread: Some(thread) })
     }
 
     fn ask<T>(&self, make: impl FnOnce(std_mpsc::Sender<Result<T, String>>) -> Req) -> Result<T, StoreError> {
@@ -136,7 +138,11 @@ impl Etcd {
                 *self.rev.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = rev;
                 Ok(())
             }
-            Err(()) => Err(StoreError::Conflict),
+            Err(()) => {
+                // Load what the other node wrote now, not only when the watch says so.
+                let _ = self.nudge.send(());
+                Err(StoreError::Conflict)
+            }
         }
     }
 }

@@ -138,7 +138,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                 // One reload for a burst of events.
                 while changed_rx.try_recv().is_ok() {}
                 let Some(shared) = weak.upgrade() else { return };
-                api::reload(&shared);
+                // A state no node would have written (edited by hand in etcd) must not stop
+                // this node from following the pool: a panic fails this reload alone.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| api::reload(&shared))).is_err() {
+                    tracing::error!("loading the pool's desired state failed inside the node; running what it has");
+                }
             }
         })?;
     }
