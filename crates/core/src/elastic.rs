@@ -266,6 +266,13 @@ impl Elasticity {
         self.launcher.hold(region, now + self.scaler.config().monitor_period);
     }
 
+    /// A chain starts in a region if the launcher's decision `d` put it there.
+    fn started_by(&mut self, d: Decision, now: Instant) {
+        if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = d {
+            self.start(region, now);
+        }
+    }
+
     /// Regions a launch could take without stopping a running chain: free ones and victims
     /// (what a node reports to its pool as free).
     pub fn unused(&self) -> usize {
@@ -278,9 +285,7 @@ impl Elasticity {
     /// (the peer is refused).
     pub fn host(&mut self, chain: ChainId, now: Instant) -> Option<Decision> {
         let d = self.launcher.scale_out(chain, now)?;
-        if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = d {
-            self.start(region, now);
-        }
+        self.started_by(d, now);
         Some(d)
     }
 
@@ -302,9 +307,7 @@ impl Elasticity {
             Decision::ContextSwitch { .. } | Decision::Remote | Decision::Endpoint | Decision::Busy if !room => self.shortfalls += 1,
             _ => {}
         }
-        if let Decision::Resume { region } | Decision::Launch { region } | Decision::ContextSwitch { region, .. } = decision {
-            self.start(region, now);
-        }
+        self.started_by(decision, now);
         decision
     }
 

@@ -570,7 +570,7 @@ impl PoolSim {
     }
 
     /// Carries out one of node `n`'s pool decisions, as the data plane does.
-    fn pool_act(&mut self, _now: Instant, n: usize, act: PoolAct) {
+    fn pool_act(&mut self, now: Instant, n: usize, act: PoolAct) {
         match act {
             PoolAct::MoveBack { key, peer } | PoolAct::Lost { key, peer } => {
                 let Some(p) = self.node_of(peer) else { return };
@@ -593,7 +593,7 @@ impl PoolSim {
             }
             PoolAct::Spill { chain, peer, .. } => {
                 let Some(p) = self.node_of(peer) else {
-                    self.nodes[n].core.spill_failed(_now, chain, peer);
+                    self.nodes[n].core.spill_failed(now, chain, peer);
                     return;
                 };
                 let work = self.nodes[n].chains[chain.index()].work;

@@ -12,6 +12,7 @@
 //! ([`Etcd::load`], [`Etcd::save`]) wait for its answer at most [`TIMEOUT`], so an etcd without
 //! quorum fails an apply with a clear error and holds nothing else up.
 
+use super::persist::Change;
 use snic_control::manifest::{object_from_value, Object};
 use snic_control::state::{Ids, State};
 use std::sync::mpsc as std_mpsc;
@@ -117,17 +118,13 @@ impl Etcd {
     /// Writes `new` where `old` is, in one transaction guarded by the revision this node runs.
     pub fn save(&self, old: &State, new: &State) -> Result<(), StoreError> {
         let key = |o: &Object| format!("{}objects/{}/{}", self.prefix, o.kind.as_str(), o.name);
-        let mut ops = Vec::new();
-        for o in old.objects() {
-            if new.get(o.kind, &o.name).is_none() {
-                ops.push(Op::Delete(key(o)));
-            }
-        }
-        for o in new.objects() {
-            if old.get(o.kind, &o.name) != Some(o) {
-                ops.push(Op::Put(key(o), o.to_document().to_string()));
-            }
-        }
+        let mut ops: Vec<Op> = super::persist::changes(old, new)
+            .into_iter()
+            .map(|c| match c {
+                Change::Put(o) => Op::Put(key(o), o.to_document().to_string()),
+                Change::Remove(o) => Op::Delete(key(o)),
+            })
+            .collect();
         if old.ids() != new.ids() {
             let ids = serde_json::to_string(new.ids()).map_err(|e| StoreError::Unavailable(e.to_string()))?;
             ops.push(Op::Put(format!("{}meta/ids", self.prefix), ids));
@@ -258,12 +255,13 @@ async fn load(c: &mut Client, prefix: &str) -> Result<Loaded, String> {
             .await
             .map_err(|e| format!("reading {prefix}: {}", short(&e)))?;
     let (mut objects, mut ids, mut rev) = (Vec::new(), None, 0);
+    let (rev_key, ids_key) = (format!("{prefix}meta/rev"), format!("{prefix}meta/ids"));
     for kv in r.kvs {
         let k = String::from_utf8_lossy(&kv.key).into_owned();
         let v = String::from_utf8_lossy(&kv.value).into_owned();
-        if k == format!("{prefix}meta/rev") {
+        if k == rev_key {
             rev = kv.mod_revision;
-        } else if k == format!("{prefix}meta/ids") {
+        } else if k == ids_key {
             ids = Some(v);
         } else {
             objects.push((k, v));

@@ -111,7 +111,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         None => persist::Store::Local(persist::Db::open(&s.state_dir)?),
     };
     let state = db.load().context("loading the desired state")?;
-    let from = if matches!(db, persist::Store::Etcd(_)) { "etcd" } else { "state_dir" };
+    let shared_state = matches!(db, persist::Store::Etcd(_));
+    let from = if shared_state { "etcd" } else { "state_dir" };
     tracing::info!(objects = state.objects().count(), from, "state loaded");
     let plan = plan::plan(&state, cfg.plan_regions()).context("the stored state no longer fits this node")?;
     let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
@@ -130,7 +131,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp, pool },
         std::time::Duration::from_millis(s.api_body_timeout_ms),
     );
-    if matches!(ctl.lock().db, persist::Store::Etcd(_)) {
+    if shared_state {
         // Deploys what other nodes apply (the watch says when the state may have changed).
         let weak = Arc::downgrade(&ctl);
         std::thread::Builder::new().name("snic-reload".into()).spawn(move || {

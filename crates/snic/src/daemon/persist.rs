@@ -61,31 +61,11 @@ impl Db {
         let txn = self.db.begin_write()?;
         {
             let mut t = txn.open_table(OBJECTS)?;
-            let (mut a, mut b) = (old.objects().peekable(), new.objects().peekable());
-            loop {
-                match (a.peek(), b.peek()) {
-                    (None, None) => break,
-                    (Some(x), Some(y)) if (x.kind, &x.name) == (y.kind, &y.name) => {
-                        if x != y {
-                            t.insert(key(y).as_str(), y.to_document().to_string().as_str())?;
-                        }
-                        a.next();
-                        b.next();
-                    }
-                    // Both iterate in (kind, name) order: the smaller key is in one state only.
-                    (Some(x), Some(y)) if (x.kind, &x.name) < (y.kind, &y.name) => {
-                        t.remove(key(x).as_str())?;
-                        a.next();
-                    }
-                    (Some(x), None) => {
-                        t.remove(key(x).as_str())?;
-                        a.next();
-                    }
-                    (_, Some(y)) => {
-                        t.insert(key(y).as_str(), y.to_document().to_string().as_str())?;
-                        b.next();
-                    }
-                }
+            for c in changes(old, new) {
+                match c {
+                    Change::Put(o) => t.insert(key(o).as_str(), o.to_document().to_string().as_str())?,
+                    Change::Remove(o) => t.remove(key(o).as_str())?,
+                };
             }
             if old.ids() != new.ids() {
                 let mut m = txn.open_table(META)?;
@@ -95,6 +75,46 @@ impl Db {
         txn.commit()?;
         Ok(())
     }
+}
+
+/// One object a change writes: created or replaced, or removed.
+pub enum Change<'a> {
+    /// In the new state, and not the same in the old.
+    Put(&'a Object),
+    /// In the old state only.
+    Remove(&'a Object),
+}
+
+/// What turns `old` into `new`, object by object (the ids apart), in one pass over both: they
+/// iterate in (kind, name) order, so the smaller key is in one state only.
+pub fn changes<'a>(old: &'a State, new: &'a State) -> Vec<Change<'a>> {
+    let mut out = Vec::new();
+    let (mut a, mut b) = (old.objects().peekable(), new.objects().peekable());
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some(x), Some(y)) if (x.kind, &x.name) == (y.kind, &y.name) => {
+                if x != y {
+                    out.push(Change::Put(y));
+                }
+                a.next();
+                b.next();
+            }
+            (Some(x), Some(y)) if (x.kind, &x.name) < (y.kind, &y.name) => {
+                out.push(Change::Remove(x));
+                a.next();
+            }
+            (Some(x), None) => {
+                out.push(Change::Remove(x));
+                a.next();
+            }
+            (_, Some(y)) => {
+                out.push(Change::Put(y));
+                b.next();
+            }
+        }
+    }
+    out
 }
 
 /// Where the desired state lives: this node's own database, or the pool's etcd.
