@@ -264,6 +264,15 @@ pub struct PoolSection {
     /// The key prefix of the pool's objects in etcd (one pool per prefix).
     #[serde(default = "etcd_prefix")]
     pub etcd_prefix: String,
+    /// Behind a switch (one anycast address, flows hashed over the nodes): the number of state
+    /// slots the pool's stateful NTs' port ranges are split into, the same on every node (at
+    /// least the number of nodes). Absent: not split.
+    #[serde(default)]
+    pub slots: Option<u16>,
+    /// This node's slot, below `slots`, unique in the pool: its SNATs allocate from that
+    /// block of their ports, and return traffic to another block goes to the node holding it.
+    #[serde(default)]
+    pub slot: Option<u16>,
 }
 
 fn etcd_prefix() -> String {
@@ -314,6 +323,8 @@ pub struct PoolConfig {
     pub etcd: Vec<String>,
     /// Their key prefix.
     pub etcd_prefix: String,
+    /// This node's state slot, behind a switch ([`crate::pool::owner`]).
+    pub slots: Option<crate::pool::owner::Slots>,
 }
 
 impl PoolSection {
@@ -347,8 +358,20 @@ impl PoolSection {
             self.etcd_prefix.starts_with('/') && self.etcd_prefix.ends_with('/') && self.etcd_prefix.len() > 1,
             "pool.etcd_prefix must start and end with `/` (e.g. /snic/)",
         )?;
+        let slots = match (self.slot, self.slots) {
+            (None, None) => None,
+            (Some(slot), Some(count)) => {
+                ensure(
+                    (1..=crate::pool::owner::MAX_SLOTS).contains(&count) && slot < count,
+                    &format!("pool.slots must be between 1 and {} and pool.slot below it", crate::pool::owner::MAX_SLOTS),
+                )?;
+                Some(crate::pool::owner::Slots { slot, count })
+            }
+            _ => return Err(ConfigError("pool.slot and pool.slots go together (behind a switch, each node its own slot)".into())),
+        };
         let ms = Duration::from_millis;
         Ok(PoolConfig {
+            slots,
             etcd: self.etcd.clone(),
             etcd_prefix: self.etcd_prefix.clone(),
             flow_idle: ms(self.flow_idle_ms),
@@ -467,6 +490,8 @@ mod tests {
             links: Vec::new(),
             etcd: Vec::new(),
             etcd_prefix: "/snic/".into(),
+            slots: None,
+            slot: None,
         };
         let with = |p: PoolSection| NodeSettings { pool: Some(p), ..Default::default() }.validate();
         let c = with(pool("10.0.0.1:7946")).unwrap().pool.unwrap();
@@ -488,5 +513,12 @@ mod tests {
         assert_eq!(with(etcd("http://10.0.0.9:2379")).unwrap().pool.unwrap().etcd, vec!["http://10.0.0.9:2379".to_string()]);
         assert!(with(etcd("10.0.0.9:2379")).unwrap_err().0.contains("pool.etcd"));
         assert!(with(PoolSection { etcd_prefix: "snic".into(), ..pool("10.0.0.1:7946") }).unwrap_err().0.contains("pool.etcd_prefix"));
+        let slot = |slot: Option<u16>, slots: Option<u16>| with(PoolSection { slot, slots, ..pool("10.0.0.1:7946") });
+        let s = slot(Some(2), Some(3)).unwrap().pool.unwrap().slots;
+        assert_eq!(s, Some(crate::pool::owner::Slots { slot: 2, count: 3 }));
+        assert!(slot(Some(3), Some(3)).unwrap_err().0.contains("pool.slot below it"));
+        assert!(slot(Some(0), Some(0)).unwrap_err().0.contains("pool.slots"));
+        assert!(slot(Some(0), None).unwrap_err().0.contains("go together"));
+        assert!(slot(None, None).unwrap().pool.unwrap().slots.is_none());
     }
 }

@@ -26,9 +26,10 @@ use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::meter::{Arrivals, Counters, Meter};
+use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
-use crate::pool::{ChainKey, MemberEvent, Placement, PoolAct, PoolAgent};
+use crate::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct, PoolAgent};
 use crate::sched::{InstanceState, Scheduler};
 use crate::time::Instant;
 use std::net::SocketAddr;
@@ -51,6 +52,8 @@ pub struct NodeCoreConfig {
     pub elastic: ElasticConfig,
     /// The pool agent's settings (its MONITOR_PERIOD follows the elastic section's).
     pub pool: crate::pool::AgentConfig,
+    /// This node's state slot in a pool behind a switch ([`crate::pool::owner`]).
+    pub slots: Option<Slots>,
 }
 
 /// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
@@ -90,6 +93,8 @@ pub struct NodeCore {
     pub redirects: Redirects,
     /// Chains that spill a share of their flows to a peer, or may.
     pub spills: Spills,
+    /// In a pool behind a switch, which node holds a flow's state.
+    pub owners: Owners,
     /// This node can redirect packets to its peers (a pool key, datagram framing): the driver
     /// says so.
     pub pooled: bool,
@@ -106,6 +111,7 @@ impl NodeCore {
             pool: PoolAgent::new(cfg.pool),
             redirects: Redirects::new(),
             spills: Spills::new(),
+            owners: Owners::new(cfg.slots),
             pooled: false,
             acts: Vec::new(),
             pool_acts: Vec::new(),
@@ -211,14 +217,22 @@ impl NodeCore {
     }
 
     /// A membership change: a peer that went down loses what it ran for this node, whole
-    /// chains and spilled flows ([`PoolAct::Lost`]).
-    pub fn handle_member(&mut self, event: MemberEvent, acts: &mut Vec<PoolAct>) {
+    /// chains and spilled flows ([`PoolAct::Lost`]), and the state slot it held.
+    pub fn handle_member(&mut self, now: Instant, event: MemberEvent, acts: &mut Vec<PoolAct>) {
         if let MemberEvent::Down(peer) = event {
             let meter = &self.meter;
             let key = |c: ChainId| meter.chain_key(c);
             self.spills.lost(peer, key, &mut self.redirects, acts);
         }
         self.pool.handle_member(event, acts);
+        self.owners.set_holders(self.pool.slot_holders(now));
+    }
+
+    /// A member's load report (`from`: its pool address): its load, and the state slot it
+    /// holds.
+    pub fn handle_report(&mut self, now: Instant, from: SocketAddr, report: LoadReport) {
+        self.pool.handle_report(now, from, report);
+        self.owners.set_holders(self.pool.slot_holders(now));
     }
 
     /// The peer asked to take a share of `chain`'s flows ([`PoolAct::Spill`]) hosts its DAG at
@@ -289,6 +303,7 @@ mod tests {
             max_tenants: 4,
             elastic: ElasticConfig { regions: 2, autoscale: true, monitor_period: Duration::from_millis(3), ..ElasticConfig::default() },
             pool: Default::default(),
+            slots: None,
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());

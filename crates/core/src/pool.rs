@@ -7,6 +7,8 @@
 //!   spare bandwidth, else the nearest peer with a free region), and when it comes home;
 //! - [`spill`]: a chain that outgrows its home node sends a share of its new flows to a peer,
 //!   each flow keeping its side while it lives;
+//! - [`owner`]: in a pool behind a switch, the node that holds a flow's state (a SNAT's
+//!   return traffic goes to the node whose block of ports it was given);
 //! - [`topology`]: the pool's links and each node's hop distance to its peers;
 //! - [`on_demand`]: the whole launch order, the node's elasticity policy and the agent composed.
 //!
@@ -15,6 +17,7 @@
 
 pub mod agent;
 pub mod membership;
+pub mod owner;
 pub mod redirect;
 pub mod report;
 pub mod spill;

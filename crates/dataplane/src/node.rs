@@ -28,6 +28,7 @@ use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
 pub use snic_core::placement::Place;
 use snic_core::placement::PlacementConfig;
+use snic_core::pool::owner::Slots as StateSlots;
 use snic_core::pool::AgentConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
@@ -117,6 +118,10 @@ pub struct NodeConfig {
     /// The pool agent's settings: how old a peer's load report may be and still count (the
     /// pool's links are given with [`Node::set_pool_links`]).
     pub pool: AgentConfig,
+    /// This node's state slot in a pool behind a switch: its NATs allocate ports from its
+    /// block only, and return traffic for another node's block goes there
+    /// ([`snic_core::pool::owner`]). `None`: the pool is not split.
+    pub slots: Option<StateSlots>,
 }
 
 impl Default for NodeConfig {
@@ -142,6 +147,7 @@ impl Default for NodeConfig {
             auto_place: file.auto_place,
             placement: PlacementConfig::default(),
             pool: AgentConfig::default(),
+            slots: None,
         }
     }
 }
@@ -363,6 +369,7 @@ impl<B: Backend> Node<B> {
                 max_tenants: MAX_TENANTS,
                 elastic: cfg.elastic,
                 pool: cfg.pool,
+                slots: cfg.slots,
             },
             clock.now(),
         );
@@ -556,8 +563,7 @@ impl<B: Backend> Node<B> {
                 return Err(LaunchError::NoWorker(w));
             }
         }
-        let specs = self.live_specs(chain)?;
-        let nts = specs.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?;
+        let nts = self.build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         self.install(chain, inst, nts, place)?;
@@ -671,7 +677,7 @@ impl<B: Backend> Node<B> {
         }
         for i in 0..n {
             let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
-            self.ingress(idx, m, now, &mat);
+            self.ingress(idx, m, now, &mat, false);
         }
         let rx_end = if sampled && n > 0 { self.clock.now() } else { rx_start };
         work += n;
@@ -853,8 +859,10 @@ impl<B: Backend> Node<B> {
         self.store.free_charged(idx, t);
     }
 
+    /// A received datagram; `from_peer`: a peer forwarded it to this node as its state's owner
+    /// (it goes no further in the pool).
     #[inline]
-    fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat) {
+    fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat, from_peer: bool) {
         // SAFETY: the dispatcher owns `idx` (just received, not yet handed to a worker).
         let (buf, d) = unsafe { self.slots.get(idx) };
         if m.truncated {
@@ -874,7 +882,7 @@ impl<B: Backend> Node<B> {
             Framing::Datagram => match layout::parse_vxlan(data) {
                 Ok(v) => (HEADROOM, m.len as usize, v, Peer { addr: m.src, mac: Default::default() }),
                 // Not VXLAN: a peer's redirected packet, or a drop.
-                Err(e) => return self.ingress_other(idx, m, e, now),
+                Err(e) => return self.ingress_other(idx, m, e, now, mat),
             },
         };
         if let Some(p) = self.cfg.vtep_port {
@@ -938,9 +946,20 @@ impl<B: Backend> Node<B> {
             d.walk = Walk::start(DagUid::default());
             return self.egress(idx);
         };
-        // The route its arrivals take now (node-internal UID), unless the DAG is switching
-        // between chain candidates or unknown.
+        // In a pool behind a switch: a packet whose state another node holds goes there.
+        if self.core.owners.on() && !from_peer && self.send_to_owner(idx, uid) {
+            return;
+        }
+        self.arrive(idx, uid, now);
+    }
+
+    /// `idx`, of DAG `uid` (the MAT's), takes the route its arrivals take now (node-internal
+    /// UID), unless the DAG is switching between chain candidates or unknown.
+    #[inline(always)]
+    fn arrive(&mut self, idx: u32, uid: DagUid, now: Instant) {
         let Some(route) = self.dags.arriving(uid) else { return self.hold(idx, uid) };
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
         d.walk = Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
         self.enter(idx, now);

@@ -161,7 +161,8 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
     let mut changed = good.clone();
     *changed.last_mut().unwrap() ^= 1;
     let mut forged = [0u8; HEADER_LEN];
-    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()), destination: None }.emit(&mut forged);
+    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()), destination: None, owner: false }
+        .emit(&mut forged);
     let mut forged = forged.to_vec();
     forged.extend_from_slice(&good[HEADER_LEN..]);
     for d in [changed, forged, good.clone()] {

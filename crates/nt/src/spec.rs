@@ -9,6 +9,7 @@ use crate::synthetic::{Synthetic, SyntheticConfig};
 use crate::vni_map::VniMap;
 use crate::Nt;
 use serde::{Deserialize, Serialize};
+use snic_core::pool::owner::{self, Claim, Slots};
 
 /// One VNI mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,6 +267,35 @@ impl NtSpec {
     }
 }
 
+impl NtSpec {
+    /// The spec as a node holding state slot `s` of a pool behind a switch builds it
+    /// ([`snic_core::pool::owner`]): a source NAT allocates from the slot's block of its ports
+    /// only; every other NT is built as it is.
+    pub fn in_slot(&self, s: Slots) -> Result<std::borrow::Cow<'_, NtSpec>, SpecError> {
+        match self {
+            NtSpec::Nat(c) if c.snat.is_some() && s.count > 1 => {
+                let mut c = c.clone();
+                let snat = c.snat.as_mut().expect("checked");
+                snat.ports = owner::block(snat.ports, s).ok_or_else(|| SpecError::Bound {
+                    field: "snat.ports".into(),
+                    reason: format!("{}–{} has fewer ports than the pool's {} state slots", snat.ports.lo, snat.ports.hi, s.count),
+                })?;
+                Ok(std::borrow::Cow::Owned(NtSpec::Nat(c)))
+            }
+            _ => Ok(std::borrow::Cow::Borrowed(self)),
+        }
+    }
+
+    /// What the NT claims of return traffic in a pool behind a switch: a source NAT, the
+    /// packets to its public address and ports.
+    pub fn claim(&self) -> Option<Claim> {
+        match self {
+            NtSpec::Nat(c) => c.snat.map(|s| Claim { public: s.public.into(), ports: s.ports }),
+            _ => None,
+        }
+    }
+}
+
 /// Instantiates an NT. Called at launch time (the software analogue of partial reconfiguration).
 /// The spec is [validated](NtSpec::validate) first.
 pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
@@ -284,6 +314,22 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snat_in_a_split_pool_takes_its_slots_block_and_claims_the_whole_range() {
+        let nat: NtSpec =
+            serde_json::from_str(r#"{"kind":"nat","snat":{"inside":"10.0.0.0/8","public":"203.0.113.1","ports":{"lo":1000,"hi":1899}}}"#)
+                .unwrap();
+        let claim = nat.claim().unwrap();
+        assert_eq!((claim.public, claim.ports), ("203.0.113.1".parse().unwrap(), snic_core::mat::PortRange { lo: 1000, hi: 1899 }));
+        let mine = nat.in_slot(Slots { slot: 1, count: 3 }).unwrap();
+        let NtSpec::Nat(c) = &*mine else { panic!("{mine:?}") };
+        assert_eq!(c.snat.unwrap().ports, snic_core::mat::PortRange { lo: 1300, hi: 1599 });
+        assert_eq!(*nat.in_slot(Slots { slot: 0, count: 1 }).unwrap(), nat, "one slot: as it is");
+        let few = nat.in_slot(Slots { slot: 0, count: 901 }).unwrap_err();
+        assert_eq!(few.field(), Some("snat.ports"), "{few}");
+        assert_eq!(NtSpec::Counter.claim(), None);
+    }
 
     #[test]
     fn specs_parse_and_build() {

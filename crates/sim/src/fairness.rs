@@ -188,6 +188,7 @@ impl FairnessSpec {
                 max_tenants: self.tenants.len() + 1,
                 elastic: ElasticConfig::default(),
                 pool: Default::default(),
+                slots: None,
             },
             Instant::ZERO,
         );

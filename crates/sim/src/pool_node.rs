@@ -183,13 +183,14 @@ impl PoolSim {
                     max_tenants: 2,
                     elastic: setup.elastic,
                     pool: setup.agent,
+                    slots: None,
                 },
                 Instant::ZERO,
             );
             core.pooled = setup.pooled;
             if setup.pooled {
                 for j in (0..setup.nodes).filter(|&j| j != i) {
-                    core.handle_member(MemberEvent::Up(addr(j)), &mut acts);
+                    core.handle_member(Instant::ZERO, MemberEvent::Up(addr(j)), &mut acts);
                 }
                 if !links.is_empty() {
                     core.pool.set_links(addr(i), &links);
@@ -288,7 +289,7 @@ impl PoolSim {
     fn deliver(&mut self, now: Instant) {
         for (to, msg) in std::mem::take(&mut self.mail) {
             match msg {
-                Msg::Report { from, report } => self.nodes[to].core.pool.handle_report(now, addr(from), report),
+                Msg::Report { from, report } => self.nodes[to].core.handle_report(now, addr(from), report),
                 Msg::Host { home, chain, work, spill } => {
                     // A region a launch can take without stopping a running chain, or no.
                     let fits = self.nodes[to].chains.len() < u16::MAX as usize && self.nodes[to].core.elastic.has_room();

@@ -833,7 +833,7 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let pool_a = a.pool.unwrap();
     s.send_to(b"hello", pool_a).unwrap();
-    let mut forged = b"SNP\x03\x01".to_vec();
+    let mut forged = b"SNP\x04\x01".to_vec();
     forged.extend_from_slice(&[7u8; 60]);
     s.send_to(&forged, pool_a).unwrap();
     let refused = |v: &serde_json::Value| {

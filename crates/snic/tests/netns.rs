@@ -807,3 +807,155 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     eprintln!("blue's pings: {before} answered before B was killed; answered again {:?} s after", again.map(|s| s - killed_at));
     assert!(before > 0 && again.is_some(), "blue is served again after B died: {}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// The routes of the switch-attached test: each endpoint in its VNI's flood list.
+fn switch_routes() -> String {
+    [("fa", 100, 11), ("fb", 100, 12), ("fc", 200, 13), ("fd", 200, 14)]
+        .iter()
+        .map(|(name, vni, i)| {
+            format!("---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: {name}}}\nspec: {{vni: {vni}, vtep: '10.0.{i}.2:4789', flood: true}}\n")
+        })
+        .collect()
+}
+
+/// Issue 18's pool behind a switch: a ToR namespace routes one anycast address (10.0.0.100)
+/// to three snic nodes over a resilient next-hop group, hashing flows by their outer UDP ports
+/// (which the endpoints' kernel VXLAN derives from the inner flow); etcd, on a ToR address,
+/// keeps the pool's one desired state. The manifest is applied to node 1 only; green's TCP
+/// (16 connections) is spread over the nodes, and every node carries some of it through the
+/// applied chain. Blue's 8 TCP connections run through SNAT: each node allocates from its own
+/// block of ports (`pool.slot`), and the return traffic, which the ToR hashes independently,
+/// is forwarded to the node holding the mapping — every connection completes and the server
+/// sees the translated source.
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn a_pool_behind_a_switch_shares_one_state_and_brings_snat_replies_to_their_owner() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "iperf3", "etcd", "bash"]);
+    let mut t = Topo::new("s");
+    t.add_ns("tor");
+    t.exec("tor", &["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+    // Hash on the outer 5-tuple: the VXLAN source port carries the inner flow's hash.
+    t.exec("tor", &["sysctl", "-qw", "net.ipv4.fib_multipath_hash_policy=1"]);
+    t.exec("tor", &["ip", "addr", "add", "10.0.99.1/32", "dev", "lo"]);
+    let nodes = ["node1", "node2", "node3"];
+    for (k, n) in nodes.iter().enumerate() {
+        let i = k + 1;
+        t.add_ns(n);
+        // Links to the ToR carry datagrams forwarded between nodes, 80 bytes longer.
+        t.veth(n, "tor", &format!("10.0.{i}"), 1600);
+        t.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
+        t.exec(n, &["ip", "addr", "add", "10.0.0.100/32", "dev", "lo"]);
+        let tor_dev = format!("{}{n}n", t.prefix);
+        t.exec("tor", &["ip", "nexthop", "add", "id", &i.to_string(), "via", &format!("10.0.{i}.2"), "dev", &tor_dev]);
+    }
+    t.exec("tor", &["ip", "nexthop", "add", "id", "10", "group", "1/2/3", "type", "resilient", "buckets", "64"]);
+    t.exec("tor", &["ip", "route", "add", "10.0.0.100/32", "nhid", "10"]);
+    for (n, i, vni, inner) in
+        [("a", 11, 100, "10.1.0.1/24"), ("b", 12, 100, "10.1.0.2/24"), ("c", 13, 200, "10.1.0.1/24"), ("d", 14, 200, "10.1.0.2/24")]
+    {
+        t.add_ns(n);
+        let dev = t.veth(n, "tor", &format!("10.0.{i}"), 1500);
+        t.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
+        t.vxlan(n, &dev, vni, "10.0.0.100", &format!("10.0.{i}.2"), inner, "nolearning");
+    }
+    std::fs::create_dir_all(&t.state).unwrap();
+    // etcd on the ToR's address (its peer URL on the ToR's loopback).
+    let etcd_dir = t.state.join("etcd");
+    let url = "http://10.0.99.1:2379";
+    let peer = "http://127.0.0.1:2380";
+    t.spawn(
+        "tor",
+        &[
+            "etcd",
+            "--data-dir",
+            etcd_dir.to_str().unwrap(),
+            "--name",
+            "snic-test",
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            peer,
+            "--initial-advertise-peer-urls",
+            peer,
+            "--initial-cluster",
+            &format!("snic-test={peer}"),
+        ],
+    );
+    wait_for("etcd is healthy", Duration::from_secs(30), || {
+        let get = "exec 3<>/dev/tcp/10.0.99.1/2379 && printf 'GET /health HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3";
+        String::from_utf8_lossy(&t.exec_status("tor", &["bash", "-c", get]).stdout).contains("true")
+    });
+    let secret = t.state.join("pool.key");
+    std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
+    let bin = env!("CARGO_BIN_EXE_snic");
+    for (k, n) in nodes.iter().enumerate() {
+        let i = k + 1;
+        let seeds = if i == 1 { String::new() } else { "10.0.1.2:7946".into() };
+        let cfg = t.state.join(format!("{n}.yaml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "pool:\n  listen: 10.0.{i}.2:7946\n  secret_file: {}\n  seeds: [{seeds}]\n  etcd: [{url}]\n  slots: 3\n  slot: {k}\n",
+                secret.display()
+            ),
+        )
+        .unwrap();
+        let dir = t.state.join(n);
+        let (cfg, dir) = (cfg.to_str().unwrap().to_string(), dir.to_str().unwrap().to_string());
+        t.spawn(n, &[bin, "run", "--config", &cfg, "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &dir]);
+    }
+    let status = |t: &Topo, n: &str| -> serde_json::Value {
+        let out = t.exec_status(n, &[bin, "status", "-o", "json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    // Every node knows who holds the other two slots.
+    for n in nodes {
+        wait_for(&format!("{n} knows the other nodes' slots"), Duration::from_secs(30), || {
+            status(&t, n)["owners"]["holders"].as_array().is_some_and(|h| h.len() == 2)
+        });
+    }
+    t.apply("node1", &format!("{MANIFEST}{}", switch_routes()));
+    for n in &nodes[1..] {
+        wait_for(&format!("{n} deploys what was applied to node1"), Duration::from_secs(30), || {
+            status(&t, n)["tenants"].as_array().is_some_and(|ts| ts.len() == 2)
+        });
+    }
+
+    // Green: 16 TCP connections, spread over the nodes by the ToR.
+    t.spawn("d", &["iperf3", "-s", "-1", "-p", "5201"]);
+    t.listening("d", &[5201]);
+    let out =
+        t.exec("c", &["timeout", "-s", "KILL", "60", "iperf3", "-c", "10.1.0.2", "-p", "5201", "-P", "16", "-t", "3", "-b", "2M", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3: {e}: {out}"));
+    assert!(v.get("error").is_none(), "green's TCP through the pool: {}", v["error"]);
+    for n in nodes {
+        let s = status(&t, n);
+        let green = stats(&s, "green");
+        assert!(green["tx_packets"].as_u64().unwrap() > 0, "{n} carried some of green's flows through the chain applied at node1: {green}");
+    }
+
+    // Blue: 8 TCP connections through SNAT; their replies come back by other hashes.
+    let amac = t.mac("a");
+    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+    let log = t.state.join("iperf-blue.json");
+    t.spawn("b", &["iperf3", "-s", "-1", "-p", "5201", "-J", "--logfile", log.to_str().unwrap()]);
+    t.listening("b", &[5201]);
+    let out =
+        t.exec("a", &["timeout", "-s", "KILL", "60", "iperf3", "-c", "10.1.0.2", "-p", "5201", "-P", "8", "-t", "4", "-b", "2M", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("iperf3: {e}: {out}"));
+    assert!(v.get("error").is_none(), "blue's TCP through the pool's SNAT: {}", v["error"]);
+    let streams = v["end"]["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 8, "{}", v["end"]);
+    for s in streams {
+        assert!(s["receiver"]["bytes"].as_u64().unwrap() > 0, "every connection carried data: {s}");
+    }
+    let server = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(server.contains("10.1.0.100"), "the receiver saw the SNAT address: {server}");
+    let sum = |what: &str| nodes.iter().map(|n| status(&t, n)["owners"][what].as_u64().unwrap_or(0)).sum::<u64>();
+    let (forwarded, received) = (sum("forwarded"), sum("received"));
+    eprintln!("packets forwarded to their state's owner: {forwarded}, received as owner: {received}");
+    assert!(forwarded > 0 && received > 0, "replies that landed elsewhere went to their owner: {forwarded} {received}");
+}

@@ -8,7 +8,7 @@
 //!  0               1               2               3
 //!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
 //! +---------------+---------------+---------------+---------------+
-//! |      'S'      |      'N'      |      'R'      |  version (2)  |  0
+//! |      'S'      |      'N'      |      'R'      |  version (3)  |  0
 //! +---------------+---------------+---------------+---------------+
 //! |                                                               |  4
 //! |      tag: AES-128-GCM over bytes 20.. (no plaintext: GMAC)    |
@@ -40,7 +40,12 @@
 //!   runs the DAG, when the datagram goes through pass-through nodes first (the pool's links
 //!   are a ring or another graph without a direct link). A node that receives a datagram with
 //!   a destination forwards it toward it without running anything; the last pass-through node
-//!   clears the bit. Without it, the receiver is the node that runs it.
+//!   clears the bit. Without it, the receiver is the node that runs it. Bit 2 — *to the
+//!   owner*: in a pool behind a switch, the packet belongs to the NT state of the receiving
+//!   node (a SNAT's return traffic, `snic_core::pool::owner`); it has run nothing yet. The
+//!   receiver takes it as if from the tenant's VTEP given as the delivery address (bit 0 is
+//!   set), through its own rules, from the start of its own DAG; *route* is the DAG's
+//!   pool-wide UID and *position* 0.
 //!
 //! The first byte, `'S'` (0x53), has VXLAN's I flag (0x08) clear, so no VXLAN datagram is ever
 //! mistaken for a redirected one. This module reads and writes the fields; the tag is the data
@@ -54,7 +59,7 @@ pub const HEADER_LEN: usize = 80;
 /// The first three bytes.
 pub const MAGIC: [u8; 3] = *b"SNR";
 /// The version this module writes and reads.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Where the tag is (16 bytes).
 pub const TAG: core::ops::Range<usize> = 4..20;
 /// Where the nonce is (12 bytes).
@@ -64,6 +69,7 @@ pub const AUTHENTICATED_FROM: usize = 20;
 
 const FLAG_DELIVERY: u8 = 1;
 const FLAG_DESTINATION: u8 = 2;
+const FLAG_OWNER: u8 = 4;
 
 /// The header's fields (all but the tag).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +88,9 @@ pub struct RedirectRepr {
     pub delivery: Option<SocketAddr>,
     /// The node that runs it, when the receiver is a pass-through node on the way.
     pub destination: Option<SocketAddr>,
+    /// For the receiver's own DAG, as its state's owner (flag bit 2): `delivery` is the
+    /// tenant's VTEP it came from.
+    pub owner: bool,
 }
 
 /// Why a datagram is not a redirected packet this node can read.
@@ -121,6 +130,7 @@ impl RedirectRepr {
             hops: d[37],
             delivery: (d[38] & FLAG_DELIVERY != 0).then(|| read_addr(d, 40, 44)),
             destination: (d[38] & FLAG_DESTINATION != 0).then(|| read_addr(d, 60, 64)),
+            owner: d[38] & FLAG_OWNER != 0,
         })
     }
 
@@ -135,7 +145,9 @@ impl RedirectRepr {
         put32(h, 32, self.route);
         h[36] = self.pos;
         h[37] = self.hops;
-        h[38] = if self.delivery.is_some() { FLAG_DELIVERY } else { 0 } | if self.destination.is_some() { FLAG_DESTINATION } else { 0 };
+        h[38] = if self.delivery.is_some() { FLAG_DELIVERY } else { 0 }
+            | if self.destination.is_some() { FLAG_DESTINATION } else { 0 }
+            | if self.owner { FLAG_OWNER } else { 0 };
         h[39] = 0;
         write_addr(h, 40, 44, self.delivery);
         write_addr(h, 60, 64, self.destination);
@@ -173,16 +185,25 @@ mod tests {
     use super::*;
 
     fn repr(delivery: Option<SocketAddr>) -> RedirectRepr {
-        RedirectRepr { sender: 0xdead_beef, counter: 0x0102_0304_0506_0708, route: 7, pos: 2, hops: 1, delivery, destination: None }
+        RedirectRepr {
+            sender: 0xdead_beef,
+            counter: 0x0102_0304_0506_0708,
+            route: 7,
+            pos: 2,
+            hops: 1,
+            delivery,
+            destination: None,
+            owner: false,
+        }
     }
 
     #[test]
     fn a_header_reads_back_as_written_for_both_address_families_and_none() {
         let addrs: [Option<SocketAddr>; 3] = [None, Some("192.0.2.9:4789".parse().unwrap()), Some("[2001:db8::9]:4790".parse().unwrap())];
         for d in addrs {
-            for dest in addrs {
+            for (dest, owner) in addrs.into_iter().flat_map(|a| [(a, false), (a, true)]) {
                 let mut h = [0u8; HEADER_LEN];
-                let r = RedirectRepr { destination: dest, ..repr(d) };
+                let r = RedirectRepr { destination: dest, owner, ..repr(d) };
                 r.emit(&mut h);
                 let mut dgram = h.to_vec();
                 dgram.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);

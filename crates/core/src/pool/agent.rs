@@ -205,6 +205,11 @@ impl PoolAgent {
         }
     }
 
+    /// The live members holding state slots, by their fresh reports: (slot, data address).
+    pub fn slot_holders(&self, now: Instant) -> impl Iterator<Item = (u16, SocketAddr)> + '_ {
+        self.peers.values().filter_map(move |p| Some((self.fresh(now, p)?.slot?, p.data?)))
+    }
+
     /// Hops to `peer`.
     pub fn hops(&self, peer: SocketAddr) -> u32 {
         self.hops.get(&peer).copied().unwrap_or(self.unknown_hops)

@@ -62,6 +62,8 @@ pub struct LoadReport {
     /// Its data address: where redirected packets for it go (an unspecified IP: the address
     /// the report came from).
     pub data: Option<SocketAddr>,
+    /// Its state slot, in a pool behind a switch ([`crate::pool::owner`]).
+    pub slot: Option<u16>,
 }
 
 impl LoadReport {
@@ -96,6 +98,7 @@ mod tests {
             port_spare_gbps: 12.5,
             hops: vec![(SocketAddr::from(([10, 0, 0, 2], 7946)), 1)],
             data: Some(SocketAddr::from(([10, 0, 0, 2], 4789))),
+            slot: Some(1),
         };
         assert_eq!(LoadReport::decode(&r.encode()), Some(r));
         assert_eq!(LoadReport::decode(&[0xff; 3]), None);

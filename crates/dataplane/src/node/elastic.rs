@@ -9,7 +9,7 @@ use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
 use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
-use snic_nt::Nt;
+use snic_nt::{Nt, NtSpec};
 
 /// What to do with a packet whose chain had no active instance.
 pub(super) enum OnDemand {
@@ -63,7 +63,13 @@ impl<B: Backend> Node<B> {
 
     /// A live chain's NTs, freshly built from its specs.
     pub(super) fn build_nts(&self, chain: ChainId) -> Result<Vec<Box<dyn Nt>>, LaunchError> {
-        Ok(self.live_specs(chain)?.iter().map(snic_nt::build).collect::<Result<Vec<_>, _>>()?)
+        let slots = self.cfg.slots;
+        let build = |spec: &NtSpec| match slots {
+            // In a pool behind a switch: a SNAT allocates from this node's block of ports.
+            Some(s) => snic_nt::build(&*spec.in_slot(s)?),
+            None => snic_nt::build(spec),
+        };
+        Ok(self.live_specs(chain)?.iter().map(build).collect::<Result<Vec<_>, _>>()?)
     }
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).

@@ -128,7 +128,7 @@ impl<B: Backend> Node<B> {
     /// A member's load report (`from`: its pool address).
     pub fn pool_report(&mut self, from: SocketAddr, report: LoadReport) {
         let now = self.clock.now();
-        self.core.pool.handle_report(now, from, report);
+        self.core.handle_report(now, from, report);
     }
 
     /// A membership change: a peer that went down loses what it ran for this node, which runs
@@ -137,7 +137,8 @@ impl<B: Backend> Node<B> {
         if let MemberEvent::Down(peer) = event {
             self.returns_lost(peer);
         }
-        self.carry_out(|core, acts| core.handle_member(event, acts));
+        let now = self.clock.now();
+        self.carry_out(|core, acts| core.handle_member(now, event, acts));
     }
 
     /// The DAGs peers host for this node (placed, or taking a share of a chain's flows): each

@@ -26,6 +26,9 @@ impl<B: Backend> Node<B> {
     /// puts the DAG back on its planned form and forgets its compact form; packets already on
     /// the old route finish it (it leaves once they have), and arrivals wait until they have.
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+        // What its stateful NTs claim of return traffic, in a pool behind a switch.
+        let claims = route.steps().iter().flat_map(|s| &self.chains[s.chain.index()]).filter_map(NtSpec::claim).collect();
+        self.core.owners.set_claims(uid, claims);
         let (now, store, mut acts) = (self.clock.now(), &self.store, std::mem::take(&mut self.dag_acts));
         self.dags.set_dag(&mut self.sched, uid, route, now, |r| store.in_route(r) as usize, &mut acts);
         self.apply_dag_acts(acts, now);
@@ -34,6 +37,7 @@ impl<B: Backend> Node<B> {
     /// Removes a DAG; its packets already on a route finish it, those held by a switch are
     /// dropped. Its compact form's chain goes too.
     pub fn remove_dag(&mut self, uid: DagUid) {
+        self.core.owners.set_claims(uid, Vec::new());
         let mut acts = std::mem::take(&mut self.dag_acts);
         self.dags.remove_dag(uid, &mut acts);
         self.apply_dag_acts(acts, self.clock.now());

@@ -17,6 +17,7 @@ use crate::Drop;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use snic_core::dag::DagRoute;
 use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::mat::Mat;
 use snic_core::pool::redirect::{HostTable, Hosted, Redirect};
 use snic_core::time::Instant;
 use snic_core::walk::Walk;
@@ -82,6 +83,16 @@ fn seal(key: &LessSafeKey, d: &mut [u8]) {
         .seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&d[AUTHENTICATED_FROM..]), &mut [])
         .expect("an empty plaintext is within AES-GCM's limits");
     d[TAG].copy_from_slice(tag.as_ref());
+}
+
+/// Writes `repr` in front of the `len` bytes at `off` in `buf` and seals the whole: where the
+/// datagram now starts.
+fn put_header(key: &LessSafeKey, buf: &mut [u8], off: usize, len: usize, repr: &RedirectRepr) -> usize {
+    let start = off - HEADER_LEN;
+    let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
+    repr.emit(h);
+    seal(key, &mut buf[start..off + len]);
+    start
 }
 
 /// True if `d`'s tag verifies.
@@ -226,11 +237,9 @@ impl<B: Backend> Node<B> {
             hops: 0,
             delivery,
             destination,
+            owner: false,
         };
-        let start = off - HEADER_LEN;
-        let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
-        repr.emit(h);
-        seal(key, &mut buf[start..off + len]);
+        let start = put_header(key, buf, off, len, &repr);
         let tenant = d.meta.tenant;
         let c = chain.index();
         if self.pool.sent.len() <= c {
@@ -241,6 +250,11 @@ impl<B: Backend> Node<B> {
         true
     }
 
+    /// Behind a switch: the state slots, and the packets sent to and received as owners.
+    pub fn owners(&self) -> &snic_core::pool::owner::Owners {
+        &self.core.owners
+    }
+
     /// Redirected packets this node forwarded as a pass-through node, and their bytes.
     pub fn pass_through(&self) -> (u64, u64) {
         self.pool.pass_through
@@ -249,11 +263,11 @@ impl<B: Backend> Node<B> {
     /// A datagram that is not VXLAN (`e`): a peer's redirected packet, or a drop for `e`.
     #[cold]
     #[inline(never)]
-    pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant) {
+    pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant, mat: &Mat) {
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, _) = unsafe { self.slots.get(idx) };
         if snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
-            self.ingress_redirected(idx, m, now)
+            self.ingress_redirected(idx, m, now, mat)
         } else {
             self.drop_unattributed(idx, Drop::Parse(e))
         }
@@ -261,7 +275,7 @@ impl<B: Backend> Node<B> {
 
     /// A datagram that starts like a redirected packet: checks it is one of the pool's, for a
     /// DAG hosted here, and enters it at the step it names, charged to the hosting tenant.
-    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant) {
+    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat) {
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, d) = unsafe { self.slots.get(idx) };
         let stored = m.len as usize;
@@ -276,6 +290,9 @@ impl<B: Backend> Node<B> {
         }
         if let Some(dest) = h.destination {
             return self.pass_on(idx, m, h, dest, now);
+        }
+        if h.owner {
+            return self.ingress_as_owner(idx, m, h, now, mat);
         }
         let Some(&Hosted { tenant, .. }) = self.pool.hosted.get(h.route) else {
             return self.drop_unattributed(idx, Drop::NotHosted);
@@ -311,6 +328,59 @@ impl<B: Backend> Node<B> {
         self.store.tag_route(idx, h.route);
         let e = self.walk_enter(idx, now);
         self.entered(idx, e, now);
+    }
+
+    /// In a pool behind a switch ([`snic_core::pool::owner`]): if another node holds the NT
+    /// state of the packet `idx` (of DAG `dag`, the MAT's UID: the same on every node sharing
+    /// the desired state), it goes there whole, sealed, before anything runs here. True: it
+    /// went (it counts as this tenant's transmitted packet).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn send_to_owner(&mut self, idx: u32, dag: DagUid) -> bool {
+        // SAFETY: the dispatcher owns `idx`.
+        let (buf, d) = unsafe { self.slots.get(idx) };
+        let Some(inner) = d.meta.inner.as_ref() else { return false };
+        let Some(owner) = self.core.owners.owner(dag, inner.key.dst, inner.key.dst_port) else { return false };
+        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
+        let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
+        let (to, destination) = match self.core.pool.via(owner) {
+            Some(next) => (next, Some(owner)),
+            None => (owner, None),
+        };
+        self.pool.counter += 1;
+        let repr = RedirectRepr {
+            sender: self.pool.sender,
+            counter: self.pool.counter,
+            route: dag.0,
+            pos: 0,
+            hops: 0,
+            // The tenant's VTEP it came from: the owner takes it as if from there.
+            delivery: Some(d.src.addr),
+            destination,
+            owner: true,
+        };
+        let start = put_header(key, buf, off, len, &repr);
+        self.core.owners.forwarded += 1;
+        self.queue_tx(d.meta.tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: to });
+        true
+    }
+
+    /// A packet a peer forwarded to this node as the owner of its NT state: taken as if
+    /// received from the tenant's VTEP the header names (its rules, its source check, its
+    /// charge, learning), from the start of this node's DAG, and never forwarded again.
+    fn ingress_as_owner(&mut self, idx: u32, m: RxMeta, h: RedirectRepr, now: Instant, mat: &Mat) {
+        if !self.pool.admit(h.sender, h.counter) {
+            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+        }
+        let Some(vtep) = h.delivery else { return self.drop_unattributed(idx, Drop::Unauthenticated) };
+        // SAFETY: the dispatcher owns `idx` (just received).
+        let (buf, _) = unsafe { self.slots.get(idx) };
+        let stored = m.len as usize;
+        // Where a received datagram starts (the header is read: its bytes go).
+        buf.copy_within(HEADROOM + HEADER_LEN..HEADROOM + stored, HEADROOM);
+        self.core.owners.received += 1;
+        let m = RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m };
+        self.ingress(idx, m, now, mat, true);
     }
 
     /// This node is a pass-through node on the way to `dest` (the pool's links join the home

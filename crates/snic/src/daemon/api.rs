@@ -459,6 +459,7 @@ async fn status(AxState(shared): AxState<SharedRef>) -> Response {
         "hosted": snap.hosted,
         "redirects": snap.redirects,
         "pass_through": {"packets": snap.pass_through_packets, "bytes": snap.pass_through_bytes},
+        "owners": snap.owners,
     }))
     .into_response()
 }

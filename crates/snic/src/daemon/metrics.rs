@@ -148,6 +148,15 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
     );
     pass.get_or_create(&l(&[("unit", "packets")])).inc_by(snap.pass_through_packets);
     pass.get_or_create(&l(&[("unit", "bytes")])).inc_by(snap.pass_through_bytes);
+    if let Some(o) = &snap.owners {
+        let own = family::<Counter>(
+            &mut reg,
+            "snic_owner_packets",
+            "Behind a switch: packets sent to the node holding their NT state, and received as their owner",
+        );
+        own.get_or_create(&l(&[("direction", "forwarded")])).inc_by(o.forwarded);
+        own.get_or_create(&l(&[("direction", "received")])).inc_by(o.received);
+    }
     lat.get_or_create(&l(&[("quantile", "0.5")])).set(snap.latency_p50_ns as i64);
     lat.get_or_create(&l(&[("quantile", "0.99")])).set(snap.latency_p99_ns as i64);
     let mut out = String::new();

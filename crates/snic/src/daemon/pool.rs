@@ -31,7 +31,7 @@ use std::time::Duration;
 use super::worker::{DpLink, Snapshot};
 
 const MAGIC: &[u8; 3] = b"SNP";
-const VERSION: u8 = 3;
+const VERSION: u8 = 4;
 /// HMAC-SHA256, whole (checked by the library's own constant-time verification).
 const TAG: usize = 32;
 /// Magic, version, kind, generation, counter.
@@ -320,6 +320,7 @@ impl Pool {
             membership,
             agent,
             hops: cfg.hops.iter().map(|(a, h)| (*a, (*h).min(u8::MAX as u32) as u8)).collect(),
+            slot: cfg.slots.map(|s| s.slot),
             gossip: cfg.gossip_period,
             seeds: cfg.seeds.clone(),
             start: std::time::Instant::now(),
@@ -381,6 +382,8 @@ struct Thread {
     agent: PoolAgent,
     /// Its hop distance to each peer the links reach (reported).
     hops: Vec<(SocketAddr, u8)>,
+    /// Its state slot, behind a switch (reported).
+    slot: Option<u16>,
     gossip: Duration,
     seeds: Vec<SocketAddr>,
     start: std::time::Instant,
@@ -667,6 +670,7 @@ impl Thread {
             port_spare_gbps: (self.facts.link_gbps - used_gbps).max(0.0) as f32,
             hops: self.hops.clone(),
             data: Some(self.data),
+            slot: self.slot,
         };
         let bytes = r.encode();
         let members: Vec<SocketAddr> = self.membership.members().collect();

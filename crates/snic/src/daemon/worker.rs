@@ -151,9 +151,29 @@ pub struct Snapshot {
     pub pass_through_packets: u64,
     /// Their bytes.
     pub pass_through_bytes: u64,
+    /// Behind a switch: this node's state slot, who holds the others, packets forwarded to
+    /// their owner and received as the owner.
+    pub owners: Option<OwnersSnap>,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
+}
+
+/// The state slots of a pool behind a switch, as this node sees them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct OwnersSnap {
+    /// This node's slot, and the pool's count.
+    pub slot: u16,
+    /// See `slot`.
+    pub slots: u16,
+    /// The members holding the other slots: [slot, data address].
+    pub holders: Vec<(u16, String)>,
+    /// Slots more than one node claims (a misconfigured pool).
+    pub conflicts: Vec<u16>,
+    /// Packets this node sent to the node holding their state.
+    pub forwarded: u64,
+    /// Packets peers sent to this node as their state's owner.
+    pub received: u64,
 }
 
 /// How often the data plane publishes its snapshot.
@@ -386,8 +406,21 @@ fn node_config(cfg: &Config) -> NodeConfig {
             spill_flows: p.spill_flows,
             ..AgentConfig::default()
         }),
+        slots: cfg.pool.as_ref().and_then(|p| p.slots),
         ..Default::default()
     }
+}
+
+fn owners_snap(o: &snic_core::pool::owner::Owners) -> Option<OwnersSnap> {
+    let s = o.slots()?;
+    Some(OwnersSnap {
+        slot: s.slot,
+        slots: s.count,
+        holders: o.holders().map(|(s, a)| (s, a.to_string())).collect(),
+        conflicts: o.conflicts().to_vec(),
+        forwarded: o.forwarded,
+        received: o.received,
+    })
 }
 
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
@@ -690,6 +723,7 @@ fn run(
                         .collect(),
                     pass_through_packets,
                     pass_through_bytes,
+                    owners: owners_snap(n.owners()),
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
                 if let Ok(mut g) = snap.lock() {
