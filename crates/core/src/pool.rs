@@ -9,6 +9,7 @@
 //!   each flow keeping its side while it lives;
 //! - [`owner`]: in a pool behind a switch, the node that holds a flow's state (a SNAT's
 //!   return traffic goes to the node whose block of ports it was given);
+//! - [`health`]: which nodes of a pool behind a switch the ToR sends to (the health checker);
 //! - [`topology`]: the pool's links and each node's hop distance to its peers;
 //! - [`on_demand`]: the whole launch order, the node's elasticity policy and the agent composed.
 //!
@@ -16,6 +17,7 @@
 //! many of them on one virtual clock.
 
 pub mod agent;
+pub mod health;
 pub mod membership;
 pub mod owner;
 pub mod redirect;

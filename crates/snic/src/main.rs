@@ -1,7 +1,7 @@
 //! `snic`: the one user-facing binary of the snic software SuperNIC.
 //!
 //! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status` (its API), `plan` (offline
-//! placement), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
+//! placement), `tor` (the health checker on a pool's ToR), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
 //! `--json`, run by the `snic-bench` binary beside this one), `cost` (the paper's cost model) and `sim` (the simulator).
 
 mod client;
@@ -12,6 +12,7 @@ mod demo_pool;
 mod deploy;
 mod plan_cmd;
 mod sim_cmd;
+mod tor;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -51,6 +52,9 @@ enum Cmd {
     Cost(cost_cmd::CostArgs),
     /// Run a scenario on the simulator (the policy core at rack and data-center scale).
     Sim(sim_cmd::SimArgs),
+    /// On the ToR of a pool behind a switch: keep its resilient next-hop group to the nodes
+    /// whose health check answers.
+    Tor(tor::TorArgs),
 }
 
 fn main() {
@@ -73,6 +77,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Plan(p) => plan_cmd::run(p),
         Cmd::Cost(c) => cost_cmd::run(c),
         Cmd::Sim(s) => sim_cmd::run(s),
+        Cmd::Tor(t) => tor::run(t),
         Cmd::Run(r) => daemon::run(r),
         Cmd::Apply(a) => client::apply(a),
         Cmd::Get(a) => client::get(a),

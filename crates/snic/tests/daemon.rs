@@ -234,6 +234,9 @@ fn daemon_lifecycle() {
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["chains"], 2);
+    // The health check a ToR's checker asks (`snic tor`): the data plane runs.
+    let (s, v) = http("GET", &format!("{}/v1/health", d.api), "");
+    assert_eq!((s, &v["healthy"]), (200, &serde_json::json!(true)), "{v}");
 
     let (gb, gg) = traffic(d.data, &b, &g, 200);
     assert_eq!(gb.len(), 200, "blue delivered");

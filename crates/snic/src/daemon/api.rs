@@ -100,6 +100,7 @@ pub fn router(ctl: SharedRef) -> Router {
         .route("/v1/objects/{kind}", get(list))
         .route("/v1/objects/{kind}/{name}", get(get_one).delete(delete))
         .route("/v1/status", get(status))
+        .route("/v1/health", get(health))
         .route("/v1/pool/place", post(place))
         .route("/metrics", get(super::metrics::metrics))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "not_found", "", "", "path", "no such endpoint") })
@@ -431,6 +432,15 @@ async fn place(AxState(shared): AxState<SharedRef>, body: Body) -> Response {
         Ok(Err((st, code, reason))) => err(st, code, "DAG", &dag, "peer", &reason),
         Err(e) => internal(anyhow::anyhow!("placing: {e}")),
     }
+}
+
+/// Whether this node should get traffic: 200 while its data plane runs, 503 when it does not
+/// (a health checker in front of the pool, `snic tor`, takes it out of the switch's group).
+async fn health(AxState(shared): AxState<SharedRef>) -> Response {
+    let (up, age) = shared.lock().dp.health(std::time::Instant::now());
+    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({"healthy": up, "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64}});
+    (code, Json(body)).into_response()
 }
 
 async fn status(AxState(shared): AxState<SharedRef>) -> Response {

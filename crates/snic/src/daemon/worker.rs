@@ -595,6 +595,12 @@ impl DataPlane {
         DpLink { tx: self.tx.clone(), waker: self.waker.clone() }
     }
 
+    /// Whether the data plane is running, and how long ago it last published (without
+    /// copying the snapshot).
+    pub fn health(&self, now: Instant) -> (bool, Duration) {
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).health(now)
+    }
+
     /// The last published snapshot.
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
