@@ -223,16 +223,19 @@ impl NodeCore {
             let meter = &self.meter;
             let key = |c: ChainId| meter.chain_key(c);
             self.spills.lost(peer, key, &mut self.redirects, acts);
+            if let Some(data) = self.pool.data_of(peer) {
+                self.owners.unpin(data);
+            }
         }
         self.pool.handle_member(event, acts);
-        self.owners.set_holders(self.pool.slot_holders(now));
+        self.owners.set_holders(now, self.pool.slot_holders(now));
     }
 
     /// A member's load report (`from`: its pool address): its load, and the state slot it
     /// holds.
     pub fn handle_report(&mut self, now: Instant, from: SocketAddr, report: LoadReport) {
         self.pool.handle_report(now, from, report);
-        self.owners.set_holders(self.pool.slot_holders(now));
+        self.owners.set_holders(now, self.pool.slot_holders(now));
     }
 
     /// The peer asked to take a share of `chain`'s flows ([`PoolAct::Spill`]) hosts its DAG at

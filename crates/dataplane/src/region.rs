@@ -137,6 +137,13 @@ impl Region {
         self.chain
     }
 
+    /// The flows whose state the chain's NTs hold, by hash ([`Nt::flow_hashes`]).
+    pub fn flow_hashes(&self, now: Instant, out: &mut Vec<u64>) {
+        for nt in &self.chain {
+            nt.flow_hashes(now, out);
+        }
+    }
+
     /// The NT kinds of the chain, in order.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.chain.iter().map(|n| n.kind()).collect()

@@ -61,6 +61,7 @@ impl Work {
 enum Ctl {
     Install(Region, mpsc::Sender<()>),
     Remove(InstanceId, mpsc::Sender<Option<Region>>),
+    FlowHashes(Instant, mpsc::Sender<Vec<u64>>),
 }
 
 /// The dispatcher's handle on one worker thread.
@@ -135,6 +136,13 @@ impl WorkerHandle {
         let (ack, rx) = mpsc::channel();
         self.ctl.send(Ctl::Remove(instance, ack)).map_err(|_| WorkerError::Gone)?;
         Ok(rx)
+    }
+
+    /// The flows whose state its regions' NTs hold, by hash ([`snic_nt::Nt::flow_hashes`]).
+    pub fn flow_hashes(&self, now: Instant) -> Result<Vec<u64>, WorkerError> {
+        let (ack, rx) = mpsc::channel();
+        self.ctl.send(Ctl::FlowHashes(now, ack)).map_err(|_| WorkerError::Gone)?;
+        rx.recv_timeout(Duration::from_secs(5)).map_err(|_| WorkerError::Gone)
     }
 
     /// Sends a batch; gives it back if the ring is full. (The batch is returned by value on
@@ -279,6 +287,13 @@ fn control(ctl: &mpsc::Receiver<Ctl>, regions: &mut Vec<Option<Region>>) {
             Ctl::Remove(inst, ack) => {
                 let r = regions.get_mut(inst.index()).and_then(Option::take);
                 let _ = ack.send(r);
+            }
+            Ctl::FlowHashes(now, ack) => {
+                let mut out = Vec::new();
+                for r in regions.iter().flatten() {
+                    r.flow_hashes(now, &mut out);
+                }
+                let _ = ack.send(out);
             }
         }
     }

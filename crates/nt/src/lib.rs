@@ -185,6 +185,12 @@ pub trait Nt: Send {
         None
     }
 
+    /// The flows whose state it holds, live at `now`, by the hash of the 5-tuple their packets
+    /// arrive with ([`snic_wire::layout::FlowKey::hash64`]), appended to `out`: a node that
+    /// drains tells its peers which flows to bring back to it. The default: none. Off the
+    /// packet path.
+    fn flow_hashes(&self, _now: Instant, _out: &mut Vec<u64>) {}
+
     /// Takes `state`, saved by [`Nt::save_state`] of an instance of the same kind and
     /// configuration, into this one (merged with what it has: several instances' states may be
     /// restored into one). Off the packet path. Returns how many entries (flows, counts) it

@@ -125,6 +125,9 @@ struct Flow {
     expires: Instant,
     /// SNAT port to release on expiry.
     snat_port: Option<u16>,
+    /// A TCP flow that has seen a FIN or RST: it keeps the closing timeout (the last ACKs do
+    /// not give it the established one back).
+    closing: bool,
 }
 
 /// One bit per port, per protocol.
@@ -262,11 +265,14 @@ impl Nat {
         let e = *self.index.get(k)?;
         let (i, fwd) = (e & !REPLY, e & REPLY == 0);
         let t = self.timeout(k.proto, flags);
+        let closing_t = self.tmo[1];
         let f = self.slab[i as usize].as_mut().expect("indexed flows are live");
         if f.expires < now {
             self.remove(i);
             return None;
         }
+        f.closing |= k.proto == ip_proto::TCP && flags & (tcp::flags::FIN | tcp::flags::RST) != 0;
+        let t = if f.closing { closing_t } else { t };
         f.expires = Instant::from_nanos(now.as_nanos().saturating_add(t));
         Some(if fwd { f.xlat } else { f.orig.reversed() })
     }
@@ -302,7 +308,8 @@ impl Nat {
             return Err(DropReason::NatPortsExhausted);
         }
         let expires = Instant::from_nanos(now.as_nanos().saturating_add(self.timeout(k.proto, flags)));
-        self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires, snat_port: port });
+        let closing = k.proto == ip_proto::TCP && flags & (tcp::flags::FIN | tcp::flags::RST) != 0;
+        self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires, snat_port: port, closing });
         self.index.insert(*k, i);
         self.index.insert(rk, i | REPLY);
         Ok(Some(xlat))
@@ -332,6 +339,7 @@ struct SavedFlow {
     xlat: SavedKey,
     left_ns: u64,
     snat_port: Option<u16>,
+    closing: bool,
 }
 
 /// The NAT's state, as saved: its live flows (postcard).
@@ -355,7 +363,7 @@ impl Nat {
             self.ports[ports].set(p, true);
         }
         let expires = Instant::from_nanos(now.as_nanos().saturating_add(f.left_ns));
-        self.slab[i as usize] = Some(Flow { orig, xlat, expires, snat_port: f.snat_port });
+        self.slab[i as usize] = Some(Flow { orig, xlat, expires, snat_port: f.snat_port, closing: f.closing });
         self.index.insert(orig, i);
         self.index.insert(rk, i | REPLY);
         true
@@ -437,6 +445,15 @@ impl Nt for Nat {
         Verdict::Continue
     }
 
+    /// Both directions of every live flow: a packet of either, landing on a peer while this
+    /// node drains, comes back here.
+    fn flow_hashes(&self, now: Instant, out: &mut Vec<u64>) {
+        for f in self.slab.iter().flatten().filter(|f| f.expires >= now) {
+            out.push(f.orig.hash64());
+            out.push(f.xlat.reversed().hash64());
+        }
+    }
+
     /// The live flows, each with the time it has left: a moved NAT keeps its mappings, so
     /// established connections (and their replies) carry on through it.
     fn save_state(&self, now: Instant) -> Option<Vec<u8>> {
@@ -447,6 +464,7 @@ impl Nt for Nat {
                 xlat: (&f.xlat).into(),
                 left_ns: f.expires.as_nanos() - now.as_nanos(),
                 snat_port: f.snat_port,
+                closing: f.closing,
             })
             .collect();
         postcard::to_allocvec(&SavedNat { flows }).ok()
@@ -540,6 +558,24 @@ mod tests {
         let mut a2 = TestPkt::new("10.0.0.1", "1.1.1.1", udp(1, 2), 0);
         assert_eq!(nat.process(&at(31), &mut a2.pkt()), Verdict::Continue);
         assert_eq!(nat.process(&at(31), &mut c2.pkt()), Verdict::Continue);
+    }
+
+    #[test]
+    fn a_closing_tcp_flow_keeps_the_closing_timeout_through_its_last_acks() {
+        let mut nat = Nat::new(snat_cfg(4, default_ports()));
+        let mut syn = TestPkt::new("10.0.0.1", "1.1.1.1", tcp(4000, 80, 0x02), 0);
+        assert_eq!(nat.process(&at(0), &mut syn.pkt()), Verdict::Continue);
+        let mut fin = TestPkt::new("10.0.0.1", "1.1.1.1", tcp(4000, 80, 0x11), 0);
+        assert_eq!(nat.process(&at(1), &mut fin.pkt()), Verdict::Continue);
+        // The last ACK, after the FIN: still closing (10 s), not established (300 s) again.
+        let mut ack = TestPkt::new("10.0.0.1", "1.1.1.1", tcp(4000, 80, 0x10), 0);
+        assert_eq!(nat.process(&at(2), &mut ack.pkt()), Verdict::Continue);
+        let mut live = Vec::new();
+        nat.flow_hashes(Instant::from_nanos(11_000_000_000), &mut live);
+        assert_eq!(live.len(), 2, "both directions of the closing flow, 9 s after its last ACK");
+        live.clear();
+        nat.flow_hashes(Instant::from_nanos(13_000_000_000), &mut live);
+        assert!(live.is_empty(), "gone 11 s after its last ACK: {live:?}");
     }
 
     #[test]

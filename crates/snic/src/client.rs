@@ -58,6 +58,64 @@ pub struct StatusArgs {
     server: Server,
 }
 
+/// Options of `snic drain`.
+#[derive(Args)]
+pub struct DrainArgs {
+    /// Only start draining: do not wait for the node's flows to end.
+    #[arg(long)]
+    no_wait: bool,
+    /// Stop waiting after this many seconds (the node keeps draining).
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
+    /// Stop draining: the node's health check passes again and the ToR takes it back.
+    #[arg(long, conflicts_with = "no_wait")]
+    cancel: bool,
+    #[command(flatten)]
+    server: Server,
+}
+
+/// `snic drain`: withdraws the node from a pool behind a switch with no flow lost, and waits
+/// until it holds no flow's state (docs/pool.md, "Draining a node").
+pub fn drain(a: DrainArgs) -> anyhow::Result<()> {
+    let url = format!("{}/v1/drain", a.server.server);
+    if a.cancel {
+        call("DELETE", url, None)?;
+        println!("no longer draining: the health check passes again");
+        return Ok(());
+    }
+    call("POST", url, Some(String::new()))?;
+    println!(
+        "draining: the health check fails from now, so the ToR withdraws the node; its peers bring back the flows whose state it holds"
+    );
+    if a.no_wait {
+        return Ok(());
+    }
+    let t0 = std::time::Instant::now();
+    let mut last = None;
+    loop {
+        let v = call("GET", format!("{}/v1/status", a.server.server), None)?;
+        // (Until the data plane publishes that it drains, its count is not the drain's.)
+        if let Some(flows) = v["draining"]["flows"].as_u64() {
+            if last != Some(flows) {
+                println!("{flows} flow directions hold state here");
+                last = Some(flows);
+            }
+            if flows == 0 {
+                println!("drained: no flow's state is left here; the node can stop");
+                return Ok(());
+            }
+        }
+        if t0.elapsed().as_secs() >= a.timeout_s {
+            bail!(
+                "still draining after {} s ({} flow directions hold state here); the node keeps draining (`snic drain --cancel` stops it)",
+                a.timeout_s,
+                last.unwrap_or(0)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(std::time::Duration::from_secs(30))).build().into()
 }

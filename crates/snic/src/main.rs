@@ -1,6 +1,6 @@
 //! `snic`: the one user-facing binary of the snic software SuperNIC.
 //!
-//! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status` (its API), `plan` (offline
+//! Subcommands: `run` (a node), `apply`/`get`/`delete`/`status`/`drain` (its API), `plan` (offline
 //! placement), `tor` (the health checker on a pool's ToR), `demo` (a node with two tenants on loopback), `bench` (benchmarks, JSON lines with
 //! `--json`, run by the `snic-bench` binary beside this one), `cost` (the paper's cost model) and `sim` (the simulator).
 
@@ -47,6 +47,9 @@ enum Cmd {
     Delete(client::DeleteArgs),
     /// Show a running node's regions, tenants, rates and drops.
     Status(client::StatusArgs),
+    /// Withdraw a node of a pool behind a switch with no flow lost: its health check fails,
+    /// peers bring its flows back to it, and this waits until none is left.
+    Drain(client::DrainArgs),
     /// The paper's per-endpoint network cost model (CapEx, optionally TCO with energy) for
     /// traditional NICs, sNIC pools and multi-host NIC pools.
     Cost(cost_cmd::CostArgs),
@@ -78,6 +81,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Cost(c) => cost_cmd::run(c),
         Cmd::Sim(s) => sim_cmd::run(s),
         Cmd::Tor(t) => tor::run(t),
+        Cmd::Drain(d) => client::drain(d),
         Cmd::Run(r) => daemon::run(r),
         Cmd::Apply(a) => client::apply(a),
         Cmd::Get(a) => client::get(a),

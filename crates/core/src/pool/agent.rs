@@ -205,6 +205,11 @@ impl PoolAgent {
         }
     }
 
+    /// A peer's data address, as its reports gave it.
+    pub fn data_of(&self, peer: SocketAddr) -> Option<SocketAddr> {
+        self.peers.get(&peer).and_then(|p| p.data)
+    }
+
     /// The live members holding state slots, by their fresh reports: (slot, data address).
     pub fn slot_holders(&self, now: Instant) -> impl Iterator<Item = (u16, SocketAddr)> + '_ {
         self.peers.values().filter_map(move |p| Some((self.fresh(now, p)?.slot?, p.data?)))

@@ -255,6 +255,40 @@ impl<B: Backend> Node<B> {
         &self.core.owners
     }
 
+    /// The draining peer at data address `owner` holds the state of these flows (by hash):
+    /// their packets go back to it ([`snic_core::pool::owner`], "Draining").
+    pub fn pool_pins(&mut self, owner: SocketAddr, hashes: &[u64]) {
+        let now = self.clock.now();
+        self.core.owners.pin(now, owner, hashes);
+    }
+
+    /// Starts draining (`true`) or stops: while it drains, the driver names the flows whose
+    /// state this node holds ([`Node::flow_hashes`]) to its peers, which bring them back here.
+    pub fn set_draining(&mut self, on: bool) {
+        self.core.owners.set_draining(on);
+    }
+
+    /// True while the node drains.
+    pub fn draining(&self) -> bool {
+        self.core.owners.draining()
+    }
+
+    /// The flows whose state this node's running NTs hold, by hash, both directions of each
+    /// (asks every worker thread: off the packet path).
+    pub fn flow_hashes(&self) -> Result<Vec<u64>, crate::worker::WorkerError> {
+        let now = self.clock.now();
+        let mut out = Vec::new();
+        for r in self.exec.inline.iter().flatten() {
+            r.flow_hashes(now, &mut out);
+        }
+        for w in &self.exec.workers {
+            out.extend(w.flow_hashes(now)?);
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
     /// Redirected packets this node forwarded as a pass-through node, and their bytes.
     pub fn pass_through(&self) -> (u64, u64) {
         self.pool.pass_through
@@ -263,11 +297,11 @@ impl<B: Backend> Node<B> {
     /// A datagram that is not VXLAN (`e`): a peer's redirected packet, or a drop for `e`.
     #[cold]
     #[inline(never)]
-    pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant, mat: &Mat) {
+    pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant) {
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, _) = unsafe { self.slots.get(idx) };
         if snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
-            self.ingress_redirected(idx, m, now, mat)
+            self.ingress_redirected(idx, m, now)
         } else {
             self.drop_unattributed(idx, Drop::Parse(e))
         }
@@ -275,7 +309,7 @@ impl<B: Backend> Node<B> {
 
     /// A datagram that starts like a redirected packet: checks it is one of the pool's, for a
     /// DAG hosted here, and enters it at the step it names, charged to the hosting tenant.
-    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat) {
+    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant) {
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, d) = unsafe { self.slots.get(idx) };
         let stored = m.len as usize;
@@ -292,7 +326,7 @@ impl<B: Backend> Node<B> {
             return self.pass_on(idx, m, h, dest, now);
         }
         if h.owner {
-            return self.ingress_as_owner(idx, m, h, now, mat);
+            return self.ingress_as_owner(idx, m, h);
         }
         let Some(&Hosted { tenant, .. }) = self.pool.hosted.get(h.route) else {
             return self.drop_unattributed(idx, Drop::NotHosted);
@@ -340,7 +374,7 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx`.
         let (buf, d) = unsafe { self.slots.get(idx) };
         let Some(inner) = d.meta.inner.as_ref() else { return false };
-        let Some(owner) = self.core.owners.owner(dag, inner.key.dst, inner.key.dst_port) else { return false };
+        let Some(owner) = self.core.owners.owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         let (to, destination) = match self.core.pool.via(owner) {
@@ -365,10 +399,11 @@ impl<B: Backend> Node<B> {
         true
     }
 
-    /// A packet a peer forwarded to this node as the owner of its NT state: taken as if
-    /// received from the tenant's VTEP the header names (its rules, its source check, its
-    /// charge, learning), from the start of this node's DAG, and never forwarded again.
-    fn ingress_as_owner(&mut self, idx: u32, m: RxMeta, h: RedirectRepr, now: Instant, mat: &Mat) {
+    /// A packet a peer forwarded to this node as the owner of its NT state: taken, after the
+    /// poll's batch ([`Node::ingress_owned`]), as if received from the tenant's VTEP the header
+    /// names (its rules, its source check, its charge, learning), from the start of this
+    /// node's DAG, and never forwarded again.
+    fn ingress_as_owner(&mut self, idx: u32, m: RxMeta, h: RedirectRepr) {
         if !self.pool.admit(h.sender, h.counter) {
             return self.drop_unattributed(idx, Drop::ReplayedRedirect);
         }
@@ -379,8 +414,20 @@ impl<B: Backend> Node<B> {
         // Where a received datagram starts (the header is read: its bytes go).
         buf.copy_within(HEADROOM + HEADER_LEN..HEADROOM + stored, HEADROOM);
         self.core.owners.received += 1;
-        let m = RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m };
-        self.ingress(idx, m, now, mat, true);
+        self.owned_rx.push((idx, RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m }));
+    }
+
+    /// The packets received this poll as their state's owner ([`Node::ingress_as_owner`]):
+    /// each as if received from its tenant's VTEP, and never forwarded again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ingress_owned(&mut self, now: Instant, mat: &Mat) {
+        let mut owned = std::mem::take(&mut self.owned_rx);
+        for &(idx, m) in &owned {
+            self.ingress(idx, m, now, mat, true);
+        }
+        owned.clear();
+        self.owned_rx = owned;
     }
 
     /// This node is a pass-through node on the way to `dest` (the pool's links join the home

@@ -101,6 +101,7 @@ pub fn router(ctl: SharedRef) -> Router {
         .route("/v1/objects/{kind}/{name}", get(get_one).delete(delete))
         .route("/v1/status", get(status))
         .route("/v1/health", get(health))
+        .route("/v1/drain", post(drain).delete(undrain))
         .route("/v1/pool/place", post(place))
         .route("/metrics", get(super::metrics::metrics))
         .fallback(|| async { err(StatusCode::NOT_FOUND, "not_found", "", "", "path", "no such endpoint") })
@@ -435,12 +436,44 @@ async fn place(AxState(shared): AxState<SharedRef>, body: Body) -> Response {
 }
 
 /// Whether this node should get traffic: 200 while its data plane runs, 503 when it does not
-/// (a health checker in front of the pool, `snic tor`, takes it out of the switch's group).
+/// or when it drains (a health checker in front of the pool, `snic tor`, takes it out of the
+/// switch's group).
 async fn health(AxState(shared): AxState<SharedRef>) -> Response {
-    let (up, age) = shared.lock().dp.health(std::time::Instant::now());
-    let code = if up { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = json!({"healthy": up, "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64}});
+    let c = shared.lock();
+    let (up, age, draining) = c.dp.health(std::time::Instant::now());
+    // A draining node stays in the switch's group until its peers have been told its flows
+    // twice (two gossip rounds: a lost datagram is made up for), so that none of them meets a
+    // peer that does not know to bring it back.
+    let announced = draining.is_some_and(|flows| flows == 0 || c.pool.as_ref().is_some_and(|p| p.pin_rounds() >= 2));
+    drop(c);
+    let healthy = up && !announced;
+    let code = if healthy { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let body = json!({
+        "healthy": healthy,
+        "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64},
+        "draining": draining.map(|flows| json!({"flows": flows, "announced": announced})),
+    });
     (code, Json(body)).into_response()
+}
+
+/// Starts draining this node (docs/pool.md, "Draining a node"): the health check fails, the
+/// ToR withdraws it, and peers bring the flows whose state it holds back to it until none is
+/// left. 200 `{"draining": true}`.
+async fn drain(AxState(shared): AxState<SharedRef>) -> Response {
+    set_drain(&shared, true)
+}
+
+/// Stops draining: the health check passes again.
+async fn undrain(AxState(shared): AxState<SharedRef>) -> Response {
+    set_drain(&shared, false)
+}
+
+fn set_drain(shared: &SharedRef, on: bool) -> Response {
+    let link = shared.lock().dp.link();
+    match link.drain(on) {
+        Ok(()) => Json(json!({"draining": on})).into_response(),
+        Err(e) => err(StatusCode::SERVICE_UNAVAILABLE, "data_plane_unavailable", "", "", "data_plane", &e),
+    }
 }
 
 async fn status(AxState(shared): AxState<SharedRef>) -> Response {
@@ -470,6 +503,7 @@ async fn status(AxState(shared): AxState<SharedRef>) -> Response {
         "redirects": snap.redirects,
         "pass_through": {"packets": snap.pass_through_packets, "bytes": snap.pass_through_bytes},
         "owners": snap.owners,
+        "draining": snap.draining.then(|| json!({"flows": snap.pins.len()})),
     }))
     .into_response()
 }

@@ -23,7 +23,7 @@ use snic_core::config::PoolConfig;
 use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
 use snic_core::time::Instant;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -44,6 +44,18 @@ const HOST: u8 = 2;
 const HOSTED: u8 = 3;
 /// The home node no longer needs a DAG hosted (JSON: its number at the peer).
 const UNHOST: u8 = 4;
+/// A draining node names flows whose state it holds (postcard [`Pins`]): bring them to it.
+const PINS: u8 = 5;
+/// Flow hashes per PINS datagram (8 bytes each: the datagram stays under 1,200 bytes).
+const PINS_PER_DATAGRAM: usize = 140;
+
+/// What a PINS datagram carries.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Pins {
+    /// The draining node's data address (unspecified IP: the datagram's source).
+    data: SocketAddr,
+    flows: Vec<u64>,
+}
 /// How long a remote launch may take, request to answer.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Remote launches waiting for their answer, at most.
@@ -285,6 +297,9 @@ pub struct Pool {
     join: Option<JoinHandle<()>>,
     /// What it publishes (after every change, and each gossip period).
     pub snapshot: Arc<Mutex<PoolSnap>>,
+    /// Gossip rounds in a row in which it named this draining node's flows to every member (0
+    /// when it has none to name).
+    pin_rounds: Arc<AtomicU64>,
     /// The address it bound.
     pub addr: SocketAddr,
 }
@@ -308,7 +323,9 @@ impl Pool {
         let server = super::handback::StateServer::start(listener, key.clone(), link.clone())?;
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = sock.try_clone()?;
+        let pin_rounds = Arc::new(AtomicU64::new(0));
         let mut t = Thread {
+            pin_rounds: pin_rounds.clone(),
             cmds: cmd_rx,
             link,
             data,
@@ -339,12 +356,17 @@ impl Pool {
         };
         let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
         tracing::info!(pool = %addr, seeds = ?cfg.seeds, generation = gen, "pool: joining");
-        Ok(Pool { cmds, server: Some(server), key, data, wake, stop, join: Some(join), snapshot, addr })
+        Ok(Pool { cmds, server: Some(server), key, data, wake, stop, join: Some(join), snapshot, pin_rounds, addr })
     }
 
     /// A handle for the API.
     pub fn link(&self) -> anyhow::Result<PoolLink> {
         Ok(PoolLink { cmds: self.cmds.clone(), wake: self.wake.try_clone()?, addr: self.addr, key: self.key.clone(), data: self.data })
+    }
+
+    /// Gossip rounds in a row in which this draining node's flows were named to every member.
+    pub fn pin_rounds(&self) -> u64 {
+        self.pin_rounds.load(Ordering::Relaxed)
     }
 
     /// What it knows now.
@@ -365,6 +387,8 @@ impl Pool {
 }
 
 struct Thread {
+    /// See [`Pool::pin_rounds`].
+    pin_rounds: Arc<AtomicU64>,
     cmds: mpsc::Receiver<PoolCmd>,
     /// The data plane (to host what peers ask).
     link: DpLink,
@@ -452,6 +476,7 @@ impl Thread {
             self.membership.handle_timeout(now);
             if now >= next_report {
                 self.report();
+                self.pins();
                 next_report = now + self.gossip;
             }
             self.flush();
@@ -512,6 +537,14 @@ impl Thread {
                         let _ = reply.send(result);
                         self.link.wake();
                     }
+                    true
+                }
+                Err(_) => false,
+            },
+            PINS if !self.is_member(from) => false,
+            PINS => match postcard::from_bytes::<Pins>(payload) {
+                Ok(p) => {
+                    self.link.pool_pins(reachable(p.data, from.ip()), p.flows);
                     true
                 }
                 Err(_) => false,
@@ -634,6 +667,27 @@ impl Thread {
             Err(e) => tracing::debug!(to = %to, error = %e, "pool: sending"),
         }
         self.buf = buf;
+    }
+
+    /// While this node drains: the flows whose state it holds, to every member (again every
+    /// gossip period: a lost datagram is made up for, and a peer forgets flows no longer named).
+    fn pins(&mut self) {
+        let flows = {
+            let snap = self.dp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if snap.pins.is_empty() {
+                self.pin_rounds.store(0, Ordering::Relaxed);
+                return;
+            }
+            snap.pins.clone()
+        };
+        let members: Vec<SocketAddr> = self.membership.members().collect();
+        for chunk in flows.chunks(PINS_PER_DATAGRAM) {
+            let bytes = postcard::to_allocvec(&Pins { data: self.data, flows: chunk.to_vec() }).unwrap_or_default();
+            for &m in &members {
+                self.send(m, PINS, &bytes);
+            }
+        }
+        self.pin_rounds.fetch_add(1, Ordering::Relaxed);
     }
 
     /// This node's load, to every member.

@@ -154,6 +154,12 @@ pub struct Snapshot {
     /// Behind a switch: this node's state slot, who holds the others, packets forwarded to
     /// their owner and received as the owner.
     pub owners: Option<OwnersSnap>,
+    /// While the node drains: the flows whose state it still holds (both directions of each,
+    /// by hash), named to its peers by the pool thread.
+    #[serde(skip)]
+    pub pins: Vec<u64>,
+    /// True while the node drains.
+    pub draining: bool,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
@@ -174,6 +180,8 @@ pub struct OwnersSnap {
     pub forwarded: u64,
     /// Packets peers sent to this node as their state's owner.
     pub received: u64,
+    /// Flows of draining peers this node brings back to them.
+    pub pinned: usize,
 }
 
 /// How often the data plane publishes its snapshot.
@@ -234,6 +242,10 @@ enum Cmd {
     PeerDown(SocketAddr),
     /// A member's load report (its pool address), for the node's pool agent.
     PoolReport(SocketAddr, LoadReport),
+    /// A draining member (its data address) holds the state of these flows.
+    Pins(SocketAddr, Vec<u64>),
+    /// Start draining (true) or stop.
+    Drain(bool, mpsc::Sender<()>),
     /// A membership change, for the node's pool agent.
     Member(MemberEvent),
     /// The pool thread, to ask peers to host chains this node has no room for.
@@ -269,6 +281,16 @@ impl DpLink {
     /// A member's load report (`from`: its pool address).
     pub fn pool_report(&self, from: SocketAddr, report: LoadReport) {
         self.tell(Cmd::PoolReport(from, report));
+    }
+
+    /// A draining member (`owner`: its data address) holds the state of these flows.
+    pub fn pool_pins(&self, owner: SocketAddr, flows: Vec<u64>) {
+        self.tell(Cmd::Pins(owner, flows));
+    }
+
+    /// Starts draining (`true`) or stops.
+    pub fn drain(&self, on: bool) -> Result<(), String> {
+        self.ask(|r| Cmd::Drain(on, r))
     }
 
     /// A membership change.
@@ -420,6 +442,7 @@ fn owners_snap(o: &snic_core::pool::owner::Owners) -> Option<OwnersSnap> {
         conflicts: o.conflicts().to_vec(),
         forwarded: o.forwarded,
         received: o.received,
+        pinned: o.pinned(),
     })
 }
 
@@ -595,10 +618,12 @@ impl DataPlane {
         DpLink { tx: self.tx.clone(), waker: self.waker.clone() }
     }
 
-    /// Whether the data plane is running, and how long ago it last published (without
-    /// copying the snapshot).
-    pub fn health(&self, now: Instant) -> (bool, Duration) {
-        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).health(now)
+    /// Whether the data plane is running, how long ago it last published, whether the node
+    /// drains, and the flows it still holds if it does (without copying the snapshot).
+    pub fn health(&self, now: Instant) -> (bool, Duration, Option<usize>) {
+        let s = self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (up, age) = s.health(now);
+        (up, age, s.draining.then_some(s.pins.len()))
     }
 
     /// The last published snapshot.
@@ -687,6 +712,28 @@ fn run(
                             n.pool_report(from, r);
                         }
                     }
+                    Cmd::Pins(owner, flows) => {
+                        if let Some(n) = node.as_mut() {
+                            n.pool_pins(owner, &flows);
+                        }
+                    }
+                    Cmd::Drain(on, ack) => {
+                        if let Some(n) = node.as_mut() {
+                            if on != n.draining() {
+                                tracing::info!(
+                                    draining = on,
+                                    "{}",
+                                    if on {
+                                        "draining: the health check fails from now (the ToR withdraws this node); peers bring its flows back here until none is left"
+                                    } else {
+                                        "no longer draining"
+                                    }
+                                );
+                            }
+                            n.set_draining(on);
+                        }
+                        let _ = ack.send(());
+                    }
                     Cmd::Member(e) => {
                         if let Some(n) = node.as_mut() {
                             n.pool_member(e);
@@ -730,6 +777,8 @@ fn run(
                     pass_through_packets,
                     pass_through_bytes,
                     owners: owners_snap(n.owners()),
+                    pins: if n.draining() { n.flow_hashes().unwrap_or_default() } else { Vec::new() },
+                    draining: n.draining(),
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
                 if let Ok(mut g) = snap.lock() {
