@@ -130,6 +130,12 @@ struct Flow {
     closing: bool,
 }
 
+/// True if a packet of `proto` with TCP `flags` closes its flow (a FIN or RST).
+#[inline]
+fn closes(proto: u8, flags: u8) -> bool {
+    proto == ip_proto::TCP && flags & (tcp::flags::FIN | tcp::flags::RST) != 0
+}
+
 /// One bit per port, per protocol.
 struct PortMap {
     bits: Box<[u64; 1024]>,
@@ -225,10 +231,11 @@ impl Nat {
         self.index.len() / 2
     }
 
+    /// The idle timeout of a flow of `proto`, `closing` if a TCP flow has seen a FIN or RST.
     #[inline]
-    fn timeout(&self, proto: u8, flags: u8) -> u64 {
+    fn timeout(&self, proto: u8, closing: bool) -> u64 {
         match proto {
-            ip_proto::TCP if flags & (tcp::flags::FIN | tcp::flags::RST) != 0 => self.tmo[1],
+            ip_proto::TCP if closing => self.tmo[1],
             ip_proto::TCP => self.tmo[0],
             ip_proto::UDP => self.tmo[2],
             _ => self.tmo[3],
@@ -264,15 +271,14 @@ impl Nat {
     fn lookup(&mut self, now: Instant, k: &FlowKey, flags: u8) -> Option<FlowKey> {
         let e = *self.index.get(k)?;
         let (i, fwd) = (e & !REPLY, e & REPLY == 0);
-        let t = self.timeout(k.proto, flags);
-        let closing_t = self.tmo[1];
+        let (open_t, closing_t) = (self.timeout(k.proto, false), self.timeout(k.proto, true));
         let f = self.slab[i as usize].as_mut().expect("indexed flows are live");
         if f.expires < now {
             self.remove(i);
             return None;
         }
-        f.closing |= k.proto == ip_proto::TCP && flags & (tcp::flags::FIN | tcp::flags::RST) != 0;
-        let t = if f.closing { closing_t } else { t };
+        f.closing |= closes(k.proto, flags);
+        let t = if f.closing { closing_t } else { open_t };
         f.expires = Instant::from_nanos(now.as_nanos().saturating_add(t));
         Some(if fwd { f.xlat } else { f.orig.reversed() })
     }
@@ -307,8 +313,8 @@ impl Nat {
             }
             return Err(DropReason::NatPortsExhausted);
         }
-        let expires = Instant::from_nanos(now.as_nanos().saturating_add(self.timeout(k.proto, flags)));
-        let closing = k.proto == ip_proto::TCP && flags & (tcp::flags::FIN | tcp::flags::RST) != 0;
+        let closing = closes(k.proto, flags);
+        let expires = Instant::from_nanos(now.as_nanos().saturating_add(self.timeout(k.proto, closing)));
         self.slab[i as usize] = Some(Flow { orig: *k, xlat, expires, snat_port: port, closing });
         self.index.insert(*k, i);
         self.index.insert(rk, i | REPLY);

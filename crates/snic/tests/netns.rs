@@ -170,6 +170,23 @@ impl Topo {
         ee
     }
 
+    /// Endpoints A, B on VNI 100 (10.1.0.1 and .2) and C, D on VNI 200 (the same inner
+    /// addresses), each behind the router namespace `tor` (10.0.11–14.2, their gateway .1),
+    /// their kernel VXLAN pointed at `remote` (one node, or the pool's anycast address). A TCP
+    /// connection keeps its hash, so its VXLAN source port, so the node a switch sends it to,
+    /// through a retransmission timeout (docs/pool.md, "Behind a switch").
+    fn routed_endpoints(&mut self, remote: &str) {
+        for (n, i, vni, inner) in
+            [("a", 11, 100, "10.1.0.1/24"), ("b", 12, 100, "10.1.0.2/24"), ("c", 13, 200, "10.1.0.1/24"), ("d", 14, 200, "10.1.0.2/24")]
+        {
+            self.add_ns(n);
+            let dev = self.veth(n, "tor", &format!("10.0.{i}"), 1500);
+            self.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
+            self.vxlan(n, &dev, vni, remote, &format!("10.0.{i}.2"), inner, "nolearning");
+            self.exec(n, &["sysctl", "-qw", "net.core.txrehash=0"]);
+        }
+    }
+
     /// Kernel VXLAN device `vx0` in `n` over `dev`, on `vni`, to the node at `remote`, with
     /// address `inner`; `learning` or `nolearning` (then replies always go to `remote`, whoever
     /// delivered the request).
@@ -684,14 +701,7 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
         t.veth(n, "tor", &format!("10.0.{i}"), 1600);
         t.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
     }
-    for (n, i, vni, inner) in
-        [("a", 11, 100, "10.1.0.1/24"), ("b", 12, 100, "10.1.0.2/24"), ("c", 13, 200, "10.1.0.1/24"), ("d", 14, 200, "10.1.0.2/24")]
-    {
-        t.add_ns(n);
-        let dev = t.veth(n, "tor", &format!("10.0.{i}"), 1500);
-        t.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
-        t.vxlan(n, &dev, vni, "10.0.1.2", &format!("10.0.{i}.2"), inner, "nolearning");
-    }
+    t.routed_endpoints("10.0.1.2");
     std::fs::create_dir_all(&t.state).unwrap();
     let secret = t.state.join("pool.key");
     std::fs::write(&secret, "a pool secret of 32 characters..\n").unwrap();
@@ -884,17 +894,7 @@ fn switch_pool(tag: &str) -> (Topo, Vec<usize>) {
     // A bucket idle 2 s may move to a node that comes back (the default, 120 s, is for racks).
     t.exec("tor", &["ip", "nexthop", "add", "id", "10", "group", "1/2/3", "type", "resilient", "buckets", "64", "idle_timer", "2"]);
     t.exec("tor", &["ip", "route", "add", "10.0.0.100/32", "nhid", "10"]);
-    for (n, i, vni, inner) in
-        [("a", 11, 100, "10.1.0.1/24"), ("b", 12, 100, "10.1.0.2/24"), ("c", 13, 200, "10.1.0.1/24"), ("d", 14, 200, "10.1.0.2/24")]
-    {
-        t.add_ns(n);
-        let dev = t.veth(n, "tor", &format!("10.0.{i}"), 1500);
-        t.exec(n, &["ip", "route", "add", "default", "via", &format!("10.0.{i}.1")]);
-        t.vxlan(n, &dev, vni, "10.0.0.100", &format!("10.0.{i}.2"), inner, "nolearning");
-        // A TCP connection keeps its hash, so its VXLAN source port, so its node, through a
-        // retransmission timeout (docs/pool.md, "Behind a switch").
-        t.exec(n, &["sysctl", "-qw", "net.core.txrehash=0"]);
-    }
+    t.routed_endpoints("10.0.0.100");
     std::fs::create_dir_all(&t.state).unwrap();
     // etcd on the ToR's address (its peer URL on the ToR's loopback).
     let etcd_dir = t.state.join("etcd");
@@ -1060,6 +1060,18 @@ fn blue_clients(t: &Topo, ports: &[u16]) -> Vec<(u16, Child)> {
         .collect()
 }
 
+/// Blue packets the three nodes of the switch-attached pool have delivered (a node that does
+/// not answer counts 0).
+fn blue_delivered(t: &Topo) -> u64 {
+    SWITCH_NODES
+        .iter()
+        .filter_map(|n| {
+            let v = node_status(t, n);
+            v["tenants"].as_array()?.iter().find(|t| t["name"] == "blue")?["stats"]["tx_packets"].as_u64()
+        })
+        .sum()
+}
+
 /// `snic tor` on the ToR, keeping group 10 to the healthy of the three nodes.
 fn start_tor_checker(t: &mut Topo) {
     let members: Vec<String> = (1..=3).map(|i| format!("{i}=http://10.0.{i}.2:7878")).collect();
@@ -1105,7 +1117,9 @@ fn a_pool_behind_a_switch_loses_only_a_killed_nodes_flows_and_takes_it_back() {
     let range = snic_core::mat::PortRange { lo: 1024, hi: 65535 };
     let touched: std::collections::BTreeSet<u16> =
         blue(&t).into_iter().filter(|&(_, p)| snic_core::pool::owner::slot_of(range, 3, p) == 1).map(|(l, _)| l).collect();
-    std::thread::sleep(Duration::from_millis(500)); // (each connection carries data before the kill)
+    // Each connection carries data before the kill.
+    let before = blue_delivered(&t);
+    wait_for("the connections carry data", Duration::from_secs(20), || blue_delivered(&t) >= before + 200);
 
     let killed_at = Instant::now();
     t.kill(pids[2]);
@@ -1168,7 +1182,8 @@ fn a_drained_node_leaves_the_pool_behind_a_switch_with_no_flow_lost() {
     assert!(on_node2 > 0, "some connections' state is on node 2");
     set_group(&t, "1/2/3");
     start_tor_checker(&mut t);
-    std::thread::sleep(Duration::from_millis(500)); // (the connections carry data on all three nodes' watch)
+    let before = blue_delivered(&t);
+    wait_for("the connections carry data", Duration::from_secs(20), || blue_delivered(&t) >= before + 200);
 
     let out = t.exec("node2", &[bin, "drain", "--no-wait"]);
     assert!(out.contains("draining"), "{out}");
@@ -1189,13 +1204,6 @@ fn a_drained_node_leaves_the_pool_behind_a_switch_with_no_flow_lost() {
     }
     let forwarded = [0usize, 2].iter().map(|&k| node_status(&t, SWITCH_NODES[k])["owners"]["forwarded"].as_u64().unwrap_or(0)).sum::<u64>();
     assert!(forwarded > 0, "nodes 1 and 3 brought node 2's packets back to it");
-    if std::env::var("DEBUG_DRAIN").is_ok() {
-        for _ in 0..30 {
-            std::thread::sleep(Duration::from_secs(1));
-            let s2 = node_status(&t, "node2");
-            eprintln!("node2 draining {} blue rx {} owners {}", s2["draining"], stats(&s2, "blue")["rx_packets"], s2["owners"]);
-        }
-    }
     let out = t.exec("node2", &[bin, "drain", "--timeout-s", "60"]);
     assert!(out.contains("drained"), "node 2's flows ended: {out}");
     t.kill(pids[2]);

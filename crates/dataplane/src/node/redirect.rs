@@ -224,10 +224,7 @@ impl<B: Backend> Node<B> {
             _ => None,
         };
         // A peer the pool's links do not join to this node: through the nodes between.
-        let (to, destination) = match self.core.pool.via(t.peer) {
-            Some(next) => (next, Some(t.peer)),
-            None => (t.peer, None),
-        };
+        let (to, destination) = self.route_to(t.peer);
         self.pool.counter += 1;
         let repr = RedirectRepr {
             sender: self.pool.sender,
@@ -287,6 +284,16 @@ impl<B: Backend> Node<B> {
         out.sort_unstable();
         out.dedup();
         Ok(out)
+    }
+
+    /// Where a datagram for the node at data address `peer` goes first, and the destination
+    /// its header names when that is a pass-through node (the pool's links join the two only
+    /// through others): `(peer, None)` when it goes straight there.
+    fn route_to(&self, peer: SocketAddr) -> (SocketAddr, Option<SocketAddr>) {
+        match self.core.pool.via(peer) {
+            Some(next) => (next, Some(peer)),
+            None => (peer, None),
+        }
     }
 
     /// Redirected packets this node forwarded as a pass-through node, and their bytes.
@@ -377,10 +384,7 @@ impl<B: Backend> Node<B> {
         let Some(owner) = self.core.owners.owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
-        let (to, destination) = match self.core.pool.via(owner) {
-            Some(next) => (next, Some(owner)),
-            None => (owner, None),
-        };
+        let (to, destination) = self.route_to(owner);
         self.pool.counter += 1;
         let repr = RedirectRepr {
             sender: self.pool.sender,
