@@ -318,7 +318,13 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
-    let mut t = Topo::four_endpoints("", MANIFEST);
+    // Green's path costs 20 µs a packet of real CPU time (at most ≈ 40 kpps of the node's core
+    // at its 80% target), so that its flood below is over what the node can serve on any
+    // machine: with a counter alone, a fast node drained the flood and held nothing back.
+    let manifest = MANIFEST.replace("nodes: [green-count]", "nodes: [green-count, green-slow]");
+    assert_ne!(manifest, MANIFEST);
+    let slow = "---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: green-slow}\nspec: {tenant: green, config: {kind: synthetic, cost_ns: 20000}}\n";
+    let mut t = Topo::four_endpoints("", &format!("{manifest}{slow}"));
     let state = t.state.to_str().unwrap().to_string();
     // The SNAT address lives on an L2 overlay: B needs to know where it is.
     let amac = t.mac("a");
