@@ -30,10 +30,10 @@ is_root() { [ "$(id -u)" = 0 ]; }
 
 step "toolchain: $(cargo --version)"
 
-# System tools the namespace tests drive (real endpoints: kernel VXLAN, ping, iperf3; ss is
+# System tools the namespace tests drive (real endpoints: kernel VXLAN, ping, iperf3, memcached; ss is
 # iproute2's), and etcd for the pool's shared desired state.
 need=()
-for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 etcd:etcd-server; do
+for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached etcd:etcd-server; do
   command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -87,11 +87,11 @@ if [ "$fuzz_seconds" -gt 0 ]; then
     cargo install cargo-fuzz --locked --quiet || true
   fi
   if command -v cargo-fuzz >/dev/null 2>&1; then
-    # Two targets: the data plane's parsers (untrusted packets) and the API's manifest path
-    # (untrusted request bodies). New inputs go to a scratch directory (first corpus argument);
-    # the committed seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* and
+    # Three targets: the data plane's parsers (untrusted packets), the API's manifest path
+    # (untrusted request bodies) and memcached UDP as the KV NTs read it. New inputs go to a
+    # scratch directory (first corpus argument); the committed seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* and
     # fails the run.
-    for target in parse manifest; do
+    for target in parse manifest memcache; do
       step "fuzz: $target, ${fuzz_seconds}s"
       scratch=$(mktemp -d)
       (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "$scratch" "corpus/$target" -- \

@@ -5,17 +5,7 @@
 use std::path::PathBuf;
 
 fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/manifest");
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .map(|p| {
-            let b = std::fs::read(&p).unwrap();
-            (p, b)
-        })
-        .collect();
-    v.sort();
-    v
+    snic_wire::fuzz_seeds("manifest")
 }
 
 #[test]

@@ -20,6 +20,7 @@ pub mod counter;
 pub mod crypto;
 pub mod dummy;
 pub mod firewall;
+pub mod kv;
 pub mod nat;
 pub mod spec;
 pub mod synthetic;

@@ -4,6 +4,7 @@ use crate::counter::Counter;
 use crate::crypto::{Crypto, CryptoConfig, CryptoConfigError};
 use crate::dummy::Dummy;
 use crate::firewall::{Firewall, FirewallConfig};
+use crate::kv::cache_nt::{KvCache, KvCacheConfig};
 use crate::nat::{Nat, NatConfig};
 use crate::synthetic::{Synthetic, SyntheticConfig};
 use crate::vni_map::VniMap;
@@ -46,6 +47,8 @@ pub enum NtSpec {
     },
     /// A calibrated cost (experiments).
     Synthetic(SyntheticConfig),
+    /// A cache in front of a memcached server (UDP).
+    KvCache(KvCacheConfig),
 }
 
 /// Why an NT spec cannot be instantiated.
@@ -106,6 +109,12 @@ pub mod bounds {
     pub const SYNTHETIC_COST_PS_PER_BYTE: u64 = 1_000_000;
     /// Declared throughput of a synthetic instance, pps.
     pub const SYNTHETIC_CAPACITY_PPS: u64 = 1_000_000_000;
+    /// Bytes of a `kv_cache` (its index takes about a third more).
+    pub const KV_CACHE_MIN_BYTES: usize = 4096;
+    /// See [`KV_CACHE_MIN_BYTES`].
+    pub const KV_CACHE_MAX_BYTES: usize = 1 << 30;
+    /// The longest a `kv_cache` keeps a value, ms (one day).
+    pub const KV_CACHE_MAX_AGE_MS: u64 = 86_400_000;
 }
 
 fn bound(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
@@ -166,6 +175,8 @@ impl NtSpec {
             NtSpec::AesGcm(_) => Access { reads: h | p, writes: h | p },
             NtSpec::VniMap { .. } => Access { reads: v, writes: v },
             NtSpec::Synthetic(_) => Access::default(),
+            // Answers in place: the reply replaces the request's headers and payload.
+            NtSpec::KvCache(_) => Access { reads: h | p, writes: h | p },
         }
     }
 
@@ -179,6 +190,7 @@ impl NtSpec {
             NtSpec::AesGcm(_) => "aes_gcm",
             NtSpec::VniMap { .. } => "vni_map",
             NtSpec::Synthetic(_) => "synthetic",
+            NtSpec::KvCache(_) => "kv_cache",
         }
     }
 }
@@ -262,6 +274,20 @@ impl NtSpec {
                     _ => {}
                 }
             }
+            NtSpec::KvCache(c) => {
+                if !(bounds::KV_CACHE_MIN_BYTES..=bounds::KV_CACHE_MAX_BYTES).contains(&c.bytes) {
+                    return Err(bound(
+                        "bytes",
+                        format!("{} is outside {}..={}", c.bytes, bounds::KV_CACHE_MIN_BYTES, bounds::KV_CACHE_MAX_BYTES),
+                    ));
+                }
+                if c.max_age_ms == 0 || c.max_age_ms > bounds::KV_CACHE_MAX_AGE_MS {
+                    return Err(bound("max_age_ms", format!("{} is outside 1..={}", c.max_age_ms, bounds::KV_CACHE_MAX_AGE_MS)));
+                }
+                if c.backend.port() == 0 || c.backend.ip().is_unspecified() {
+                    return Err(bound("backend", format!("{} is not a server's address", c.backend)));
+                }
+            }
         }
         Ok(())
     }
@@ -308,6 +334,7 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
         NtSpec::AesGcm(c) => Box::new(Crypto::new(c)?),
         NtSpec::VniMap { map, default } => Box::new(VniMap::new(map.iter().map(|p| (p.from, p.to)), *default)),
         NtSpec::Synthetic(c) => Box::new(Synthetic::new(c)),
+        NtSpec::KvCache(c) => Box::new(KvCache::new(c)),
     })
 }
 
@@ -339,11 +366,12 @@ mod tests {
                 {"kind":"nat","snat":{"inside":"10.0.0.0/8","public":"203.0.113.1"}},
                 {"kind":"aes_gcm","direction":"encrypt","keys":[{"tenant":1,"spi":1,"key_hex":"000102030405060708090a0b0c0d0e0f"}]},
                 {"kind":"vni_map","map":[{"from":100,"to":200}]},
-                {"kind":"synthetic","cost_ns":100,"capacity_pps":1000}]"#,
+                {"kind":"synthetic","cost_ns":100,"capacity_pps":1000},
+                {"kind":"kv_cache","backend":"10.0.0.2:11211","bytes":65536,"policy":"fifo"}]"#,
         )
         .unwrap();
         let kinds: Vec<_> = specs.iter().map(|s| build(s).unwrap().kind()).collect();
-        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map", "synthetic"]);
+        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map", "synthetic", "kv_cache"]);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! - [`gen`]: an allocation-free load generator backend (template frames in, a counting sink out).
 //! - [`paced`]: a backend that offers packets at given rates and models the machine's I/O costs,
 //!   on the real clock or a virtual one.
+//! - [`kv`]: a memcached UDP client and the YCSB-style driver of `snic bench kv`.
 //! - [`testbed`]: canonical experiment setups (the paper's Fig. 7, FairNIC's isolation scenarios)
 //!   shared by tests, benchmarks and the simulator's node-against-simulator checks.
 #![warn(missing_docs)]
@@ -18,5 +19,6 @@
 pub mod alloc_count;
 pub mod bench;
 pub mod gen;
+pub mod kv;
 pub mod paced;
 pub mod testbed;

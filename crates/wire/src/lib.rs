@@ -66,3 +66,22 @@ pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
 pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_be_bytes());
 }
+
+/// The committed seeds of the cargo-fuzz target `target` (`fuzz/corpus/<target>`), sorted by
+/// name: the corpus-replay tests of every crate with a fuzz harness read them through this.
+/// Panics if the directory cannot be read (a test that replays nothing must not pass).
+#[doc(hidden)]
+pub fn fuzz_seeds(target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, b)
+        })
+        .collect();
+    v.sort();
+    v
+}

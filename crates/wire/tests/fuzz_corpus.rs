@@ -6,18 +6,7 @@ use snic_wire::layout::fuzz_parse;
 use std::path::PathBuf;
 
 fn corpus() -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/parse");
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {} unreadable: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let b = std::fs::read(&p).unwrap();
-            (p, b)
-        })
-        .collect();
-    v.sort();
-    v
+    snic_wire::fuzz_seeds("parse")
 }
 
 #[test]

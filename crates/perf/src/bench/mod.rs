@@ -3,6 +3,7 @@
 mod apply;
 mod chain;
 mod fair;
+mod kv;
 mod launch;
 mod parallel;
 mod redirect;
@@ -60,6 +61,9 @@ pub enum BenchCmd {
     /// The pool's redirect against local processing, over UDP on loopback: added latency
     /// (p50/p99 at a paced rate) and delivered throughput of a chain run on a peer.
     Redirect(redirect::RedirectArgs),
+    /// A YCSB-style driver (workloads A/B/C, zipfian keys) over memcached UDP against a server,
+    /// directly or through snic; scripts/bench-kv.sh builds the namespaces and runs it per path.
+    Kv(kv::KvArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -166,6 +170,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Apply(a) => apply::run(a),
         BenchCmd::Parallel(a) => parallel::run(a),
         BenchCmd::Redirect(a) => redirect::run(&a),
+        BenchCmd::Kv(a) => kv::run(&a),
     }
 }
 

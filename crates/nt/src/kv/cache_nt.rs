@@ -1,0 +1,647 @@
+//! The `kv_cache` NT: a tenant's cache in front of its memcached server, on the path between
+//! its clients and the server (paper §6.1, "Disaggregated Key-Value Store": the sNIC caches
+//! recently read and written pairs so reads need not reach the memory node).
+//!
+//! It watches the memcached UDP datagrams of its tenant's packets to and from `backend`:
+//! - a `get` whose keys are all cached, and whose answer fits one datagram, is answered here:
+//!   the request becomes the reply in place (addresses and ports swapped, the `VALUE`s
+//!   written where the request was) and goes back to the client; the server never sees it;
+//! - any other `get` goes on to the server, and its answer fills the cache on the way back,
+//!   unless a write to one of its keys passed since the `get` did;
+//! - a `set`/`add`/`replace` forgets the key at once and stores the new value invisible; the
+//!   server's `STORED` shows it (write-through). `delete`, `touch`, `incr`, … forget the key;
+//!   `flush_all` forgets everything.
+//!
+//! Why a client never reads a value older than one it was acknowledged: every write passes the
+//! NT before the server, and from then on the key is absent until a newer acknowledged value or
+//! a read the server answered after that write; a read answered before it does not fill (the
+//! write counters below), and a value is kept at most `max_age_ms`.
+//!
+//! Not yet: answers over several datagrams are passed through, not cached or served; the NT
+//! reads the datagram as it is (the SmartDS header/payload split comes with the replication NT).
+
+use super::cache::{key_hash, Cache, Policy, Pos};
+use super::proto::{self, Frame, Request, Response, FRAME_LEN, MAX_DATAGRAM};
+use crate::{Ctx, Nt, Pkt, Verdict};
+use serde::{Deserialize, Serialize};
+use snic_wire::layout::{parse_inner, InnerL3};
+use snic_wire::{build::fill_l4_checksum, checksum, ip_proto};
+use std::net::{IpAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Configuration of a `kv_cache` NT.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvCacheConfig {
+    /// The memcached server (its UDP address) the cache stands in front of.
+    pub backend: SocketAddrV4,
+    /// Bytes of keys and values kept (default 16 MiB).
+    #[serde(default = "default_bytes")]
+    pub bytes: usize,
+    /// Eviction policy (`clock`, the default, or `fifo`).
+    #[serde(default)]
+    pub policy: Policy,
+    /// The longest a value is kept, ms (default 10 s): values the server expires or evicts on
+    /// its own are served at most this long.
+    #[serde(default = "default_max_age")]
+    pub max_age_ms: u64,
+}
+
+fn default_bytes() -> usize {
+    16 << 20
+}
+fn default_max_age() -> u64 {
+    10_000
+}
+
+/// Counts of a [`KvCache`], shared with the control plane.
+#[derive(Debug, Default)]
+pub struct KvCacheStats {
+    /// `get` keys answered from the cache.
+    pub hits: AtomicU64,
+    /// `get` keys that went to the server.
+    pub misses: AtomicU64,
+    /// Values stored from the server's answers to reads.
+    pub fills: AtomicU64,
+    /// Writes the server acknowledged and the cache now shows.
+    pub writes_shown: AtomicU64,
+    /// Keys forgotten because a request changed them.
+    pub invalidations: AtomicU64,
+    /// Requests to the server that did not parse (passed on: the server answers the error).
+    pub malformed: AtomicU64,
+}
+
+fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// A request on its way to the server, remembered until its answer comes back.
+#[derive(Debug, Clone, Copy, Default)]
+struct Pending {
+    /// Client address, port and request id, hashed; 0: empty.
+    tag: u64,
+    at_ns: u64,
+    /// The write counter when a `get` passed; for a write, its own number.
+    epoch: u64,
+    /// A write's key hash, and its invisible record (a `set`, `add` or `replace`).
+    write: Option<(u64, Option<Pos>)>,
+}
+
+/// The last write to the keys of one counter slot.
+#[derive(Debug, Clone, Copy, Default)]
+struct Write {
+    /// Its number.
+    epoch: u64,
+    /// Until when it may still be on its way to the server (0: acknowledged): a read that
+    /// passes meanwhile may be answered before or after it, so its answer does not fill.
+    in_flight_until: u64,
+}
+
+/// Requests remembered at once (direct-mapped: a newer one may push an older one out, whose
+/// answer then neither fills nor shows anything — safe, only a lost hit).
+const PENDING: usize = 4096;
+/// Write counters (direct-mapped by key hash: two keys sharing one only make fills rarer).
+const WRITES: usize = 1 << 14;
+/// An answer later than this after its request is not matched to it.
+const PENDING_NS: u64 = 1_000_000_000;
+/// memcached's limit between relative and absolute expiry times.
+const RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
+
+/// See the module docs.
+pub struct KvCache {
+    backend: SocketAddrV4,
+    cache: Cache,
+    max_age_ns: u64,
+    pending: Box<[Pending]>,
+    writes: Box<[Write]>,
+    epoch: u64,
+    flushed_at: u64,
+    flush_in_flight_until: u64,
+    stats: Arc<KvCacheStats>,
+}
+
+impl std::fmt::Debug for KvCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvCache").field("backend", &self.backend).field("cache", &self.cache).finish()
+    }
+}
+
+fn tag(client: IpAddr, port: u16, id: u16) -> u64 {
+    let ip = match client {
+        IpAddr::V4(a) => u32::from(a) as u64,
+        IpAddr::V6(a) => u128::from(a) as u64,
+    };
+    // Never 0 (the empty tag).
+    (ip << 32 | (port as u64) << 16 | id as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+}
+
+impl KvCache {
+    /// A cache NT.
+    pub fn new(c: &KvCacheConfig) -> KvCache {
+        KvCache {
+            backend: c.backend,
+            cache: Cache::new(c.bytes, c.policy),
+            max_age_ns: c.max_age_ms.saturating_mul(1_000_000),
+            pending: vec![Pending::default(); PENDING].into_boxed_slice(),
+            writes: vec![Write::default(); WRITES].into_boxed_slice(),
+            epoch: 0,
+            flushed_at: 0,
+            flush_in_flight_until: 0,
+            stats: Arc::default(),
+        }
+    }
+
+    /// A handle on the counts.
+    pub fn stats(&self) -> Arc<KvCacheStats> {
+        self.stats.clone()
+    }
+
+    fn slot(t: u64) -> usize {
+        (t >> 52) as usize % PENDING
+    }
+
+    fn write_slot(hash: u64) -> usize {
+        (hash >> 40) as usize % WRITES
+    }
+
+    /// A request that changes `key` passed at `now`: the key is forgotten and the write
+    /// numbered; its answer, if one comes (`t`), ends its flight.
+    fn written(&mut self, key: &[u8], now: u64, t: Option<u64>) -> u64 {
+        self.epoch += 1;
+        let h = key_hash(key);
+        self.writes[Self::write_slot(h)] = Write { epoch: self.epoch, in_flight_until: now.saturating_add(PENDING_NS) };
+        self.cache.remove(key);
+        bump(&self.stats.invalidations, 1);
+        if let Some(t) = t {
+            self.pending[Self::slot(t)] = Pending { tag: t, at_ns: now, epoch: self.epoch, write: Some((h, None)) };
+        }
+        self.epoch
+    }
+
+    /// True if an answer to a read of `key` that passed at write number `epoch` may be cached:
+    /// no write to it since, and none on its way then.
+    fn may_fill(&self, key: &[u8], epoch: u64, read_at: u64) -> bool {
+        let w = self.writes[Self::write_slot(key_hash(key))];
+        w.epoch.max(self.flushed_at) <= epoch && w.in_flight_until.max(self.flush_in_flight_until) <= read_at
+    }
+
+    /// A request from a client to the server: true if it was answered here (the packet is now
+    /// the reply).
+    fn request(&mut self, now: u64, client: (IpAddr, u16), dgram: &[u8]) -> Option<Reply> {
+        let (f, text) = Frame::parse(dgram)?;
+        if f.total != 1 {
+            return None;
+        }
+        let req = match proto::parse_request(text) {
+            Ok(r) => r,
+            Err(_) => {
+                bump(&self.stats.malformed, 1);
+                return None;
+            }
+        };
+        let t = tag(client.0, client.1, f.id);
+        match req {
+            Request::Get { keys, cas: false } => {
+                let mut n = 0u64;
+                let mut len = 0usize;
+                let mut all = true;
+                for k in proto::keys(keys) {
+                    n += 1;
+                    match self.cache.get(k, now) {
+                        Some(h) => len += proto::values_len([(k, h.flags, h.value.len())]) - 5,
+                        None => all = false,
+                    }
+                }
+                if all && FRAME_LEN + len + 5 <= MAX_DATAGRAM {
+                    bump(&self.stats.hits, n);
+                    let at = keys.as_ptr() as usize - dgram.as_ptr() as usize;
+                    return Some(Reply { id: f.id, len: len + 5, keys: at..at + keys.len() });
+                }
+                bump(&self.stats.misses, n);
+                self.pending[Self::slot(t)] = Pending { tag: t, at_ns: now, epoch: self.epoch.max(self.flushed_at), write: None };
+            }
+            Request::Get { cas: true, .. } | Request::Other => {}
+            Request::Store { key, flags, exptime, value, noreply, .. } => {
+                let epoch = self.written(key, now, (!noreply).then_some(t));
+                if noreply {
+                    return None;
+                }
+                let age = self.age(exptime)?;
+                if let Some(pos) = self.cache.insert(key, flags, value, now.saturating_add(age), false) {
+                    self.pending[Self::slot(t)].write = Some((key_hash(key), Some(pos)));
+                    debug_assert_eq!(self.pending[Self::slot(t)].epoch, epoch);
+                }
+            }
+            Request::Delete { key, noreply } | Request::Touch { key, noreply, .. } => {
+                self.written(key, now, (!noreply).then_some(t));
+            }
+            Request::Mutate { keys } => {
+                // One answer for several keys (`gat`) ends only the last one's flight; the
+                // others end theirs after PENDING_NS.
+                for k in proto::keys(keys) {
+                    self.written(k, now, Some(t));
+                }
+            }
+            Request::Flush => self.flush(now),
+        }
+        None
+    }
+
+    /// How long a value written with `exptime` may be kept; `None`: not at all (already
+    /// expired, or an absolute time the NT does not hold against a wall clock).
+    fn age(&self, exptime: i64) -> Option<u64> {
+        match exptime {
+            0 => Some(self.max_age_ns),
+            1..=RELATIVE_EXPTIME => Some(self.max_age_ns.min(exptime as u64 * 1_000_000_000)),
+            _ => None,
+        }
+    }
+
+    /// An answer from the server to a client.
+    fn response(&mut self, now: u64, client: (IpAddr, u16), dgram: &[u8]) {
+        let Some((f, text)) = Frame::parse(dgram) else { return };
+        let t = tag(client.0, client.1, f.id);
+        let s = Self::slot(t);
+        let p = self.pending[s];
+        if p.tag != t || now.saturating_sub(p.at_ns) > PENDING_NS {
+            return;
+        }
+        self.pending[s] = Pending::default();
+        if f.total != 1 {
+            return;
+        }
+        if let Some((h, _)) = p.write {
+            // Whatever the answer, the server has seen the write.
+            let w = &mut self.writes[Self::write_slot(h)];
+            if w.epoch == p.epoch {
+                w.in_flight_until = 0;
+            }
+        }
+        match (proto::response_kind(text), p.write) {
+            (Response::Stored, Some((h, Some(pos)))) if self.cache.show(h, pos) => bump(&self.stats.writes_shown, 1),
+            (Response::Values, None) => {
+                // Only a well-formed answer fills: checked whole before anything is stored.
+                if proto::values(text, |_| {}).is_err() {
+                    return;
+                }
+                let mut fills = 0;
+                let _ = proto::values(text, |v| {
+                    if self.may_fill(v.key, p.epoch, p.at_ns)
+                        && self.cache.insert(v.key, v.flags, v.data, now.saturating_add(self.max_age_ns), true).is_some()
+                    {
+                        fills += 1;
+                    }
+                });
+                bump(&self.stats.fills, fills);
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes the answer to the `get` in the packet's datagram at `pay` (its UDP payload)
+    /// from the cache, as `Reply` sized it.
+    fn write_values(&mut self, now: u64, buf: &mut [u8], pay: usize, keys: std::ops::Range<usize>, r: &Reply) -> Option<()> {
+        // The keys are read from the request, which the answer overwrites: copy them first.
+        let mut key_buf = [0u8; MAX_DATAGRAM];
+        let kl = keys.len();
+        key_buf[..kl].copy_from_slice(&buf[keys]);
+        Frame { id: r.id, seq: 0, total: 1 }.emit(&mut buf[pay..]);
+        let mut at = pay + FRAME_LEN;
+        for k in proto::keys(&key_buf[..kl]) {
+            let h = self.cache.get(k, now)?;
+            at += proto::emit_value_line(&mut buf[at..], k, h.flags, h.value.len())?;
+            buf.get_mut(at..at + h.value.len())?.copy_from_slice(h.value);
+            at += h.value.len();
+            buf.get_mut(at..at + 2)?.copy_from_slice(b"\r\n");
+            at += 2;
+        }
+        buf.get_mut(at..at + 5)?.copy_from_slice(b"END\r\n");
+        debug_assert_eq!(at + 5 - pay, FRAME_LEN + r.len);
+        Some(())
+    }
+}
+
+impl KvCache {
+    /// A packet the data plane could not parse to its ports: if it is the first fragment of a
+    /// request to the server (a `set` too large for one IP packet), what its command line
+    /// names is written.
+    fn fragment(&mut self, now: u64, pkt: &Pkt<'_>) {
+        let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
+        let Some(f) = pkt.buf.get(s..pkt.meta.off as usize + pkt.meta.len as usize) else { return };
+        let Some(ip) = f.get(14..).filter(|_| f[12..14] == [0x08, 0x00]) else { return };
+        let Some(&[vihl, _, _, _, _, _, fo0, fo1, _, proto]) = ip.get(..10) else { return };
+        let ihl = (vihl & 0x0f) as usize * 4;
+        let (more, offset) = (fo0 & 0x20 != 0, u16::from_be_bytes([fo0 & 0x1f, fo1]));
+        if vihl >> 4 != 4 || ihl < 20 || proto != ip_proto::UDP || !more || offset != 0 || ip.len() < ihl + 8 {
+            return;
+        }
+        let (src, dst) = (std::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]), std::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
+        let u = &ip[ihl..];
+        let (sport, dport) = (u16::from_be_bytes([u[0], u[1]]), u16::from_be_bytes([u[2], u[3]]));
+        if dst != *self.backend.ip() || dport != self.backend.port() {
+            return;
+        }
+        let Some((fr, text)) = Frame::parse(&u[8..]) else { return };
+        let t = tag(IpAddr::V4(src), sport, fr.id);
+        match proto::changes(text) {
+            proto::Changes::Nothing => {}
+            proto::Changes::Keys(keys) => {
+                for k in proto::keys(keys) {
+                    self.written(k, now, Some(t));
+                }
+            }
+            proto::Changes::All => self.flush(now),
+        }
+    }
+
+    fn flush(&mut self, now: u64) {
+        self.epoch += 1;
+        self.flushed_at = self.epoch;
+        self.flush_in_flight_until = now.saturating_add(PENDING_NS);
+        self.cache.clear();
+    }
+}
+
+/// A `get` answered from the cache: its id, the answer's length (frame header excluded) and
+/// where the request's keys are in its datagram.
+struct Reply {
+    id: u16,
+    len: usize,
+    keys: std::ops::Range<usize>,
+}
+
+impl Nt for KvCache {
+    fn kind(&self) -> &'static str {
+        "kv_cache"
+    }
+
+    fn process(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
+        let now = cx.now.as_nanos();
+        let Some(inner) = pkt.meta.inner else {
+            self.fragment(now, pkt);
+            return Verdict::Continue;
+        };
+        if inner.l3 != InnerL3::Ipv4 || inner.key.proto != ip_proto::UDP {
+            return Verdict::Continue;
+        }
+        let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
+        let (l3, l4, end) = (s + inner.l3_off as usize, s + inner.l4_off as usize, s + inner.l3_end as usize);
+        let pay = l4 + 8;
+        if pay > end || end > pkt.buf.len() {
+            return Verdict::Continue;
+        }
+        let k = inner.key;
+        let backend = (IpAddr::V4(*self.backend.ip()), self.backend.port());
+        if (k.src, k.src_port) == backend {
+            self.response(now, (k.dst, k.dst_port), &pkt.buf[pay..end]);
+            return Verdict::Continue;
+        }
+        if (k.dst, k.dst_port) != backend {
+            return Verdict::Continue;
+        }
+        let Some(r) = self.request(now, (k.src, k.src_port), &pkt.buf[pay..end]) else { return Verdict::Continue };
+        let new_end = pay + FRAME_LEN + r.len;
+        let keys = pay + r.keys.start..pay + r.keys.end;
+        if new_end > pkt.buf.len() || self.write_values(now, pkt.buf, pay, keys, &r).is_none() {
+            // Cannot happen (sized and looked up just now); if it did, the request goes on.
+            return Verdict::Continue;
+        }
+        turn_around(pkt.buf, s, l3, l4, new_end);
+        pkt.meta.len = (new_end - pkt.meta.off as usize) as u16;
+        pkt.meta.inner = parse_inner(&pkt.buf[s..new_end]).ok();
+        Verdict::Continue
+    }
+}
+
+/// Makes the IPv4/UDP packet at `l3` a reply ending at `end`: Ethernet addresses, IP
+/// addresses and UDP ports swapped, lengths and checksums set.
+fn turn_around(b: &mut [u8], eth: usize, l3: usize, l4: usize, end: usize) {
+    let (d, sm) = b[eth..eth + 12].split_at_mut(6);
+    d.swap_with_slice(sm);
+    let (src, dst) = b[l3 + 12..l3 + 20].split_at_mut(4);
+    src.swap_with_slice(dst);
+    let (sp, dp) = b[l4..l4 + 4].split_at_mut(2);
+    sp.swap_with_slice(dp);
+    let ip_len = (end - l3) as u16;
+    b[l3 + 2..l3 + 4].copy_from_slice(&ip_len.to_be_bytes());
+    b[l3 + 8] = 64;
+    b[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+    let ihl = (b[l3] & 0x0f) as usize * 4;
+    let c = checksum::checksum(&b[l3..l3 + ihl]);
+    b[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    b[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
+    fill_l4_checksum(&mut b[l3..end], l4 - l3, ip_proto::UDP);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{udp, TestPkt};
+    use snic_core::time::Instant;
+
+    const CLIENT: &str = "10.0.0.1";
+    const SERVER: &str = "10.0.0.2";
+
+    fn nt(policy: Policy) -> KvCache {
+        KvCache::new(&KvCacheConfig { backend: "10.0.0.2:11211".parse().unwrap(), bytes: 1 << 16, policy, max_age_ms: 1000 })
+    }
+
+    /// A datagram from `src` to `dst` carrying a memcached frame (id, one datagram) and `text`.
+    fn dgram(src: (&str, u16), dst: (&str, u16), id: u16, text: &[u8]) -> TestPkt {
+        let mut p = TestPkt::new(src.0, dst.0, udp(src.1, dst.1), FRAME_LEN + text.len());
+        let l = p.meta.inner.unwrap();
+        let pay = p.meta.off as usize + 8 + l.l4_off as usize + 8;
+        Frame { id, seq: 0, total: 1 }.emit(&mut p.buf[pay..]);
+        p.buf[pay + FRAME_LEN..pay + FRAME_LEN + text.len()].copy_from_slice(text);
+        p
+    }
+
+    fn request(id: u16, text: &[u8]) -> TestPkt {
+        dgram((CLIENT, 40000), (SERVER, 11211), id, text)
+    }
+
+    fn answer(id: u16, text: &[u8]) -> TestPkt {
+        dgram((SERVER, 11211), (CLIENT, 40000), id, text)
+    }
+
+    fn at(ms: u64) -> Ctx<'static> {
+        Ctx::real(Instant::from_nanos(ms * 1_000_000))
+    }
+
+    /// Runs `p` through `c`; returns the packet's UDP payload after, and whether it was turned
+    /// around (now from the server to the client).
+    fn run(c: &mut KvCache, ms: u64, mut p: TestPkt) -> (Vec<u8>, bool, TestPkt) {
+        let before = p.meta.inner.unwrap().key;
+        assert_eq!(c.process(&at(ms), &mut p.pkt()), Verdict::Continue);
+        let l = p.reparse();
+        let pay = p.meta.off as usize + 8 + l.l4_off as usize + 8;
+        let end = p.meta.off as usize + 8 + l.l3_end as usize;
+        let turned = l.key.src == before.dst && l.key.dst == before.src && l.key.src_port == before.dst_port;
+        (p.buf[pay..end].to_vec(), turned, p)
+    }
+
+    fn text(payload: &[u8]) -> &[u8] {
+        &payload[FRAME_LEN..]
+    }
+
+    #[test]
+    fn a_miss_goes_on_its_answer_fills_and_the_next_get_is_answered_here() {
+        let mut c = nt(Policy::Clock);
+        let (_, turned, _) = run(&mut c, 0, request(1, b"get k\r\n"));
+        assert!(!turned, "a miss goes to the server");
+        run(&mut c, 1, answer(1, b"VALUE k 3 5\r\nhello\r\nEND\r\n"));
+        let (pay, turned, p) = run(&mut c, 2, request(2, b"get k\r\n"));
+        assert!(turned, "a hit is answered from here");
+        assert_eq!(&pay[..2], &[0, 2], "the request's id");
+        assert_eq!(text(&pay), b"VALUE k 3 5\r\nhello\r\nEND\r\n");
+        assert!(p.checksums_ok());
+        let l = p.reparse();
+        assert_eq!((l.src_mac.0[5], l.dst_mac.0[5]), (2, 1), "Ethernet addresses swapped");
+        let s = c.stats();
+        assert_eq!((s.hits.load(Ordering::Relaxed), s.misses.load(Ordering::Relaxed), s.fills.load(Ordering::Relaxed)), (1, 1, 1));
+    }
+
+    #[test]
+    fn several_keys_are_answered_only_when_all_are_cached() {
+        let mut c = nt(Policy::Fifo);
+        run(&mut c, 0, request(1, b"get a b\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE a 0 1\r\nA\r\nEND\r\n"));
+        let (_, turned, _) = run(&mut c, 1, request(2, b"get a b\r\n"));
+        assert!(!turned, "b is not cached");
+        run(&mut c, 1, answer(2, b"VALUE a 0 1\r\nA\r\nVALUE b 0 2\r\nBB\r\nEND\r\n"));
+        let (pay, turned, _) = run(&mut c, 2, request(3, b"get b a\r\n"));
+        assert!(turned);
+        assert_eq!(text(&pay), b"VALUE b 0 2\r\nBB\r\nVALUE a 0 1\r\nA\r\nEND\r\n");
+    }
+
+    #[test]
+    fn a_write_shows_only_once_the_server_stored_it() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"get k\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE k 0 2\r\nv1\r\nEND\r\n"));
+        run(&mut c, 1, request(2, b"set k 0 0 2\r\nv2\r\n"));
+        let (_, turned, _) = run(&mut c, 2, request(3, b"get k\r\n"));
+        assert!(!turned, "after a write passed, its key is not served until the server stored it");
+        run(&mut c, 3, answer(3, b"VALUE k 0 2\r\nv2\r\nEND\r\n"));
+        run(&mut c, 3, answer(2, b"STORED\r\n"));
+        let (pay, turned, _) = run(&mut c, 4, request(4, b"get k\r\n"));
+        assert!(turned);
+        assert_eq!(text(&pay), b"VALUE k 0 2\r\nv2\r\nEND\r\n");
+    }
+
+    /// The race a write-through cache must not lose: a read answered by the server before a
+    /// write, arriving after the write passed, must not put the old value back.
+    #[test]
+    fn an_answer_to_a_read_older_than_a_write_does_not_fill() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"get k\r\n"));
+        run(&mut c, 1, request(2, b"set k 0 0 2\r\nv2\r\n"));
+        run(&mut c, 2, answer(1, b"VALUE k 0 2\r\nv1\r\nEND\r\n"));
+        let (_, turned, _) = run(&mut c, 3, request(3, b"get k\r\n"));
+        assert!(!turned, "the old value was cached after the write passed");
+        // A write the server refused shows nothing either.
+        run(&mut c, 4, answer(2, b"NOT_STORED\r\n"));
+        assert!(!run(&mut c, 5, request(4, b"get k\r\n")).1);
+    }
+
+    /// A read that passes while a write is on its way may reach the server first: its answer
+    /// (the old value) must not fill, though it passed after the write.
+    #[test]
+    fn a_read_passing_while_a_write_is_in_flight_does_not_fill() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"set k 0 0 2\r\nv2\r\n"));
+        run(&mut c, 1, dgram(("10.0.0.3", 5000), (SERVER, 11211), 7, b"get k\r\n"));
+        run(&mut c, 2, dgram((SERVER, 11211), ("10.0.0.3", 5000), 7, b"VALUE k 0 2\r\nv1\r\nEND\r\n"));
+        assert!(!run(&mut c, 3, request(2, b"get k\r\n")).1, "the old value was cached");
+        run(&mut c, 4, answer(1, b"STORED\r\n"));
+        let (pay, turned, _) = run(&mut c, 5, request(3, b"get k\r\n"));
+        assert!(turned);
+        assert_eq!(text(&pay), b"VALUE k 0 2\r\nv2\r\nEND\r\n");
+        // Acknowledged: reads fill again.
+        run(&mut c, 6, request(4, b"delete k\r\n"));
+        run(&mut c, 6, answer(4, b"DELETED\r\n"));
+        run(&mut c, 7, request(5, b"get k\r\n"));
+        run(&mut c, 7, answer(5, b"VALUE k 0 2\r\nv3\r\nEND\r\n"));
+        assert!(run(&mut c, 8, request(6, b"get k\r\n")).1);
+    }
+
+    /// A `set` too large for one IP packet reaches the NT as fragments it cannot parse to
+    /// ports: the first one names the key, which is forgotten.
+    #[test]
+    fn a_fragmented_write_forgets_its_key() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"get big\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE big 0 1\r\nx\r\nEND\r\n"));
+        assert!(run(&mut c, 0, request(2, b"get big\r\n")).1);
+        let mut p = request(3, b"set big 0 0 3000\r\nxxxxxxxx");
+        let l3 = p.meta.off as usize + 8 + p.meta.inner.unwrap().l3_off as usize;
+        p.buf[l3 + 6] |= 0x20;
+        p.meta.inner = None;
+        assert_eq!(c.process(&at(1), &mut p.pkt()), Verdict::Continue);
+        assert!(!run(&mut c, 2, request(4, b"get big\r\n")).1, "the fragmented set did not invalidate");
+        // A later fragment (offset > 0) or one to another server changes nothing.
+        run(&mut c, 2000, request(5, b"get big\r\n"));
+        run(&mut c, 2000, answer(5, b"VALUE big 0 1\r\ny\r\nEND\r\n"));
+        let mut p = request(6, b"set big 0 0 3000\r\nxxxxxxxx");
+        p.buf[l3 + 6] = 0x20;
+        p.buf[l3 + 7] = 0x10;
+        p.meta.inner = None;
+        c.process(&at(2001), &mut p.pkt());
+        assert!(run(&mut c, 2002, request(7, b"get big\r\n")).1);
+    }
+
+    #[test]
+    fn deletes_noreply_writes_and_flushes_forget() {
+        let mut c = nt(Policy::Clock);
+        let fill = |c: &mut KvCache, id, ms| {
+            run(c, ms, request(id, b"get k\r\n"));
+            run(c, ms, answer(id, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
+            assert!(run(c, ms, request(id + 1, b"get k\r\n")).1, "cached");
+        };
+        for (i, forget) in [&b"delete k\r\n"[..], b"set k 0 0 1 noreply\r\ny\r\n", b"incr k 1\r\n", b"touch k 5\r\n", b"flush_all\r\n"]
+            .into_iter()
+            .enumerate()
+        {
+            // Each round after the last one's writes stopped being in flight.
+            let (id, ms) = (10 * i as u16, 2000 * i as u64);
+            fill(&mut c, id, ms);
+            run(&mut c, ms, request(id + 2, forget));
+            assert!(!run(&mut c, ms, request(id + 3, b"get k\r\n")).1, "{}", String::from_utf8_lossy(forget));
+        }
+    }
+
+    #[test]
+    fn values_expire_and_bad_requests_pass_on_counted() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"get k\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE k 0 1\r\nx\r\nEND\r\n"));
+        assert!(run(&mut c, 999, request(2, b"get k\r\n")).1);
+        assert!(!run(&mut c, 1000, request(3, b"get k\r\n")).1, "kept at most max_age_ms");
+        let (pay, turned, _) = run(&mut c, 0, request(4, b"bogus\r\n"));
+        assert!(!turned);
+        assert_eq!(text(&pay), b"bogus\r\n", "passed on untouched: the server answers ERROR");
+        assert_eq!(c.stats().malformed.load(Ordering::Relaxed), 1);
+        // Not to the server: left alone, whatever it carries.
+        let (pay, turned, _) = run(&mut c, 0, dgram((CLIENT, 1), ("10.0.0.9", 11211), 5, b"get k\r\n"));
+        assert!(!turned);
+        assert_eq!(text(&pay), b"get k\r\n");
+    }
+
+    #[test]
+    fn an_answer_that_does_not_fit_one_datagram_goes_to_the_server() {
+        let mut c = nt(Policy::Clock);
+        let v = vec![b'v'; 1000];
+        let mut a = b"VALUE a 0 1000\r\n".to_vec();
+        a.extend_from_slice(&v);
+        a.extend_from_slice(b"\r\nEND\r\n");
+        let mut b = a.clone();
+        b[6] = b'b';
+        run(&mut c, 0, request(1, b"get a\r\n"));
+        run(&mut c, 0, answer(1, &a));
+        run(&mut c, 0, request(2, b"get b\r\n"));
+        run(&mut c, 0, answer(2, &b));
+        assert!(run(&mut c, 1, request(3, b"get a\r\n")).1);
+        assert!(!run(&mut c, 1, request(4, b"get a b\r\n")).1, "2 KB do not fit one datagram");
+    }
+}
