@@ -56,6 +56,9 @@ fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
 /// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
 /// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
 /// order. `off`, `len`: the VXLAN datagram in `buf`.
+/// How often regions whose NTs send packets of their own run without traffic, ns.
+const TICK_NS: u64 = 1_000_000;
+
 #[inline(always)]
 fn flow_hash(buf: &[u8], inner: &Option<layout::InnerLayout>, off: usize, len: usize) -> u64 {
     match inner {
@@ -229,6 +232,10 @@ pub struct Node<B: Backend> {
     memo_table: Arc<Mat>,
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
+    /// Scratch for [`Node::send_emitted`].
+    emitted: Vec<u32>,
+    /// When regions with emitting NTs were last ticked ([`Node::tick_regions`]).
+    ticked: Instant,
     /// The node's epoch-time policy: demand, fair shares, ingress limits, elasticity.
     core: NodeCore,
     /// Per-tenant egress queues, used while the backend pushes back.
@@ -407,6 +414,8 @@ impl<B: Backend> Node<B> {
             mat_memo: None,
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
+            emitted: Vec::new(),
+            ticked: Instant::ZERO,
             core,
             polls: 0,
             sample_nt_ns: 0,
@@ -637,7 +646,12 @@ impl<B: Backend> Node<B> {
             || self.dags.retiring()
             || self.life.retiring()
             || self.placement.moving();
-        busy.then_some(epoch).into_iter().chain(launch).min()
+        let tick = self
+            .region_counters
+            .iter()
+            .any(|c| c.as_ref().and_then(|c| c.outbox.as_ref()).is_some_and(|o| o.is_waiting()))
+            .then(|| Duration::from_nanos((self.ticked.as_nanos() + TICK_NS).saturating_sub(now.as_nanos())));
+        busy.then_some(epoch).into_iter().chain(launch).chain(tick).min()
     }
 
     /// The node's clock, now.
@@ -714,7 +728,31 @@ impl<B: Backend> Node<B> {
             self.placement_look(now);
             self.advance_retired();
         }
+        if now.as_nanos().saturating_sub(self.ticked.as_nanos()) >= TICK_NS {
+            self.ticked = now;
+            self.tick_regions(now);
+        }
         work
+    }
+
+    /// Runs an empty batch in every region whose NTs wait on timers, so that they fire without
+    /// traffic ([`snic_nt::Nt::tick`]); what they send goes out when the
+    /// batch completes. A worker whose ring is full skips this tick.
+    #[cold]
+    #[inline(never)]
+    fn tick_regions(&mut self, now: Instant) {
+        for i in 0..self.region_counters.len() {
+            if !self.region_counters[i].as_ref().and_then(|c| c.outbox.as_ref()).is_some_and(|o| o.is_waiting()) {
+                continue;
+            }
+            let inst = InstanceId(i as u16);
+            match self.exec.placement.get(i).copied().unwrap_or(Place::Dispatcher) {
+                Place::Dispatcher => self.run_inline(inst, &[], now, false),
+                Place::Worker(w) => {
+                    let _ = self.exec.workers[w].submit(Work::new(inst, &[], now, 0));
+                }
+            }
+        }
     }
 
     /// Receives from each of the backend's queues in turn (starting one further each poll),
@@ -1249,6 +1287,12 @@ impl<B: Backend> Node<B> {
 
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
         self.sched.handle_completion(inst, batch.len() as u32);
+        if let Some(Some(c)) = self.region_counters.get(inst.index()) {
+            if c.outbox.as_ref().is_some_and(|o| o.is_pending()) {
+                let c = c.clone();
+                self.send_emitted(c.outbox.as_ref().expect("checked"), now);
+            }
+        }
         for &idx in batch {
             if self.cfg.panic_mode && self.panic_next(inst, idx) {
                 continue;
@@ -1266,6 +1310,38 @@ impl<B: Backend> Node<B> {
                 Ran::Next => self.enter(idx, now),
             }
         }
+    }
+
+    /// Sends what a region's NTs emitted ([`snic_nt::outbox`]): each datagram in a buffer
+    /// charged to its tenant, straight to egress. A datagram the tenant's store quota (or the
+    /// store) has no room for is dropped and counted.
+    #[cold]
+    #[inline(never)]
+    fn send_emitted(&mut self, out: &snic_nt::Outbox, now: Instant) {
+        let slots = self.slots.clone();
+        let mut sent = std::mem::take(&mut self.emitted);
+        out.drain(|dgram, vni, t| match self.store.alloc_charged(t, HEADROOM..HEADROOM + dgram.len()) {
+            Ok(c) => {
+                // SAFETY: `c` was just allocated to the dispatcher.
+                let (buf, d) = unsafe { slots.get(c) };
+                buf[HEADROOM..HEADROOM + dgram.len()].copy_from_slice(dgram);
+                let inner = layout::parse_inner(&buf[HEADROOM + vxlan::HEADER_LEN..HEADROOM + dgram.len()]).ok();
+                d.flow_hash = flow_hash(buf, &inner, HEADROOM, dgram.len());
+                d.meta = snic_nt::PktMeta { off: HEADROOM as u16, len: dgram.len() as u16, vni, tenant: t, inner };
+                d.src = Peer::default();
+                d.rx_ns = now.as_nanos();
+                d.verdict = None;
+                d.charged = true;
+                d.walk = Walk::start(DagUid::default());
+                sent.push(c);
+            }
+            Err(e) => self.stats.tenant_mut(t).drops[e.index()] += 1,
+        });
+        for &c in &sent {
+            self.egress(c);
+        }
+        sent.clear();
+        self.emitted = sent;
     }
 
     #[inline(always)]

@@ -11,7 +11,7 @@ use crate::store::Slots;
 use snic_core::engine::{EngineConfig, EngineShaper};
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
-use snic_nt::{Ctx, DropReason, Nt, Pkt, Verdict, WorkTimer};
+use snic_nt::{Ctx, DropReason, Nt, Outbox, Pkt, Verdict, WorkTimer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -35,7 +35,14 @@ pub struct RegionCounters {
     pub nt_timed: Vec<AtomicU64>,
     /// Per NT: its declared throughput per instance ([`Nt::capacity_pps`]).
     pub nt_capacity_pps: Vec<Option<f64>>,
+    /// Where its NTs put packets they send of their own, if one of them does ([`Nt::emits`]):
+    /// the dispatcher takes them out when a batch completes.
+    pub outbox: Option<Outbox>,
 }
+
+/// Datagrams a region's outbox holds: a batch's worth of multi-datagram replies or replica
+/// copies.
+pub const OUTBOX_FRAMES: usize = 256;
 
 /// One batch in this many is timed NT by NT (two clock reads per NT per timed batch).
 pub const TIMED_EVERY: u64 = 32;
@@ -57,6 +64,7 @@ impl RegionCounters {
             nt_busy_ns: z(),
             nt_timed: z(),
             nt_capacity_pps: chain.iter().map(|n| n.capacity_pps()).collect(),
+            outbox: chain.iter().any(|n| n.emits()).then(|| Outbox::new(OUTBOX_FRAMES)),
         }
     }
 }
@@ -157,12 +165,17 @@ impl Region {
     /// The calling thread must own every index in `batch` (see `store`), and `batch` must not
     /// repeat an index.
     pub unsafe fn run(&mut self, slots: &Slots, batch: &[u32], now: Instant, core: &WorkTimer) {
-        let cx = Ctx { now, work: core };
+        let cx = Ctx { now, work: core, out: self.counters.outbox.as_ref() };
         let c = &self.counters;
         let batches = c.batches.load(Ordering::Relaxed);
         let timed = batches < TIMED_FIRST || batches.is_multiple_of(TIMED_EVERY);
         add(&c.batches, 1);
         add(&c.packets, batch.len() as u64);
+        if c.outbox.is_some() {
+            for nt in self.chain.iter_mut().filter(|n| n.emits()) {
+                nt.tick(&cx);
+            }
+        }
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
             let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
             let t0 = timed.then(|| core.now_ns());

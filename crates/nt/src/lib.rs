@@ -22,6 +22,7 @@ pub mod dummy;
 pub mod firewall;
 pub mod kv;
 pub mod nat;
+pub mod outbox;
 pub mod spec;
 pub mod synthetic;
 pub mod vni_map;
@@ -31,6 +32,7 @@ use snic_core::ids::TenantId;
 use snic_core::time::Instant;
 use snic_wire::layout::InnerLayout;
 
+pub use outbox::Outbox;
 pub use spec::{build, Access, NtSpec, SpecError};
 pub use work::WorkTimer;
 
@@ -90,11 +92,13 @@ pub enum DropReason {
     OpaquePayload,
     EngineThrottled,
     Overloaded,
+    KvAnswerHeld,
+    KvTooLarge,
 }
 
 impl DropReason {
     /// Every variant, for counter tables.
-    pub const ALL: [DropReason; 15] = [
+    pub const ALL: [DropReason; 17] = [
         DropReason::FirewallDeny,
         DropReason::NatTableFull,
         DropReason::NatPortsExhausted,
@@ -110,6 +114,8 @@ impl DropReason {
         DropReason::OpaquePayload,
         DropReason::EngineThrottled,
         DropReason::Overloaded,
+        DropReason::KvAnswerHeld,
+        DropReason::KvTooLarge,
     ];
 
     /// Stable snake_case name.
@@ -130,6 +136,10 @@ impl DropReason {
             DropReason::OpaquePayload => "opaque_payload",
             DropReason::EngineThrottled => "engine_throttled",
             DropReason::Overloaded => "nt_overloaded",
+            // A replica's answer held until every replica answered (not lost: the last one
+            // goes to the client).
+            DropReason::KvAnswerHeld => "kv_answer_held",
+            DropReason::KvTooLarge => "kv_too_large",
         }
     }
 
@@ -146,13 +156,24 @@ pub struct Ctx<'a> {
     pub now: Instant,
     /// The core the NT runs on: what modelled work is spent on ([`WorkTimer::spend`]).
     pub work: &'a WorkTimer,
+    /// Where the NT puts packets it sends of its own ([`outbox`]); `None` where nothing can be
+    /// sent (an NT that does not say it emits, [`Nt::emits`]).
+    pub out: Option<&'a Outbox>,
 }
+
+static REAL: WorkTimer = WorkTimer::Real;
 
 impl Ctx<'static> {
     /// A context on the real clock at `now` (tests and tools that run an NT by hand).
     pub fn real(now: Instant) -> Self {
-        static REAL: WorkTimer = WorkTimer::Real;
-        Ctx { now, work: &REAL }
+        Ctx { now, work: &REAL, out: None }
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// A context on the real clock at `now` whose NT sends into `out`.
+    pub fn real_with(now: Instant, out: &'a Outbox) -> Self {
+        Ctx { now, work: &REAL, out: Some(out) }
     }
 }
 
@@ -169,6 +190,16 @@ pub trait Nt: Send {
     fn capacity_pps(&self) -> Option<f64> {
         None
     }
+
+    /// True for an NT that sends packets of its own ([`outbox`]): its region gets an outbox,
+    /// and [`Nt::tick`] is called at least every millisecond, traffic or not.
+    fn emits(&self) -> bool {
+        false
+    }
+
+    /// Time passes (an NT that [`Nt::emits`]): at the start of each batch its region runs, and
+    /// about every millisecond without traffic. For timers: a retry, a timeout's answer.
+    fn tick(&mut self, _cx: &Ctx<'_>) {}
 
     /// True for an engine whose cost grows with the bytes it processes (encryption,
     /// compression): shared by several tenants, it gets per-tenant token buckets in bytes

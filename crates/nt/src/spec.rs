@@ -5,6 +5,7 @@ use crate::crypto::{Crypto, CryptoConfig, CryptoConfigError};
 use crate::dummy::Dummy;
 use crate::firewall::{Firewall, FirewallConfig};
 use crate::kv::cache_nt::{KvCache, KvCacheConfig};
+use crate::kv::replicate::{KvReplicate, KvReplicateConfig};
 use crate::nat::{Nat, NatConfig};
 use crate::synthetic::{Synthetic, SyntheticConfig};
 use crate::vni_map::VniMap;
@@ -49,6 +50,8 @@ pub enum NtSpec {
     Synthetic(SyntheticConfig),
     /// A cache in front of a memcached server (UDP).
     KvCache(KvCacheConfig),
+    /// Writes to a memcached server made on K servers, acknowledged after all K.
+    KvReplicate(KvReplicateConfig),
 }
 
 /// Why an NT spec cannot be instantiated.
@@ -115,6 +118,14 @@ pub mod bounds {
     pub const KV_CACHE_MAX_BYTES: usize = 1 << 30;
     /// The longest a `kv_cache` keeps a value, ms (one day).
     pub const KV_CACHE_MAX_AGE_MS: u64 = 86_400_000;
+    /// Replicas of a `kv_replicate`.
+    pub const KV_REPLICAS: usize = 8;
+    /// A `kv_replicate`'s wait for an answer, ms.
+    pub const KV_TIMEOUT_MS: u64 = 60_000;
+    /// A `kv_replicate`'s retries.
+    pub const KV_RETRIES: u32 = 10;
+    /// Writes a `kv_replicate` keeps waiting (each keeps its datagram, ≤ 1.6 KB).
+    pub const KV_MAX_PENDING: usize = 65_536;
 }
 
 fn bound(field: impl Into<String>, reason: impl Into<String>) -> SpecError {
@@ -176,7 +187,7 @@ impl NtSpec {
             NtSpec::VniMap { .. } => Access { reads: v, writes: v },
             NtSpec::Synthetic(_) => Access::default(),
             // Answers in place: the reply replaces the request's headers and payload.
-            NtSpec::KvCache(_) => Access { reads: h | p, writes: h | p },
+            NtSpec::KvCache(_) | NtSpec::KvReplicate(_) => Access { reads: h | p, writes: h | p },
         }
     }
 
@@ -191,6 +202,7 @@ impl NtSpec {
             NtSpec::VniMap { .. } => "vni_map",
             NtSpec::Synthetic(_) => "synthetic",
             NtSpec::KvCache(_) => "kv_cache",
+            NtSpec::KvReplicate(_) => "kv_replicate",
         }
     }
 }
@@ -288,6 +300,28 @@ impl NtSpec {
                     return Err(bound("backend", format!("{} is not a server's address", c.backend)));
                 }
             }
+            NtSpec::KvReplicate(c) => {
+                if !(2..=bounds::KV_REPLICAS).contains(&c.replicas.len()) {
+                    return Err(bound("replicas", format!("{} replicas: give 2 to {}", c.replicas.len(), bounds::KV_REPLICAS)));
+                }
+                for (i, r) in c.replicas.iter().enumerate() {
+                    if r.port() == 0 || r.ip().is_unspecified() {
+                        return Err(bound(format!("replicas[{i}]"), format!("{r} is not a server's address")));
+                    }
+                    if c.replicas[..i].iter().any(|o| o.ip() == r.ip()) {
+                        return Err(bound(format!("replicas[{i}]"), format!("{} is given twice (one replica per address)", r.ip())));
+                    }
+                }
+                if c.timeout_ms == 0 || c.timeout_ms > bounds::KV_TIMEOUT_MS {
+                    return Err(bound("timeout_ms", format!("{} is outside 1..={}", c.timeout_ms, bounds::KV_TIMEOUT_MS)));
+                }
+                if c.retries > bounds::KV_RETRIES {
+                    return Err(bound("retries", format!("{} is over the limit of {}", c.retries, bounds::KV_RETRIES)));
+                }
+                if c.max_pending == 0 || c.max_pending > bounds::KV_MAX_PENDING {
+                    return Err(bound("max_pending", format!("{} is outside 1..={}", c.max_pending, bounds::KV_MAX_PENDING)));
+                }
+            }
         }
         Ok(())
     }
@@ -335,6 +369,7 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
         NtSpec::VniMap { map, default } => Box::new(VniMap::new(map.iter().map(|p| (p.from, p.to)), *default)),
         NtSpec::Synthetic(c) => Box::new(Synthetic::new(c)),
         NtSpec::KvCache(c) => Box::new(KvCache::new(c)),
+        NtSpec::KvReplicate(c) => Box::new(KvReplicate::new(c)),
     })
 }
 
@@ -367,11 +402,12 @@ mod tests {
                 {"kind":"aes_gcm","direction":"encrypt","keys":[{"tenant":1,"spi":1,"key_hex":"000102030405060708090a0b0c0d0e0f"}]},
                 {"kind":"vni_map","map":[{"from":100,"to":200}]},
                 {"kind":"synthetic","cost_ns":100,"capacity_pps":1000},
-                {"kind":"kv_cache","backend":"10.0.0.2:11211","bytes":65536,"policy":"fifo"}]"#,
+                {"kind":"kv_cache","backend":"10.0.0.2:11211","bytes":65536,"policy":"fifo"},
+                {"kind":"kv_replicate","replicas":["10.0.0.2:11211","10.0.0.3:11211"]}]"#,
         )
         .unwrap();
         let kinds: Vec<_> = specs.iter().map(|s| build(s).unwrap().kind()).collect();
-        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map", "synthetic", "kv_cache"]);
+        assert_eq!(kinds, ["dummy", "counter", "firewall", "nat", "aes_gcm", "vni_map", "synthetic", "kv_cache", "kv_replicate"]);
     }
 
     #[test]
@@ -380,5 +416,16 @@ mod tests {
         assert!(serde_json::from_str::<NtSpec>(r#"{"kind":"nat","bogus":1}"#).is_err());
         let s: NtSpec = serde_json::from_str(r#"{"kind":"vni_map","default":16777216}"#).unwrap();
         assert_eq!(build(&s).err(), Some(SpecError::BadVni(16777216)));
+        for (bad, field) in [
+            (r#"{"kind":"kv_replicate","replicas":["10.0.0.2:11211"]}"#, "replicas"),
+            (r#"{"kind":"kv_replicate","replicas":["10.0.0.2:11211","10.0.0.2:11212"]}"#, "replicas[1]"),
+            (r#"{"kind":"kv_replicate","replicas":["10.0.0.2:11211","10.0.0.3:0"]}"#, "replicas[1]"),
+            (r#"{"kind":"kv_replicate","replicas":["10.0.0.2:1","10.0.0.3:1"],"timeout_ms":0}"#, "timeout_ms"),
+            (r#"{"kind":"kv_cache","backend":"10.0.0.2:11211","bytes":10}"#, "bytes"),
+            (r#"{"kind":"kv_cache","backend":"0.0.0.0:11211"}"#, "backend"),
+        ] {
+            let s: NtSpec = serde_json::from_str(bad).unwrap();
+            assert_eq!(s.validate().err().as_ref().and_then(|e| e.field()), Some(field), "{bad}");
+        }
     }
 }

@@ -119,7 +119,7 @@ mod tests {
         let core = WorkTimer::virtual_core(1_000);
         let mut p = TestPkt::new("10.0.0.1", "10.0.0.2", udp(1, 2), 950);
         assert_eq!(p.meta.len, 1000, "VXLAN 8 + Ethernet 14 + IPv4 20 + UDP 8 + 950 of payload");
-        nt.process(&Ctx { now: Instant::ZERO, work: &core }, &mut p.pkt());
+        nt.process(&Ctx { now: Instant::ZERO, work: &core, out: None }, &mut p.pkt());
         assert_eq!(core.now_ns(), 1_000 + 300 + 500, "300 ns + 1000 B × 0.5 ns");
         assert!(nt.is_engine());
     }

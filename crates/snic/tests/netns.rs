@@ -1231,6 +1231,17 @@ fn udp_socket_in(t: &Topo, n: &str) -> std::net::UdpSocket {
     .unwrap()
 }
 
+/// Starts memcached in namespace `n`, UDP on `ip`:11211 (TCP off), and waits until it listens;
+/// its index among the children.
+fn start_memcached(t: &mut Topo, n: &str, ip: &str) -> usize {
+    let i = t.spawn(n, &["memcached", "-U", "11211", "-p", "0", "-l", ip, "-u", "root", "-m", "64"]);
+    wait_for(&format!("memcached listens on {n}"), Duration::from_secs(10), || {
+        let out = t.exec_status(n, &["ss", "-Hlun", "sport = :11211"]);
+        out.status.success() && !out.stdout.is_empty()
+    });
+    i
+}
+
 /// Tenant blue's only NT is a cache in front of its memcached server on B (the example's
 /// manifest); green (VNI 200, endpoints C and D) has no NT.
 const KV_CACHE: &str = concat!(
@@ -1249,11 +1260,7 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "memcached"]);
     let mut t = Topo::four_endpoints("", KV_CACHE);
-    t.spawn("b", &["memcached", "-U", "11211", "-p", "0", "-l", "10.1.0.2", "-u", "root", "-m", "64"]);
-    wait_for("memcached listens on B", Duration::from_secs(10), || {
-        let out = t.exec_status("b", &["ss", "-Hlun", "sport = :11211"]);
-        out.status.success() && !out.stdout.is_empty()
-    });
+    start_memcached(&mut t, "b", "10.1.0.2");
     let server: std::net::SocketAddr = "10.1.0.2:11211".parse().unwrap();
     let mut client = Client::new(udp_socket_in(&t, "a"), server);
     // The server's own view, from its namespace (not through snic).
@@ -1348,4 +1355,62 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     }
     assert!(checked > 0, "the readers read nothing");
     eprintln!("{checked} concurrent reads checked");
+}
+
+/// Tenant blue's writes to its memcached server on B are made on B, E and F too (the example's
+/// manifest).
+const KV_REPLICATE: &str = include_str!("../../../examples/kv-replicate.yaml");
+
+/// Real memcached (UDP) on B, E and F behind a `kv_replicate` NT, a client on A: a write is
+/// acknowledged once all three stored it, and each server holds it (read from its own
+/// namespace); reads go to the three in turn; with one server stopped, a write is never
+/// acknowledged: the client gets memcached's `SERVER_ERROR`.
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn a_replication_nt_acknowledges_a_write_only_once_every_real_memcached_stored_it() {
+    use snic_perf::kv::Client;
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "memcached"]);
+    let mut t = Topo::new("");
+    t.add_ns("node");
+    let servers = [("b", 2, "10.1.0.2"), ("e", 5, "10.1.0.3"), ("f", 6, "10.1.0.4")];
+    t.endpoint("a", 1, 100, "10.1.0.1/24");
+    for (n, i, ip) in servers {
+        t.endpoint(n, i, 100, &format!("{ip}/24"));
+    }
+    let floods: String = [1u8, 2, 5, 6].iter().map(|&i| flood(&format!("f{i}"), 100, i)).collect();
+    t.start_node(&format!("{KV_REPLICATE}{floods}"));
+    let mut daemons = vec![];
+    for (n, _, ip) in servers {
+        daemons.push(start_memcached(&mut t, n, ip));
+    }
+    let mut client = Client::new(udp_socket_in(&t, "a"), "10.1.0.2:11211".parse().unwrap());
+    let mut direct: Vec<Client> =
+        servers.iter().map(|(n, _, ip)| Client::new(udp_socket_in(&t, n), format!("{ip}:11211").parse().unwrap())).collect();
+
+    assert_eq!(client.set(b"k", 3, b"replicated").unwrap(), "STORED");
+    for (d, (n, _, _)) in direct.iter_mut().zip(servers) {
+        assert_eq!(d.get(b"k").unwrap(), Some((3, b"replicated".to_vec())), "the value on {n}");
+    }
+    // Reads in turn: each server answers one, in B's name (the client's socket would not
+    // take an answer from elsewhere as this request's: `call` matches the request id only).
+    let before: Vec<u64> = direct.iter_mut().map(|d| d.stats().unwrap()["cmd_get"].parse().unwrap()).collect();
+    for i in 0..3 {
+        assert_eq!(client.get(b"k").unwrap(), Some((3, b"replicated".to_vec())), "read {i}");
+    }
+    let after: Vec<u64> = direct.iter_mut().map(|d| d.stats().unwrap()["cmd_get"].parse().unwrap()).collect();
+    let served: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(served, [1, 1, 1], "reads per server");
+    // A delete is replicated too.
+    assert_eq!(client.call(b"delete k\r\n", Duration::from_secs(1)).unwrap(), b"DELETED\r\n");
+    for d in direct.iter_mut() {
+        assert_eq!(d.get(b"k").unwrap(), None);
+    }
+
+    // F stops: a write cannot be made on all three, and is not acknowledged.
+    t.kill(daemons[2]);
+    let answer = client.set(b"k2", 0, b"v").unwrap();
+    assert_eq!(answer, "SERVER_ERROR replica timeout", "a write acknowledged without all replicas");
+    let held = dropped(stats(&t.status(), "blue"), &["kv_answer_held"]);
+    assert!(held >= 4, "the replicas' answers held before the last: {held}");
 }

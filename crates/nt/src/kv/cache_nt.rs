@@ -22,10 +22,11 @@
 
 use super::cache::{key_hash, Cache, Policy, Pos};
 use super::proto::{self, Frame, Request, Response, FRAME_LEN, MAX_DATAGRAM};
+use super::udp::{turn_around, Udp4};
 use crate::{Ctx, Nt, Pkt, Verdict};
 use serde::{Deserialize, Serialize};
-use snic_wire::layout::{parse_inner, InnerL3};
-use snic_wire::{build::fill_l4_checksum, checksum, ip_proto};
+use snic_wire::ip_proto;
+use snic_wire::layout::parse_inner;
 use std::net::{IpAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -378,60 +379,32 @@ impl Nt for KvCache {
 
     fn process(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let now = cx.now.as_nanos();
-        let Some(inner) = pkt.meta.inner else {
+        if pkt.meta.inner.is_none() {
             self.fragment(now, pkt);
             return Verdict::Continue;
-        };
-        if inner.l3 != InnerL3::Ipv4 || inner.key.proto != ip_proto::UDP {
-            return Verdict::Continue;
         }
-        let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
-        let (l3, l4, end) = (s + inner.l3_off as usize, s + inner.l4_off as usize, s + inner.l3_end as usize);
-        let pay = l4 + 8;
-        if pay > end || end > pkt.buf.len() {
-            return Verdict::Continue;
-        }
-        let k = inner.key;
+        let Some(u) = Udp4::of(pkt) else { return Verdict::Continue };
+        let k = pkt.meta.inner.expect("Udp4::of checked").key;
         let backend = (IpAddr::V4(*self.backend.ip()), self.backend.port());
         if (k.src, k.src_port) == backend {
-            self.response(now, (k.dst, k.dst_port), &pkt.buf[pay..end]);
+            self.response(now, (k.dst, k.dst_port), &pkt.buf[u.pay..u.end]);
             return Verdict::Continue;
         }
         if (k.dst, k.dst_port) != backend {
             return Verdict::Continue;
         }
-        let Some(r) = self.request(now, (k.src, k.src_port), &pkt.buf[pay..end]) else { return Verdict::Continue };
-        let new_end = pay + FRAME_LEN + r.len;
-        let keys = pay + r.keys.start..pay + r.keys.end;
-        if new_end > pkt.buf.len() || self.write_values(now, pkt.buf, pay, keys, &r).is_none() {
+        let Some(r) = self.request(now, (k.src, k.src_port), &pkt.buf[u.pay..u.end]) else { return Verdict::Continue };
+        let new_end = u.pay + FRAME_LEN + r.len;
+        let keys = u.pay + r.keys.start..u.pay + r.keys.end;
+        if new_end > pkt.buf.len() || self.write_values(now, pkt.buf, u.pay, keys, &r).is_none() {
             // Cannot happen (sized and looked up just now); if it did, the request goes on.
             return Verdict::Continue;
         }
-        turn_around(pkt.buf, s, l3, l4, new_end);
+        turn_around(pkt.buf, &u, new_end);
         pkt.meta.len = (new_end - pkt.meta.off as usize) as u16;
-        pkt.meta.inner = parse_inner(&pkt.buf[s..new_end]).ok();
+        pkt.meta.inner = parse_inner(&pkt.buf[u.eth..new_end]).ok();
         Verdict::Continue
     }
-}
-
-/// Makes the IPv4/UDP packet at `l3` a reply ending at `end`: Ethernet addresses, IP
-/// addresses and UDP ports swapped, lengths and checksums set.
-fn turn_around(b: &mut [u8], eth: usize, l3: usize, l4: usize, end: usize) {
-    let (d, sm) = b[eth..eth + 12].split_at_mut(6);
-    d.swap_with_slice(sm);
-    let (src, dst) = b[l3 + 12..l3 + 20].split_at_mut(4);
-    src.swap_with_slice(dst);
-    let (sp, dp) = b[l4..l4 + 4].split_at_mut(2);
-    sp.swap_with_slice(dp);
-    let ip_len = (end - l3) as u16;
-    b[l3 + 2..l3 + 4].copy_from_slice(&ip_len.to_be_bytes());
-    b[l3 + 8] = 64;
-    b[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
-    let ihl = (b[l3] & 0x0f) as usize * 4;
-    let c = checksum::checksum(&b[l3..l3 + ihl]);
-    b[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    b[l4 + 4..l4 + 6].copy_from_slice(&((end - l4) as u16).to_be_bytes());
-    fill_l4_checksum(&mut b[l3..end], l4 - l3, ip_proto::UDP);
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Application NTs that act for endpoints in front of a key-value store (paper §6.1): they
 //! speak memcached's UDP protocol ([`proto`]) and keep what they learn in a fixed budget
-//! ([`cache`]). [`cache_nt`] is the `kv_cache` NT.
+//! ([`cache`]). [`cache_nt`] is the `kv_cache` NT, [`replicate`] the `kv_replicate` NT.
 
 pub mod cache;
 pub mod cache_nt;
 pub mod proto;
+pub mod replicate;
+pub mod udp;
 
 /// The `memcache` fuzz target's harness (kept here so `cargo test` replays the same code on the
 /// seeds without cargo-fuzz): parses `data` as a datagram every way the NTs do, and runs it
