@@ -92,6 +92,12 @@ impl Outbox {
         self.waiting.load(Ordering::Relaxed)
     }
 
+    /// Datagrams that can still be pushed.
+    pub fn room(&self) -> usize {
+        let g = self.lock();
+        (g.max_frames - g.frames.len()).min((g.bytes.len() - g.used) / MAX_FRAME)
+    }
+
     /// True if datagrams wait (a cheap check, once per batch).
     #[inline]
     pub fn is_pending(&self) -> bool {

@@ -1299,6 +1299,13 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     let mut got = vec![];
     snic_nt::kv::proto::values(&text, |v| got.push((v.key.to_vec(), v.data.len()))).unwrap();
     assert_eq!(got, [(b"m1".to_vec(), 1000), (b"m2".to_vec(), 1000), (b"m3".to_vec(), 1000)]);
+    // Both were read back together by the NT and cached (the big one from three datagrams, the
+    // three keys from memcached's one message per key): the same reads again do not reach the
+    // server, and come back whole in several datagrams from the node.
+    let before = gets(&mut direct);
+    assert_eq!(client.get(b"big").unwrap(), Some((1, big.clone())));
+    assert_eq!(client.call(b"get m1 m2 m3\r\n", Duration::from_secs(1)).unwrap(), text);
+    assert_eq!(gets(&mut direct), before, "long answers were not served from the cache");
     // A fragmented write replaces a cached value too.
     assert_eq!(client.set(b"k1", 0, &big).unwrap(), "STORED");
     assert_eq!(client.get(b"k1").unwrap(), Some((0, big.clone())));

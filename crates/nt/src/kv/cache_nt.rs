@@ -3,10 +3,12 @@
 //! recently read and written pairs so reads need not reach the memory node).
 //!
 //! It watches the memcached UDP datagrams of its tenant's packets to and from `backend`:
-//! - a `get` whose keys are all cached, and whose answer fits one datagram, is answered here:
-//!   the request becomes the reply in place (addresses and ports swapped, the `VALUE`s
-//!   written where the request was) and goes back to the client; the server never sees it;
-//! - any other `get` goes on to the server, and its answer fills the cache on the way back,
+//! - a `get` whose keys are all cached is answered here: the request becomes the reply's first
+//!   datagram in place (addresses and ports swapped, the `VALUE`s written where the request
+//!   was) and goes back to the client; an answer longer than one datagram (1,400 bytes, as
+//!   memcached cuts them) sends the rest from the region's outbox. The server never sees it;
+//! - any other `get` goes on to the server, and its answer fills the cache on the way back
+//!   (read back together from several datagrams, or from memcached's one message per key),
 //!   unless a write to one of its keys passed since the `get` did;
 //! - a `set`/`add`/`replace` forgets the key at once and stores the new value invisible; the
 //!   server's `STORED` shows it (write-through). `delete`, `touch`, `incr`, … forget the key;
@@ -17,12 +19,10 @@
 //! a read the server answered after that write; a read answered before it does not fill (the
 //! write counters below), and a value is kept at most `max_age_ms`.
 //!
-//! Not yet: answers over several datagrams are passed through, not cached or served; the NT
-//! reads the datagram as it is (the SmartDS header/payload split comes with the replication NT).
 
 use super::cache::{key_hash, Cache, Policy, Pos};
 use super::proto::{self, Frame, Request, Response, FRAME_LEN, MAX_DATAGRAM};
-use super::udp::{turn_around, Udp4};
+use super::udp::{self, turn_around, Udp4};
 use crate::{Ctx, Nt, Pkt, Verdict};
 use serde::{Deserialize, Serialize};
 use snic_wire::ip_proto;
@@ -108,6 +108,81 @@ const WRITES: usize = 1 << 14;
 const PENDING_NS: u64 = 1_000_000_000;
 /// memcached's limit between relative and absolute expiry times.
 const RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
+/// The longest answer the NT serves or reads back together, bytes of text.
+const ANSWER_MAX: usize = 64 * 1024;
+/// Text bytes in one datagram of a long answer.
+const CHUNK: usize = MAX_DATAGRAM - FRAME_LEN;
+/// Datagrams of one answer at most.
+const MAX_PARTS: usize = ANSWER_MAX.div_ceil(CHUNK);
+/// Answers in several datagrams put back together at once.
+const REASM: usize = 4;
+
+/// Datagrams an answer of `len` bytes of text takes.
+fn datagrams(len: usize) -> usize {
+    len.div_ceil(CHUNK).max(1)
+}
+
+/// Answers in several datagrams being put back together, a few at once (a newer one takes the
+/// place of the oldest; the one it pushed out then fills nothing: safe, a lost hit).
+struct Reasm {
+    slots: Vec<ReasmSlot>,
+    /// The last whole message.
+    out: Vec<u8>,
+}
+
+struct ReasmSlot {
+    tag: u64,
+    total: u16,
+    got: u64,
+    at_ns: u64,
+    lens: [u16; MAX_PARTS],
+    data: Box<[u8]>,
+}
+
+impl Reasm {
+    fn new() -> Reasm {
+        let slot = || ReasmSlot {
+            tag: 0,
+            total: 0,
+            got: 0,
+            at_ns: 0,
+            lens: [0; MAX_PARTS],
+            data: vec![0u8; MAX_PARTS * MAX_DATAGRAM].into_boxed_slice(),
+        };
+        Reasm { slots: (0..REASM).map(|_| slot()).collect(), out: Vec::with_capacity(MAX_PARTS * MAX_DATAGRAM) }
+    }
+
+    /// Takes part `f` (text `text`) of the message of `tag`; true when the message is whole,
+    /// then in `out`.
+    fn take(&mut self, tag: u64, f: Frame, text: &[u8], now: u64) -> bool {
+        if f.total as usize > MAX_PARTS || text.len() > MAX_DATAGRAM {
+            return false;
+        }
+        let i = match self.slots.iter().position(|s| s.tag == tag && s.total == f.total) {
+            Some(i) => i,
+            None => {
+                let i = (0..REASM).min_by_key(|&i| self.slots[i].at_ns).expect("REASM > 0");
+                let s = &mut self.slots[i];
+                (s.tag, s.total, s.got, s.at_ns) = (tag, f.total, 0, now);
+                i
+            }
+        };
+        let s = &mut self.slots[i];
+        let k = f.seq as usize;
+        s.data[k * MAX_DATAGRAM..k * MAX_DATAGRAM + text.len()].copy_from_slice(text);
+        s.lens[k] = text.len() as u16;
+        s.got |= 1 << k;
+        if s.got.count_ones() != s.total as u32 {
+            return false;
+        }
+        self.out.clear();
+        for k in 0..s.total as usize {
+            self.out.extend_from_slice(&s.data[k * MAX_DATAGRAM..k * MAX_DATAGRAM + s.lens[k] as usize]);
+        }
+        s.tag = 0;
+        true
+    }
+}
 
 /// See the module docs.
 pub struct KvCache {
@@ -119,6 +194,9 @@ pub struct KvCache {
     epoch: u64,
     flushed_at: u64,
     flush_in_flight_until: u64,
+    reasm: Reasm,
+    /// An answer being written, before it is cut into datagrams.
+    answer: Box<[u8]>,
     stats: Arc<KvCacheStats>,
 }
 
@@ -149,6 +227,8 @@ impl KvCache {
             epoch: 0,
             flushed_at: 0,
             flush_in_flight_until: 0,
+            reasm: Reasm::new(),
+            answer: vec![0u8; ANSWER_MAX].into_boxed_slice(),
             stats: Arc::default(),
         }
     }
@@ -189,7 +269,7 @@ impl KvCache {
 
     /// A request from a client to the server: true if it was answered here (the packet is now
     /// the reply).
-    fn request(&mut self, now: u64, client: (IpAddr, u16), dgram: &[u8]) -> Option<Reply> {
+    fn request(&mut self, now: u64, client: (IpAddr, u16), dgram: &[u8], room: usize) -> Option<Reply> {
         let (f, text) = Frame::parse(dgram)?;
         if f.total != 1 {
             return None;
@@ -214,7 +294,8 @@ impl KvCache {
                         None => all = false,
                     }
                 }
-                if all && FRAME_LEN + len + 5 <= MAX_DATAGRAM {
+                // Served if it all fits the datagrams this batch can still send.
+                if all && len + 5 <= ANSWER_MAX && datagrams(len + 5) <= 1 + room {
                     bump(&self.stats.hits, n);
                     let at = keys.as_ptr() as usize - dgram.as_ptr() as usize;
                     return Some(Reply { id: f.id, len: len + 5, keys: at..at + keys.len() });
@@ -268,6 +349,17 @@ impl KvCache {
         if p.tag != t || now.saturating_sub(p.at_ns) > PENDING_NS {
             return;
         }
+        if p.write.is_none() {
+            // A read's answer: one message, or the parts of one, or one message per key.
+            if f.total == 1 {
+                self.read_answer(now, s, text);
+            } else if self.reasm.take(t, f, text, now) {
+                let whole = std::mem::take(&mut self.reasm.out);
+                self.read_answer(now, s, &whole);
+                self.reasm.out = whole;
+            }
+            return;
+        }
         self.pending[s] = Pending::default();
         if f.total != 1 {
             return;
@@ -279,47 +371,51 @@ impl KvCache {
                 w.in_flight_until = 0;
             }
         }
-        match (proto::response_kind(text), p.write) {
-            (Response::Stored, Some((h, Some(pos)))) if self.cache.show(h, pos) => bump(&self.stats.writes_shown, 1),
-            (Response::Values, None) => {
-                // Only a well-formed answer fills: checked whole before anything is stored.
-                if proto::values(text, |_| {}).is_err() {
-                    return;
-                }
-                let mut fills = 0;
-                let _ = proto::values(text, |v| {
-                    if self.may_fill(v.key, p.epoch, p.at_ns)
-                        && self.cache.insert(v.key, v.flags, v.data, now.saturating_add(self.max_age_ns), true).is_some()
-                    {
-                        fills += 1;
-                    }
-                });
-                bump(&self.stats.fills, fills);
+        if let (Response::Stored, Some((h, Some(pos)))) = (proto::response_kind(text), p.write) {
+            if self.cache.show(h, pos) {
+                bump(&self.stats.writes_shown, 1);
             }
-            _ => {}
         }
     }
 
-    /// Writes the answer to the `get` in the packet's datagram at `pay` (its UDP payload)
-    /// from the cache, as `Reply` sized it.
-    fn write_values(&mut self, now: u64, buf: &mut [u8], pay: usize, keys: std::ops::Range<usize>, r: &Reply) -> Option<()> {
-        // The keys are read from the request, which the answer overwrites: copy them first.
-        let mut key_buf = [0u8; MAX_DATAGRAM];
-        let kl = keys.len();
-        key_buf[..kl].copy_from_slice(&buf[keys]);
-        Frame { id: r.id, seq: 0, total: 1 }.emit(&mut buf[pay..]);
-        let mut at = pay + FRAME_LEN;
-        for k in proto::keys(&key_buf[..kl]) {
+    /// One whole message of the answer to the read waiting in pending slot `s`: its values
+    /// fill the cache (if no write to their key passed since the read); the read stops
+    /// waiting at `END`, or at the first malformed message.
+    fn read_answer(&mut self, now: u64, s: usize, text: &[u8]) {
+        let p = self.pending[s];
+        // Only a well-formed message fills: checked whole before anything is stored.
+        match proto::value_blocks(text, |_| {}) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => self.pending[s] = Pending::default(),
+        }
+        if proto::value_blocks(text, |_| {}).is_err() {
+            return;
+        }
+        let mut fills = 0;
+        let _ = proto::value_blocks(text, |v| {
+            if self.may_fill(v.key, p.epoch, p.at_ns)
+                && self.cache.insert(v.key, v.flags, v.data, now.saturating_add(self.max_age_ns), true).is_some()
+            {
+                fills += 1;
+            }
+        });
+        bump(&self.stats.fills, fills);
+    }
+
+    /// Writes the answer to a `get` of `keys`, all cached, into `self.answer`; its length.
+    fn answer_text(&mut self, now: u64, keys: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        for k in proto::keys(keys) {
             let h = self.cache.get(k, now)?;
-            at += proto::emit_value_line(&mut buf[at..], k, h.flags, h.value.len())?;
-            buf.get_mut(at..at + h.value.len())?.copy_from_slice(h.value);
+            let b = &mut self.answer;
+            at += proto::emit_value_line(&mut b[at..], k, h.flags, h.value.len())?;
+            b.get_mut(at..at + h.value.len())?.copy_from_slice(h.value);
             at += h.value.len();
-            buf.get_mut(at..at + 2)?.copy_from_slice(b"\r\n");
+            b.get_mut(at..at + 2)?.copy_from_slice(b"\r\n");
             at += 2;
         }
-        buf.get_mut(at..at + 5)?.copy_from_slice(b"END\r\n");
-        debug_assert_eq!(at + 5 - pay, FRAME_LEN + r.len);
-        Some(())
+        self.answer.get_mut(at..at + 5)?.copy_from_slice(b"END\r\n");
+        Some(at + 5)
     }
 }
 
@@ -393,17 +489,42 @@ impl Nt for KvCache {
         if (k.dst, k.dst_port) != backend {
             return Verdict::Continue;
         }
-        let Some(r) = self.request(now, (k.src, k.src_port), &pkt.buf[u.pay..u.end]) else { return Verdict::Continue };
-        let new_end = u.pay + FRAME_LEN + r.len;
-        let keys = u.pay + r.keys.start..u.pay + r.keys.end;
-        if new_end > pkt.buf.len() || self.write_values(now, pkt.buf, u.pay, keys, &r).is_none() {
+        let room = cx.out.map_or(0, |o| o.room());
+        let Some(r) = self.request(now, (k.src, k.src_port), &pkt.buf[u.pay..u.end], room) else { return Verdict::Continue };
+        let keys = &pkt.buf[u.pay + r.keys.start..u.pay + r.keys.end];
+        if self.answer_text(now, keys) != Some(r.len) {
             // Cannot happen (sized and looked up just now); if it did, the request goes on.
             return Verdict::Continue;
         }
-        turn_around(pkt.buf, &u, new_end);
-        pkt.meta.len = (new_end - pkt.meta.off as usize) as u16;
-        pkt.meta.inner = parse_inner(&pkt.buf[u.eth..new_end]).ok();
+        // The first datagram in place of the request, the rest sent after the batch.
+        let n = datagrams(r.len);
+        let first = r.len.min(CHUNK);
+        let end = u.pay + FRAME_LEN + first;
+        Frame { id: r.id, seq: 0, total: n as u16 }.emit(&mut pkt.buf[u.pay..]);
+        pkt.buf[u.pay + FRAME_LEN..end].copy_from_slice(&self.answer[..first]);
+        turn_around(pkt.buf, &u, end);
+        let off = pkt.meta.off as usize;
+        pkt.meta.len = (end - off) as u16;
+        pkt.meta.inner = parse_inner(&pkt.buf[u.eth..end]).ok();
+        if n > 1 {
+            let (out, head, parts) = (cx.out.expect("room was counted"), &pkt.buf[off..u.pay], u.shifted(off, 0));
+            for seq in 1..n {
+                let chunk = &self.answer[seq * CHUNK..r.len.min((seq + 1) * CHUNK)];
+                out.push(pkt.meta.vni, pkt.meta.tenant, |b| {
+                    b[..head.len()].copy_from_slice(head);
+                    Frame { id: r.id, seq: seq as u16, total: n as u16 }.emit(&mut b[parts.pay..]);
+                    let end = parts.pay + FRAME_LEN + chunk.len();
+                    b[parts.pay + FRAME_LEN..end].copy_from_slice(chunk);
+                    udp::finish(b, &parts, end);
+                    Some(end)
+                });
+            }
+        }
         Verdict::Continue
+    }
+
+    fn emits(&self) -> bool {
+        true
     }
 }
 
@@ -411,6 +532,7 @@ impl Nt for KvCache {
 mod tests {
     use super::*;
     use crate::testutil::{udp, TestPkt};
+    use crate::Outbox;
     use snic_core::time::Instant;
 
     const CLIENT: &str = "10.0.0.1";
@@ -615,6 +737,73 @@ mod tests {
         run(&mut c, 0, request(2, b"get b\r\n"));
         run(&mut c, 0, answer(2, &b));
         assert!(run(&mut c, 1, request(3, b"get a\r\n")).1);
-        assert!(!run(&mut c, 1, request(4, b"get a b\r\n")).1, "2 KB do not fit one datagram");
+        assert!(!run(&mut c, 1, request(4, b"get a b\r\n")).1, "2 KB do not fit one datagram, and there is no outbox");
+    }
+
+    /// Part `seq` of `total` of an answer from the server.
+    fn part(id: u16, seq: u16, total: u16, text: &[u8]) -> TestPkt {
+        let mut p = answer(id, text);
+        let u = Udp4::of(&p.pkt()).unwrap();
+        Frame { id, seq, total }.emit(&mut p.buf[u.pay..]);
+        p
+    }
+
+    /// A value over several datagrams: read back together from the server's parts (in any
+    /// order), then served in parts, the first in place of the request and the rest sent.
+    #[test]
+    fn a_long_value_is_filled_from_several_datagrams_and_served_in_several() {
+        let mut c = nt(Policy::Clock);
+        let out = Outbox::new(16);
+        let value: Vec<u8> = (0..4000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let mut whole = b"VALUE big 5 4000\r\n".to_vec();
+        whole.extend_from_slice(&value);
+        whole.extend_from_slice(b"\r\nEND\r\n");
+        let cx = |ms: u64| Ctx::real_with(Instant::from_nanos(ms * 1_000_000), &out);
+        let mut req = request(1, b"get big\r\n");
+        c.process(&cx(0), &mut req.pkt());
+        let chunks: Vec<&[u8]> = whole.chunks(1392).collect();
+        assert_eq!(chunks.len(), 3);
+        for seq in [2u16, 0, 1] {
+            c.process(&cx(1), &mut part(1, seq, 3, chunks[seq as usize]).pkt());
+        }
+        assert_eq!(c.stats().fills.load(Ordering::Relaxed), 1, "read back together and cached");
+        let mut req = request(2, b"get big\r\n");
+        c.process(&cx(2), &mut req.pkt());
+        let l = req.reparse();
+        assert_eq!(l.key.dst.to_string(), CLIENT, "answered here");
+        assert!(req.checksums_ok());
+        let pay = req.meta.off as usize + 8 + l.l4_off as usize + 8;
+        let first = req.buf[pay..req.meta.off as usize + 8 + l.l3_end as usize].to_vec();
+        let mut parts = vec![first];
+        out.drain(|d, _, _| {
+            let l = parse_inner(&d[8..]).unwrap();
+            assert_eq!(l.key.dst.to_string(), CLIENT);
+            assert!(snic_wire::build::verify_l4_checksum(
+                &d[8 + l.l3_off as usize..8 + l.l3_end as usize],
+                (l.l4_off - l.l3_off) as usize,
+                17
+            ));
+            parts.push(d[8 + l.l4_off as usize + 8..8 + l.l3_end as usize].to_vec());
+        });
+        assert_eq!(parts.len(), 3);
+        let mut text = vec![];
+        for (i, p) in parts.iter().enumerate() {
+            let (f, t) = Frame::parse(p).unwrap();
+            assert_eq!((f.id, f.seq, f.total), (2, i as u16, 3));
+            text.extend_from_slice(t);
+        }
+        assert_eq!(text, whole);
+    }
+
+    /// memcached answers a read of several keys over UDP with one message per key; each fills.
+    #[test]
+    fn one_message_per_key_fills_each() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"get a b\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE a 0 1\r\nA\r\n"));
+        run(&mut c, 0, answer(1, b"VALUE b 0 1\r\nB\r\nEND\r\n"));
+        let (pay, turned, _) = run(&mut c, 1, request(2, b"get a b\r\n"));
+        assert!(turned);
+        assert_eq!(text(&pay), b"VALUE a 0 1\r\nA\r\nVALUE b 0 1\r\nB\r\nEND\r\n");
     }
 }

@@ -318,11 +318,24 @@ pub fn response_kind(text: &[u8]) -> Response {
 /// Walks the `VALUE` blocks of a `get` response's whole text, calling `f` on each; `Err` if it
 /// is not a well-formed one ending in `END\r\n` (then `f` may have seen some values: a caller
 /// that must not act on a malformed response collects first).
-pub fn values<'a>(mut text: &'a [u8], mut f: impl FnMut(Value<'a>)) -> Result<(), RequestError> {
+pub fn values<'a>(text: &'a [u8], f: impl FnMut(Value<'a>)) -> Result<(), RequestError> {
+    match value_blocks(text, f)? {
+        true => Ok(()),
+        false => Err(RequestError::Incomplete),
+    }
+}
+
+/// Walks the `VALUE` blocks of one message of a `get` response: `Ok(true)` if it ends the
+/// response (`END\r\n` last), `Ok(false)` if it ends after a whole block (memcached answers a
+/// read of several keys over UDP with one message per key, the last ending in `END`).
+pub fn value_blocks<'a>(mut text: &'a [u8], mut f: impl FnMut(Value<'a>)) -> Result<bool, RequestError> {
     loop {
+        if text.is_empty() {
+            return Ok(false);
+        }
         let (l, rest) = line(text).ok_or(RequestError::Incomplete)?;
         if l == b"END" {
-            return if rest.is_empty() { Ok(()) } else { Err(RequestError::BadFormat) };
+            return if rest.is_empty() { Ok(true) } else { Err(RequestError::BadFormat) };
         }
         let mut w = words(l);
         if w.next() != Some(b"VALUE") {
@@ -446,6 +459,9 @@ mod tests {
         assert!(values(b"VALUE a 1 3\r\nabcd\r\nEND\r\n", |_| {}).is_err());
         assert!(values(b"VALUE a 1 3\r\nabc\r\n", |_| {}).is_err(), "no END: cut short");
         assert!(values(b"END\r\nEND\r\n", |_| {}).is_err());
+        assert_eq!(value_blocks(b"VALUE a 1 3\r\nabc\r\n", |_| {}), Ok(false), "one message of several");
+        assert_eq!(value_blocks(b"VALUE a 1 3\r\nab", |_| {}), Err(RequestError::Incomplete));
+        assert_eq!(value_blocks(b"", |_| {}), Ok(false));
     }
 
     proptest! {
@@ -458,6 +474,7 @@ mod tests {
             let _ = values(&b, |_| {});
             let _ = response_kind(&b);
             let _ = changes(&b);
+            let _ = value_blocks(&b, |_| {});
         }
 
         /// Requests made of plausible words parse or fail cleanly too (random bytes rarely
