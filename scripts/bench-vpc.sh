@@ -22,20 +22,6 @@ for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-pin
 done
 . "$here/scripts/netns-lib.sh" bench-vpc vb
 
-# link NS1 ADDR1 NS2 ADDR2 [keep-offload]: a veth pair between two namespaces (/24 addresses).
-# VXLAN underlays turn transmit offload off (inner checksums completed in software,
-# docs/endpoints.md); the routed kernel path keeps its offloads (it needs no help).
-link() {
-  local a="$P$1$3" b="$P$3$1"
-  ip link add "${a:0:15}" type veth peer name "${b:0:15}"
-  ip link set "${a:0:15}" netns "$P-$1"; ip link set "${b:0:15}" netns "$P-$3"
-  ip -n "$P-$1" addr add "$2/24" dev "${a:0:15}"; ip -n "$P-$1" link set "${a:0:15}" up
-  ip -n "$P-$3" addr add "$4/24" dev "${b:0:15}"; ip -n "$P-$3" link set "${b:0:15}" up
-  if [ "${5:-}" != keep-offload ]; then
-    ip netns exec "$P-$1" ethtool -K "${a:0:15}" tx off >/dev/null
-    ip netns exec "$P-$3" ethtool -K "${b:0:15}" tx off >/dev/null
-  fi
-}
 # vxlan NS LOCAL REMOTE INNER
 vxlan() {
   ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
@@ -61,9 +47,9 @@ server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); wait_fo
 
 # ---- snic: S - A - B - R ----------------------------------------------------------------
 ns s; ns a; ns b; ns r
-link s 192.168.1.2 a 192.168.1.1
-link a 192.168.2.1 b 192.168.2.2
-link b 192.168.3.1 r 192.168.3.2
+veth s 192.168.1.2 a 192.168.1.1
+veth a 192.168.2.1 b 192.168.2.2
+veth b 192.168.3.1 r 192.168.3.2
 vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
 vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
 for n in a b; do
@@ -79,8 +65,8 @@ measure snic-2node-fw-nat-aesgcm s 10.1.0.2
 
 # ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
 ns s2; ns k; ns r2
-link s2 192.168.11.2 k 192.168.11.1 keep-offload
-link k 192.168.12.1 r2 192.168.12.2 keep-offload
+veth s2 192.168.11.2 k 192.168.11.1 keep-offload
+veth k 192.168.12.1 r2 192.168.12.2 keep-offload
 ip -n "$P-s2" route add default via 192.168.11.1
 ip -n "$P-r2" route add default via 192.168.12.1
 ip netns exec "$P-k" sysctl -qw net.ipv4.ip_forward=1
@@ -95,8 +81,8 @@ measure kernel-router-nft-fw-nat s2 192.168.12.2
 
 # ---- socat: S3 - relay (copies datagrams) - R3 ----------------------------------------------
 ns s3; ns x; ns r3
-link s3 192.168.21.2 x 192.168.21.1
-link x 192.168.22.1 r3 192.168.22.2
+veth s3 192.168.21.2 x 192.168.21.1
+veth x 192.168.22.1 r3 192.168.22.2
 vxlan s3 192.168.21.2 192.168.21.1 10.3.0.1
 vxlan r3 192.168.22.2 192.168.22.1 10.3.0.2
 ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.21.1 UDP4-SENDTO:192.168.22.2:4789 & pids+=($!)

@@ -5,8 +5,8 @@
 #
 # NAME goes into messages; PREFIX (two letters) and the shell's PID name the namespaces. Gives
 # $P, a scratch directory $work, the arrays nslist and pids (append what you create), ns NAME
-# (a namespace with lo up) and wait_for WHAT CMD... A bench that defines before_cleanup has it
-# called first on exit.
+# (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload] and wait_for WHAT CMD... A
+# bench that defines before_cleanup has it called first on exit.
 bench_name=$1
 P=$2$$
 work=$(mktemp -d)
@@ -28,4 +28,19 @@ wait_for() {
   local what=$1; shift
   for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "$bench_name: $what: not within 10 s" >&2; return 1
+}
+
+# veth NS1 ADDR1 NS2 ADDR2 [keep-offload]: a veth pair between two namespaces (/24 addresses).
+# VXLAN underlays turn transmit offload off (inner checksums completed in software,
+# docs/endpoints.md); a routed kernel path keeps its offloads (keep-offload).
+veth() {
+  local a="$P$1$3" b="$P$3$1"
+  ip link add "${a:0:15}" type veth peer name "${b:0:15}"
+  ip link set "${a:0:15}" netns "$P-$1"; ip link set "${b:0:15}" netns "$P-$3"
+  ip -n "$P-$1" addr add "$2/24" dev "${a:0:15}"; ip -n "$P-$1" link set "${a:0:15}" up
+  ip -n "$P-$3" addr add "$4/24" dev "${b:0:15}"; ip -n "$P-$3" link set "${b:0:15}" up
+  if [ "${5:-}" != keep-offload ]; then
+    ip netns exec "$P-$1" ethtool -K "${a:0:15}" tx off >/dev/null
+    ip netns exec "$P-$3" ethtool -K "${b:0:15}" tx off >/dev/null
+  fi
 }

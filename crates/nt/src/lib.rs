@@ -93,7 +93,7 @@ pub enum DropReason {
     EngineThrottled,
     Overloaded,
     KvAnswerHeld,
-    KvTooLarge,
+    KvAnswerLate,
 }
 
 impl DropReason {
@@ -115,7 +115,7 @@ impl DropReason {
         DropReason::EngineThrottled,
         DropReason::Overloaded,
         DropReason::KvAnswerHeld,
-        DropReason::KvTooLarge,
+        DropReason::KvAnswerLate,
     ];
 
     /// Stable snake_case name.
@@ -139,7 +139,8 @@ impl DropReason {
             // A replica's answer held until every replica answered (not lost: the last one
             // goes to the client).
             DropReason::KvAnswerHeld => "kv_answer_held",
-            DropReason::KvTooLarge => "kv_too_large",
+            // A replica's answer to a write the client was already answered for.
+            DropReason::KvAnswerLate => "kv_answer_late",
         }
     }
 

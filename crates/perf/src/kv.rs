@@ -63,12 +63,18 @@ impl Client {
 
     /// Sends `text` as one request; returns its id.
     pub fn send(&mut self, text: &[u8]) -> anyhow::Result<u16> {
+        self.send_to(text, self.server)
+    }
+
+    /// Sends `text` as one request to `server` (not the client's own: a client that writes its
+    /// replicas itself); returns its id.
+    pub fn send_to(&mut self, text: &[u8], server: SocketAddr) -> anyhow::Result<u16> {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
         let mut d = vec![0u8; FRAME_LEN + text.len()];
         Frame { id, seq: 0, total: 1 }.emit(&mut d);
         d[FRAME_LEN..].copy_from_slice(text);
-        self.sock.send_to(&d, self.server).context("sending to the server")?;
+        self.sock.send_to(&d, server).context("sending to the server")?;
         self.bytes += d.len() as u64;
         self.partial.remove(&id);
         if text.starts_with(b"get ") || text.starts_with(b"gets ") {
@@ -198,6 +204,8 @@ pub struct RunReport {
     pub lost: u64,
     /// Reads completed.
     pub reads: u64,
+    /// Answers that were errors (`SERVER_ERROR`, `CLIENT_ERROR`, `ERROR`, `NOT_STORED`).
+    pub errors: u64,
     /// Reads whose key the server did not have (evicted there, or never loaded).
     pub read_misses: u64,
     /// UDP payload bytes the client sent and received per operation.
@@ -221,6 +229,34 @@ pub struct Workload {
     pub seed: u64,
 }
 
+/// The run phase's operations: reads and writes in the workload's mix, keys drawn zipfian and
+/// scrambled over the key space (as YCSB's scrambled zipfian: popular keys spread out).
+pub struct Ops {
+    /// Draws values' sizes too.
+    pub rng: rand::rngs::StdRng,
+    zipf: Zipf<f64>,
+    keys: u64,
+    read_share: f64,
+}
+
+impl Ops {
+    /// The stream of `w`, from its seed.
+    pub fn new(w: &Workload) -> anyhow::Result<Ops> {
+        Ok(Ops {
+            rng: rand::rngs::StdRng::seed_from_u64(w.seed),
+            zipf: Zipf::new(w.keys as f64, w.zipf).context("zipf parameters")?,
+            keys: w.keys,
+            read_share: w.read_share,
+        })
+    }
+
+    /// The next operation: a read or not, and its key.
+    pub fn draw(&mut self) -> (bool, u64) {
+        let k = (self.zipf.sample(&mut self.rng) as u64 - 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) % self.keys;
+        (self.rng.random_bool(self.read_share), k)
+    }
+}
+
 /// Key `i`'s name.
 pub fn key(i: u64) -> Vec<u8> {
     format!("key{i}").into_bytes()
@@ -228,7 +264,7 @@ pub fn key(i: u64) -> Vec<u8> {
 
 /// A value for key `i` of the size the workload draws; its first bytes name the key and the
 /// version, so a test can tell which write it reads.
-fn value(rng: &mut impl Rng, w: &Workload, i: u64) -> Vec<u8> {
+pub fn value(rng: &mut impl Rng, w: &Workload, i: u64) -> Vec<u8> {
     let n = rng.random_range(w.value_min..=w.value_max);
     let mut v = format!("{i}:").into_bytes();
     v.resize(n.max(v.len()), b'v');
@@ -272,53 +308,88 @@ pub fn load(c: &mut Client, w: &Workload, window: usize) -> anyhow::Result<u64> 
     Ok(stored)
 }
 
-/// Run phase: `seconds` (at most `max_ops` operations) of the workload, `window` requests in
-/// flight, each timed from send to its whole answer.
-pub fn run(c: &mut Client, w: &Workload, window: usize, seconds: f64, max_ops: u64) -> anyhow::Result<RunReport> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(w.seed);
-    let zipf = Zipf::new(w.keys as f64, w.zipf).context("zipf parameters")?;
-    // Scrambled, as YCSB's scrambled zipfian: popular keys spread over the key space.
-    let pick = |rng: &mut rand::rngs::StdRng| (zipf.sample(rng) as u64 - 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) % w.keys;
+/// An operation in flight: a read, or a write waiting for this many answers.
+struct InFlight {
+    read: bool,
+    at: Instant,
+    waiting: usize,
+    error: bool,
+}
+
+/// Run phase: `seconds` (at most `max_ops` operations) of the workload, `window` operations in
+/// flight, each timed from send to its whole answer. With `replicas` (the client writes its
+/// copies itself), a write goes to every replica and is done when all answered, a read goes to
+/// one in turn; without, everything goes to the client's server.
+pub fn run(c: &mut Client, w: &Workload, window: usize, seconds: f64, max_ops: u64, replicas: &[SocketAddr]) -> anyhow::Result<RunReport> {
+    let mut stream = Ops::new(w)?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000, 3)?;
-    let mut inflight: HashMap<u16, (bool, Instant)> = HashMap::new();
-    let (mut ops, mut lost, mut misses, mut issued, mut reads) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // Request id → the operation's slot; slots in flight.
+    let mut ids: HashMap<u16, usize> = HashMap::new();
+    let mut slots: Vec<Option<InFlight>> = (0..window).map(|_| None).collect();
+    let (mut ops, mut lost, mut misses, mut issued, mut reads, mut errors) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut next_read = 0usize;
     let bytes0 = c.bytes;
     let t0 = Instant::now();
     let end = t0 + Duration::from_secs_f64(seconds);
     loop {
         let now = Instant::now();
-        while inflight.len() < window && now < end && issued < max_ops {
-            let k = pick(&mut rng);
-            let read = rng.random_bool(w.read_share);
-            let id = if read {
+        while now < end && issued < max_ops {
+            let Some(slot) = slots.iter().position(Option::is_none) else { break };
+            let (read, k) = stream.draw();
+            let at = Instant::now();
+            if read {
                 let mut r = b"get ".to_vec();
                 r.extend_from_slice(&key(k));
                 r.extend_from_slice(b"\r\n");
-                c.send(&r)?
+                let id = match replicas.len() {
+                    0 => c.send(&r)?,
+                    n => {
+                        next_read += 1;
+                        c.send_to(&r, replicas[next_read % n])?
+                    }
+                };
+                ids.insert(id, slot);
+                slots[slot] = Some(InFlight { read, at, waiting: 1, error: false });
             } else {
-                let v = value(&mut rng, w, k);
-                c.send(&set_request(&key(k), 0, &v))?
-            };
+                let req = set_request(&key(k), 0, &value(&mut stream.rng, w, k));
+                if replicas.is_empty() {
+                    ids.insert(c.send(&req)?, slot);
+                } else {
+                    for r in replicas {
+                        ids.insert(c.send_to(&req, *r)?, slot);
+                    }
+                }
+                slots[slot] = Some(InFlight { read, at, waiting: replicas.len().max(1), error: false });
+            }
             issued += 1;
-            inflight.insert(id, (read, Instant::now()));
         }
-        if inflight.is_empty() {
+        if ids.is_empty() {
             break;
         }
         match c.recv(Duration::from_millis(500))? {
             Some((id, text)) => {
-                if let Some((read, at)) = inflight.remove(&id) {
-                    hist.saturating_record(at.elapsed().as_micros().max(1) as u64);
+                let Some(slot) = ids.remove(&id) else { continue };
+                let Some(op) = slots[slot].as_mut() else { continue };
+                op.waiting -= 1;
+                op.error |= text.ends_with(b"ERROR\r\n")
+                    || text.starts_with(b"SERVER_ERROR")
+                    || text.starts_with(b"CLIENT_ERROR")
+                    || text == b"NOT_STORED\r\n";
+                if op.read && text == b"END\r\n" {
+                    misses += 1;
+                }
+                if op.waiting == 0 {
+                    hist.saturating_record(op.at.elapsed().as_micros().max(1) as u64);
                     ops += 1;
-                    reads += read as u64;
-                    if read && text == b"END\r\n" {
-                        misses += 1;
-                    }
+                    reads += op.read as u64;
+                    errors += op.error as u64;
+                    slots[slot] = None;
                 }
             }
             None => {
-                lost += inflight.len() as u64;
-                inflight.clear();
+                lost += slots.iter().flatten().count() as u64;
+                ids.clear();
+                slots.iter_mut().for_each(|s| *s = None);
             }
         }
     }
@@ -330,6 +401,7 @@ pub fn run(c: &mut Client, w: &Workload, window: usize, seconds: f64, max_ops: u
         ops,
         lost,
         reads,
+        errors,
         read_misses: misses,
         client_bytes_per_op: (c.bytes - bytes0) as f64 / ops.max(1) as f64,
     })

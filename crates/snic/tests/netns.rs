@@ -1408,6 +1408,13 @@ fn a_replication_nt_acknowledges_a_write_only_once_every_real_memcached_stored_i
     let after: Vec<u64> = direct.iter_mut().map(|d| d.stats().unwrap()["cmd_get"].parse().unwrap()).collect();
     let served: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
     assert_eq!(served, [1, 1, 1], "reads per server");
+    // A write too large for one IP packet (fragmented by the client's kernel) is made on all
+    // three too.
+    let big: Vec<u8> = (0..4000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    assert_eq!(client.set(b"big", 0, &big).unwrap(), "STORED");
+    for (d, (n, _, _)) in direct.iter_mut().zip(servers) {
+        assert_eq!(d.get(b"big").unwrap(), Some((0, big.clone())), "the 4 KB value on {n}");
+    }
     // A delete is replicated too.
     assert_eq!(client.call(b"delete k\r\n", Duration::from_secs(1)).unwrap(), b"DELETED\r\n");
     for d in direct.iter_mut() {

@@ -369,6 +369,23 @@ mod tests {
     }
 
     proptest! {
+        /// FIFO against the slow reference of its definition: what is cached is always the
+        /// most recently written keys — a suffix of the keys in the order of their last write,
+        /// never one older key kept while a newer one went.
+        #[test]
+        fn fifo_keeps_a_suffix_of_the_writes(writes in proptest::collection::vec((0u8..60, 0u16..900), 1..300)) {
+            let mut c = Cache::new(8192, Policy::Fifo);
+            let mut order: Vec<u8> = vec![];
+            for (k, n) in writes {
+                c.insert(&[k], 0, &vec![1u8; n as usize], u64::MAX, true).unwrap();
+                order.retain(|&o| o != k);
+                order.push(k);
+                let present: Vec<bool> = order.iter().map(|&o| c.get(&[o], 0).is_some()).collect();
+                let first = present.iter().position(|&p| p).expect("the last write is cached");
+                prop_assert!(present[first..].iter().all(|&p| p), "order {order:?}, present {present:?}");
+            }
+        }
+
         /// Against a map of what was last written: a hit is always the last value written for
         /// the key (visible), the log never outgrows the ring, and the index stays bounded.
         #[test]

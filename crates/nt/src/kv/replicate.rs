@@ -16,8 +16,8 @@
 //! Reads (`get`, `gets`) go to one replica, in turn; the answer comes back in the first
 //! replica's name. Writes with `noreply` are copied and not waited for. Requests waiting are
 //! bounded (`max_pending`); past it a write is refused at once with `SERVER_ERROR`. A write too
-//! large for one IP packet (fragmented) cannot be copied whole here: its first fragment is
-//! answered with `SERVER_ERROR` and its fragments are dropped.
+//! large for one IP packet arrives in fragments: each is copied to every replica, and the
+//! first one (the request's headers) makes the write wait for its answers; it is not retried.
 //!
 //! The NT learns each replica's Ethernet address from the packets it sends; until then, copies
 //! to it go to the broadcast address (delivered by the VNI's flood list).
@@ -114,7 +114,19 @@ pub struct KvReplicate {
     index: HashMap<u64, u32>,
     deadlines: VecDeque<(u64, u32, u32)>,
     next_read: usize,
+    /// Writes answered lately (direct-mapped by tag, so the last thousand or so): a replica's
+    /// answer to one of them comes late (a retry's, or after the client was told of a timeout)
+    /// and goes no further. A client reuses a request id only after 65,536 requests, by when
+    /// its entry is long overwritten.
+    done: Box<[u64]>,
     stats: Arc<KvReplicateStats>,
+}
+
+/// Writes remembered as answered lately.
+const DONE: usize = 1024;
+
+fn done_slot(tag: u64) -> usize {
+    (tag.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize % DONE
 }
 
 impl std::fmt::Debug for KvReplicate {
@@ -153,6 +165,7 @@ impl KvReplicate {
             index,
             deadlines: VecDeque::with_capacity(n * (c.retries as usize + 1)),
             next_read: 0,
+            done: vec![0; DONE].into_boxed_slice(),
             stats: Arc::default(),
         }
     }
@@ -193,6 +206,8 @@ impl KvReplicate {
         let Some((f, _)) = Frame::parse(&src[u.pay..u.end]) else { return false };
         out.push(w.vni, w.tenant, |b| {
             b[..u.pay].copy_from_slice(&src[..u.pay]);
+            // Whole (the request may have been a first fragment).
+            b[u.l3 + 6..u.l3 + 8].copy_from_slice(&[0, 0]);
             let end = u.pay + FRAME_LEN + text.len();
             Frame { id: f.id, seq: 0, total: 1 }.emit(&mut b[u.pay..]);
             b[u.pay + FRAME_LEN..end].copy_from_slice(text);
@@ -204,6 +219,7 @@ impl KvReplicate {
     fn release(&mut self, slot: u32) {
         let w = &mut self.slots[slot as usize];
         self.index.remove(&w.tag);
+        self.done[done_slot(w.tag)] = w.tag;
         w.gen = w.gen.wrapping_add(1);
         w.parts = None;
         self.free.push(slot);
@@ -212,6 +228,20 @@ impl KvReplicate {
     /// A write from a client to the first replica, in `pkt` (parts `u`): kept and copied.
     /// `Some(text)`: refuse it with this answer instead.
     fn write(&mut self, cx: &Ctx<'_>, pkt: &Pkt<'_>, u: Udp4, t: u64, may_retry: bool) -> Option<&'static [u8]> {
+        let refused = self.keep(cx, pkt, u, t, may_retry);
+        if refused.is_none() {
+            let slot = self.index[&t];
+            for j in 1..self.replicas.len() {
+                // One not sent now is sent again at its timeout.
+                self.send_copy(cx, slot, j);
+            }
+        }
+        refused
+    }
+
+    /// Keeps the write in `pkt` (parts `u`), from client request `t`, waiting for its answers.
+    /// `Some(text)`: no room; refuse it with this answer instead.
+    fn keep(&mut self, cx: &Ctx<'_>, pkt: &Pkt<'_>, u: Udp4, t: u64, may_retry: bool) -> Option<&'static [u8]> {
         let Some(slot) = self.free.pop() else {
             bump(&self.stats.refused);
             return Some(BUSY);
@@ -242,10 +272,6 @@ impl KvReplicate {
             // The client reused a request id still waiting: the old write is given up.
             self.release_quiet(old);
         }
-        for j in 1..self.replicas.len() {
-            // One not sent now is sent again at its timeout.
-            self.send_copy(cx, slot, j);
-        }
         None
     }
 
@@ -261,6 +287,9 @@ impl KvReplicate {
     fn answer(&mut self, pkt: &mut Pkt<'_>, u: Udp4, j: usize, client: Ipv4Addr, port: u16) -> Verdict {
         let Some((f, text)) = Frame::parse(&pkt.buf[u.pay..u.end]) else { return Verdict::Continue };
         let t = tag(client, port, f.id);
+        if self.done[done_slot(t)] == t {
+            return Verdict::Drop(DropReason::KvAnswerLate);
+        }
         let Some(&slot) = self.index.get(&t) else {
             // A read's answer (or a late one): in the first replica's name.
             if j != 0 {
@@ -319,8 +348,10 @@ fn rewrite_text(pkt: &mut Pkt<'_>, u: Udp4, id: u16, text: &[u8]) {
     pkt.meta.inner = parse_inner(&pkt.buf[u.eth..end]).ok();
 }
 
-/// Answers the request in `pkt` with `text` itself (turned around, in place).
+/// Answers the request in `pkt` with `text` itself (turned around, in place; a first fragment
+/// becomes a whole datagram).
 fn refuse(pkt: &mut Pkt<'_>, u: Udp4, id: u16, text: &[u8]) {
+    pkt.buf[u.l3 + 6..u.l3 + 8].copy_from_slice(&[0, 0]);
     let end = u.pay + FRAME_LEN + text.len();
     Frame { id, seq: 0, total: 1 }.emit(&mut pkt.buf[u.pay..]);
     pkt.buf[u.pay + FRAME_LEN..end].copy_from_slice(text);
@@ -456,13 +487,15 @@ impl KvReplicate {
         }
     }
 
-    /// A fragment to the first replica: dropped (a write too large for one IP packet is not
-    /// copied here). The first one, which carries the request's headers, is answered with an
-    /// error in the replica's name.
+    /// A fragment to the first replica's address (a write too large for one IP packet): it
+    /// goes on, and a copy goes to every other replica (only its destination changed, and the
+    /// UDP checksum the first fragment carries). The first fragment, which carries the
+    /// request's headers, makes the write wait for its answers like any; it is not retried
+    /// (its other fragments are not kept). With no room to wait, the first fragment is dropped
+    /// (no replica can put the datagram together) and the client told.
     fn fragment(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
-        let s = pkt.meta.off as usize;
-        let end = s + pkt.meta.len as usize;
-        let Some(d) = pkt.buf.get(s..end) else { return Verdict::Continue };
+        let (start, len) = (pkt.meta.off as usize, pkt.meta.len as usize);
+        let Some(d) = pkt.buf.get(start..start + len) else { return Verdict::Continue };
         let eth = snic_wire::vxlan::HEADER_LEN;
         let Some(ip) = d.get(eth + 14..eth + 34).filter(|_| d[eth + 12..eth + 14] == [0x08, 0x00] && d[eth + 14] >> 4 == 4) else {
             return Verdict::Continue;
@@ -471,23 +504,41 @@ impl KvReplicate {
         if dst != *self.replicas[0].ip() || ip[9] != snic_wire::ip_proto::UDP {
             return Verdict::Continue;
         }
-        bump(&self.stats.refused);
-        let (ihl, first) = ((ip[0] & 0x0f) as usize * 4, u16::from_be_bytes([ip[6] & 0x1f, ip[7]]) == 0);
-        let u = Udp4 { eth, l3: eth + 14, l4: eth + 14 + ihl, pay: eth + 14 + ihl + 8, end: 0 };
-        let frame = d.get(u.pay..u.pay + FRAME_LEN).and_then(Frame::parse);
-        if let (true, Some((f, _)), Some(out)) = (first, frame, cx.out) {
+        let ihl = (ip[0] & 0x0f) as usize * 4;
+        let first = u16::from_be_bytes([ip[6] & 0x1f, ip[7]]) == 0;
+        let ip_end = (eth + 14 + u16::from_be_bytes([ip[2], ip[3]]) as usize).min(d.len());
+        let u = Udp4 { eth, l3: eth + 14, l4: eth + 14 + ihl, pay: eth + 14 + ihl + 8, end: ip_end };
+        if first {
+            let Some(h) = d.get(u.l4..u.pay) else { return Verdict::Continue };
+            let (sport, dport) = (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]));
+            let Some((f, text)) = d.get(u.pay..u.end).and_then(Frame::parse) else { return Verdict::Continue };
+            if dport != self.replicas[0].port() {
+                return Verdict::Continue;
+            }
+            let line = text.split(|&c| c == b'\n').next().unwrap_or_default().trim_ascii_end();
+            let writes = !matches!(proto::changes(text), proto::Changes::Nothing);
+            if writes && !line.ends_with(b" noreply") {
+                let client = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+                let u0 = u.shifted(0, start);
+                if let Some(text) = self.keep(cx, pkt, u0, tag(client, sport, f.id), false) {
+                    refuse(pkt, u0, f.id, text);
+                    return Verdict::Continue;
+                }
+            }
+        }
+        let Some(out) = cx.out else { return Verdict::Continue };
+        let d = &pkt.buf[start..start + len];
+        for j in 1..self.replicas.len() {
+            let (ip, mac) = (*self.replicas[j].ip(), self.macs[j].unwrap_or(MacAddr::BROADCAST));
+            // One not sent means that replica cannot put the datagram together: it does not
+            // answer, and the client gets an error at the timeout.
             out.push(pkt.meta.vni, pkt.meta.tenant, |b| {
-                b[..u.pay].copy_from_slice(&d[..u.pay]);
-                // No longer a fragment.
-                b[u.l3 + 6..u.l3 + 8].copy_from_slice(&[0, 0]);
-                let end = u.pay + FRAME_LEN + TOO_LARGE.len();
-                Frame { id: f.id, seq: 0, total: 1 }.emit(&mut b[u.pay..]);
-                b[u.pay + FRAME_LEN..end].copy_from_slice(TOO_LARGE);
-                udp::turn_around(b, &u, end);
-                Some(end)
+                b[..len].copy_from_slice(d);
+                udp::set_fragment_dst(b, &u, first, ip, mac);
+                Some(len)
             });
         }
-        Verdict::Drop(DropReason::KvTooLarge)
+        Verdict::Continue
     }
 }
 
@@ -586,9 +637,9 @@ mod tests {
         assert_eq!(n.process(&at(1, &out), &mut a.pkt()), Verdict::Continue);
         assert_eq!(text_of(&a).2, DISAGREE);
         assert!(a.checksums_ok());
-        // The third's answer, late, is not a write's any more: passed on.
+        // The third's answer, late: the client was answered; it goes no further.
         let mut late = answer(2, 1, b"STORED\r\n");
-        assert_eq!(n.process(&at(2, &out), &mut late.pkt()), Verdict::Continue);
+        assert_eq!(n.process(&at(2, &out), &mut late.pkt()), Verdict::Drop(DropReason::KvAnswerLate));
     }
 
     #[test]
@@ -633,6 +684,115 @@ mod tests {
         assert_eq!(text_of(&a).1, "10.0.0.2:11211");
         assert_eq!(a.meta.inner, Some(a.reparse()));
         assert!(sent(&out).is_empty(), "reads are not copied");
+    }
+
+    /// A write in IP fragments: every fragment is copied to the other replicas (their
+    /// checksums right for their new address), and the answers are held until all three.
+    #[test]
+    fn a_fragmented_write_is_copied_fragment_by_fragment_and_waits_for_all() {
+        let (mut n, out) = (nt(), Outbox::new(16));
+        let text = b"set big 0 0 3000\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+        let mut first = dgram((CLIENT, 4000), (R[0], 11211), 3, text);
+        let u = Udp4::of(&first.pkt()).unwrap();
+        let l3 = u.l3;
+        let whole_sum = u16::from_be_bytes([first.buf[u.l4 + 6], first.buf[u.l4 + 7]]);
+        first.buf[l3 + 6] |= 0x20; // more fragments
+        udp::finish(&mut first.buf, &u, u.end);
+        first.buf[u.l4 + 6..u.l4 + 8].copy_from_slice(&whole_sum.to_be_bytes());
+        first.meta.inner = None;
+        let mut later = dgram((CLIENT, 4000), (R[0], 11211), 3, b"yyyyyyyy");
+        later.buf[l3 + 6] = 0x00;
+        later.buf[l3 + 7] = 0xb9; // offset 185 × 8
+        later.meta.inner = None;
+        assert_eq!(n.process(&at(0, &out), &mut first.pkt()), Verdict::Continue);
+        assert_eq!(n.process(&at(0, &out), &mut later.pkt()), Verdict::Continue);
+        let mut copies = vec![];
+        out.drain(|d, _, _| copies.push(d.to_vec()));
+        assert_eq!(copies.len(), 4, "two fragments to two replicas");
+        for (c, (r, frag)) in copies.iter().zip([(R[1], 0), (R[2], 0), (R[1], 1), (R[2], 1)]) {
+            let ip = &c[8 + 14..];
+            assert_eq!(std::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]).to_string(), r);
+            assert_eq!(snic_wire::checksum::checksum(&ip[..20]), 0, "IP header checksum");
+            if frag == 0 {
+                // The UDP checksum of the whole datagram, as it would be to the new address.
+                let mut whole = c.clone();
+                whole[8 + 14 + 6] = 0;
+                let mut want = whole.clone();
+                let wu = Udp4 { eth: 8, l3: 22, l4: 42, pay: 50, end: whole.len() };
+                udp::finish(&mut want, &wu, wu.end);
+                assert_eq!(&c[42 + 6..42 + 8], &want[42 + 6..42 + 8]);
+            }
+        }
+        for r in [0, 1] {
+            assert_eq!(n.process(&at(1, &out), &mut answer(r, 3, b"STORED\r\n").pkt()), Verdict::Drop(DropReason::KvAnswerHeld));
+        }
+        assert_eq!(n.process(&at(1, &out), &mut answer(2, 3, b"STORED\r\n").pkt()), Verdict::Continue);
+        // Not retried: a silent replica means an error at the timeout.
+        n.process(&at(2, &out), &mut first.pkt());
+        out.drain(|_, _, _| {});
+        n.tick(&at(200, &out));
+        let mut texts = vec![];
+        out.drain(|d, _, _| {
+            let l = parse_inner(&d[8..]).unwrap();
+            texts.push(d[8 + l.l4_off as usize + 8 + FRAME_LEN..8 + l.l3_end as usize].to_vec());
+        });
+        assert_eq!(texts, [TIMEOUT.to_vec()], "the error is a whole datagram the client can read");
+    }
+
+    #[derive(Debug, Clone)]
+    enum Event {
+        /// Replica `j` answers: STORED, or something else.
+        Answer(usize, bool),
+        /// Time passes, ms.
+        Tick(u64),
+    }
+
+    fn event() -> impl proptest::strategy::Strategy<Value = Event> {
+        use proptest::prelude::*;
+        prop_oneof![(0usize..3, proptest::bool::weighted(0.9)).prop_map(|(j, ok)| Event::Answer(j, ok)), (1u64..150).prop_map(Event::Tick)]
+    }
+
+    proptest::proptest! {
+        /// Whatever the replicas answer, how often, how late: the client gets exactly one answer
+        /// to a write once its time is up, and `STORED` only if every replica had answered
+        /// `STORED` (duplicates, retries' answers, late answers and timeouts in any order).
+        #[test]
+        fn a_write_gets_one_answer_and_an_ack_only_after_all(events in proptest::collection::vec(event(), 0..30)) {
+            let (mut n, out) = (nt(), Outbox::new(64));
+            let mut now = 0;
+            n.process(&at(now, &out), &mut dgram((CLIENT, 4000), (R[0], 11211), 7, b"set k 0 0 1\r\nx\r\n").pkt());
+            out.drain(|_, _, _| {});
+            let (mut to_client, mut stored_by) = (vec![], [false; 3]);
+            let take = |out: &Outbox, to_client: &mut Vec<Vec<u8>>| out.drain(|d, _, _| {
+                let l = parse_inner(&d[8..]).unwrap();
+                if l.key.dst.to_string() == CLIENT {
+                    to_client.push(d[8 + l.l4_off as usize + 8 + FRAME_LEN..8 + l.l3_end as usize].to_vec());
+                }
+            });
+            for e in events.iter().chain([Event::Tick(10_000), Event::Tick(10_000)].iter()) {
+                match *e {
+                    Event::Answer(j, ok) => {
+                        let mut a = answer(j, 7, if ok { b"STORED\r\n" } else { b"NOT_STORED\r\n" });
+                        if n.process(&at(now, &out), &mut a.pkt()) == Verdict::Continue {
+                            let t = text_of(&a);
+                            proptest::prop_assert_eq!(&t.1, "10.0.0.2:11211");
+                            to_client.push(t.2);
+                        }
+                        stored_by[j] |= ok;
+                        if to_client.last().is_some_and(|t| t == b"STORED\r\n") {
+                            proptest::prop_assert!(stored_by.iter().all(|s| *s), "acknowledged before all: {stored_by:?}");
+                        }
+                    }
+                    Event::Tick(ms) => {
+                        now += ms;
+                        n.tick(&at(now, &out));
+                    }
+                }
+                take(&out, &mut to_client);
+            }
+            proptest::prop_assert_eq!(to_client.len(), 1, "answers to the client: {:?}", to_client);
+            proptest::prop_assert!(!out.is_waiting());
+        }
     }
 
     #[test]

@@ -89,3 +89,24 @@ pub fn set_src(b: &mut [u8], u: &Udp4, ip: Ipv4Addr, mac: Option<MacAddr>) {
     b[u.l3 + 12..u.l3 + 16].copy_from_slice(&ip.octets());
     finish(b, u, u.end);
 }
+
+/// Points the IPv4 fragment `u` (its `end` the fragment's) at `ip` (Ethernet destination
+/// `mac`): the IP header checksum recomputed, and, in the `first` fragment, the UDP checksum
+/// (which covers the whole datagram, most of it elsewhere) updated for the new address.
+pub fn set_fragment_dst(b: &mut [u8], u: &Udp4, first: bool, ip: Ipv4Addr, mac: MacAddr) {
+    b[u.eth..u.eth + 6].copy_from_slice(&mac.0);
+    let old = u32::from_be_bytes([b[u.l3 + 16], b[u.l3 + 17], b[u.l3 + 18], b[u.l3 + 19]]);
+    b[u.l3 + 16..u.l3 + 20].copy_from_slice(&ip.octets());
+    b[u.l3 + 10..u.l3 + 12].copy_from_slice(&[0, 0]);
+    let ihl = (b[u.l3] & 0x0f) as usize * 4;
+    let c = checksum::checksum(&b[u.l3..u.l3 + ihl]);
+    b[u.l3 + 10..u.l3 + 12].copy_from_slice(&c.to_be_bytes());
+    let at = u.l4 + 6;
+    if first && b.len() >= at + 2 {
+        let c = u16::from_be_bytes([b[at], b[at + 1]]);
+        if c != 0 {
+            let n = checksum::update32(c, old, u32::from(ip));
+            b[at..at + 2].copy_from_slice(&(if n == 0 { 0xffff } else { n }).to_be_bytes());
+        }
+    }
+}

@@ -64,6 +64,9 @@ pub enum BenchCmd {
     /// A YCSB-style driver (workloads A/B/C, zipfian keys) over memcached UDP against a server,
     /// directly or through snic; scripts/bench-kv.sh builds the namespaces and runs it per path.
     Kv(kv::KvArgs),
+    /// The kv_cache's eviction policies (FIFO, CLOCK) on the same YCSB-style stream, without
+    /// the network: hit rates by cache size.
+    KvPolicy(kv::KvPolicyArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -171,6 +174,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Parallel(a) => parallel::run(a),
         BenchCmd::Redirect(a) => redirect::run(&a),
         BenchCmd::Kv(a) => kv::run(&a),
+        BenchCmd::KvPolicy(a) => kv::run_policy(&a),
     }
 }
 
