@@ -35,6 +35,8 @@ pub struct RegionCounters {
     pub nt_timed: Vec<AtomicU64>,
     /// Per NT: its declared throughput per instance ([`Nt::capacity_pps`]).
     pub nt_capacity_pps: Vec<Option<f64>>,
+    /// Per NT: its own counters, if it keeps any ([`Nt::counters`]).
+    pub nt_counters: Vec<Option<Arc<dyn snic_nt::NtCounters>>>,
     /// Where its NTs put packets they send of their own, if one of them does ([`Nt::emits`]):
     /// the dispatcher takes them out when a batch completes.
     pub outbox: Option<Outbox>,
@@ -64,6 +66,7 @@ impl RegionCounters {
             nt_busy_ns: z(),
             nt_timed: z(),
             nt_capacity_pps: chain.iter().map(|n| n.capacity_pps()).collect(),
+            nt_counters: chain.iter().map(|n| n.counters()).collect(),
             outbox: chain.iter().any(|n| n.emits()).then(|| Outbox::new(OUTBOX_FRAMES)),
         }
     }

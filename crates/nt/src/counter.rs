@@ -42,6 +42,22 @@ impl Counter {
     }
 }
 
+impl crate::NtCounters for CounterStats {
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64, bool)) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (name, c) in [
+            ("packets", &self.packets),
+            ("bytes", &self.bytes),
+            ("tcp", &self.tcp),
+            ("udp", &self.udp),
+            ("icmp", &self.icmp),
+            ("other", &self.other),
+        ] {
+            f(name, l(c), false);
+        }
+    }
+}
+
 fn bump(c: &AtomicU64, n: u64) {
     // Single writer: a relaxed load+store is enough and avoids a locked RMW per packet.
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
@@ -50,6 +66,9 @@ fn bump(c: &AtomicU64, n: u64) {
 impl Nt for Counter {
     fn kind(&self) -> &'static str {
         "counter"
+    }
+    fn counters(&self) -> Option<Arc<dyn crate::NtCounters>> {
+        Some(self.stats.clone())
     }
     fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let s = &self.stats;

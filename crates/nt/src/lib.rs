@@ -178,6 +178,15 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Counters an NT keeps of its own (a counter's packets by protocol, a cache's hits, a
+/// replication's timeouts), readable from any thread while the NT runs: the node shows them in
+/// status and `/metrics`.
+pub trait NtCounters: Send + Sync + std::fmt::Debug {
+    /// Calls `f` with each counter's stable name (a metrics label), its value, and whether an
+    /// increase is worth an operator's attention (the node logs it as a warning).
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64, bool));
+}
+
 /// A network task.
 pub trait Nt: Send {
     /// The kind name (`firewall`, `nat`, ...).
@@ -189,6 +198,11 @@ pub trait Nt: Send {
     /// The throughput of one instance in packets per second, if the NT has a fixed one (an
     /// engine that is not the CPU). `None`, the default: the data plane measures the NT's cost.
     fn capacity_pps(&self) -> Option<f64> {
+        None
+    }
+
+    /// Its own counters ([`NtCounters`]), if it keeps any. The default: none.
+    fn counters(&self) -> Option<std::sync::Arc<dyn NtCounters>> {
         None
     }
 

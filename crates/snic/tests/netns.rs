@@ -1306,6 +1306,8 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     assert_eq!(client.get(b"big").unwrap(), Some((1, big.clone())));
     assert_eq!(client.call(b"get m1 m2 m3\r\n", Duration::from_secs(1)).unwrap(), text);
     assert_eq!(gets(&mut direct), before, "long answers were not served from the cache");
+    // (The status is published every 250 ms.)
+    wait_for("hits counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue-cache", "hits") >= 7);
     // A fragmented write replaces a cached value too.
     assert_eq!(client.set(b"k1", 0, &big).unwrap(), "STORED");
     assert_eq!(client.get(b"k1").unwrap(), Some((0, big.clone())));
@@ -1427,4 +1429,17 @@ fn a_replication_nt_acknowledges_a_write_only_once_every_real_memcached_stored_i
     assert_eq!(answer, "SERVER_ERROR replica timeout", "a write acknowledged without all replicas");
     let held = dropped(stats(&t.status(), "blue"), &["kv_answer_held"]);
     assert!(held >= 4, "the replicas' answers held before the last: {held}");
+    // (The status is published every 250 ms.)
+    wait_for("the timeout counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue-replicate", "timeouts") >= 1);
+}
+
+/// NT `nt`'s own counter `name`, summed over the regions in `status`.
+fn nt_counter(status: &serde_json::Value, nt: &str, name: &str) -> u64 {
+    let regions = status["regions"]["instances"].as_array().unwrap_or_else(|| panic!("no regions: {status}"));
+    regions
+        .iter()
+        .flat_map(|r| r["counters"].as_array().unwrap().iter())
+        .filter(|c| c[0] == nt && c[1] == name)
+        .map(|c| c[2].as_u64().unwrap())
+        .sum()
 }

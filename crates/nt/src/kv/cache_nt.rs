@@ -73,6 +73,18 @@ pub struct KvCacheStats {
     pub malformed: AtomicU64,
 }
 
+impl crate::NtCounters for KvCacheStats {
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64, bool)) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        f("hits", l(&self.hits), false);
+        f("misses", l(&self.misses), false);
+        f("fills", l(&self.fills), false);
+        f("writes_shown", l(&self.writes_shown), false);
+        f("invalidations", l(&self.invalidations), false);
+        f("malformed", l(&self.malformed), false);
+    }
+}
+
 fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
@@ -471,6 +483,10 @@ struct Reply {
 impl Nt for KvCache {
     fn kind(&self) -> &'static str {
         "kv_cache"
+    }
+
+    fn counters(&self) -> Option<Arc<dyn crate::NtCounters>> {
+        Some(self.stats.clone())
     }
 
     fn process(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {

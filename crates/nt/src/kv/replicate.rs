@@ -79,6 +79,18 @@ pub struct KvReplicateStats {
     pub reads_moved: AtomicU64,
 }
 
+impl crate::NtCounters for KvReplicateStats {
+    fn each(&self, f: &mut dyn FnMut(&'static str, u64, bool)) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        f("acked", l(&self.acked), false);
+        f("disagreed", l(&self.disagreed), true);
+        f("timeouts", l(&self.timeouts), true);
+        f("retries", l(&self.retries), false);
+        f("refused", l(&self.refused), true);
+        f("reads_moved", l(&self.reads_moved), false);
+    }
+}
+
 fn bump(c: &AtomicU64) {
     c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
@@ -116,8 +128,7 @@ pub struct KvReplicate {
     next_read: usize,
     /// Writes answered lately (direct-mapped by tag, so the last thousand or so): a replica's
     /// answer to one of them comes late (a retry's, or after the client was told of a timeout)
-    /// and goes no further. A client reuses a request id only after 65,536 requests, by when
-    /// its entry is long overwritten.
+    /// and goes no further. A new request under the same tag (a client's ids wrap) clears it.
     done: Box<[u64]>,
     stats: Arc<KvReplicateStats>,
 }
@@ -214,6 +225,13 @@ impl KvReplicate {
             udp::turn_around(b, &u, end);
             Some(end)
         })
+    }
+
+    fn forget_done(&mut self, t: u64) {
+        let d = &mut self.done[done_slot(t)];
+        if *d == t {
+            *d = 0;
+        }
     }
 
     fn release(&mut self, slot: u32) {
@@ -365,6 +383,10 @@ impl Nt for KvReplicate {
         "kv_replicate"
     }
 
+    fn counters(&self) -> Option<Arc<dyn crate::NtCounters>> {
+        Some(self.stats.clone())
+    }
+
     fn emits(&self) -> bool {
         true
     }
@@ -438,6 +460,8 @@ impl KvReplicate {
             return Verdict::Continue;
         }
         let t = tag(client, k.src_port, f.id);
+        // A new request under the id of one answered before: its answers are not late.
+        self.forget_done(t);
         let (noreply, may_retry) = match proto::parse_request(text) {
             Ok(Request::Get { .. }) => {
                 let j = self.next_read % self.replicas.len();
@@ -520,7 +544,9 @@ impl KvReplicate {
             if writes && !line.ends_with(b" noreply") {
                 let client = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
                 let u0 = u.shifted(0, start);
-                if let Some(text) = self.keep(cx, pkt, u0, tag(client, sport, f.id), false) {
+                let t = tag(client, sport, f.id);
+                self.forget_done(t);
+                if let Some(text) = self.keep(cx, pkt, u0, t, false) {
                     refuse(pkt, u0, f.id, text);
                     return Verdict::Continue;
                 }
@@ -793,6 +819,20 @@ mod tests {
             proptest::prop_assert_eq!(to_client.len(), 1, "answers to the client: {:?}", to_client);
             proptest::prop_assert!(!out.is_waiting());
         }
+    }
+
+    /// A client's request ids wrap: a read under the id of a write answered long ago is
+    /// answered, not taken for that write's late answer.
+    #[test]
+    fn a_new_request_under_an_old_id_is_not_late() {
+        let (mut n, out) = (nt(), Outbox::new(16));
+        n.process(&at(0, &out), &mut dgram((CLIENT, 4000), (R[0], 11211), 5, b"delete k\r\n").pkt());
+        for r in 0..3 {
+            n.process(&at(1, &out), &mut answer(r, 5, b"DELETED\r\n").pkt());
+        }
+        assert_eq!(n.process(&at(2, &out), &mut answer(1, 5, b"DELETED\r\n").pkt()), Verdict::Drop(DropReason::KvAnswerLate));
+        n.process(&at(3, &out), &mut dgram((CLIENT, 4000), (R[0], 11211), 5, b"get k\r\n").pkt());
+        assert_eq!(n.process(&at(4, &out), &mut answer(0, 5, b"END\r\n").pkt()), Verdict::Continue);
     }
 
     #[test]

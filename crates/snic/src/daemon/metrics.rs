@@ -49,6 +49,8 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
     let region_p = family::<Counter>(&mut reg, "snic_region_packets", "Packets run per region");
     let nt_p = family::<Counter>(&mut reg, "snic_nt_packets", "Packets processed per NT (skipped packets not counted)");
     let nt_d = family::<Counter>(&mut reg, "snic_nt_drops", "Packets dropped per NT");
+    let nt_c =
+        family::<Counter>(&mut reg, "snic_nt_counter", "An NT's own counters (a cache's hits, a replication's timeouts; docs/kv.md)");
     let lat = family::<Gauge>(&mut reg, "snic_latency_ns", "Receive-to-transmit latency quantiles");
     let cap =
         family::<FGauge>(&mut reg, "snic_resource_capacity", "Capacity of each resource fair sharing divides (docs/fairness.md for units)");
@@ -101,6 +103,9 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
             let nl = l(&[("nt", nt), ("region", &r.region.to_string())]);
             nt_p.get_or_create(&nl).inc_by(*p);
             nt_d.get_or_create(&nl).inc_by(*d);
+        }
+        for (nt, counter, v) in &r.counters {
+            nt_c.get_or_create(&l(&[("nt", nt), ("region", &r.region.to_string()), ("counter", counter)])).inc_by(*v);
         }
     }
     for (event, n) in &snap.elastic.counters {

@@ -106,6 +106,8 @@ pub struct RegionSnap {
     pub packets: u64,
     /// Per NT of the chain: (name, packets processed, packets dropped).
     pub nts: Vec<(String, u64, u64)>,
+    /// The NTs' own counters (`Nt::counters`): (NT, counter, value).
+    pub counters: Vec<(String, &'static str, u64)>,
 }
 
 /// A chain that runs, as the pool sees it.
@@ -662,7 +664,7 @@ fn run(
     let waker = dp_waker.is_some();
     let mut node = Some(node);
     let mut last_pub = Instant::now();
-    let mut prev: Vec<(u64, u64)> = Vec::new();
+    let mut prev = Prev::default();
     let mut rebuilds = 0;
     let mut polls = 0u32;
     let mut logged = Logged::default();
@@ -690,7 +692,7 @@ fn run(
                         let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds, &mut pool);
                         if r.is_ok() {
                             plan = p;
-                            prev.clear();
+                            prev = Prev::default();
                         }
                         let _ = ack.send(r);
                     }
@@ -847,14 +849,23 @@ fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids
     Ok(now)
 }
 
-fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt: f64, rebuilds: u64) -> Snapshot {
+/// What the last snapshot saw, for rates and for counters worth a warning when they grow.
+#[derive(Default)]
+struct Prev {
+    /// Per tenant of the plan: packets received and transmitted.
+    tenants: Vec<(u64, u64)>,
+    /// NTs' own counters whose increase is worth a warning: by region, NT and counter.
+    alarms: std::collections::HashMap<(u16, String, &'static str), u64>,
+}
+
+fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebuilds: u64) -> Snapshot {
     let s = node.stats();
     let mut out =
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
-    prev.resize(plan.tenants.len(), (0, 0));
+    prev.tenants.resize(plan.tenants.len(), (0, 0));
     for (i, t) in plan.tenants.iter().enumerate() {
         let ts = &s.tenants[t.id.index()];
-        let (prx, ptx) = prev[i];
+        let (prx, ptx) = prev.tenants[i];
         out.tenants.push(TenantSnap {
             id: t.id.0,
             rx_packets: ts.rx_packets,
@@ -869,7 +880,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             latency_p50_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.5)),
             latency_p99_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.99)),
         });
-        prev[i] = (ts.rx_packets, ts.tx_packets);
+        prev.tenants[i] = (ts.rx_packets, ts.tx_packets);
     }
     // Running chains with their instance counts, for the pool's load reports.
     let mut running: Vec<(ChainId, usize)> = Vec::new();
@@ -895,6 +906,21 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             ),
             None => (0, Vec::new()),
         };
+        let mut counters = Vec::new();
+        if let Some(rc) = node.region_counters(id) {
+            for (i, n) in names.iter().enumerate() {
+                let Some(Some(c)) = rc.nt_counters.get(i) else { continue };
+                c.each(&mut |name, v, alarm| {
+                    counters.push((n.clone(), name, v));
+                    if alarm {
+                        let was = prev.alarms.insert((r as u16, n.clone(), name), v).unwrap_or(0);
+                        if v > was {
+                            tracing::warn!(nt = %n, region = r, counter = name, total = v, new = v - was, "an NT counted trouble");
+                        }
+                    }
+                });
+            }
+        }
         out.regions.push(RegionSnap {
             region: r as u16,
             state: state_name(state),
@@ -904,6 +930,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Vec<(u64, u64)>, dt
             place: node.place_of(id).map_or_else(String::new, place_name),
             packets,
             nts,
+            counters,
         });
     }
     out.chains = running
