@@ -27,7 +27,7 @@ cache2_bytes=${5:-67108864}
 here=$(cd "$(dirname "$0")/.." && pwd)
 snic=${SNIC_BIN:-$here/target/release/snic}
 [ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
-for t in memcached:memcached ip:iproute2 ethtool:ethtool; do
+for t in memcached:memcached memcaslap:libmemcached-tools ip:iproute2 ethtool:ethtool; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
 done
 . "$here/scripts/netns-lib.sh" bench-kv kv
@@ -95,6 +95,26 @@ for p in ${paths//,/ }; do
     *) echo "bench-kv: unknown path $p" >&2; exit 2 ;;
   esac
 done
+# A second client, Debian's memcaslap over UDP (its own workload: 90% gets, values ~1 KB),
+# verifying a tenth of the values it reads, on the paths a plain client can use.
+caslap() {
+  ip netns exec "$P-c" timeout -s KILL 120 memcaslap -s "$2:11211" --udp -t "${secs}s" -c 16 -T 1 --verify=0.1 2>&1 | python3 -c '
+import json, re, sys
+t = sys.stdin.read()
+v = {k: int(n) for k, n in re.findall(r"^(\w+): (\d+)$", t, re.M)}
+m = re.search(r"TPS: (\d+)", t)
+print(json.dumps({"bench": "memcaslap", "path": sys.argv[1], "tps": int(m.group(1)) if m else None, **{k: v.get(k) for k in ("cmd_get", "cmd_set", "get_misses", "verify_failed", "udp_timeout", "packet_drop")}}))
+' "$1"
+}
+if command -v memcaslap >/dev/null 2>&1; then
+  for p in ${paths//,/ }; do
+    case $p in
+      direct) caslap direct 10.9.0.2 ;;
+      snic) caslap snic 10.2.0.2 ;;
+      snic-cache) caslap snic-cache 10.1.0.2 ;;
+    esac
+  done
+fi
 # What the node counted (drops by reason, per tenant), for the record.
 ip netns exec "$P-n" "$snic" status -o json | python3 -c '
 import json, sys

@@ -255,6 +255,25 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The memory each tenant's NTs hold by their configuration ([`NtSpec::memory_bytes`]),
+    /// bytes, for every tenant of the plan: a chain's is split evenly between the tenants whose
+    /// DAGs visit it. Fair sharing weighs it in each tenant's dominant share.
+    pub fn tenant_memory(&self) -> Vec<(TenantId, f64)> {
+        let mut out: Vec<(TenantId, f64)> = self.tenants.iter().map(|t| (t.id, 0.0)).collect();
+        for (ci, c) in self.chains.iter().enumerate() {
+            let bytes: f64 = c.specs.iter().map(|s| s.memory_bytes() as f64).sum();
+            let mut users: Vec<TenantId> = self.dags.iter().filter(|d| d.steps.iter().any(|s| s.0 == ci)).map(|d| d.tenant).collect();
+            users.sort_by_key(|t| t.index());
+            users.dedup();
+            for u in &users {
+                if let Some(e) = out.iter_mut().find(|e| e.0 == *u) {
+                    e.1 += bytes / users.len() as f64;
+                }
+            }
+        }
+        out
+    }
+
     /// The MAT this plan runs: its rules, and the VNIs' allowed sources.
     pub fn mat(&self) -> Mat {
         let mut m = Mat::from_rules(self.rules.iter().copied());
@@ -469,6 +488,51 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
 
 #[cfg(test)]
 mod tests {
+
+    /// A tenant's NT memory follows its NTs' configuration; a tenant with none holds none.
+    #[test]
+    fn a_tenants_memory_is_what_its_nts_configuration_holds() {
+        let y = r#"
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: blue}
+spec: {vnis: [100]}
+---
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: green}
+spec: {vnis: [200]}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: cache}
+spec: {tenant: blue, config: {kind: kv_cache, backend: "10.0.0.2:11211", bytes: 8388608}}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: count}
+spec: {tenant: green, config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: b}
+spec: {tenant: blue, nodes: [cache]}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: g}
+spec: {tenant: green, nodes: [count]}
+"#;
+        let state = crate::state::State::default().apply(crate::manifest::parse(y).unwrap()).unwrap();
+        let p = super::plan(&state, 8).unwrap();
+        let m = p.tenant_memory();
+        let of = |name: &str| {
+            let id = p.tenants.iter().find(|t| t.name == name).unwrap().id;
+            m.iter().find(|(t, _)| *t == id).unwrap().1
+        };
+        assert!(of("blue") >= 8388608.0 * 4.0 / 3.0, "the ring and its index at least: {m:?}");
+        assert_eq!(of("green"), 0.0);
+    }
 
     #[test]
     fn chain_candidates_are_every_contiguous_run() {

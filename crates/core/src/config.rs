@@ -113,6 +113,9 @@ pub struct FairnessSection {
     pub link_gbps: f64,
     /// The share of each core handed out to tenants, in (0, 1] (docs/fairness.md, Tuning).
     pub core_target: f64,
+    /// Memory for tenants' NT state, MiB: the capacity of the `memory` resource, which each
+    /// tenant's NTs hold by their configuration (docs/fairness.md).
+    pub nt_memory_mib: u64,
 }
 
 impl Default for FairnessSection {
@@ -125,6 +128,7 @@ impl Default for FairnessSection {
             enforce: f.enforce,
             link_gbps: 25.0,
             core_target: f.core_target,
+            nt_memory_mib: (f.nt_memory / (1u64 << 20) as f64) as u64,
         }
     }
 }
@@ -137,12 +141,14 @@ impl FairnessSection {
         ensure(self.smoothing > 0.0 && self.smoothing <= 1.0, "fairness.smoothing must be in (0, 1]")?;
         ensure(self.link_gbps.is_finite() && self.link_gbps > 0.0, "fairness.link_gbps must be positive")?;
         ensure(self.core_target > 0.0 && self.core_target <= 1.0, "fairness.core_target must be in (0, 1]")?;
+        ensure(self.nt_memory_mib >= 1, "fairness.nt_memory_mib must be at least 1")?;
         let cfg = FairConfig {
             epoch: Duration::from_micros(self.epoch_us),
             smoothing: self.smoothing,
             burst: Duration::from_micros(self.burst_us),
             enforce: self.enforce,
             core_target: self.core_target,
+            nt_memory: self.nt_memory_mib as f64 * (1u64 << 20) as f64,
             ..FairConfig::default()
         };
         Ok((cfg, self.link_gbps * 1e9))

@@ -73,13 +73,16 @@ pub struct FairConfig {
     /// sooner a tenant within its share gets through after a stall, and the less a
     /// work-conserving antagonist gets.
     pub core_target: f64,
+    /// Memory the node gives tenants' NT state (a cache's bytes, a NAT's flow table, writes
+    /// waiting for replicas), bytes: the capacity of the `memory` resource.
+    pub nt_memory: f64,
 }
 
 impl Default for FairConfig {
     /// 100 µs epochs (docs/fairness.md: DRF for 64 tenants × 16 resources takes ~3 µs, so
     /// this costs ~3% of the dispatcher; at 20 µs, the paper's hardware value, 15%), a quarter
     /// weight for the newest epoch, bursts of 1 ms at the limited rate and at least 256 packets,
-    /// 80% of each core handed out.
+    /// 80% of each core handed out, 4 GiB of NT state.
     fn default() -> Self {
         FairConfig {
             epoch: Duration::from_micros(100),
@@ -88,6 +91,7 @@ impl Default for FairConfig {
             min_burst_packets: 256.0,
             enforce: true,
             core_target: 0.8,
+            nt_memory: 4.0 * (1u64 << 30) as f64,
         }
     }
 }

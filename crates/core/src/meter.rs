@@ -81,9 +81,12 @@ const INGRESS: usize = 0;
 const EGRESS: usize = 1;
 const STORE: usize = 2;
 const DISPATCHER: usize = 3;
+/// `memory`: what the tenant's NTs hold by their configuration (a level, all of it fixed: the
+/// limiter cannot shrink it; it weighs in the tenant's dominant share).
+const MEMORY: usize = 4;
 /// `workers` when there are worker threads: the NT time of regions on them (the NT time of
 /// regions on the dispatcher's thread is dispatcher time).
-const WORKERS: usize = 4;
+const WORKERS: usize = 5;
 const NO_ROW: u16 = u16::MAX;
 /// How much more than it was admitted a tenant held back in its own receive queue is taken to
 /// want (see `Meter::end_epoch`).
@@ -228,6 +231,8 @@ pub struct Meter {
     chain_names: Vec<Vec<String>>,
     /// Per chain: packets arrived for it this epoch.
     chain_arrived: Vec<bool>,
+    /// Per tenant: bytes its NTs hold ([`Meter::set_memory`]).
+    memory: Vec<f64>,
     /// Per tenant: its own receive queue was left unread this epoch because its limit ran out.
     held: Vec<bool>,
     /// The tenants the epoch visits, and those with arrivals at an NT (scratch).
@@ -264,6 +269,7 @@ impl Meter {
             chain_arrived: Vec::new(),
             chain_names: Vec::new(),
             held: vec![false; max_tenants],
+            memory: vec![0.0; max_tenants],
             visit: Vec::with_capacity(max_tenants),
             extra: Vec::new(),
         };
@@ -427,6 +433,7 @@ impl Meter {
             rate("egress", self.link_bytes),
             Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size },
             rate("dispatcher", core),
+            Resource { name: "memory".into(), kind: Kind::Level, capacity: self.fair.config().nt_memory },
         ];
         if self.workers > 0 {
             res.push(rate("workers", core * self.workers as f64));
@@ -440,6 +447,14 @@ impl Meter {
             }
         }
         self.fair.set_resources(res);
+    }
+
+    /// Tenant `t`'s NTs hold `bytes` of memory (by their configuration; the driver says so
+    /// when it deploys them): the tenant's demand on the `memory` resource from the next epoch.
+    pub fn set_memory(&mut self, t: TenantId, bytes: f64) {
+        if let Some(m) = self.memory.get_mut(t.index()) {
+            *m = bytes;
+        }
     }
 
     /// Asks `t`'s limiter for a packet; false: over the limit (the caller drops it as
@@ -634,6 +649,7 @@ impl Meter {
             let received = self.epoch[t].received_packets as f64 * inflate;
             fixed[INGRESS] = self.epoch[t].offered_bytes * inflate;
             fixed[DISPATCHER] = received * self.rx_ns / 1e9;
+            fixed[MEMORY] = self.memory[t];
             let row = &mut self.rows[span];
             // What was admitted; the policy scales it to the intended load, as for every
             // resource behind the limiter.
@@ -745,8 +761,8 @@ mod tests {
     }
 
     const EPOCH: Duration = Duration::from_millis(1);
-    /// Resources: ingress, egress, store, dispatcher, then the NT (no worker threads).
-    const NT: usize = 4;
+    /// Resources: ingress, egress, store, dispatcher, memory, then the NT (no worker threads).
+    const NT: usize = 5;
 
     /// A meter and scheduler with one NT of 100 kpps declared, run by tenants 1 and 2 (DAGs 1
     /// and 2); demand replaces the last (smoothing 1).
@@ -796,6 +812,43 @@ mod tests {
         // A level is not a rate: the buffers held, scaled like the rest.
         assert!((d[STORE] - 2.0 * 40.0).abs() < 1e-9, "{d:?}");
         assert_eq!(m.chain_load(ChainId(0)), 50.0 / 100_000.0 / secs, "what arrived, in instances' worth");
+    }
+
+    /// Two tenants of equal weight each want 60% of the NT; one of them also holds 90% of the
+    /// node's NT memory (a large cache), which is then its dominant resource. DRF equalizes
+    /// dominant shares: the tenant holding the memory gets less of the NT (0.6 · 0.6/0.9 = 0.4),
+    /// the other all it asked for.
+    #[test]
+    fn memory_an_nts_configuration_holds_weighs_in_the_dominant_share() {
+        let (mut m, mut s) = node();
+        let most = m.fairness().config().nt_memory * 0.9;
+        m.set_memory(TenantId(1), most);
+        let mut c = Fake {
+            touched: vec![TenantId(1), TenantId(2)],
+            tenants: vec![TenantCounters::default(); 8],
+            store: vec![0; 8],
+            ..Fake::default()
+        };
+        m.end_epoch(Instant::ZERO + EPOCH, &mut s, &c);
+        arrive(&mut s, 1, 60);
+        arrive(&mut s, 2, 60);
+        c.tenants[1] = TenantCounters { rx_packets: 60, rx_bytes: 60_000, ..TenantCounters::default() };
+        c.tenants[2] = TenantCounters { rx_packets: 60, rx_bytes: 60_000, ..TenantCounters::default() };
+        let shares = m.end_epoch(Instant::ZERO + EPOCH * 2, &mut s, &c);
+        assert_eq!(shares[0].fixed[MEMORY], most, "held whatever is admitted");
+        assert_eq!(shares[1].fixed[MEMORY], 0.0);
+        assert_eq!(shares[0].dominant, Some(MEMORY));
+        let (a, b) = (shares[0].allocation[NT], shares[1].allocation[NT]);
+        assert!((b - 0.6).abs() < 1e-6, "the other tenant got all it asked for: {b}");
+        assert!((a - 0.4).abs() < 1e-6, "the tenant holding the memory got {a} of the NT");
+        // Without the memory, the two would split the NT evenly.
+        m.set_memory(TenantId(1), 0.0);
+        arrive(&mut s, 1, 60);
+        arrive(&mut s, 2, 60);
+        c.tenants[1].rx_packets += 60;
+        c.tenants[2].rx_packets += 60;
+        let shares = m.end_epoch(Instant::ZERO + EPOCH * 3, &mut s, &c);
+        assert!((shares[0].allocation[NT] - shares[1].allocation[NT]).abs() < 1e-6, "{shares:?}");
     }
 
     #[test]

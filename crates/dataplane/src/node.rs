@@ -538,6 +538,11 @@ impl<B: Backend> Node<B> {
         self.stats.track_latency(t, true);
     }
 
+    /// Tenant `t`'s NTs hold `bytes` of memory: its demand on the `memory` resource.
+    pub fn set_tenant_memory(&mut self, t: TenantId, bytes: f64) {
+        self.core.meter.set_memory(t, bytes);
+    }
+
     /// Forgets a tenant for fair sharing and lifts its ingress limit.
     pub fn remove_tenant(&mut self, t: TenantId) {
         self.core.meter.remove_tenant(t);

@@ -346,6 +346,22 @@ impl NtSpec {
         }
     }
 
+    /// About how much memory an NT of this configuration holds, bytes: its tables at their
+    /// configured size (a cache's ring and index, a NAT's flows, writes waiting for replicas).
+    /// The tenant's demand on the node's `memory` resource in fair sharing.
+    pub fn memory_bytes(&self) -> u64 {
+        let n = |x: usize, each: u64| x as u64 * each;
+        match self {
+            NtSpec::Firewall(c) => n(c.flow_cache, 48) + n(c.rules.len(), 64),
+            NtSpec::Nat(c) => n(c.max_flows, 120) + n(c.dnat.len(), 64),
+            NtSpec::AesGcm(c) => n(c.max_senders, 160) + n(c.keys.len(), 512),
+            NtSpec::VniMap { map, .. } => n(map.len(), 16),
+            NtSpec::KvCache(c) => crate::kv::cache_nt::KvCache::memory(c),
+            NtSpec::KvReplicate(c) => crate::kv::replicate::KvReplicate::memory(c),
+            NtSpec::Dummy | NtSpec::Counter | NtSpec::Synthetic(_) => 0,
+        }
+    }
+
     /// What the NT claims of return traffic in a pool behind a switch: a source NAT, the
     /// packets to its public address and ports.
     pub fn claim(&self) -> Option<Claim> {

@@ -1258,7 +1258,7 @@ const KV_CACHE: &str = concat!(
 fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_stale() {
     use snic_perf::kv::Client;
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    require_root_and(&["ip", "ss", "ethtool", "memcached"]);
+    require_root_and(&["ip", "ss", "ethtool", "memcached", "memcaslap"]);
     let mut t = Topo::four_endpoints("", KV_CACHE);
     start_memcached(&mut t, "b", "10.1.0.2");
     let server: std::net::SocketAddr = "10.1.0.2:11211".parse().unwrap();
@@ -1364,6 +1364,22 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     }
     assert!(checked > 0, "the readers read nothing");
     eprintln!("{checked} concurrent reads checked");
+
+    // A real client, Debian's memcaslap over UDP, verifying half the values it reads: none
+    // wrong, and some answered by the node.
+    let hits = nt_counter(&t.status(), "blue-cache", "hits");
+    let out = t.exec(
+        "a",
+        &["timeout", "-s", "KILL", "60", "memcaslap", "-s", "10.1.0.2:11211", "--udp", "-t", "3s", "-c", "8", "-T", "1", "--verify=0.5"],
+    );
+    let stat = |name: &str| -> u64 {
+        let line =
+            out.lines().find(|l| l.starts_with(&format!("{name}:"))).unwrap_or_else(|| panic!("no {name} in memcaslap's report: {out}"));
+        line[name.len() + 1..].trim().parse().unwrap()
+    };
+    assert!(stat("cmd_get") > 0, "{out}");
+    assert_eq!(stat("verify_failed"), 0, "memcaslap read a wrong value through the cache: {out}");
+    wait_for("memcaslap's reads answered by the node", Duration::from_secs(5), || nt_counter(&t.status(), "blue-cache", "hits") > hits);
 }
 
 /// Tenant blue's writes to its memcached server on B are made on B, E and F too (the example's

@@ -245,6 +245,17 @@ impl KvCache {
         }
     }
 
+    /// The memory an NT of configuration `c` holds, bytes: its ring, index (a third of the
+    /// ring), waiting requests, write counters, answers being put together and written.
+    pub fn memory(c: &KvCacheConfig) -> u64 {
+        let ring = c.bytes.max(4096) as u64;
+        ring + ring / 3
+            + (PENDING * std::mem::size_of::<Pending>()) as u64
+            + (WRITES * std::mem::size_of::<Write>()) as u64
+            + (REASM * MAX_PARTS * MAX_DATAGRAM) as u64
+            + ANSWER_MAX as u64
+    }
+
     /// A handle on the counts.
     pub fn stats(&self) -> Arc<KvCacheStats> {
         self.stats.clone()

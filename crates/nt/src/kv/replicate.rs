@@ -181,6 +181,12 @@ impl KvReplicate {
         }
     }
 
+    /// The memory an NT of configuration `c` holds, bytes: the waiting writes' datagrams and
+    /// records (`max_pending` of them) and the answered ones remembered.
+    pub fn memory(c: &KvReplicateConfig) -> u64 {
+        (c.max_pending.max(1) * (MAX_FRAME + std::mem::size_of::<Waiting>() + 48) + DONE * 8) as u64
+    }
+
     /// A handle on the counts.
     pub fn stats(&self) -> Arc<KvReplicateStats> {
         self.stats.clone()

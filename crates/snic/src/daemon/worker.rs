@@ -520,6 +520,9 @@ fn update_tenants(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &P
     for t in new.tenants.iter().filter(|t| was.get(&t.id) != Some(t)) {
         crate::deploy::set_tenant(node, t);
     }
+    for (t, bytes) in new.tenant_memory() {
+        node.set_tenant_memory(t, bytes);
+    }
     Ok(())
 }
 
