@@ -114,6 +114,9 @@ pub struct Elasticity {
     load: Vec<LoadSmoother>,
     /// Per chain: the tenant's endpoint can run it.
     endpoint: Vec<bool>,
+    /// Per chain: its NTs' state cannot be split between instances (a cache, writes waiting
+    /// for replicas): it never scales out.
+    single: Vec<bool>,
     /// Per region: when its chain last started (launch asked for, or resumed).
     started: Vec<Instant>,
     shortfalls: u64,
@@ -158,6 +161,7 @@ impl Elasticity {
             scaler,
             load: Vec::new(),
             endpoint: Vec::new(),
+            single: Vec::new(),
             started: vec![Instant::ZERO; cfg.regions],
             shortfalls: 0,
             cfg,
@@ -197,10 +201,26 @@ impl Elasticity {
         if self.load.len() <= c {
             self.load.resize(c + 1, LoadSmoother::default());
             self.endpoint.resize(c + 1, false);
+            self.single.resize(c + 1, false);
         }
         self.load[c] = LoadSmoother::default();
         self.endpoint[c] = false;
+        self.single[c] = false;
         self.scaler.forget(chain);
+    }
+
+    /// Declares that `chain` runs as one instance at most: its NTs hold state that instances
+    /// could not share (each would keep its own cache, and a write through one would not reach
+    /// the others). Auto-scaling then never scales it out.
+    pub fn set_single_instance(&mut self, chain: ChainId, yes: bool) {
+        if let Some(s) = self.single.get_mut(chain.index()) {
+            *s = yes;
+        }
+    }
+
+    /// True if `chain` runs as one instance at most ([`Elasticity::set_single_instance`]).
+    pub fn is_single_instance(&self, chain: ChainId) -> bool {
+        self.single.get(chain.index()).copied().unwrap_or(false)
     }
 
     /// Declares whether the tenant's endpoint can run `chain` itself (its packets are then sent
@@ -400,7 +420,7 @@ impl Elasticity {
         }
         match self.scaler.observe(now, chain, load, arrived, instances, self.launcher.has_room()) {
             // As many as there are regions for (each launch takes one).
-            Some(Scale::Out(_, n)) => {
+            Some(Scale::Out(_, n)) if !self.is_single_instance(chain) => {
                 for _ in 0..n {
                     let (region, act) = match self.launcher.scale_out(chain, now) {
                         Some(Decision::Resume { region }) => (region, Act::Resume { chain, region }),
@@ -420,7 +440,9 @@ impl Elasticity {
                     acts.push(Act::Stop { chain, region, last: instances == 1 });
                 }
             }
-            None => {}
+            // A single-instance chain stays at one, however loaded (fair sharing limits what
+            // it is offered).
+            Some(Scale::Out(..)) | None => {}
         }
     }
 }
@@ -473,6 +495,24 @@ mod tests {
             e.epoch(Instant(u * MS), A, 2.5, &mut more);
         }
         assert!(more.is_empty(), "{more:?}");
+    }
+
+    #[test]
+    fn a_single_instance_chain_is_never_scaled_out() {
+        let mut e = elastic(4);
+        e.set_single_instance(A, true);
+        let r0 = e.prelaunch(A, Instant::ZERO).unwrap();
+        e.running(r0);
+        let mut acts = Vec::new();
+        for t in 0..100 {
+            e.epoch(Instant(t * MS), A, 2.5, &mut acts);
+        }
+        assert!(acts.is_empty(), "{acts:?}");
+        assert_eq!(e.instances(A), 1);
+        // Declared again (its id reused for another chain): it scales again.
+        e.add_chain(A);
+        let (_, acts) = until_act(&mut e, 100, A, 2.5);
+        assert!(acts.iter().all(|a| matches!(a, Act::Launch { chain: A, .. })), "{acts:?}");
     }
 
     /// Found by the daemon's spill test: a chain offered 20 times what it carries, in packets

@@ -184,7 +184,9 @@ impl NodeCore {
                 }
                 let load = self.spills.whole_load(chain, load_of(&self.meter, chain), &mut self.redirects);
                 self.elastic.epoch(now, chain, load, &mut self.acts);
-                if self.pooled {
+                // A chain that runs as one instance does not spill its new flows to a peer's
+                // instance either (each would keep its own state).
+                if self.pooled && !self.elastic.is_single_instance(chain) {
                     let look = Look {
                         over_since: self.elastic.over_since(chain),
                         room: self.elastic.has_room(),

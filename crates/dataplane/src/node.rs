@@ -507,10 +507,12 @@ impl<B: Backend> Node<B> {
     /// [`Node::remove_chain`] took away and that has gone.
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
+        let single = specs.iter().any(NtSpec::single_instance);
         if let Some(id) = self.life.reusable() {
             if self.sched.reuse_chain(id, specs.len()) {
                 // (Its elastic state was forgotten when it was removed.)
                 self.core.meter.reuse_chain(id, &kinds);
+                self.core.elastic.set_single_instance(id, single);
                 self.chains[id.index()] = specs;
                 self.life.declared(id);
                 return id;
@@ -520,6 +522,7 @@ impl<B: Backend> Node<B> {
         self.core.meter.add_chain(&kinds);
         self.elastic.add_chain();
         self.core.elastic.add_chain(id);
+        self.core.elastic.set_single_instance(id, single);
         self.chains.push(specs);
         self.life.declared(id);
         id

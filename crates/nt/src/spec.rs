@@ -346,6 +346,13 @@ impl NtSpec {
         }
     }
 
+    /// True for an NT whose state instances could not split between them (a cache: a write
+    /// through one instance would not reach another's; writes waiting for replicas): its
+    /// chain runs as one instance and is never scaled out.
+    pub fn single_instance(&self) -> bool {
+        matches!(self, NtSpec::KvCache(_) | NtSpec::KvReplicate(_))
+    }
+
     /// About how much memory an NT of this configuration holds, bytes: its tables at their
     /// configured size (a cache's ring and index, a NAT's flows, writes waiting for replicas).
     /// The tenant's demand on the node's `memory` resource in fair sharing.
