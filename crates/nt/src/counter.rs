@@ -2,7 +2,7 @@
 //! shared (`Arc` of relaxed atomics, one writer) so the control plane can read them while the
 //! data plane runs.
 
-use crate::{Ctx, Nt, Pkt, StateError, Verdict};
+use crate::{bump, Ctx, Nt, Pkt, StateError, Verdict};
 use snic_core::time::Instant;
 use snic_wire::ip_proto;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,11 +56,6 @@ impl crate::NtCounters for CounterStats {
             f(name, l(c), false);
         }
     }
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    // Single writer: a relaxed load+store is enough and avoids a locked RMW per packet.
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
 impl Nt for Counter {

@@ -178,6 +178,13 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// Adds `n` to a counter only its NT writes: a relaxed load and store are enough, and avoid a
+/// locked read-modify-write per packet (readers on other threads see it a little late).
+pub(crate) fn bump(c: &std::sync::atomic::AtomicU64, n: u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+}
+
 /// Counters an NT keeps of its own (a counter's packets by protocol, a cache's hits, a
 /// replication's timeouts), readable from any thread while the NT runs: the node shows them in
 /// status and `/metrics`.

@@ -23,9 +23,8 @@
 use super::cache::{key_hash, Cache, Policy, Pos};
 use super::proto::{self, Frame, Request, Response, FRAME_LEN, MAX_DATAGRAM};
 use super::udp::{self, turn_around, Udp4};
-use crate::{Ctx, Nt, Pkt, Verdict};
+use crate::{bump, Ctx, Nt, Pkt, Verdict};
 use serde::{Deserialize, Serialize};
-use snic_wire::ip_proto;
 use snic_wire::layout::parse_inner;
 use std::net::{IpAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -83,10 +82,6 @@ impl crate::NtCounters for KvCacheStats {
         f("invalidations", l(&self.invalidations), false);
         f("malformed", l(&self.malformed), false);
     }
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
 }
 
 /// A request on its way to the server, remembered until its answer comes back.
@@ -447,22 +442,15 @@ impl KvCache {
     /// request to the server (a `set` too large for one IP packet), what its command line
     /// names is written.
     fn fragment(&mut self, now: u64, pkt: &Pkt<'_>) {
-        let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;
-        let Some(f) = pkt.buf.get(s..pkt.meta.off as usize + pkt.meta.len as usize) else { return };
-        let Some(ip) = f.get(14..).filter(|_| f[12..14] == [0x08, 0x00]) else { return };
-        let Some(&[vihl, _, _, _, _, _, fo0, fo1, _, proto]) = ip.get(..10) else { return };
-        let ihl = (vihl & 0x0f) as usize * 4;
-        let (more, offset) = (fo0 & 0x20 != 0, u16::from_be_bytes([fo0 & 0x1f, fo1]));
-        if vihl >> 4 != 4 || ihl < 20 || proto != ip_proto::UDP || !more || offset != 0 || ip.len() < ihl + 8 {
+        let Some(d) = pkt.buf.get(pkt.meta.off as usize..pkt.meta.off as usize + pkt.meta.len as usize) else { return };
+        let Some(f) = udp::fragment(d).filter(|f| f.first && f.more && f.dst == *self.backend.ip()) else { return };
+        let Some(h) = d.get(f.u.l4..f.u.pay) else { return };
+        let (sport, dport) = (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]));
+        if dport != self.backend.port() {
             return;
         }
-        let (src, dst) = (std::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]), std::net::Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
-        let u = &ip[ihl..];
-        let (sport, dport) = (u16::from_be_bytes([u[0], u[1]]), u16::from_be_bytes([u[2], u[3]]));
-        if dst != *self.backend.ip() || dport != self.backend.port() {
-            return;
-        }
-        let Some((fr, text)) = Frame::parse(&u[8..]) else { return };
+        let Some((fr, text)) = d.get(f.u.pay..f.u.end).and_then(Frame::parse) else { return };
+        let src = f.src;
         let t = tag(IpAddr::V4(src), sport, fr.id);
         match proto::changes(text) {
             proto::Changes::Nothing => {}

@@ -25,7 +25,7 @@
 use super::proto::{self, Frame, Request, StoreCmd, FRAME_LEN};
 use super::udp::{self, Udp4};
 use crate::outbox::MAX_FRAME;
-use crate::{Ctx, DropReason, Nt, Pkt, Verdict};
+use crate::{bump, Ctx, DropReason, Nt, Pkt, Verdict};
 use serde::{Deserialize, Serialize};
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::parse_inner;
@@ -89,10 +89,6 @@ impl crate::NtCounters for KvReplicateStats {
         f("refused", l(&self.refused), true);
         f("reads_moved", l(&self.reads_moved), false);
     }
-}
-
-fn bump(c: &AtomicU64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
 /// A write waiting for its replicas.
@@ -267,13 +263,13 @@ impl KvReplicate {
     /// `Some(text)`: no room; refuse it with this answer instead.
     fn keep(&mut self, cx: &Ctx<'_>, pkt: &Pkt<'_>, u: Udp4, t: u64, may_retry: bool) -> Option<&'static [u8]> {
         let Some(slot) = self.free.pop() else {
-            bump(&self.stats.refused);
+            bump(&self.stats.refused, 1);
             return Some(BUSY);
         };
         let (start, len) = (pkt.meta.off as usize, pkt.meta.len as usize);
         if len > MAX_FRAME {
             self.free.push(slot);
-            bump(&self.stats.refused);
+            bump(&self.stats.refused, 1);
             return Some(TOO_LARGE);
         }
         self.arena[slot as usize * MAX_FRAME..slot as usize * MAX_FRAME + len].copy_from_slice(&pkt.buf[start..start + len]);
@@ -339,7 +335,7 @@ impl KvReplicate {
             return Verdict::Drop(DropReason::KvAnswerHeld);
         }
         self.release(slot);
-        bump(&self.stats.acked);
+        bump(&self.stats.acked, 1);
         udp::set_src(pkt.buf, &u, *self.replicas[0].ip(), self.macs[0]);
         reparse(pkt, u);
         Verdict::Continue
@@ -348,7 +344,7 @@ impl KvReplicate {
     /// Replicas answered differently: this answer becomes the client's error.
     fn disagree(&mut self, pkt: &mut Pkt<'_>, u: Udp4, f: Frame, slot: u32) -> Verdict {
         self.release(slot);
-        bump(&self.stats.disagreed);
+        bump(&self.stats.disagreed, 1);
         // In the first replica's name, then the text (which sets the lengths it changes).
         udp::set_src(pkt.buf, &u, *self.replicas[0].ip(), self.macs[0]);
         rewrite_text(pkt, u, f.id, DISAGREE);
@@ -419,7 +415,7 @@ impl Nt for KvReplicate {
             if w.retries_left > 0 {
                 for j in 0..self.replicas.len() {
                     if w.answered & (1 << j) == 0 && self.send_copy(cx, slot, j) {
-                        bump(&self.stats.retries);
+                        bump(&self.stats.retries, 1);
                     }
                 }
                 let w = &mut self.slots[slot as usize];
@@ -432,7 +428,7 @@ impl Nt for KvReplicate {
                     self.deadlines.push_front((deadline, slot, gen));
                     break;
                 }
-                bump(&self.stats.timeouts);
+                bump(&self.stats.timeouts, 1);
                 self.release(slot);
             }
         }
@@ -473,7 +469,7 @@ impl KvReplicate {
                 let j = self.next_read % self.replicas.len();
                 self.next_read = self.next_read.wrapping_add(1);
                 if j != 0 {
-                    bump(&self.stats.reads_moved);
+                    bump(&self.stats.reads_moved, 1);
                     udp::set_dst(pkt.buf, &u, *self.replicas[j].ip(), self.macs[j].unwrap_or(MacAddr::BROADCAST));
                     reparse(pkt, u);
                 }
@@ -526,18 +522,8 @@ impl KvReplicate {
     fn fragment(&mut self, cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let (start, len) = (pkt.meta.off as usize, pkt.meta.len as usize);
         let Some(d) = pkt.buf.get(start..start + len) else { return Verdict::Continue };
-        let eth = snic_wire::vxlan::HEADER_LEN;
-        let Some(ip) = d.get(eth + 14..eth + 34).filter(|_| d[eth + 12..eth + 14] == [0x08, 0x00] && d[eth + 14] >> 4 == 4) else {
-            return Verdict::Continue;
-        };
-        let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-        if dst != *self.replicas[0].ip() || ip[9] != snic_wire::ip_proto::UDP {
-            return Verdict::Continue;
-        }
-        let ihl = (ip[0] & 0x0f) as usize * 4;
-        let first = u16::from_be_bytes([ip[6] & 0x1f, ip[7]]) == 0;
-        let ip_end = (eth + 14 + u16::from_be_bytes([ip[2], ip[3]]) as usize).min(d.len());
-        let u = Udp4 { eth, l3: eth + 14, l4: eth + 14 + ihl, pay: eth + 14 + ihl + 8, end: ip_end };
+        let Some(frag) = udp::fragment(d).filter(|f| f.dst == *self.replicas[0].ip()) else { return Verdict::Continue };
+        let (u, first) = (frag.u, frag.first);
         if first {
             let Some(h) = d.get(u.l4..u.pay) else { return Verdict::Continue };
             let (sport, dport) = (u16::from_be_bytes([h[0], h[1]]), u16::from_be_bytes([h[2], h[3]]));
@@ -548,9 +534,8 @@ impl KvReplicate {
             let line = text.split(|&c| c == b'\n').next().unwrap_or_default().trim_ascii_end();
             let writes = !matches!(proto::changes(text), proto::Changes::Nothing);
             if writes && !line.ends_with(b" noreply") {
-                let client = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
                 let u0 = u.shifted(0, start);
-                let t = tag(client, sport, f.id);
+                let t = tag(frag.src, sport, f.id);
                 self.forget_done(t);
                 if let Some(text) = self.keep(cx, pkt, u0, t, false) {
                     refuse(pkt, u0, f.id, text);

@@ -48,6 +48,46 @@ impl Udp4 {
     }
 }
 
+/// An inner IPv4 UDP packet the data plane could not parse to its ports (a fragment): where its
+/// parts are in its VXLAN datagram, and what its IP header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment4 {
+    /// Its parts, as offsets in the VXLAN datagram (`end`: the fragment's; `l4` and `pay` mean
+    /// something only in the first fragment, and may lie past `end` in a malformed one).
+    pub u: Udp4,
+    /// Offset 0: it carries the UDP header and the start of the payload.
+    pub first: bool,
+    /// More fragments follow.
+    pub more: bool,
+    /// Source address.
+    pub src: Ipv4Addr,
+    /// Destination address.
+    pub dst: Ipv4Addr,
+}
+
+/// The VXLAN datagram `d` as an inner IPv4 UDP packet read from its IP header alone; `None` if
+/// its inner frame is not IPv4 (untagged), its header is cut short, or it is not UDP.
+pub fn fragment(d: &[u8]) -> Option<Fragment4> {
+    let eth = snic_wire::vxlan::HEADER_LEN;
+    if d.get(eth + 12..eth + 14)? != [0x08, 0x00] {
+        return None;
+    }
+    let ip = &d[eth + 14..];
+    let ihl = (*ip.first()? & 0x0f) as usize * 4;
+    if ip[0] >> 4 != 4 || ihl < 20 || ip.len() < ihl || ip[9] != ip_proto::UDP {
+        return None;
+    }
+    let l3 = eth + 14;
+    let end = (l3 + u16::from_be_bytes([ip[2], ip[3]]) as usize).min(d.len());
+    Some(Fragment4 {
+        u: Udp4 { eth, l3, l4: l3 + ihl, pay: l3 + ihl + 8, end },
+        first: u16::from_be_bytes([ip[6] & 0x1f, ip[7]]) == 0,
+        more: ip[6] & 0x20 != 0,
+        src: Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]),
+        dst: Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]),
+    })
+}
+
 /// Sets the IPv4 total length and header checksum and the UDP length and checksum of the frame
 /// `u`, whose IP packet now ends at `end`.
 pub fn finish(b: &mut [u8], u: &Udp4, end: usize) {
