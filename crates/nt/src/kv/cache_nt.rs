@@ -402,11 +402,12 @@ impl KvCache {
     fn read_answer(&mut self, now: u64, s: usize, text: &[u8]) {
         let p = self.pending[s];
         // Only a well-formed message fills: checked whole before anything is stored.
-        match proto::value_blocks(text, |_| {}) {
-            Ok(false) => {}
-            Ok(true) | Err(_) => self.pending[s] = Pending::default(),
+        let checked = proto::value_blocks(text, |_| {});
+        if checked != Ok(false) {
+            // The answer ended (or cannot be read on): the read stops waiting.
+            self.pending[s] = Pending::default();
         }
-        if proto::value_blocks(text, |_| {}).is_err() {
+        if checked.is_err() {
             return;
         }
         let mut fills = 0;
