@@ -219,6 +219,13 @@ impl State {
                             return bad(ErrorCode::UnknownReference, format!("spec.shared_with[{i}]"), format!("no tenant named `{t}`"));
                         }
                     }
+                    if matches!(nt.config, snic_nt::NtSpec::Wasm(_)) && !nt.shared_with.is_empty() {
+                        return bad(
+                            ErrorCode::InvalidManifest,
+                            "spec.shared_with".into(),
+                            "a wasm NT runs its own tenant's packets only: it cannot be shared".into(),
+                        );
+                    }
                     if nt.memory_mib > MAX_NT_MEMORY_MIB {
                         return bad(
                             ErrorCode::InvalidManifest,
@@ -230,6 +237,7 @@ impl State {
                         let field = e.field().map_or_else(|| "spec.config".to_string(), |f| format!("spec.config.{f}"));
                         let reason = match &e {
                             snic_nt::SpecError::Bound { reason, .. } => reason.clone(),
+                            snic_nt::SpecError::Wasm(w) => w.to_string(),
                             e => e.to_string(),
                         };
                         return bad(ErrorCode::InvalidManifest, field, reason);
@@ -403,6 +411,30 @@ spec: {vni: 100, action: {dag: blue-path}}
             .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: blue-path}\nspec: {tenant: blue, nodes: [blue-fw]}\n").unwrap())
             .unwrap();
         assert_eq!(s.ids().dags["blue-path"], 1, "a name keeps its UID");
+    }
+
+    #[test]
+    fn a_wasm_nt_is_checked_at_deploy_and_never_shared() {
+        use base64::Engine as _;
+        let module = wat::parse_str(
+            r#"(module (memory (export "memory") 1) (data (i32.const 4) "\00\08\00\00")
+                 (func (export "snic_packet") (result i32) i32.const 0)
+                 (func (export "snic_process") (param i32) (result i32) i32.const 0))"#,
+        )
+        .unwrap();
+        let nt = |shared: &str, module: &str| {
+            format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: own}}\nspec: {{tenant: blue, {shared} config: {{kind: wasm, module: \"{module}\"}}}}\n")
+        };
+        let good = base64::engine::general_purpose::STANDARD.encode(&module);
+        base().apply(parse(&nt("", &good)).unwrap()).unwrap();
+        let e = reject(&nt("shared_with: [green],", &good));
+        assert_eq!(
+            (e.field.as_str(), e.reason.as_str()),
+            ("spec.shared_with", "a wasm NT runs its own tenant's packets only: it cannot be shared")
+        );
+        let e = reject(&nt("", &base64::engine::general_purpose::STANDARD.encode(b"#!/bin/sh")));
+        assert_eq!(e.field, "spec.config.module");
+        assert!(e.reason.starts_with("not a WebAssembly module"), "{e}");
     }
 
     /// Found by the etcd test: two nodes writing without the revision guard left ids that

@@ -37,6 +37,12 @@ impl NtMask {
     pub fn first(self) -> NtMask {
         NtMask(self.0 & self.0.wrapping_neg())
     }
+    /// Its NTs up to NT `i`, that one included: what a packet that skips the rest of its chain
+    /// after NT `i` ran.
+    #[inline]
+    pub fn up_to(self, i: usize) -> NtMask {
+        NtMask(self.0 & (u64::MAX >> (63 - i.min(63))))
+    }
     /// Its NTs after the last NT of `ran` (none if `ran` is empty).
     #[inline]
     pub fn after(self, ran: NtMask) -> NtMask {

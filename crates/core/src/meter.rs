@@ -91,8 +91,12 @@ const NO_ROW: u16 = u16::MAX;
 /// How much more than it was admitted a tenant held back in its own receive queue is taken to
 /// want (see `Meter::end_epoch`).
 const HELD_MARGIN: f64 = 0.25;
-/// Packets timed before an NT's cost is first estimated.
+/// Packets timed before an NT's cost is first estimated...
 const MIN_TIMED: u64 = 256;
+/// ... or this much time in it, ns, whichever comes first: an NT whose packets take
+/// milliseconds each (a tenant's module running to its time bound) is measured after a few,
+/// not after 256 of them (seconds of a core unaccounted for).
+const MIN_TIMED_NS: u64 = 20_000_000;
 
 /// Per-packet costs of sampled polls, for an estimate that a few disturbed polls do not move.
 /// The sampled polls are those that handled at least half a batch, and under light load those
@@ -700,7 +704,7 @@ impl Meter {
                 if nt.cost_ns == 0.0 {
                     nt.pending.0 += busy;
                     nt.pending.1 += timed;
-                    if nt.pending.1 >= MIN_TIMED {
+                    if nt.pending.1 >= MIN_TIMED || (nt.pending.0 >= MIN_TIMED_NS && nt.pending.1 > 0) {
                         nt.cost_ns = (nt.pending.0 as f64 / nt.pending.1 as f64).max(f64::MIN_POSITIVE);
                     }
                 } else if timed > 0 {

@@ -11,7 +11,7 @@ use crate::store::Slots;
 use snic_core::engine::{EngineConfig, EngineShaper};
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
-use snic_nt::{Ctx, DropReason, Nt, Outbox, Pkt, Verdict, WorkTimer};
+use snic_nt::{At, Ctx, DropReason, Nt, Outbox, Pkt, Verdict, WorkTimer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -199,9 +199,16 @@ impl Region {
                     }
                     bytes += len;
                 }
-                if let Verdict::Drop(r) = nt.process(&cx, &mut Pkt { buf, meta: &mut d.meta }) {
-                    d.verdict = Some(r);
-                    dropped += 1;
+                let at = At { dag: d.walk.dag.0, step: d.walk.pos };
+                match nt.process(&cx, &mut Pkt { buf, meta: &mut d.meta, at }) {
+                    Verdict::Continue => {}
+                    Verdict::Drop(r) => {
+                        d.verdict = Some(r);
+                        dropped += 1;
+                    }
+                    // The chain's later NTs leave it alone at this step. (PANIC-style
+                    // scheduling, one NT per visit, does not see it: there it is a forward.)
+                    Verdict::Skip => d.walk.mask = d.walk.mask.up_to(i),
                 }
             }
             add(&c.nt_packets[i], ran);

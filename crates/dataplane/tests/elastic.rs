@@ -740,7 +740,7 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
         buf[HEADROOM..].copy_from_slice(&d);
         let mut meta =
             PktMeta { off: HEADROOM as u16, len: d.len() as u16, vni: 101, tenant: TenantId(2), inner: parse_inner(&d[8..]).ok() };
-        at_peer.process(&Ctx::real(snic_core::time::Instant::ZERO), &mut Pkt { buf: &mut buf, meta: &mut meta });
+        at_peer.process(&Ctx::real(snic_core::time::Instant::ZERO), &mut Pkt { buf: &mut buf, meta: &mut meta, at: Default::default() });
         b.nat_ports.insert(parse_inner(&buf[HEADROOM + 8..]).unwrap().key.src_port, sport);
     }
     assert!(!b.nat_ports.contains_key(&1024) || b.nat_ports[&1024] != 1, "the peer's mapping is not the one a fresh NAT makes");

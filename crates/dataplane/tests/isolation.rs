@@ -67,6 +67,32 @@ fn the_victim_keeps_its_share_against_a_100x_costlier_nt() {
 }
 
 #[test]
+fn the_victim_keeps_its_share_against_a_100x_costlier_wasm_nt() {
+    // Tenants' own modules, 200 and 20,000 units of fuel a packet: their work is measured and
+    // charged as any NT's, and the costlier tenant is held to the rest of the core.
+    alone_whole_and_hurt_when_off(Scenario::ExpensiveWasm);
+    keeps_its_share(Scenario::ExpensiveWasm, Mode::On);
+    keeps_its_share(Scenario::ExpensiveWasm, Mode::Queues);
+}
+
+#[test]
+fn a_wasm_module_that_never_finishes_costs_the_victim_no_more_than_its_time_bound() {
+    // Every antagonist packet runs until its bound cuts it and is dropped as `wasm_time_limit`,
+    // its time charged to its tenant. With the default bound (100,000 units, 100 µs here) the
+    // victim keeps its share and waits at worst about one bound behind it; with a bound 100×
+    // higher, one packet holds the core for 10 ms: the victim loses what its ring cannot hold
+    // meanwhile, and its p99 is at least one such packet. The bound is what protects it.
+    let bounded = default(Scenario::WasmHog, Mode::On);
+    assert!(bounded.victim_kept >= 0.9, "the victim kept under 90%: {bounded:?}");
+    assert_eq!(rate_limited(&bounded.victim_drops), 0, "the victim, within its share, is limited: {bounded:?}");
+    assert!(bounded.antagonist_drops.iter().any(|d| d.0 == "wasm_time_limit" && d.1 > 0), "{bounded:?}");
+    assert!(bounded.victim_p99_ns < 1_000_000, "a 100 µs bound held the victim's p99 under 1 ms: {bounded:?}");
+    let loose = outcome(Scenario::WasmHog, Mode::On, |p| p.wasm_bound = 10_000_000);
+    assert!(loose.victim_kept < 0.9, "a 10 ms packet fills the victim's ring whatever fair sharing does: {loose:?}");
+    assert!(loose.victim_p99_ns >= 10_000_000, "a 10 ms packet ahead of the victim's shows in its p99: {loose:?}");
+}
+
+#[test]
 fn the_victim_keeps_its_share_against_a_shared_engine_hog() {
     alone_whole_and_hurt_when_off(Scenario::Engine);
     keeps_its_share(Scenario::Engine, Mode::On);

@@ -13,7 +13,8 @@
 //! Built-in NTs, each configured by a serde-deserializable spec ([`NtSpec`]):
 //! [`firewall`], [`nat`], [`crypto`] (AES-GCM between two sNICs), [`vni_map`] (VPC re-mapping),
 //! [`counter`], [`dummy`] (touches only the header; for benchmarks) and [`synthetic`] (a
-//! calibrated cost, for fairness and scaling experiments).
+//! calibrated cost, for fairness and scaling experiments); [`kv`] (a cache and a replicator in
+//! front of memcached); and [`wasm`], a tenant's own NT as a sandboxed WebAssembly module.
 #![warn(missing_docs)]
 
 pub mod counter;
@@ -26,6 +27,7 @@ pub mod outbox;
 pub mod spec;
 pub mod synthetic;
 pub mod vni_map;
+pub mod wasm;
 pub mod work;
 
 use snic_core::ids::TenantId;
@@ -62,6 +64,17 @@ pub struct Pkt<'a> {
     pub buf: &'a mut [u8],
     /// The descriptor fields.
     pub meta: &'a mut PktMeta,
+    /// Where the packet is on its DAG.
+    pub at: At,
+}
+
+/// Where a packet is on its DAG: the route the node gave the DAG and the step it is at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct At {
+    /// The node's number for the DAG's route.
+    pub dag: u32,
+    /// The step of the route.
+    pub step: u8,
 }
 
 /// What happens to a packet after an NT.
@@ -71,6 +84,8 @@ pub enum Verdict {
     Continue,
     /// Dropped, for this reason.
     Drop(DropReason),
+    /// On, but past the rest of this chain's NTs at this step (to the next step, or egress).
+    Skip,
 }
 
 /// Why an NT dropped a packet. Stable names for metrics.
@@ -94,11 +109,17 @@ pub enum DropReason {
     Overloaded,
     KvAnswerHeld,
     KvAnswerLate,
+    WasmDrop,
+    WasmTimeLimit,
+    WasmTrap,
+    WasmBadVerdict,
+    WasmBadFrame,
+    WasmStopped,
 }
 
 impl DropReason {
     /// Every variant, for counter tables.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 23] = [
         DropReason::FirewallDeny,
         DropReason::NatTableFull,
         DropReason::NatPortsExhausted,
@@ -116,6 +137,12 @@ impl DropReason {
         DropReason::Overloaded,
         DropReason::KvAnswerHeld,
         DropReason::KvAnswerLate,
+        DropReason::WasmDrop,
+        DropReason::WasmTimeLimit,
+        DropReason::WasmTrap,
+        DropReason::WasmBadVerdict,
+        DropReason::WasmBadFrame,
+        DropReason::WasmStopped,
     ];
 
     /// Stable snake_case name.
@@ -141,6 +168,18 @@ impl DropReason {
             DropReason::KvAnswerHeld => "kv_answer_held",
             // A replica's answer to a write the client was already answered for.
             DropReason::KvAnswerLate => "kv_answer_late",
+            // A tenant's module dropped it (its code is counted in the NT's counters).
+            DropReason::WasmDrop => "wasm_drop",
+            // A tenant's module used up the packet's fuel.
+            DropReason::WasmTimeLimit => "wasm_time_limit",
+            // A tenant's module trapped on it.
+            DropReason::WasmTrap => "wasm_trap",
+            // A tenant's module returned a verdict the ABI does not know.
+            DropReason::WasmBadVerdict => "wasm_bad_verdict",
+            // Too long for the module's buffer, or the module gave it a length out of range.
+            DropReason::WasmBadFrame => "wasm_bad_frame",
+            // The module was stopped for exceeding its time bound too often.
+            DropReason::WasmStopped => "wasm_stopped",
         }
     }
 
@@ -298,7 +337,7 @@ pub(crate) mod testutil {
         }
 
         pub fn pkt(&mut self) -> Pkt<'_> {
-            Pkt { buf: &mut self.buf, meta: &mut self.meta }
+            Pkt { buf: &mut self.buf, meta: &mut self.meta, at: At::default() }
         }
 
         pub fn reparse(&self) -> snic_wire::layout::InnerLayout {

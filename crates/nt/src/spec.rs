@@ -9,6 +9,7 @@ use crate::kv::replicate::{KvReplicate, KvReplicateConfig};
 use crate::nat::{Nat, NatConfig};
 use crate::synthetic::{Synthetic, SyntheticConfig};
 use crate::vni_map::VniMap;
+use crate::wasm::{Wasm, WasmConfig, WasmError};
 use crate::Nt;
 use serde::{Deserialize, Serialize};
 use snic_core::pool::owner::{self, Claim, Slots};
@@ -52,6 +53,8 @@ pub enum NtSpec {
     KvCache(KvCacheConfig),
     /// Writes to a memcached server made on K servers, acknowledged after all K.
     KvReplicate(KvReplicateConfig),
+    /// A tenant's own NT: a WebAssembly module, sandboxed.
+    Wasm(WasmConfig),
 }
 
 /// Why an NT spec cannot be instantiated.
@@ -66,6 +69,9 @@ pub enum SpecError {
     /// A size that must be positive is zero.
     #[error("{0} must be at least 1")]
     Zero(&'static str),
+    /// A WebAssembly module that cannot be deployed.
+    #[error("`module`: {0}")]
+    Wasm(#[from] WasmError),
     /// A field outside its documented bounds (docs/manifests.md, "Bounds").
     #[error("`{field}`: {reason}")]
     Bound {
@@ -81,6 +87,7 @@ impl SpecError {
     pub fn field(&self) -> Option<&str> {
         match self {
             SpecError::Bound { field, .. } => Some(field),
+            SpecError::Wasm(_) => Some("module"),
             _ => None,
         }
     }
@@ -188,6 +195,8 @@ impl NtSpec {
             NtSpec::Synthetic(_) => Access::default(),
             // Answers in place: the reply replaces the request's headers and payload.
             NtSpec::KvCache(_) | NtSpec::KvReplicate(_) => Access { reads: h | p, writes: h | p },
+            // A tenant's code may read and rewrite the whole frame.
+            NtSpec::Wasm(_) => Access { reads: h | p, writes: h | p },
         }
     }
 
@@ -203,6 +212,7 @@ impl NtSpec {
             NtSpec::Synthetic(_) => "synthetic",
             NtSpec::KvCache(_) => "kv_cache",
             NtSpec::KvReplicate(_) => "kv_replicate",
+            NtSpec::Wasm(_) => "wasm",
         }
     }
 }
@@ -212,6 +222,16 @@ impl NtSpec {
     /// depends on the config's sizes): what a control plane calls to validate a manifest.
     /// [`build`] calls it first, so nothing out of bounds is ever instantiated.
     pub fn validate(&self) -> Result<(), SpecError> {
+        self.within_bounds()?;
+        if let NtSpec::Wasm(c) = self {
+            // Compiled (once per module: cached), checked against the ABI, started once.
+            c.check()?;
+        }
+        Ok(())
+    }
+
+    /// [`NtSpec::validate`] but for what only building finds (a module's start).
+    fn within_bounds(&self) -> Result<(), SpecError> {
         match self {
             NtSpec::Dummy | NtSpec::Counter => {}
             NtSpec::Firewall(c) => {
@@ -322,6 +342,23 @@ impl NtSpec {
                     return Err(bound("max_pending", format!("{} is outside 1..={}", c.max_pending, bounds::KV_MAX_PENDING)));
                 }
             }
+            NtSpec::Wasm(c) => {
+                use crate::wasm::bounds as w;
+                at_most("config", c.config.len(), w::CONFIG_BYTES)?;
+                if !(w::MIN_MEMORY..=w::MAX_MEMORY).contains(&c.max_memory_bytes) {
+                    return Err(bound(
+                        "max_memory_bytes",
+                        format!("{} is outside {}..={}", c.max_memory_bytes, w::MIN_MEMORY, w::MAX_MEMORY),
+                    ));
+                }
+                if !(w::MIN_FUEL..=w::MAX_FUEL).contains(&c.max_fuel_per_packet) {
+                    return Err(bound(
+                        "max_fuel_per_packet",
+                        format!("{} is outside {}..={}", c.max_fuel_per_packet, w::MIN_FUEL, w::MAX_FUEL),
+                    ));
+                }
+                c.bytes()?;
+            }
         }
         Ok(())
     }
@@ -365,6 +402,7 @@ impl NtSpec {
             NtSpec::VniMap { map, .. } => n(map.len(), 16),
             NtSpec::KvCache(c) => crate::kv::cache_nt::KvCache::memory(c),
             NtSpec::KvReplicate(c) => crate::kv::replicate::KvReplicate::memory(c),
+            NtSpec::Wasm(c) => c.memory_bytes(),
             NtSpec::Dummy | NtSpec::Counter | NtSpec::Synthetic(_) => 0,
         }
     }
@@ -382,7 +420,8 @@ impl NtSpec {
 /// Instantiates an NT. Called at launch time (the software analogue of partial reconfiguration).
 /// The spec is [validated](NtSpec::validate) first.
 pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
-    spec.validate()?;
+    // What validating would add for a module (starting it) is what building does.
+    spec.within_bounds()?;
     Ok(match spec {
         NtSpec::Dummy => Box::new(Dummy::new()),
         NtSpec::Counter => Box::new(Counter::new()),
@@ -393,6 +432,7 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
         NtSpec::Synthetic(c) => Box::new(Synthetic::new(c)),
         NtSpec::KvCache(c) => Box::new(KvCache::new(c)),
         NtSpec::KvReplicate(c) => Box::new(KvReplicate::new(c)),
+        NtSpec::Wasm(c) => Box::new(Wasm::new(c)?),
     })
 }
 

@@ -22,3 +22,4 @@ pub mod gen;
 pub mod kv;
 pub mod paced;
 pub mod testbed;
+pub mod wasm;

@@ -154,17 +154,41 @@ pub(crate) fn call(method: &str, url: String, body: Option<String>) -> anyhow::R
 pub fn apply(a: ApplyArgs) -> anyhow::Result<()> {
     let mut docs = Vec::new();
     for f in &a.files {
-        docs.push(if f == "-" {
-            std::io::read_to_string(std::io::stdin())?
+        let (text, dir) = if f == "-" {
+            (std::io::read_to_string(std::io::stdin())?, std::path::PathBuf::from("."))
         } else {
-            std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?
-        });
+            let dir = std::path::Path::new(f).parent().map_or_else(|| ".".into(), |p| p.to_path_buf());
+            (std::fs::read_to_string(f).with_context(|| format!("reading {f}"))?, dir)
+        };
+        docs.push(inline_modules(text, &dir).with_context(|| format!("in {f}"))?);
     }
     let v = call("POST", format!("{}/v1/apply", a.server.server), Some(docs.join("\n---\n")))?;
     for o in v["applied"].as_array().into_iter().flatten() {
         println!("{}/{} applied", o["kind"].as_str().unwrap_or("?"), o["name"].as_str().unwrap_or("?"));
     }
     Ok(())
+}
+
+/// A `wasm` NT's `module_file` (relative to the manifest's directory) read and sent as its
+/// bytes, `module` (base64): the node cannot read the client's files. Manifests without one are
+/// sent as they were written.
+fn inline_modules(text: String, dir: &std::path::Path) -> anyhow::Result<String> {
+    use base64::Engine as _;
+    if !text.contains("module_file") {
+        return Ok(text);
+    }
+    let mut values: Vec<Value> = serde_saphyr::from_multiple_with_options(&text, snic_control::manifest::yaml_options())
+        .map_err(|e| anyhow::anyhow!("{}", e.without_snippet()))?;
+    for v in values.iter_mut() {
+        let Some(cfg) = v.pointer_mut("/spec/config").and_then(Value::as_object_mut) else { continue };
+        let Some(file) = cfg.remove("module_file") else { continue };
+        let name = file.as_str().context("`module_file` must be a path")?;
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path).with_context(|| format!("reading the module {}", path.display()))?;
+        cfg.insert("module".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
+    }
+    let docs: Vec<String> = values.iter().filter(|v| !v.is_null()).map(serde_json::to_string).collect::<Result<_, _>>()?;
+    Ok(docs.join("\n---\n"))
 }
 
 /// `snic get`.

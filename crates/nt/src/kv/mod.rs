@@ -55,7 +55,7 @@ pub fn fuzz_memcache(data: &[u8]) {
         buf[pay..pay + len].copy_from_slice(&data[..len]);
         let inner = parse_inner(&buf[HEADROOM + 8..HEADROOM + n]).ok();
         let mut meta = PktMeta { off: HEADROOM as u16, len: n as u16, vni: 1, tenant: TenantId(1), inner };
-        nt.process(&Ctx::real(Instant::from_nanos(i as u64)), &mut Pkt { buf: &mut buf, meta: &mut meta });
+        nt.process(&Ctx::real(Instant::from_nanos(i as u64)), &mut Pkt { buf: &mut buf, meta: &mut meta, at: Default::default() });
         assert!(meta.off as usize + meta.len as usize <= buf.len());
     }
 }

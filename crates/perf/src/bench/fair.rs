@@ -37,7 +37,8 @@ pub struct FairArgs {
     /// Print JSON lines.
     #[arg(long)]
     json: bool,
-    /// Scenario: fig7, hol, expensive, flood64, engine, weighted, weighted-mpps, or all.
+    /// Scenario: fig7, hol, expensive, flood64, engine, weighted, weighted-mpps, expensive-wasm,
+    /// wasm-hog, or all.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Measured seconds per run (antagonist scenarios), after the warm-up [default: 2, or 0.1
@@ -81,6 +82,9 @@ pub struct FairArgs {
     /// several times.
     #[arg(long, default_value_t = 1)]
     repeat: usize,
+    /// The `wasm-hog` antagonist's time bound, units of fuel a packet (its max_fuel_per_packet).
+    #[arg(long, default_value_t = 100_000)]
+    wasm_bound: u64,
 }
 
 /// Runs the chosen scenarios.
@@ -96,7 +100,10 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
     if a.seconds == Some(0.0) {
         bail!("--seconds must be more than 0");
     }
-    let all = ["fig7", "hol", "expensive", "flood64", "engine", "weighted", "weighted-mpps"];
+    if !(snic_nt::wasm::bounds::MIN_FUEL..=snic_nt::wasm::bounds::MAX_FUEL).contains(&a.wasm_bound) {
+        bail!("--wasm-bound must be within {}..={}", snic_nt::wasm::bounds::MIN_FUEL, snic_nt::wasm::bounds::MAX_FUEL);
+    }
+    let all = ["fig7", "hol", "expensive", "flood64", "engine", "weighted", "weighted-mpps", "expensive-wasm", "wasm-hog"];
     let chosen: Vec<&str> = match a.scenario.as_str() {
         "all" => all.to_vec(),
         s if all.contains(&s) => vec![s],
@@ -302,6 +309,7 @@ fn antagonist(a: &FairArgs, s: Scenario, mode: Mode) -> anyhow::Result<Antagonis
         core_target: a.core_target,
         auto_place: !a.manual_place,
         ring: 1024,
+        wasm_bound: a.wasm_bound,
     };
     Ok(AntagonistResult { bench: "fair", outcome: isolation::run(s, mode, &p)? })
 }

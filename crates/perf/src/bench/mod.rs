@@ -8,6 +8,7 @@ mod launch;
 mod parallel;
 mod redirect;
 mod scale;
+mod wasm;
 
 use crate::alloc_count;
 use crate::gen::Generator;
@@ -67,6 +68,9 @@ pub enum BenchCmd {
     /// The kv_cache's eviction policies (FIFO, CLOCK) on the same YCSB-style stream, without
     /// the network: hit rates by cache size.
     KvPolicy(kv::KvPolicyArgs),
+    /// A tenant's own NT: the same firewall built in and as a wasm module (examples/wasm,
+    /// compiled with clang) through the full in-memory path, and what launching a module costs.
+    Wasm(wasm::WasmArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -175,6 +179,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Redirect(a) => redirect::run(&a),
         BenchCmd::Kv(a) => kv::run(&a),
         BenchCmd::KvPolicy(a) => kv::run_policy(&a),
+        BenchCmd::Wasm(a) => wasm::run(&a),
     }
 }
 
@@ -386,13 +391,18 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
 }
 
 fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result<DataplaneResult> {
+    Ok(run_chain(a, chain, chain_specs(chain, a.fw_rules)?, size)?.0)
+}
+
+/// The full in-memory path through a chain of `specs`, as `snic bench dataplane` runs it; also
+/// the chain's measured cost per packet (ns, NTs only).
+fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) -> anyhow::Result<(DataplaneResult, f64)> {
     let (headers, payload) = templates(size, a.flows)?;
     let wire = headers[0].len() + payload.len();
     let gen = Generator::new(Framing::Ethernet, headers, payload, "192.0.2.10:4789".parse()?, u64::MAX);
     let local = Peer { addr: "192.0.2.1:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 1]) };
     let cfg = NodeConfig { workers: a.workers, local, pin_cores: a.workers > 0, batch: a.batch, ..Default::default() };
     let mut node = Node::new(cfg, gen, Box::new(MonotonicClock::default()))?;
-    let specs = chain_specs(chain, a.fw_rules)?;
     let n = specs.len();
     let c = node.add_chain(specs);
     node.launch(c)?;
@@ -435,7 +445,8 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
     let pkts = node.backend().tx_packets - tx0;
     let mpps = pkts as f64 / elapsed.as_secs_f64() / 1e6;
     let dropped = s.total().dropped() + s.unattributed.iter().sum::<u64>();
-    Ok(DataplaneResult {
+    let nt_ns = node.meter().chain_cost_ns(c);
+    let r = DataplaneResult {
         bench: "dataplane",
         chain: chain.to_string(),
         idle_tenants: a.idle_tenants,
@@ -451,7 +462,8 @@ fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result
         drop_reasons: s.drops_by_reason(),
         allocs_during_run: allocs,
         rss_mib: rss_mib(),
-    })
+    };
+    Ok((r, nt_ns))
 }
 
 #[derive(Serialize)]

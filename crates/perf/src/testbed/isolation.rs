@@ -11,6 +11,8 @@
 //! | `flood64`   | 1400 B at 0.5 Mpps, NT of 300 ns | 64 B at 20 Mpps through `dummy`             |
 //! | `engine`    | 256 B at 0.5 Mpps               | 1400 B at 5 Mpps, through the same AES-GCM engine |
 //! | `weighted`  | weight 1: 64 B at 30 kpps       | weight 3: 64 B at 30 kpps, through the same NT of 40 µs (25 kpps) |
+//! | `expensive-wasm` | as `expensive`, its NT a tenant's wasm module of 200 units of fuel | as `expensive`, a wasm module of 20,000 units (100×) |
+//! | `wasm-hog`  | as `expensive-wasm`             | 64 B at 20 kpps into a wasm module that never finishes a packet, cut at its time bound ([`Params::wasm_bound`]) |
 //!
 //! `weighted` is the low-rate case: a few packets per tenant an epoch, both over the shared NT's
 //! capacity; DRF splits it 1:3 (`throughput_ratio` 1/3).
@@ -24,7 +26,8 @@
 //!   differ 1.5–3× between machines of one kind and with the machine's load, so compare only
 //!   runs taken together on one machine;
 //! - **virtual**: a [`Machine`] model — the NTs' costs are synthetic (the engine is a
-//!   synthetic one with a cost per byte), receiving and transmitting a packet cost the
+//!   synthetic one with a cost per byte; a wasm module's work is a nanosecond a unit of fuel),
+//!   receiving and transmitting a packet cost the
 //!   dispatcher [`Machine::io`], an empty poll [`Machine::idle_poll`], and each worker thread is a
 //!   virtual core of its own ([`snic_dataplane::worker`]). The real data path runs, and the outcome is
 //!   exact and the same on any machine, however loaded: what the tests assert on.
@@ -61,12 +64,24 @@ pub enum Scenario {
     Weighted,
     /// The same at Mpps: weights 1 and 3 on one shared NT of 400 ns, 3 Mpps each.
     WeightedMpps,
+    /// `Expensive` with tenants' wasm modules for NTs.
+    ExpensiveWasm,
+    /// A wasm module that never finishes a packet, beside the victim's.
+    WasmHog,
 }
 
 impl Scenario {
     /// Every scenario, in report order.
-    pub const ALL: [Scenario; 6] =
-        [Scenario::Hol, Scenario::Expensive, Scenario::Flood64, Scenario::Engine, Scenario::Weighted, Scenario::WeightedMpps];
+    pub const ALL: [Scenario; 8] = [
+        Scenario::Hol,
+        Scenario::Expensive,
+        Scenario::Flood64,
+        Scenario::Engine,
+        Scenario::Weighted,
+        Scenario::WeightedMpps,
+        Scenario::ExpensiveWasm,
+        Scenario::WasmHog,
+    ];
 
     /// Its name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -77,6 +92,8 @@ impl Scenario {
             Scenario::Engine => "engine",
             Scenario::Weighted => "weighted",
             Scenario::WeightedMpps => "weighted-mpps",
+            Scenario::ExpensiveWasm => "expensive-wasm",
+            Scenario::WasmHog => "wasm-hog",
         }
     }
 
@@ -92,7 +109,7 @@ impl Scenario {
     /// margin: the victim is whole again after ~175 ms.
     pub fn settle(self) -> Duration {
         match self {
-            Scenario::Expensive => Duration::from_millis(200),
+            Scenario::Expensive | Scenario::ExpensiveWasm | Scenario::WasmHog => Duration::from_millis(200),
             // At 60 kpps the demand estimates need tens of milliseconds of packets.
             Scenario::Weighted => Duration::from_millis(500),
             _ => Duration::from_millis(50),
@@ -192,6 +209,8 @@ pub struct Params {
     pub auto_place: bool,
     /// Packets each receive ring holds.
     pub ring: usize,
+    /// The time bound of the `wasm-hog` antagonist's module, units of fuel a packet.
+    pub wasm_bound: u64,
 }
 
 impl Params {
@@ -209,6 +228,7 @@ impl Params {
             core_target: FairConfig::default().core_target,
             auto_place: true,
             ring: 1024,
+            wasm_bound: 100_000,
         }
     }
 }
@@ -285,7 +305,7 @@ fn synthetic(ns: u64) -> NtSpec {
     NtSpec::Synthetic(SyntheticConfig::costing(ns))
 }
 
-fn setup(s: Scenario, timing: Timing) -> Setup {
+fn setup(s: Scenario, timing: Timing, wasm_bound: u64) -> Setup {
     match s {
         // FairNIC Fig. 1 (head-of-line blocking): two tenants both offering far more than the
         // node takes, the first with 8x the processing capacity (its NT costs 1/8 as much).
@@ -353,6 +373,22 @@ fn setup(s: Scenario, timing: Timing) -> Setup {
             antagonist: (64, 3_000_000.0),
             weights: (1.0, 3.0),
         },
+        // Tenants' own code: 200 vs 20,000 units of fuel a packet.
+        Scenario::ExpensiveWasm => Setup {
+            victim_chain: vec![crate::wasm::costing(200, 1_000_000)],
+            antagonist_chain: Some(vec![crate::wasm::costing(20_000, 1_000_000)]),
+            victim: (64, 1_000_000.0),
+            antagonist: (64, 100_000.0),
+            weights: (1.0, 1.0),
+        },
+        // Every antagonist packet runs until its time bound cuts it (and is dropped).
+        Scenario::WasmHog => Setup {
+            victim_chain: vec![crate::wasm::costing(200, 1_000_000)],
+            antagonist_chain: Some(vec![crate::wasm::hog(wasm_bound)]),
+            victim: (64, 1_000_000.0),
+            antagonist: (64, 20_000.0),
+            weights: (1.0, 1.0),
+        },
     }
 }
 
@@ -396,7 +432,7 @@ pub fn run_virtual<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, cloc
 
 /// Runs scenario `s` in mode `m`.
 pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
-    let setup = setup(s, p.timing);
+    let setup = setup(s, p.timing, p.wasm_bound);
     let src = "192.0.2.1:4789".parse().expect("an address");
     let antagonist_pps = if m == Mode::Alone { 0.0 } else { setup.antagonist.1 };
     let streams = vec![

@@ -1,5 +1,5 @@
 //! The HTTP/JSON API. Errors are JSON `{"error": {code, kind, name, field, reason}}` with a
-//! stable `code`; bodies over 1 MiB get 413; nothing a client sends can crash or wedge the daemon.
+//! stable `code`; bodies over 4 MiB get 413; nothing a client sends can crash or wedge the daemon.
 //!
 //! - A manifest must be sent as `application/yaml` (also `application/x-yaml`, `text/yaml`) or
 //!   `application/json`; anything else gets 415, so a web page cannot post one as a CORS "simple
@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 /// Largest request body accepted.
-pub const MAX_BODY: usize = 1 << 20;
+pub const MAX_BODY: usize = 4 << 20;
 
 /// Content types a manifest may be sent as.
 const MANIFEST_TYPES: [&str; 5] = ["application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json"];
