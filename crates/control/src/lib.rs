@@ -40,6 +40,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod manifest;
 pub mod parallel;
 pub mod plan;

@@ -75,6 +75,8 @@ pub enum ErrorCode {
     NotFound,
     /// The node cannot hold what is asked (regions, tenants).
     Capacity,
+    /// The credential may not do this (another tenant's object, an operator's kind).
+    Forbidden,
 }
 
 /// A manifest or state error: which object, which field, why.
@@ -119,6 +121,11 @@ pub struct TenantSpec {
     /// the node anything; with neither, its VNIs are open (docs/endpoints.md, "Trust").
     #[serde(default)]
     pub endpoints: Vec<IpPrefix>,
+    /// The SHA-256 (hex) of the tenant's API credential, set by the operator: a request bearing
+    /// that token acts as this tenant, on its own NTs, DAGs and rules only
+    /// (docs/operations.md, "Credentials"). `snic token` makes a token and its hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_sha256: Option<String>,
 }
 
 fn one() -> u32 {
@@ -435,6 +442,6 @@ mod tests {
     fn multi_document_yaml_and_json() {
         let docs = parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: a}\nspec: {}\n---\n---\n{\"apiVersion\":\"snic/v1\",\"kind\":\"Tenant\",\"metadata\":{\"name\":\"b\"},\"spec\":{\"weight\":3}}\n").unwrap();
         assert_eq!(docs.len(), 2);
-        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default(), endpoints: vec![] }));
+        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default(), endpoints: vec![], token_sha256: None }));
     }
 }

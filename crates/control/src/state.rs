@@ -202,6 +202,20 @@ impl State {
                     if t.weight == 0 || t.weight > MAX_WEIGHT {
                         return bad(ErrorCode::InvalidManifest, "spec.weight".into(), format!("{} is outside 1..={MAX_WEIGHT}", t.weight));
                     }
+                    if let Some(h) = &t.token_sha256 {
+                        if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                            return bad(
+                                ErrorCode::InvalidManifest,
+                                "spec.token_sha256".into(),
+                                "64 lowercase hex digits, the SHA-256 of the tenant's token (snic token)".into(),
+                            );
+                        }
+                        if let Some(other) = self.list(Kind::Tenant).find(|x| {
+                            x.name != o.name && matches!(&x.spec, Spec::Tenant(s) if s.token_sha256.as_ref() == Some(h))
+                        }) {
+                            return bad(ErrorCode::InvalidManifest, "spec.token_sha256".into(), format!("tenant `{}` has the same credential", other.name));
+                        }
+                    }
                     if t.quotas.store_buffers == Some(0) {
                         return bad(
                             ErrorCode::InvalidManifest,

@@ -140,6 +140,7 @@ fn manifest_err(e: manifest::Error) -> Response {
         ErrorCode::UnknownReference | ErrorCode::Cycle | ErrorCode::Duplicate => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorCode::VniConflict | ErrorCode::InUse | ErrorCode::Capacity => StatusCode::CONFLICT,
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
     };
     (status, Json(json!({ "error": e }))).into_response()
 }
