@@ -77,7 +77,11 @@ pub fn may_apply(state: &State, who: &Principal, objs: &[Object]) -> Result<(), 
     let Principal::Tenant(me) = who else { return Ok(()) };
     for o in objs {
         if !tenants_kind(o.kind) {
-            return Err(forbidden(o, "kind", "a tenant's credential applies its own NTs, DAGs and rules; tenants and routes are the operator's"));
+            return Err(forbidden(
+                o,
+                "kind",
+                "a tenant's credential applies its own NTs, DAGs and rules; tenants and routes are the operator's",
+            ));
         }
         // An object of that name that is another tenant's is not this tenant's to replace.
         if let Some(old) = state.get(o.kind, &o.name) {
@@ -103,7 +107,13 @@ pub fn may_apply(state: &State, who: &Principal, objs: &[Object]) -> Result<(), 
 /// tenant's object is reported as not found (its existence is not the caller's business).
 pub fn may_delete(state: &State, who: &Principal, kind: Kind, name: &str) -> Result<(), Error> {
     let Principal::Tenant(_) = who else { return Ok(()) };
-    let not_found = || Error { code: ErrorCode::NotFound, kind: kind.as_str().into(), name: name.into(), field: "metadata.name".into(), reason: "no such object".into() };
+    let not_found = || Error {
+        code: ErrorCode::NotFound,
+        kind: kind.as_str().into(),
+        name: name.into(),
+        field: "metadata.name".into(),
+        reason: "no such object".into(),
+    };
     let o = state.get(kind, name).filter(|o| visible(state, who, o)).ok_or_else(not_found)?;
     if !tenants_kind(kind) {
         return Err(forbidden(o, "kind", "a tenant's credential deletes its own NTs, DAGs and rules only"));

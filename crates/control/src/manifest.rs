@@ -442,6 +442,9 @@ mod tests {
     fn multi_document_yaml_and_json() {
         let docs = parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: a}\nspec: {}\n---\n---\n{\"apiVersion\":\"snic/v1\",\"kind\":\"Tenant\",\"metadata\":{\"name\":\"b\"},\"spec\":{\"weight\":3}}\n").unwrap();
         assert_eq!(docs.len(), 2);
-        assert_eq!(docs[1].spec, Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default(), endpoints: vec![], token_sha256: None }));
+        assert_eq!(
+            docs[1].spec,
+            Spec::Tenant(TenantSpec { weight: 3, vnis: vec![], quotas: Quotas::default(), endpoints: vec![], token_sha256: None })
+        );
     }
 }

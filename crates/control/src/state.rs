@@ -210,10 +210,15 @@ impl State {
                                 "64 lowercase hex digits, the SHA-256 of the tenant's token (snic token)".into(),
                             );
                         }
-                        if let Some(other) = self.list(Kind::Tenant).find(|x| {
-                            x.name != o.name && matches!(&x.spec, Spec::Tenant(s) if s.token_sha256.as_ref() == Some(h))
-                        }) {
-                            return bad(ErrorCode::InvalidManifest, "spec.token_sha256".into(), format!("tenant `{}` has the same credential", other.name));
+                        if let Some(other) = self
+                            .list(Kind::Tenant)
+                            .find(|x| x.name != o.name && matches!(&x.spec, Spec::Tenant(s) if s.token_sha256.as_ref() == Some(h)))
+                        {
+                            return bad(
+                                ErrorCode::InvalidManifest,
+                                "spec.token_sha256".into(),
+                                format!("tenant `{}` has the same credential", other.name),
+                            );
                         }
                     }
                     if t.quotas.store_buffers == Some(0) {

@@ -65,6 +65,17 @@ pub struct NodeSettings {
     pub elastic: ElasticSection,
     /// The pool this node belongs to (absent: the node is alone).
     pub pool: Option<PoolSection>,
+    /// API credentials (absent: no credentials, and the API listens on loopback only).
+    pub auth: Option<AuthSection>,
+}
+
+/// The `auth:` section: who may use the API (docs/operations.md, "Credentials").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// A file holding the operator's token (one line, at least 16 characters): it may do
+    /// everything. Tenants' tokens are set per tenant (`Tenant.spec.token_sha256`).
+    pub operator_token_file: PathBuf,
 }
 
 impl Default for NodeSettings {
@@ -83,6 +94,7 @@ impl Default for NodeSettings {
             rx_queues: RxQueues::PerTenant,
             elastic: ElasticSection::default(),
             pool: None,
+            auth: None,
         }
     }
 }

@@ -5,12 +5,51 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::Value;
 
-/// Where the daemon's API is.
+/// Where the daemon's API is, and the credential to show it (docs/operations.md,
+/// "Credentials").
 #[derive(Args, Clone)]
 pub struct Server {
-    /// The daemon's API URL.
-    #[arg(long, env = "SNIC_SERVER", default_value = "http://127.0.0.1:7878", global = true)]
-    server: String,
+    /// The daemon's API URL [default: the credentials file's `server`, or http://127.0.0.1:7878].
+    #[arg(long, env = "SNIC_SERVER", global = true)]
+    server: Option<String>,
+    /// The API credential: the operator's token or a tenant's.
+    #[arg(long, env = "SNIC_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
+    /// A credentials file (YAML `server:` and `token:`, as a kubeconfig holds both); --server
+    /// and --token override it.
+    #[arg(long, env = "SNIC_CREDENTIALS", global = true)]
+    credentials: Option<std::path::PathBuf>,
+}
+
+/// A credentials file.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Credentials {
+    #[serde(default)]
+    server: Option<String>,
+    #[serde(default)]
+    token: Option<String>,
+}
+
+impl Server {
+    /// The URL and the token, from the flags, the environment and the credentials file.
+    fn resolve(&self) -> anyhow::Result<(String, Option<String>)> {
+        let file = match &self.credentials {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).with_context(|| format!("reading the credentials file {}", p.display()))?;
+                serde_saphyr::from_str::<Credentials>(&text).map_err(|e| anyhow::anyhow!("the credentials file {}: {e}", p.display()))?
+            }
+            None => Credentials { server: None, token: None },
+        };
+        let url = self.server.clone().or(file.server).unwrap_or_else(|| "http://127.0.0.1:7878".into());
+        Ok((url, self.token.clone().or(file.token)))
+    }
+
+    /// Sends a request to `path` on the daemon with the credential.
+    fn call(&self, method: &str, path: &str, body: Option<String>) -> anyhow::Result<Value> {
+        let (url, token) = self.resolve()?;
+        call_with(method, format!("{url}{path}"), body, token.as_deref())
+    }
 }
 
 /// Options of `snic apply`.
@@ -58,6 +97,29 @@ pub struct StatusArgs {
     server: Server,
 }
 
+/// Options of `snic token`.
+#[derive(Args)]
+pub struct TokenArgs {
+    /// Print JSON (`{"token": ..., "sha256": ...}`).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `snic token`: 32 random bytes as hex, and the SHA-256 a Tenant object carries.
+pub fn token(a: TokenArgs) -> anyhow::Result<()> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 32];
+    ring::rand::SystemRandom::new().fill(&mut b).map_err(|_| anyhow::anyhow!("the system's random source failed"))?;
+    let token: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    let sha = snic_control::auth::token_sha256(&token);
+    if a.json {
+        println!("{}", serde_json::json!({"token": token, "sha256": sha}));
+    } else {
+        println!("token:  {token}\nsha256: {sha}\n(the token goes to its holder or the operator's token file; a tenant's spec.token_sha256 gets the sha256)");
+    }
+    Ok(())
+}
+
 /// Options of `snic drain`.
 #[derive(Args)]
 pub struct DrainArgs {
@@ -77,13 +139,12 @@ pub struct DrainArgs {
 /// `snic drain`: withdraws the node from a pool behind a switch with no flow lost, and waits
 /// until it holds no flow's state (docs/pool.md, "Draining a node").
 pub fn drain(a: DrainArgs) -> anyhow::Result<()> {
-    let url = format!("{}/v1/drain", a.server.server);
     if a.cancel {
-        call("DELETE", url, None)?;
+        a.server.call("DELETE", "/v1/drain", None)?;
         println!("no longer draining: the health check passes again");
         return Ok(());
     }
-    call("POST", url, Some(String::new()))?;
+    a.server.call("POST", "/v1/drain", Some(String::new()))?;
     println!(
         "draining: the health check fails from now, so the ToR withdraws the node; its peers bring back the flows whose state it holds"
     );
@@ -93,7 +154,7 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let mut last = None;
     loop {
-        let v = call("GET", format!("{}/v1/status", a.server.server), None)?;
+        let v = a.server.call("GET", "/v1/status", None)?;
         // (Until the data plane publishes that it drains, its count is not the drain's.)
         if let Some(flows) = v["draining"]["flows"].as_u64() {
             if last != Some(flows) {
@@ -122,11 +183,38 @@ fn agent() -> ureq::Agent {
 
 /// Sends a request; returns the JSON body of a 2xx, or fails with the API's error.
 pub(crate) fn call(method: &str, url: String, body: Option<String>) -> anyhow::Result<Value> {
+    call_with(method, url, body, None)
+}
+
+/// [`call`] with a bearer token.
+fn call_with(method: &str, url: String, body: Option<String>, token: Option<&str>) -> anyhow::Result<Value> {
     let a = agent();
+    let auth = token.map(|t| format!("Bearer {}", t.trim()));
     let res = match (method, body) {
-        ("POST", Some(b)) => a.post(&url).header("content-type", "application/yaml").send(b),
-        ("DELETE", _) => a.delete(&url).call(),
-        _ => a.get(&url).call(),
+        ("POST", Some(b)) => {
+            let r = a.post(&url).header("content-type", "application/yaml");
+            match &auth {
+                Some(h) => r.header("authorization", h),
+                None => r,
+            }
+            .send(b)
+        }
+        ("DELETE", _) => {
+            let r = a.delete(&url);
+            match &auth {
+                Some(h) => r.header("authorization", h),
+                None => r,
+            }
+            .call()
+        }
+        _ => {
+            let r = a.get(&url);
+            match &auth {
+                Some(h) => r.header("authorization", h),
+                None => r,
+            }
+            .call()
+        }
     };
     let mut res = res.with_context(|| format!("cannot reach the snic daemon at {url}"))?;
     let status = res.status();
@@ -162,7 +250,7 @@ pub fn apply(a: ApplyArgs) -> anyhow::Result<()> {
         };
         docs.push(inline_modules(text, &dir).with_context(|| format!("in {f}"))?);
     }
-    let v = call("POST", format!("{}/v1/apply", a.server.server), Some(docs.join("\n---\n")))?;
+    let v = a.server.call("POST", "/v1/apply", Some(docs.join("\n---\n")))?;
     for o in v["applied"].as_array().into_iter().flatten() {
         println!("{}/{} applied", o["kind"].as_str().unwrap_or("?"), o["name"].as_str().unwrap_or("?"));
     }
@@ -194,10 +282,10 @@ fn inline_modules(text: String, dir: &std::path::Path) -> anyhow::Result<String>
 /// `snic get`.
 pub fn get(a: GetArgs) -> anyhow::Result<()> {
     let url = match &a.name {
-        Some(n) => format!("{}/v1/objects/{}/{n}", a.server.server, a.kind),
-        None => format!("{}/v1/objects/{}", a.server.server, a.kind),
+        Some(n) => format!("/v1/objects/{}/{n}", a.kind),
+        None => format!("/v1/objects/{}", a.kind),
     };
-    let v = call("GET", url, None)?;
+    let v = a.server.call("GET", &url, None)?;
     match a.output.as_str() {
         "json" => println!("{}", serde_json::to_string_pretty(&v)?),
         "yaml" => {
@@ -218,14 +306,14 @@ pub fn get(a: GetArgs) -> anyhow::Result<()> {
 
 /// `snic delete`.
 pub fn delete(a: DeleteArgs) -> anyhow::Result<()> {
-    call("DELETE", format!("{}/v1/objects/{}/{}", a.server.server, a.kind, a.name), None)?;
+    a.server.call("DELETE", &format!("/v1/objects/{}/{}", a.kind, a.name), None)?;
     println!("{}/{} deleted", a.kind, a.name);
     Ok(())
 }
 
 /// `snic status`.
 pub fn status(a: StatusArgs) -> anyhow::Result<()> {
-    let v = call("GET", format!("{}/v1/status", a.server.server), None)?;
+    let v = a.server.call("GET", "/v1/status", None)?;
     let down = v["data_plane"]["up"].as_bool() == Some(false);
     let health = || {
         if down {

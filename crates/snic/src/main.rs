@@ -58,6 +58,9 @@ enum Cmd {
     /// On the ToR of a pool behind a switch: keep its resilient next-hop group to the nodes
     /// whose health check answers.
     Tor(tor::TorArgs),
+    /// Make an API credential: a random token (give it to its holder, or put it in the
+    /// operator's token file) and its SHA-256 (a tenant's `spec.token_sha256`).
+    Token(client::TokenArgs),
 }
 
 fn main() {
@@ -81,6 +84,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Cost(c) => cost_cmd::run(c),
         Cmd::Sim(s) => sim_cmd::run(s),
         Cmd::Tor(t) => tor::run(t),
+        Cmd::Token(t) => client::token(t),
         Cmd::Drain(d) => client::drain(d),
         Cmd::Run(r) => daemon::run(r),
         Cmd::Apply(a) => client::apply(a),

@@ -1511,6 +1511,56 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     let got = recv_n(&b, 1);
     assert_eq!(parse_inner(&got[0][8..]).unwrap().key.dst_port, 5001, "the running version still decides");
 
+    // A hostile tenant beside it: red's modules loop forever, trap, or return nonsense. Its
+    // packets are dropped with their reasons; blue is served throughout and the node lives.
+    let hostile = |name: &str, body: &str| {
+        let m = wat::parse_str(format!(
+            r#"(module (memory (export "memory") 1) (data (i32.const 4) "\00\08\00\00")
+                 (func (export "snic_packet") (result i32) i32.const 0)
+                 (func (export "snic_process") (param i32) (result i32) {body}))"#
+        ))
+        .unwrap();
+        use base64::Engine as _;
+        format!(
+            "apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {name}}}\nspec: {{tenant: red, config: {{kind: wasm, module: {}, max_fuel_per_packet: 100000}}}}\n---\n",
+            base64::engine::general_purpose::STANDARD.encode(m)
+        )
+    };
+    let red = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [300]}}\n---\n{}{}{}{}\
+         apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: red-path}}\nspec: {{tenant: red, nodes: [red-loop, red-oob, red-grow, red-verdict]}}\n---\n\
+         apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 300, action: {{dag: red-path}}}}\n",
+        // (The packet area is at 0: the destination port is the u16 at 34.)
+        hostile("red-loop", "(if (i32.eq (i32.load16_u (i32.const 34)) (i32.const 1)) (then (loop $l (br $l)))) i32.const 0"),
+        hostile("red-oob", "(if (i32.eq (i32.load16_u (i32.const 34)) (i32.const 2)) (then (drop (i32.load (i32.const 0x7ffffff0))))) i32.const 0"),
+        hostile("red-grow", "(drop (memory.grow (i32.const 60000))) i32.const 0"),
+        hostile("red-verdict", "i32.const 0x7777"),
+    );
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &red);
+    assert_eq!(s, 200, "{v}");
+    for port in [1, 2, 3, 1, 2, 3] {
+        a.send_to(&frame(300, L4Spec::Udp { src_port: 1, dst_port: port }), d.data).unwrap();
+        a.send_to(&udp(5001), d.data).unwrap();
+    }
+    assert_eq!(recv_n(&b, 6).len(), 6, "blue is served beside red");
+    let v = status_until(&d.api, |v| {
+        let drops = v["tenants"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["name"] == "red")
+            .map(|t| t["stats"]["drops"].to_string())
+            .unwrap_or_default();
+        drops.contains("wasm_time_limit") && drops.contains("wasm_trap") && drops.contains("wasm_bad_verdict")
+    });
+    let red_drops = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "red").unwrap()["stats"]["drops"].to_string();
+    assert!(
+        ["wasm_time_limit", "wasm_trap", "wasm_bad_verdict"].iter().all(|r| red_drops.contains(r)),
+        "red's packets to port 1 loop until their bound, to 2 trap, to 3 reach the bad verdict: {red_drops}"
+    );
+    assert_eq!(tenant_stat(&v, "red", "tx_packets"), 0);
+    assert!(v["data_plane"]["up"].as_bool().unwrap(), "the node lives");
+
     // The example tenant of examples/wasm deploys as its README says (UDP to DNS only).
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/wasm/blue-wasm.yaml");
     std::fs::copy(example, dir.0.join("blue-wasm.yaml")).unwrap();
@@ -1522,4 +1572,160 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     let got = recv_n(&b, 1);
     assert_eq!(parse_inner(&got[0][8..]).unwrap().key.dst_port, 53, "the example's rules decide");
     stop(d);
+}
+
+/// [`http`] with a bearer token.
+fn http_as(method: &str, url: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let bearer = format!("Bearer {}", token.unwrap_or(""));
+    let mut r = match method {
+        "POST" => {
+            let r = agent.post(url).header("content-type", "application/yaml");
+            if token.is_some() { r.header("authorization", &bearer) } else { r }.send(body.to_string()).unwrap()
+        }
+        "DELETE" => {
+            let r = agent.delete(url);
+            if token.is_some() { r.header("authorization", &bearer) } else { r }.call().unwrap()
+        }
+        _ => {
+            let r = agent.get(url);
+            if token.is_some() { r.header("authorization", &bearer) } else { r }.call().unwrap()
+        }
+    };
+    let status = r.status().as_u16();
+    let text = r.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+}
+
+#[test]
+fn credentials_let_each_tenant_touch_only_its_own_objects() {
+    let dir = TempDir::new("auth");
+    let op_file = dir.0.join("operator.token");
+    let (op, blue, green) = ("operator-secret-0123456789", "blue-secret-0123456789", "green-secret-0123456789");
+    std::fs::write(&op_file, format!("{op}\n")).unwrap();
+    let d = start_with(&dir.0, &format!("auth:\n  operator_token_file: {}\n", op_file.display()));
+    let url = |p: &str| format!("{}{p}", d.api);
+    let sha = snic_control::auth::token_sha256;
+    let code = |v: &serde_json::Value| v["error"]["code"].as_str().unwrap_or("").to_string();
+
+    // No credential, or a wrong one: 401 everywhere but the health check.
+    for path in ["/v1/status", "/v1/objects/tenant", "/metrics"] {
+        let (s, v) = http_as("GET", &url(path), "", None);
+        assert_eq!((s, code(&v).as_str()), (401, "unauthenticated"), "{path}: {v}");
+        let (s, _) = http_as("GET", &url(path), "", Some("guess-0123456789"));
+        assert_eq!(s, 401, "{path}");
+    }
+    assert_eq!(http_as("POST", &url("/v1/apply"), "", None).0, 401);
+    assert_eq!(http_as("GET", &url("/v1/health"), "", None).0, 200);
+
+    // The operator makes the tenants, with their credentials, and green's objects.
+    let tenants = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: blue}}\nspec: {{vnis: [100], token_sha256: {}}}\n---\n\
+         apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: green}}\nspec: {{vnis: [200], weight: 2, token_sha256: {}}}\n---\n\
+         apiVersion: snic/v1\nkind: NT\nmetadata: {{name: green-count}}\nspec: {{tenant: green, config: {{kind: counter}}}}\n---\n\
+         apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: green-path}}\nspec: {{tenant: green, nodes: [green-count]}}\n---\n\
+         apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: green-all}}\nspec: {{vni: 200, action: {{dag: green-path}}}}\n---\n\
+         apiVersion: snic/v1\nkind: Route\nmetadata: {{name: green-out}}\nspec: {{vni: 200, vtep: '127.0.0.1:9', default: true}}\n",
+        sha(blue),
+        sha(green)
+    );
+    let (s, v) = http_as("POST", &url("/v1/apply"), &tenants, Some(op));
+    assert_eq!(s, 200, "{v}");
+
+    // Blue writes its own NTs, DAGs and rules.
+    let own = "apiVersion: snic/v1\nkind: NT\nmetadata: {name: blue-count}\nspec: {tenant: blue, config: {kind: counter}}\n---\n\
+               apiVersion: snic/v1\nkind: DAG\nmetadata: {name: blue-path}\nspec: {tenant: blue, nodes: [blue-count]}\n---\n\
+               apiVersion: snic/v1\nkind: Rule\nmetadata: {name: blue-all}\nspec: {vni: 100, action: {dag: blue-path}}\n";
+    let (s, v) = http_as("POST", &url("/v1/apply"), own, Some(blue));
+    assert_eq!(s, 200, "{v}");
+
+    // ... and nothing of green's, nor its own weight, quotas or routes: 403, nothing applied.
+    for (bad, field) in [
+        ("kind: NT\nmetadata: {name: sneaky}\nspec: {tenant: green, config: {kind: counter}}", "spec.tenant"),
+        ("kind: NT\nmetadata: {name: green-count}\nspec: {tenant: blue, config: {kind: dummy}}", "metadata.name"),
+        ("kind: Rule\nmetadata: {name: steal}\nspec: {vni: 200, action: drop}", "spec.vni"),
+        ("kind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100], weight: 100}", "kind"),
+        ("kind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100], quotas: {store_buffers: 8000}}", "kind"),
+        ("kind: Route\nmetadata: {name: blue-out}\nspec: {vni: 100, vtep: '127.0.0.1:9', default: true}", "kind"),
+    ] {
+        // With an object of its own in the same apply: all or nothing.
+        let body = format!("{own}---\napiVersion: snic/v1\n{bad}\n").replace("blue-count}", "blue-count2}");
+        let (s, v) = http_as("POST", &url("/v1/apply"), &body, Some(blue));
+        assert_eq!((s, code(&v).as_str(), v["error"]["field"].as_str()), (403, "forbidden", Some(field)), "{bad}: {v}");
+    }
+    let (_, all) = http_as("GET", &url("/v1/objects/nt"), "", Some(op));
+    let names: Vec<_> = all.as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["blue-count", "green-count"], "no refused apply left anything");
+    let (_, t) = http_as("GET", &url("/v1/objects/tenant/blue"), "", Some(op));
+    assert_eq!(t["spec"]["weight"], 1);
+
+    // Blue reads its own objects only; green's are not found, and cannot be deleted.
+    let (_, mine) = http_as("GET", &url("/v1/objects/nt"), "", Some(blue));
+    assert_eq!(mine.as_array().unwrap().len(), 1, "{mine}");
+    let (_, tenants_seen) = http_as("GET", &url("/v1/objects/tenant"), "", Some(blue));
+    assert_eq!(tenants_seen.as_array().unwrap().len(), 1, "{tenants_seen}");
+    assert_eq!(http_as("GET", &url("/v1/objects/nt/green-count"), "", Some(blue)).0, 404);
+    assert_eq!(http_as("GET", &url("/v1/objects/route/green-out"), "", Some(blue)).0, 404);
+    assert_eq!(http_as("DELETE", &url("/v1/objects/rule/green-all"), "", Some(blue)).0, 404);
+    assert_eq!(http_as("GET", &url("/v1/objects/rule/green-all"), "", Some(op)).0, 200, "still there");
+    let (s, v) = http_as("DELETE", &url("/v1/objects/tenant/blue"), "", Some(blue));
+    assert_eq!((s, code(&v).as_str()), (403, "forbidden"));
+
+    // Status and metrics: its own.
+    let (_, st) = http_as("GET", &url("/v1/status"), "", Some(blue));
+    let names: Vec<_> = st["tenants"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["blue"], "{st}");
+    assert!(st.get("pool").is_none() && st.get("fairness").is_none(), "node-wide sections are the operator's: {st}");
+    let (_, st) = http_as("GET", &url("/v1/status"), "", Some(op));
+    assert_eq!(st["tenants"].as_array().unwrap().len(), 2);
+    // (Once the data plane has published both tenants' figures.)
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let (_, m) = http_as("GET", &url("/metrics"), "", Some(op));
+        if m.as_str().is_some_and(|m| m.contains("tenant=\"green\"") && m.contains("tenant=\"blue\"")) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (_, m) = http_as("GET", &url("/metrics"), "", Some(blue));
+    let m = m.as_str().unwrap().to_string();
+    assert!(m.contains("tenant=\"blue\"") && !m.contains("green"), "{m}");
+
+    // The operator's actions stay the operator's.
+    let (s, v) = http_as("POST", &url("/v1/drain"), "", Some(blue));
+    assert_eq!((s, code(&v).as_str()), (403, "forbidden"), "{v}");
+
+    // The CLI sends the credential from a flag, the environment or a credentials file.
+    let creds = dir.0.join("blue.credentials");
+    std::fs::write(&creds, format!("server: {}\ntoken: {blue}\n", d.api)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["get", "nt", "-o", "json", "--credentials"]).arg(&creds).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("blue-count") && !listed.contains("green"), "{listed}");
+    let out = Command::new(env!("CARGO_BIN_EXE_snic"))
+        .args(["status", "-o", "json", "--server", &d.api])
+        .env("SNIC_TOKEN", green)
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && seen.contains("\"green\"") && !seen.contains("blue"), "{seen}");
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["status", "--server", &d.api, "--token", green]).output().unwrap();
+    assert!(out.status.success(), "the table too: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["status", "--server", &d.api]).output().unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("401 (unauthenticated)"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stop(d);
+}
+
+#[test]
+fn without_credentials_the_api_listens_on_loopback_only_and_says_so() {
+    let dir = TempDir::new("noauth");
+    let mut d = launch(&dir.0, "", &["--api", "0.0.0.0:0"], Stdio::inherit());
+    assert!(d.api.starts_with("http://127.0.0.1:"), "{}", d.api);
+    let (s, _) = http("GET", &format!("{}/v1/status", d.api), "");
+    assert_eq!(s, 200, "no credentials: every local request is the operator's");
+    let _ = d.child.kill();
 }

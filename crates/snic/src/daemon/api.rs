@@ -32,8 +32,10 @@ use axum::extract::{DefaultBodyLimit, Path, State as AxState};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Json, Router};
 use serde_json::json;
+use snic_control::auth::{self, Principal};
 use snic_control::manifest::{self, ErrorCode, Kind};
 use snic_control::plan::{self, Plan};
 use snic_control::state::State;
@@ -71,12 +73,15 @@ pub struct Shared {
     ctl: Mutex<Control>,
     writer: Mutex<()>,
     body_timeout: Duration,
+    /// The operator token's SHA-256 (hex), when node.yaml has `auth:`; `None`: no credentials,
+    /// every request acts as the operator (the API then listens on loopback only).
+    operator: Option<String>,
 }
 
 impl Shared {
     /// Shares `ctl` between the handlers.
-    pub fn new(ctl: Control, body_timeout: Duration) -> Arc<Shared> {
-        Arc::new(Shared { ctl: Mutex::new(ctl), writer: Mutex::new(()), body_timeout })
+    pub fn new(ctl: Control, body_timeout: Duration, operator: Option<String>) -> Arc<Shared> {
+        Arc::new(Shared { ctl: Mutex::new(ctl), writer: Mutex::new(()), body_timeout, operator })
     }
 
     /// The control state. A panic while it was held cannot have left it half-changed (state and
@@ -109,8 +114,69 @@ pub fn router(ctl: SharedRef) -> Router {
             err(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "", "", "method", "this endpoint does not take that method")
         })
         .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(ctl.clone(), authenticate))
         .layer(axum::middleware::from_fn(refuse_oversized))
         .with_state(ctl)
+}
+
+/// Who the request is from (docs/operations.md, "Credentials"): without credentials
+/// configured, the operator; with them, the bearer token's principal — or 401
+/// `unauthenticated`. `/v1/health` needs none (it tells only whether the node is up).
+async fn authenticate(AxState(shared): AxState<SharedRef>, mut req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let who = match &shared.operator {
+        None => Principal::Operator,
+        Some(_) if req.uri().path() == "/v1/health" => Principal::Operator,
+        Some(op) => {
+            let token = req
+                .headers()
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::trim)
+                .filter(|t| !t.is_empty());
+            let Some(token) = token else {
+                return unauthenticated("no credential: send `Authorization: Bearer TOKEN` (snic --token, SNIC_TOKEN or --credentials)");
+            };
+            match auth::principal(&shared.lock().state, op, token) {
+                Some(p) => p,
+                None => return unauthenticated("the credential is not the operator's or a tenant's"),
+            }
+        }
+    };
+    req.extensions_mut().insert(who);
+    next.run(req).await
+}
+
+fn unauthenticated(reason: &str) -> Response {
+    let mut r = err(StatusCode::UNAUTHORIZED, "unauthenticated", "", "", "authorization", reason);
+    r.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+    r
+}
+
+/// The NTs tenant `me` owns, by name: what of the node's figures its credential may read.
+pub(crate) fn own_nts<'a>(state: &'a State, me: &str) -> Vec<&'a str> {
+    state.list(Kind::Nt).filter(|o| auth::owner(state, o) == Some(me)).map(|o| o.name.as_str()).collect()
+}
+
+/// A fair-sharing resource a tenant's credential may see: the node's own (links, store,
+/// dispatcher, memory) or one of its NTs — not another tenant's NT.
+pub(crate) fn resource_shown(mine: &[&str], r: &str) -> bool {
+    ["ingress", "egress", "store", "dispatcher", "memory", ""].contains(&r) || mine.contains(&r)
+}
+
+/// 403 `forbidden` for what only the operator may do.
+fn operator_only(who: &Principal, what: &str) -> Result<(), Response> {
+    match who {
+        Principal::Operator => Ok(()),
+        Principal::Tenant(t) => Err(err(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "",
+            "",
+            "authorization",
+            &format!("{what} is the operator's; this credential is tenant {t:?}'s"),
+        )),
+    }
 }
 
 /// Refuses a request whose announced length is over the limit before reading any of it (the
@@ -317,7 +383,12 @@ pub fn reload(s: &Shared) {
     }
 }
 
-async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderMap, body: Body) -> Response {
+async fn apply(
+    AxState(shared): AxState<SharedRef>,
+    Extension(who): Extension<Principal>,
+    headers: axum::http::HeaderMap,
+    body: Body,
+) -> Response {
     let body = match manifest_body(&headers, body, shared.body_timeout).await {
         Ok(b) => b,
         Err(r) => return r,
@@ -330,7 +401,10 @@ async fn apply(AxState(shared): AxState<SharedRef>, headers: axum::http::HeaderM
         let applied: Vec<_> = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
         update(
             s,
-            |current| current.apply(objs),
+            |current| {
+                auth::may_apply(current, &who, &objs)?;
+                current.apply(objs)
+            },
             |c| Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
         )
     })
@@ -341,34 +415,50 @@ fn kind_of(k: &str) -> Result<Kind, Response> {
     Kind::from_cli(k).ok_or_else(|| err(StatusCode::NOT_FOUND, "not_found", k, "", "kind", "unknown kind (tenant, nt, dag, rule, route)"))
 }
 
-async fn list(AxState(shared): AxState<SharedRef>, Path(kind): Path<String>) -> Response {
+async fn list(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>, Path(kind): Path<String>) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
     let c = shared.lock();
-    Json(c.state.list(k).map(|o| o.to_document()).collect::<Vec<_>>()).into_response()
+    Json(c.state.list(k).filter(|o| auth::visible(&c.state, &who, o)).map(|o| o.to_document()).collect::<Vec<_>>()).into_response()
 }
 
-async fn get_one(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(String, String)>) -> Response {
+async fn get_one(
+    AxState(shared): AxState<SharedRef>,
+    Extension(who): Extension<Principal>,
+    Path((kind, name)): Path<(String, String)>,
+) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
     let c = shared.lock();
-    match c.state.get(k, &name) {
+    // Another tenant's object is not found: its existence is not the caller's business.
+    match c.state.get(k, &name).filter(|o| auth::visible(&c.state, &who, o)) {
         Some(o) => Json(o.to_document()).into_response(),
         None => err(StatusCode::NOT_FOUND, "not_found", k.as_str(), &name, "metadata.name", "no such object"),
     }
 }
 
-async fn delete(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(String, String)>) -> Response {
+async fn delete(
+    AxState(shared): AxState<SharedRef>,
+    Extension(who): Extension<Principal>,
+    Path((kind, name)): Path<(String, String)>,
+) -> Response {
     let k = match kind_of(&kind) {
         Ok(k) => k,
         Err(r) => return r,
     };
     change(&shared, move |s| {
-        update(s, |current| current.delete(k, &name), |_| Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response())
+        update(
+            s,
+            |current| {
+                auth::may_delete(current, &who, k, &name)?;
+                current.delete(k, &name)
+            },
+            |_| Json(json!({"deleted": {"kind": k.as_str(), "name": name}})).into_response(),
+        )
     })
     .await
 }
@@ -376,7 +466,10 @@ async fn delete(AxState(shared): AxState<SharedRef>, Path((kind, name)): Path<(S
 /// `POST /v1/pool/place` `{"dag": NAME, "peer": POOL_ADDRESS}`: launches the DAG on that
 /// member of the pool (remote launch) and redirects its packets there. The peer answers with
 /// its data address and its number for the DAG, or why not (no room, a bad request).
-async fn place(AxState(shared): AxState<SharedRef>, body: Body) -> Response {
+async fn place(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>, body: Body) -> Response {
+    if let Err(r) = operator_only(&who, "placing a DAG on a peer") {
+        return r;
+    }
     #[derive(serde::Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Place {
@@ -460,16 +553,19 @@ async fn health(AxState(shared): AxState<SharedRef>) -> Response {
 /// Starts draining this node (docs/pool.md, "Draining a node"): the health check fails, the
 /// ToR withdraws it, and peers bring the flows whose state it holds back to it until none is
 /// left. 200 `{"draining": true}`.
-async fn drain(AxState(shared): AxState<SharedRef>) -> Response {
-    set_drain(&shared, true)
+async fn drain(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>) -> Response {
+    set_drain(&shared, &who, true)
 }
 
 /// Stops draining: the health check passes again.
-async fn undrain(AxState(shared): AxState<SharedRef>) -> Response {
-    set_drain(&shared, false)
+async fn undrain(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>) -> Response {
+    set_drain(&shared, &who, false)
 }
 
-fn set_drain(shared: &SharedRef, on: bool) -> Response {
+fn set_drain(shared: &SharedRef, who: &Principal, on: bool) -> Response {
+    if let Err(r) = operator_only(who, "draining the node") {
+        return r;
+    }
     let link = shared.lock().dp.link();
     match link.drain(on) {
         Ok(()) => Json(json!({"draining": on})).into_response(),
@@ -477,19 +573,51 @@ fn set_drain(shared: &SharedRef, on: bool) -> Response {
     }
 }
 
-async fn status(AxState(shared): AxState<SharedRef>) -> Response {
+async fn status(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>) -> Response {
     let c = shared.lock();
     let snap = c.dp.snapshot();
+    let mine = match &who {
+        Principal::Tenant(me) => Some(own_nts(&c.state, me)),
+        Principal::Operator => None,
+    };
     let tenants: Vec<_> = c
         .plan
         .tenants
         .iter()
+        .filter(|t| matches!(&who, Principal::Operator) || matches!(&who, Principal::Tenant(n) if *n == t.name))
         .map(|t| {
-            let s = snap.tenants.iter().find(|s| s.id == t.id.0).cloned().unwrap_or_default();
+            let mut s = snap.tenants.iter().find(|s| s.id == t.id.0).cloned().unwrap_or_default();
+            if let Some(mine) = &mine {
+                s.fair.demand.retain(|(r, _)| resource_shown(mine, r));
+                s.fair.allocation.retain(|(r, _)| resource_shown(mine, r));
+            }
             json!({"name": t.name, "id": t.id.0, "weight": t.weight, "vnis": t.vnis, "stats": s})
         })
         .collect();
     let (up, age) = snap.health(std::time::Instant::now());
+    if let (Principal::Tenant(me), Some(mine)) = (&who, &mine) {
+        // A tenant sees itself, and the regions running its own NTs with their counters.
+        let regions: Vec<_> = snap
+            .regions
+            .iter()
+            .filter(|r| r.chain.iter().any(|n| mine.contains(&n.as_str())))
+            .map(|r| {
+                // A chain may hold another tenant's shared NT: only this tenant's NTs show.
+                let mut r = r.clone();
+                r.nts.retain(|n| mine.contains(&n.0.as_str()));
+                r.counters.retain(|n| mine.contains(&n.0.as_str()));
+                r.chain.retain(|n| mine.contains(&n.as_str()));
+                r
+            })
+            .collect();
+        return Json(json!({
+            "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64},
+            "tenant": me,
+            "tenants": tenants,
+            "regions": {"instances": regions},
+        }))
+        .into_response();
+    }
     Json(json!({
         "data_plane": {"up": up, "last_update_ms": age.as_millis().min(u64::MAX as u128) as u64},
         "regions": {"total": c.regions, "used": c.plan.chains.len(), "instances": snap.regions},

@@ -5,11 +5,13 @@ use super::api::Shared;
 use axum::extract::State as AxState;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
+use snic_control::auth::Principal;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -32,7 +34,7 @@ fn l(pairs: &[(&str, &str)]) -> Labels {
 }
 
 /// The handler.
-pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
+pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Extension<Principal>) -> Response {
     let c = shared.lock();
     let snap = c.dp.snapshot();
     let mut reg = Registry::default();
@@ -167,6 +169,29 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>) -> Response {
     let mut out = String::new();
     if encode(&mut out, &reg).is_err() {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    if let Principal::Tenant(me) = &who {
+        // A tenant's credential reads its own series only: those labelled with it or with one of
+        // its NTs (the families' descriptions stay).
+        // Resources named after NTs show only for its own NTs (a shared chain's other NTs are
+        // another tenant's business).
+        let mine = super::api::own_nts(&c.state, me);
+        let tenant = format!("tenant=\"{me}\"");
+        // A label's value (`{key="v"` or `,key="v"`: `nt=` is also the end of `tenant=`).
+        let label = |line: &str, key: &str| {
+            let at = [format!("{{{key}=\""), format!(",{key}=\"")].iter().find_map(|k| line.find(k.as_str()).map(|i| i + k.len()))?;
+            line[at..].split('"').next().map(str::to_string)
+        };
+        let shown = |line: &str| {
+            if line.starts_with('#') {
+                return true;
+            }
+            if let Some(nt) = label(line, "nt") {
+                return mine.contains(&nt.as_str());
+            }
+            line.contains(&tenant) && label(line, "resource").is_none_or(|r| super::api::resource_shown(&mine, &r))
+        };
+        out = out.lines().filter(|l| shown(l)).map(|l| format!("{l}\n")).collect();
     }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response()
 }

@@ -127,9 +127,32 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     };
     let pool_addr = pool.as_ref().map(|p| p.addr);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    // Credentials: the operator's token from its file; without any, loopback only.
+    let operator = match &s.auth {
+        Some(a) => {
+            let token = std::fs::read_to_string(&a.operator_token_file)
+                .with_context(|| format!("auth.operator_token_file: reading {}", a.operator_token_file.display()))?;
+            if token.trim().len() < 16 {
+                anyhow::bail!(
+                    "auth.operator_token_file: the token in {} is shorter than 16 characters (snic token makes one)",
+                    a.operator_token_file.display()
+                );
+            }
+            Some(snic_control::auth::token_sha256(&token))
+        }
+        None => None,
+    };
+    let mut api_at = s.api;
+    if operator.is_none() && !api_at.ip().is_loopback() {
+        let lo: std::net::IpAddr =
+            if api_at.is_ipv4() { std::net::Ipv4Addr::LOCALHOST.into() } else { std::net::Ipv6Addr::LOCALHOST.into() };
+        tracing::warn!(configured = %s.api, listening = %std::net::SocketAddr::new(lo, api_at.port()), "no API credentials configured (node.yaml auth:): the API listens on loopback only");
+        api_at.set_ip(lo);
+    }
     let ctl = api::Shared::new(
         api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp, pool },
         std::time::Duration::from_millis(s.api_body_timeout_ms),
+        operator.clone(),
     );
     if shared_state {
         // Deploys what other nodes apply (the watch says when the state may have changed).
@@ -149,12 +172,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     let served = ctl.clone();
     rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(s.api).await.with_context(|| format!("binding the API on {}", s.api))?;
+        let listener = tokio::net::TcpListener::bind(api_at).await.with_context(|| format!("binding the API on {api_at}"))?;
         let api_addr = listener.local_addr()?;
         // One line a supervisor or a test can read to learn the bound addresses.
         let pool = pool_addr.map_or_else(String::new, |a| format!(", pool {a}"));
-        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr}, state {}{pool}", s.state_dir.display());
-        tracing::info!(data = %data_addr, api = %api_addr, "serving");
+        let creds = if operator.is_some() { "credentials required" } else { "no credentials: loopback only" };
+        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr} ({creds}), state {}{pool}", s.state_dir.display());
+        tracing::info!(data = %data_addr, api = %api_addr, credentials = operator.is_some(), "serving");
         let app = api::router(served);
         axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
         tracing::info!("shutting down");
