@@ -67,6 +67,18 @@ pub struct NodeSettings {
     pub pool: Option<PoolSection>,
     /// API credentials (absent: no credentials, and the API listens on loopback only).
     pub auth: Option<AuthSection>,
+    /// TLS on the API (absent: plain HTTP).
+    pub api_tls: Option<TlsSection>,
+}
+
+/// The `api_tls:` section: the API serves HTTPS with this certificate (rustls).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The certificate chain, PEM (the node's certificate first).
+    pub cert_file: PathBuf,
+    /// Its private key, PEM (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
 }
 
 /// The `auth:` section: who may use the API (docs/operations.md, "Credentials").
@@ -95,6 +107,7 @@ impl Default for NodeSettings {
             elastic: ElasticSection::default(),
             pool: None,
             auth: None,
+            api_tls: None,
         }
     }
 }

@@ -15,10 +15,14 @@ pub struct Server {
     /// The API credential: the operator's token or a tenant's.
     #[arg(long, env = "SNIC_TOKEN", global = true, hide_env_values = true)]
     token: Option<String>,
-    /// A credentials file (YAML `server:` and `token:`, as a kubeconfig holds both); --server
-    /// and --token override it.
+    /// A credentials file (YAML `server:`, `token:` and `ca_file:`, as a kubeconfig holds
+    /// them); --server, --token and --ca-file override it.
     #[arg(long, env = "SNIC_CREDENTIALS", global = true)]
     credentials: Option<std::path::PathBuf>,
+    /// The certificate (PEM) an https:// server's certificate must be signed by (or be), when it
+    /// is not one of the Mozilla roots: a node's own CA or self-signed certificate.
+    #[arg(long, env = "SNIC_CA_FILE", global = true)]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 /// A credentials file.
@@ -29,26 +33,33 @@ struct Credentials {
     server: Option<String>,
     #[serde(default)]
     token: Option<String>,
+    /// Relative to the credentials file.
+    #[serde(default)]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 impl Server {
-    /// The URL and the token, from the flags, the environment and the credentials file.
-    fn resolve(&self) -> anyhow::Result<(String, Option<String>)> {
+    /// The URL, the token and the CA file, from the flags, the environment and the credentials
+    /// file.
+    fn resolve(&self) -> anyhow::Result<(String, Option<String>, Option<std::path::PathBuf>)> {
         let file = match &self.credentials {
             Some(p) => {
                 let text = std::fs::read_to_string(p).with_context(|| format!("reading the credentials file {}", p.display()))?;
-                serde_saphyr::from_str::<Credentials>(&text).map_err(|e| anyhow::anyhow!("the credentials file {}: {e}", p.display()))?
+                let mut c = serde_saphyr::from_str::<Credentials>(&text)
+                    .map_err(|e| anyhow::anyhow!("the credentials file {}: {e}", p.display()))?;
+                c.ca_file = c.ca_file.map(|f| p.parent().map_or(f.clone(), |d| d.join(f)));
+                c
             }
-            None => Credentials { server: None, token: None },
+            None => Credentials { server: None, token: None, ca_file: None },
         };
         let url = self.server.clone().or(file.server).unwrap_or_else(|| "http://127.0.0.1:7878".into());
-        Ok((url, self.token.clone().or(file.token)))
+        Ok((url, self.token.clone().or(file.token), self.ca_file.clone().or(file.ca_file)))
     }
 
     /// Sends a request to `path` on the daemon with the credential.
     fn call(&self, method: &str, path: &str, body: Option<String>) -> anyhow::Result<Value> {
-        let (url, token) = self.resolve()?;
-        call_with(method, format!("{url}{path}"), body, token.as_deref())
+        let (url, token, ca) = self.resolve()?;
+        call_on(&agent(ca.as_deref())?, method, format!("{url}{path}"), body, token.as_deref())
     }
 }
 
@@ -177,18 +188,36 @@ pub fn drain(a: DrainArgs) -> anyhow::Result<()> {
     }
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(std::time::Duration::from_secs(30))).build().into()
+/// An HTTP(S) client; with `ca`, https:// servers are checked against that certificate instead of
+/// the Mozilla roots.
+fn agent(ca: Option<&std::path::Path>) -> anyhow::Result<ureq::Agent> {
+    use ureq::tls::{Certificate, RootCerts, TlsConfig};
+    let mut b = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(std::time::Duration::from_secs(30)));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).with_context(|| format!("reading the CA file {}", ca.display()))?;
+        let certs: Vec<Certificate<'static>> = ureq::tls::parse_pem(&pem)
+            .filter_map(|i| match i {
+                Ok(ureq::tls::PemItem::Certificate(c)) => Some(Ok(c)),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("the CA file {} is not PEM", ca.display()))?;
+        if certs.is_empty() {
+            anyhow::bail!("the CA file {} holds no certificate", ca.display());
+        }
+        b = b.tls_config(TlsConfig::builder().root_certs(RootCerts::Specific(std::sync::Arc::new(certs))).build());
+    }
+    Ok(b.build().into())
 }
 
 /// Sends a request; returns the JSON body of a 2xx, or fails with the API's error.
 pub(crate) fn call(method: &str, url: String, body: Option<String>) -> anyhow::Result<Value> {
-    call_with(method, url, body, None)
+    call_on(&agent(None)?, method, url, body, None)
 }
 
-/// [`call`] with a bearer token.
-fn call_with(method: &str, url: String, body: Option<String>, token: Option<&str>) -> anyhow::Result<Value> {
-    let a = agent();
+/// [`call`] through agent `a`, with a bearer token.
+fn call_on(a: &ureq::Agent, method: &str, url: String, body: Option<String>, token: Option<&str>) -> anyhow::Result<Value> {
     let auth = token.map(|t| format!("Bearer {}", t.trim()));
     let res = match (method, body) {
         ("POST", Some(b)) => {

@@ -59,7 +59,12 @@ fn launch(dir: &std::path::Path, extra: &str, args: &[&str], stderr: Stdio) -> D
     out.read_line(&mut line).unwrap();
     // "snic: data 127.0.0.1:P (VXLAN/UDP), api http://127.0.0.1:Q, state ..."
     let data = line.split_whitespace().nth(2).expect("data address").parse().unwrap();
-    let api = line.split_whitespace().find(|w| w.starts_with("http://")).expect("api url").trim_end_matches(',').to_string();
+    let api = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://") || w.starts_with("https://"))
+        .expect("api url")
+        .trim_end_matches(',')
+        .to_string();
     let pool = line.split_once(", pool ").map(|(_, a)| a.trim().parse().expect("pool address"));
     Daemon { child, api, data, pool, _stdout: out }
 }
@@ -1728,4 +1733,66 @@ fn without_credentials_the_api_listens_on_loopback_only_and_says_so() {
     let (s, _) = http("GET", &format!("{}/v1/status", d.api), "");
     assert_eq!(s, 200, "no credentials: every local request is the operator's");
     let _ = d.child.kill();
+}
+
+#[test]
+fn the_api_serves_https_with_a_configured_certificate() {
+    let dir = TempDir::new("tls");
+    let (cert, key) = (dir.0.join("cert.pem"), dir.0.join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", "/CN=localhost"])
+        // A self-signed server certificate the client trusts directly (not a CA: webpki refuses
+        // a CA certificate as a server's).
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (scripts/test.sh installs it)");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let op_file = dir.0.join("operator.token");
+    std::fs::write(&op_file, "operator-secret-0123456789").unwrap();
+    let d = start_with(
+        &dir.0,
+        &format!(
+            "auth: {{operator_token_file: {}}}\napi_tls: {{cert_file: {}, key_file: {}}}\n",
+            op_file.display(),
+            cert.display(),
+            key.display()
+        ),
+    );
+    assert!(d.api.starts_with("https://127.0.0.1:"), "{}", d.api);
+    let snic = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_snic")).args(args).output().unwrap();
+    let ca = cert.to_str().unwrap();
+    let out = snic(&["status", "-o", "json", "--server", &d.api, "--ca-file", ca, "--token", "operator-secret-0123456789"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The same from a credentials file, whose ca_file is relative to it.
+    std::fs::write(dir.0.join("creds.yaml"), format!("server: {}\ntoken: operator-secret-0123456789\nca_file: cert.pem\n", d.api)).unwrap();
+    let out = snic(&["get", "tenants", "--credentials", dir.0.join("creds.yaml").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A client that does not trust the certificate is refused by TLS, and plain HTTP gets nothing.
+    let out = snic(&["status", "--server", &d.api, "--token", "operator-secret-0123456789"]);
+    assert!(!out.status.success(), "an unknown issuer must not be trusted");
+    let plain = d.api.replace("https://", "http://");
+    let out = snic(&["status", "--server", &plain, "--token", "operator-secret-0123456789"]);
+    assert!(!out.status.success(), "plain HTTP on the TLS port");
+    stop(d);
+    // A key that is not there stops the node with the setting named.
+    let cfg = dir.0.join("bad.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "api: 127.0.0.1:0\ndata: 127.0.0.1:0\nstate_dir: {}\napi_tls: {{cert_file: {}, key_file: /nonexistent.pem}}\n",
+            dir.0.join("s2").display(),
+            cert.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_snic")).args(["run", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("api_tls.key_file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

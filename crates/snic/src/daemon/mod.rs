@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod persist;
 pub mod pool;
 mod pool_work;
+mod tls;
 pub mod worker;
 
 use anyhow::Context;
@@ -142,6 +143,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let tls = s.api_tls.as_ref().map(tls::acceptor).transpose()?;
     let mut api_at = s.api;
     if operator.is_none() && !api_at.ip().is_loopback() {
         let lo: std::net::IpAddr =
@@ -177,10 +179,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         // One line a supervisor or a test can read to learn the bound addresses.
         let pool = pool_addr.map_or_else(String::new, |a| format!(", pool {a}"));
         let creds = if operator.is_some() { "credentials required" } else { "no credentials: loopback only" };
-        println!("snic: data {data_addr} (VXLAN/UDP), api http://{api_addr} ({creds}), state {}{pool}", s.state_dir.display());
-        tracing::info!(data = %data_addr, api = %api_addr, credentials = operator.is_some(), "serving");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("snic: data {data_addr} (VXLAN/UDP), api {scheme}://{api_addr} ({creds}), state {}{pool}", s.state_dir.display());
+        tracing::info!(data = %data_addr, api = %api_addr, tls = tls.is_some(), credentials = operator.is_some(), "serving");
         let app = api::router(served);
-        axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?;
+        match tls {
+            Some(tls) => tls::serve(listener, tls, app, shutdown_signal()).await?,
+            None => axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await?,
+        }
         tracing::info!("shutting down");
         anyhow::Ok(())
     })?;
