@@ -83,6 +83,14 @@ else
   skip "tests that need etcd (crates/snic/tests/daemon.rs, two_nodes_share_…)" "etcd is not installed (apt-get install etcd-server, as root)"
 fi
 
+# The wasmtime engine for tenants' wasm NTs is a cargo feature (off by default): snic-nt's tests
+# again with it, where the wasm tests run every module on both engines and compare. (Counted in
+# the step's own line, not in the totals: they are the same tests.)
+step "wasm NTs on both engines (cargo feature wasmtime)"
+cargo clippy --locked -p snic-nt --features wasmtime --all-targets -- -D warnings || fail "lint (wasmtime)"
+cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples 2>&1 | tail -n 4
+[ "${PIPESTATUS[0]}" = 0 ] || fail "tests (wasmtime)"
+
 if [ "$fuzz_seconds" -gt 0 ]; then
   # cargo-fuzz needs sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain accept them.
   if ! command -v cargo-fuzz >/dev/null 2>&1; then

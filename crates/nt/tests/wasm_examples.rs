@@ -5,7 +5,7 @@
 use snic_core::ids::TenantId;
 use snic_core::time::Instant;
 use snic_nt::firewall::{Firewall, FirewallConfig};
-use snic_nt::wasm::{compile_c, Wasm, WasmConfig};
+use snic_nt::wasm::{compile_c, EngineKind, Wasm, WasmConfig};
 use snic_nt::{Ctx, Nt, Pkt, PktMeta, Verdict, HEADROOM};
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
@@ -122,14 +122,21 @@ fn the_c_firewall_decides_every_packet_as_the_builtin_one() {
     let v4 = ["10.1.0.5", "10.1.2.7", "10.2.0.1", "192.168.3.4", "10.9.1.1", "172.16.0.1"];
     let v6 = ["fd00::1", "fd00::2"];
     let ports = [22u16, 53, 999, 1000, 1500, 2000, 2001, 8080];
-    for (default, non_ip) in [("allow", "allow"), ("deny", "deny")] {
+    let engines = [EngineKind::Wasmi, EngineKind::Wasmtime].into_iter().filter(|e| e.built());
+    for (engine, (default, non_ip)) in engines.flat_map(|e| [(e, ("allow", "allow")), (e, ("deny", "deny"))]) {
         let mut fw = builtin(default, non_ip);
-        let mut c = Wasm::new(&WasmConfig::of(&module, &c_config(default, non_ip))).expect("the C firewall starts");
+        let mut cfg = WasmConfig::of(&module, &c_config(default, non_ip));
+        cfg.engine = engine;
+        let mut c = Wasm::new(&cfg).expect("the C firewall starts");
         let (mut n, mut dropped) = (0, 0);
         let mut check = |f: &mut Frame, what: String| {
             let want = f.run(&mut fw, 1);
             let got = f.run(&mut c, 1);
-            assert_eq!(matches!(got, Verdict::Continue), matches!(want, Verdict::Continue), "{what}: built-in {want:?}, C {got:?}");
+            assert_eq!(
+                matches!(got, Verdict::Continue),
+                matches!(want, Verdict::Continue),
+                "{what}: built-in {want:?}, C on {engine:?} {got:?}"
+            );
             n += 1;
             dropped += matches!(want, Verdict::Drop(_)) as usize;
         };

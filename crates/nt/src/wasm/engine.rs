@@ -201,13 +201,8 @@ fn fault(e: wasmi::Error) -> Fault {
 impl Sandbox {
     /// Instantiates `c` with at most `max_memory` bytes of linear memory, runs its `snic_init`
     /// (on at most `init_fuel`), and returns the instance with the address of its packet area.
-    pub fn new(
-        c: &Compiled,
-        config: Arc<[u8]>,
-        max_memory: usize,
-        counters: Arc<[AtomicU64; abi::COUNTERS]>,
-        init_fuel: u64,
-    ) -> Result<(Sandbox, u32), WasmError> {
+    pub fn new(c: &Compiled, setup: super::Setup) -> Result<(Sandbox, u32), WasmError> {
+        let super::Setup { config, max_memory, counters, init_fuel } = setup;
         let limits = StoreLimitsBuilder::new().memory_size(max_memory).memories(1).tables(4).table_elements(65_536).instances(1).build();
         let mut store = Store::new(engine(), Host { limits, now_ns: 0, config, counters });
         store.limiter(|h| &mut h.limits);
@@ -260,23 +255,22 @@ impl Sandbox {
         let at = packet.call(&mut store, ()).map_err(|e| WasmError::Init(format!("snic_packet failed: {e}")))? as u32;
         Ok((Sandbox { store, memory, process }, at))
     }
+}
 
-    /// The module's linear memory, as it is now.
+impl super::Guest for Sandbox {
     #[inline]
-    pub fn memory(&mut self) -> &mut [u8] {
+    fn memory(&mut self) -> &mut [u8] {
         self.memory.data_mut(&mut self.store)
     }
 
-    /// Calls `snic_process(len)` at time `now_ns` with `fuel` to spend.
     #[inline]
-    pub fn process(&mut self, len: u32, now_ns: u64, fuel: u64) -> Result<i32, Fault> {
+    fn process(&mut self, len: u32, now_ns: u64, fuel: u64) -> Result<i32, Fault> {
         self.store.data_mut().now_ns = now_ns;
         self.store.set_fuel(fuel).map_err(|e| Fault::Trap(e.to_string()))?;
         self.process.call(&mut self.store, len as i32).map_err(fault)
     }
 
-    /// Fuel left after the last call.
-    pub fn fuel_left(&self) -> u64 {
+    fn fuel_left(&self) -> u64 {
         self.store.get_fuel().unwrap_or(0)
     }
 }

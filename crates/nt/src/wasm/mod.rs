@@ -22,10 +22,12 @@
 
 pub mod abi;
 pub mod engine;
+#[cfg(feature = "wasmtime")]
+pub mod wasmtime_engine;
 
 use crate::{bump, Ctx, DropReason, Nt, NtCounters, Pkt, Verdict};
 use base64::Engine as _;
-use engine::{Compiled, Fault, Sandbox};
+use engine::Fault;
 use serde::{Deserialize, Serialize};
 use snic_wire::layout::InnerL3;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -80,6 +82,50 @@ impl WasmConfig {
             max_memory_bytes: default_memory(),
             max_fuel_per_packet: default_fuel(),
             max_overruns_per_s: default_overruns(),
+            engine: EngineKind::default(),
+        }
+    }
+}
+
+/// What an engine starts an instance with.
+pub struct Setup {
+    /// The NT's `config` text.
+    pub config: Arc<[u8]>,
+    /// Its memory limit, bytes.
+    pub max_memory: usize,
+    /// The module's counters (`snic.counter_add`).
+    pub counters: Arc<[AtomicU64; abi::COUNTERS]>,
+    /// Fuel for its start function and `snic_init`.
+    pub init_fuel: u64,
+}
+
+/// One instance of a module in an engine: its memory and its `snic_process`.
+pub trait Guest: Send {
+    /// The module's linear memory, as it is now.
+    fn memory(&mut self) -> &mut [u8];
+    /// Calls `snic_process(len)` at time `now_ns` with `fuel` to spend.
+    fn process(&mut self, len: u32, now_ns: u64, fuel: u64) -> Result<i32, Fault>;
+    /// Fuel left after the last call.
+    fn fuel_left(&self) -> u64;
+}
+
+/// The engine that runs a module (docs/wasm.md, "Engines").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// The wasmi interpreter: every build has it.
+    #[default]
+    Wasmi,
+    /// wasmtime (Cranelift): a node built with the cargo feature `wasmtime`.
+    Wasmtime,
+}
+
+impl EngineKind {
+    /// True if this build has the engine.
+    pub fn built(self) -> bool {
+        match self {
+            EngineKind::Wasmi => true,
+            EngineKind::Wasmtime => cfg!(feature = "wasmtime"),
         }
     }
 }
@@ -107,6 +153,9 @@ pub struct WasmConfig {
     /// Packets over the fuel budget in one second after which the NT is stopped.
     #[serde(default = "default_overruns")]
     pub max_overruns_per_s: u32,
+    /// The engine: `wasmi` (every build) or `wasmtime` (a node built with it).
+    #[serde(default)]
+    pub engine: EngineKind,
 }
 
 fn default_memory() -> u64 {
@@ -152,6 +201,9 @@ pub enum WasmError {
     /// The packet area is not usable.
     #[error("packet area: {0}")]
     PacketArea(String),
+    /// The engine asked for is not in this build.
+    #[error("this node was built without the {0} engine (cargo feature `wasmtime`); use engine: wasmi")]
+    EngineMissing(&'static str),
     /// Not expected.
     #[error("internal: {0}")]
     Internal(&'static str),
@@ -268,7 +320,7 @@ impl NtCounters for WasmCounters {
 
 /// The `wasm` NT: one sandboxed instance of a tenant's module.
 pub struct Wasm {
-    sandbox: Sandbox,
+    sandbox: Box<dyn Guest>,
     /// The packet area's address and the frame capacity the module declared.
     at: usize,
     cap: usize,
@@ -299,18 +351,53 @@ fn get32(b: &[u8], at: usize) -> u32 {
 }
 
 impl Wasm {
-    /// An instance of the module `c` configures (compiled once per content, then cached).
+    /// An instance of the module `c` configures, in its engine (compiled once per content,
+    /// then cached).
     pub fn new(c: &WasmConfig) -> Result<Wasm, WasmError> {
-        let compiled = engine::compile(&c.bytes()?)?;
-        Self::instantiate(&compiled, c)
+        let bytes = c.bytes()?;
+        match c.engine {
+            EngineKind::Wasmi => Self::instantiate(&*engine::compile(&bytes)?, c),
+            #[cfg(feature = "wasmtime")]
+            EngineKind::Wasmtime => Self::instantiate_wasmtime(&*wasmtime_engine::compile(&bytes)?, c),
+            #[cfg(not(feature = "wasmtime"))]
+            EngineKind::Wasmtime => Err(WasmError::EngineMissing("wasmtime")),
+        }
     }
 
-    /// An instance of a compiled module.
-    pub fn instantiate(compiled: &Compiled, c: &WasmConfig) -> Result<Wasm, WasmError> {
+    /// What an engine needs to start an instance of `c` counting into `counters`.
+    fn setup(c: &WasmConfig, counters: &WasmCounters) -> Setup {
+        Setup {
+            config: c.config.as_bytes().into(),
+            max_memory: c.max_memory_bytes as usize,
+            counters: counters.guest.clone(),
+            // Its start and snic_init get a hundred packets' worth.
+            init_fuel: c.max_fuel_per_packet.saturating_mul(100).min(bounds::MAX_FUEL),
+        }
+    }
+
+    /// An instance of a module compiled by wasmi.
+    pub fn instantiate(compiled: &engine::Compiled, c: &WasmConfig) -> Result<Wasm, WasmError> {
         let counters = Arc::new(WasmCounters::default());
-        let init_fuel = c.max_fuel_per_packet.saturating_mul(100).min(bounds::MAX_FUEL);
-        let config: Arc<[u8]> = c.config.as_bytes().into();
-        let (mut sandbox, at) = Sandbox::new(compiled, config, c.max_memory_bytes as usize, counters.guest.clone(), init_fuel)?;
+        let (g, at) = engine::Sandbox::new(compiled, Self::setup(c, &counters))?;
+        Self::start(Box::new(g), at, counters, c, compiled.compile_ns)
+    }
+
+    /// An instance of a module compiled by wasmtime.
+    #[cfg(feature = "wasmtime")]
+    pub fn instantiate_wasmtime(compiled: &wasmtime_engine::Compiled, c: &WasmConfig) -> Result<Wasm, WasmError> {
+        let counters = Arc::new(WasmCounters::default());
+        let (g, at) = wasmtime_engine::Sandbox::new(compiled, Self::setup(c, &counters))?;
+        Self::start(Box::new(g), at, counters, c, compiled.compile_ns)
+    }
+
+    /// Checks the packet area an instance declared.
+    fn start(
+        mut sandbox: Box<dyn Guest>,
+        at: u32,
+        counters: Arc<WasmCounters>,
+        c: &WasmConfig,
+        compile_ns: u64,
+    ) -> Result<Wasm, WasmError> {
         let at = at as usize;
         let mem = sandbox.memory();
         let cap = mem
@@ -340,7 +427,7 @@ impl Wasm {
             window_ns: 0,
             overruns: 0,
             stopped: false,
-            compile_ns: compiled.compile_ns,
+            compile_ns,
         })
     }
 

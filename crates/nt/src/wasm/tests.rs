@@ -29,6 +29,7 @@ fn config(bytes: &[u8]) -> WasmConfig {
         max_memory_bytes: 1 << 20,
         max_fuel_per_packet: 10_000,
         max_overruns_per_s: 100,
+        engine: EngineKind::default(),
     }
 }
 
@@ -260,4 +261,68 @@ fn on_a_virtual_clock_a_packet_costs_the_fuel_it_used() {
     };
     let (a, b) = (cost(&cheap), cost(&costly));
     assert!(a > 0 && b > 100 * a, "cheap {a} ns, costly {b} ns");
+}
+
+/// The engines this build has.
+fn engines() -> Vec<EngineKind> {
+    [EngineKind::Wasmi, EngineKind::Wasmtime].into_iter().filter(|e| e.built()).collect()
+}
+
+#[test]
+fn every_engine_gives_the_same_verdicts_and_contains_the_same_faults() {
+    let modules: Vec<(&str, Vec<u8>)> = vec![
+        ("ports", module("", "", PORTS)),
+        ("loop on 9", module("", "", "(if (i32.eq (i32.load16_u (i32.const 1058)) (i32.const 9)) (then (loop $l (br $l)))) i32.const 0")),
+        (
+            "out of bounds on 9",
+            module(
+                "",
+                "",
+                "(if (i32.eq (i32.load16_u (i32.const 1058)) (i32.const 9)) (then (drop (i32.load (i32.const 0x7ffffff0))))) i32.const 0",
+            ),
+        ),
+        (
+            "recursion on 9",
+            module(
+                "",
+                "(func $deep (param i32) (result i32) (call $deep (local.get 0)))",
+                "(if (i32.eq (i32.load16_u (i32.const 1058)) (i32.const 9)) (then (drop (call $deep (i32.const 0))))) i32.const 0",
+            ),
+        ),
+        ("grow until refused", module("", "", "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 1)) (i32.const -1)))) i32.const 0x101")),
+        ("bad verdict", module("", "", "i32.const 0x300")),
+    ];
+    let mut seen: Vec<Vec<Verdict>> = Vec::new();
+    for e in engines() {
+        let mut verdicts = Vec::new();
+        for (what, m) in &modules {
+            let mut c = config(m);
+            c.engine = e;
+            c.max_fuel_per_packet = 1_000_000;
+            c.max_memory_bytes = 4 << 16;
+            let mut n = Wasm::new(&c).unwrap_or_else(|err| panic!("{e:?} {what}: {err}"));
+            for port in [9, 22, 53, 80, 443] {
+                verdicts.push(run(&mut n, &mut to_port(port)));
+            }
+            assert_eq!(n.sandbox.memory().len().max(4 << 16), 4 << 16, "{e:?} {what}: memory within its limit");
+        }
+        seen.push(verdicts);
+    }
+    assert!(seen.windows(2).all(|w| w[0] == w[1]), "the engines disagree: {seen:?}");
+    let v = &seen[0];
+    assert_eq!(v[5], Verdict::Drop(DropReason::WasmTimeLimit), "the loop is cut by its fuel");
+    assert_eq!(v[10], Verdict::Drop(DropReason::WasmTrap));
+    assert_eq!(v[15], Verdict::Drop(DropReason::WasmTrap), "deep recursion traps");
+    assert_eq!(v[20], Verdict::Drop(DropReason::WasmDrop), "growth refused at the limit");
+    assert_eq!(v[25], Verdict::Drop(DropReason::WasmBadVerdict));
+}
+
+#[test]
+fn an_engine_this_build_lacks_is_refused_by_name() {
+    let mut c = config(&module("", "", "i32.const 0"));
+    c.engine = EngineKind::Wasmtime;
+    match Wasm::new(&c) {
+        Ok(_) => assert!(EngineKind::Wasmtime.built()),
+        Err(e) => assert_eq!(e, WasmError::EngineMissing("wasmtime")),
+    }
 }

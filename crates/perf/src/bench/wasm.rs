@@ -1,6 +1,7 @@
 //! `snic bench wasm`: a tenant's own NT against the built-in one. The same firewall rules run
 //! as the built-in `firewall` NT and as examples/wasm/firewall.c compiled with clang and run by
-//! the `wasm` NT, each through the full in-memory path of `snic bench dataplane`; then what
+//! the `wasm` NT on each engine this build has (wasmi; wasmtime with the cargo feature), each
+//! through the full in-memory path of `snic bench dataplane`; then what
 //! launching a module costs (compiling it, and instantiating a compiled one: the software
 //! analogue of bitstream generation and partial reconfiguration).
 
@@ -10,7 +11,7 @@ use clap::Args;
 use serde::Serialize;
 use snic_core::mat::PortRange;
 use snic_nt::firewall::{FirewallConfig, FwRule, Policy};
-use snic_nt::wasm::{compile_c, engine, Wasm, WasmConfig};
+use snic_nt::wasm::{compile_c, engine, EngineKind, Wasm, WasmConfig};
 use snic_nt::NtSpec;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -102,7 +103,17 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
     })?;
     let (fw, text) = rules(a.fw_rules);
     let builtin = NtSpec::Firewall(FirewallConfig { rules: fw, default: Policy::Allow, non_ip: Policy::Allow, flow_cache: 4096 });
-    let wasm = NtSpec::Wasm(WasmConfig::of(&module, &text));
+    let engines: Vec<EngineKind> = [EngineKind::Wasmi, EngineKind::Wasmtime].into_iter().filter(|e| e.built()).collect();
+    let name = |e: EngineKind| match e {
+        EngineKind::Wasmi => "wasmi",
+        EngineKind::Wasmtime => "wasmtime",
+    };
+    let mut specs = vec![("builtin", builtin)];
+    for &e in &engines {
+        let mut c = WasmConfig::of(&module, &text);
+        c.engine = e;
+        specs.push((name(e), NtSpec::Wasm(c)));
+    }
     let d = DataplaneArgs {
         json: a.json,
         chain: String::new(),
@@ -116,7 +127,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
         idle_tenants: 0,
     };
     for &size in &a.size {
-        for (engine, spec) in [("builtin", &builtin), (engine::NAME, &wasm)] {
+        for (engine, spec) in &specs {
             let (r, nt_ns) = run_chain(&d, "firewall", vec![spec.clone()], size)?;
             let out = WasmResult {
                 bench: "wasm",
@@ -137,37 +148,65 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
             })?;
         }
     }
-    // Launch: compile (a fresh copy each time — a custom section makes the bytes new, so the
-    // cache does not answer), then instantiate the compiled module.
-    let cfg = WasmConfig::of(&module, &text);
+    for &e in &engines {
+        let (compile_us, instantiate_us) = launch(&module, &text, e, a.launches.max(1))?;
+        let out = LaunchResult {
+            bench: "wasm_launch",
+            engine: name(e),
+            module_bytes: module.len(),
+            compile_us,
+            instantiate_us,
+            launches: a.launches.max(1),
+        };
+        emit(a.json, &out, |o| {
+            format!(
+                "launch {:>8}: {} B module, compile {:.1} µs, instantiate {:.1} µs (median of {})",
+                o.engine, o.module_bytes, o.compile_us, o.instantiate_us, o.launches
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Median compile and instantiate times (µs) of `runs` launches on engine `e`: each compiles a
+/// fresh copy (a custom section makes the bytes new, so the cache does not answer), then
+/// instantiates the compiled module (and runs its `snic_init`).
+fn launch(module: &[u8], text: &str, e: EngineKind, runs: usize) -> anyhow::Result<(f64, f64)> {
+    let mut cfg = WasmConfig::of(module, text);
+    cfg.engine = e;
     let (mut compile, mut instantiate) = (Vec::new(), Vec::new());
-    for i in 0..a.launches.max(1) {
-        let mut bytes = module.clone();
+    let err = |e: snic_nt::wasm::WasmError| anyhow::anyhow!("{e}");
+    for i in 0..runs {
+        let mut bytes = module.to_vec();
         // A custom section (id 0): name "snic-bench", then the run's number.
         let payload = [&[10u8][..], b"snic-bench", &(i as u64).to_le_bytes()].concat();
         bytes.push(0);
         bytes.push(payload.len() as u8);
         bytes.extend_from_slice(&payload);
-        let t0 = Instant::now();
-        let compiled = engine::compile(&bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-        compile.push(t0.elapsed().as_secs_f64() * 1e6);
-        let t0 = Instant::now();
-        let nt = Wasm::instantiate(&compiled, &cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
-        instantiate.push(t0.elapsed().as_secs_f64() * 1e6);
-        drop(nt);
+        let (c, i) = match e {
+            EngineKind::Wasmi => {
+                let t0 = Instant::now();
+                let compiled = engine::compile(&bytes).map_err(err)?;
+                let c = t0.elapsed();
+                let t0 = Instant::now();
+                drop(Wasm::instantiate(&compiled, &cfg).map_err(err)?);
+                (c, t0.elapsed())
+            }
+            #[cfg(feature = "wasmtime")]
+            EngineKind::Wasmtime => {
+                // (The ABI check runs in wasmi first, as on deploy; it is part of compiling.)
+                let t0 = Instant::now();
+                let compiled = snic_nt::wasm::wasmtime_engine::compile(&bytes).map_err(err)?;
+                let c = t0.elapsed();
+                let t0 = Instant::now();
+                drop(Wasm::instantiate_wasmtime(&compiled, &cfg).map_err(err)?);
+                (c, t0.elapsed())
+            }
+            #[cfg(not(feature = "wasmtime"))]
+            EngineKind::Wasmtime => anyhow::bail!("this build has no wasmtime"),
+        };
+        compile.push(c.as_secs_f64() * 1e6);
+        instantiate.push(i.as_secs_f64() * 1e6);
     }
-    let out = LaunchResult {
-        bench: "wasm_launch",
-        engine: engine::NAME,
-        module_bytes: module.len(),
-        compile_us: median(compile),
-        instantiate_us: median(instantiate),
-        launches: a.launches.max(1),
-    };
-    emit(a.json, &out, |o| {
-        format!(
-            "launch {:>8}: {} B module, compile {:.1} µs, instantiate {:.1} µs (median of {})",
-            o.engine, o.module_bytes, o.compile_us, o.instantiate_us, o.launches
-        )
-    })
+    Ok((median(compile), median(instantiate)))
 }
