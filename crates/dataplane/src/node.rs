@@ -860,6 +860,13 @@ impl<B: Backend> Node<B> {
             }
             shared
         };
+        // On a virtual clock, a worker thread may or may not have run the batch it was just
+        // sent when the epoch reads the NTs' timings: wait until it has, so that what the meter
+        // sees does not depend on the thread's speed (CI saw two runs of one virtual scenario
+        // differ by that).
+        for w in self.exec.workers.iter().filter(|w| w.is_virtual()) {
+            w.wait_all_back();
+        }
         let counters =
             EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
         let life = &self.life;
