@@ -5,20 +5,16 @@
 //! engine can run the same modules under the same ABI.
 
 use super::abi;
+use super::cache::{self, Cache};
 use super::WasmError;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use wasmi::{
     Caller, Engine, Extern, ExternType, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, TrapCode, TypedFunc, ValType,
 };
 
 /// The engine's name, as the bench and status report it.
 pub const NAME: &str = "wasmi";
-
-/// Compiled modules kept (by content): a context switch or a second instance instantiates
-/// again but does not compile again.
-const CACHED: usize = 64;
 
 fn engine() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
@@ -32,58 +28,30 @@ fn engine() -> &'static Engine {
 /// A module compiled and checked against the ABI.
 pub struct Compiled {
     module: Module,
-    /// How long compiling took, ns (0 when it came from the cache).
-    pub compile_ns: u64,
 }
 
 impl std::fmt::Debug for Compiled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Compiled").field("compile_ns", &self.compile_ns).finish()
+        f.debug_struct("Compiled").finish_non_exhaustive()
     }
 }
 
-struct Cache {
-    modules: HashMap<[u8; 32], (Arc<Compiled>, u64)>,
-    tick: u64,
-    compiles: u64,
-}
-
-fn cache() -> &'static Mutex<Cache> {
-    static C: OnceLock<Mutex<Cache>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(Cache { modules: HashMap::new(), tick: 0, compiles: 0 }))
-}
-
-/// Modules compiled by this process so far (a cache hit compiles nothing).
-pub fn compiles() -> u64 {
-    cache().lock().map_or(0, |c| c.compiles)
+fn cache() -> &'static Cache<Compiled> {
+    static C: OnceLock<Cache<Compiled>> = OnceLock::new();
+    C.get_or_init(Cache::new)
 }
 
 /// The module in `bytes`, compiled and checked against the ABI — from the cache when the same
 /// bytes were compiled before.
 pub fn compile(bytes: &[u8]) -> Result<Arc<Compiled>, WasmError> {
-    let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().try_into().expect("SHA-256 is 32 bytes");
-    {
-        let mut c = cache().lock().map_err(|_| WasmError::Internal("module cache poisoned"))?;
-        c.tick += 1;
-        let tick = c.tick;
-        if let Some((m, used)) = c.modules.get_mut(&key) {
-            *used = tick;
-            return Ok(m.clone());
-        }
+    let key = cache::key(bytes);
+    if let Some(m) = cache().get(&key)? {
+        return Ok(m);
     }
-    let t0 = std::time::Instant::now();
     let module = Module::new(engine(), bytes).map_err(|e| WasmError::Invalid(e.to_string()))?;
     check(&module)?;
-    let compiled = Arc::new(Compiled { module, compile_ns: t0.elapsed().as_nanos() as u64 });
-    let mut c = cache().lock().map_err(|_| WasmError::Internal("module cache poisoned"))?;
-    c.compiles += 1;
-    if c.modules.len() >= CACHED {
-        if let Some(old) = c.modules.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| *k) {
-            c.modules.remove(&old);
-        }
-    }
-    let tick = c.tick;
-    c.modules.insert(key, (compiled.clone(), tick));
+    let compiled = Arc::new(Compiled { module });
+    cache().insert(key, compiled.clone())?;
     Ok(compiled)
 }
 

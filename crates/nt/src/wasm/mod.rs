@@ -21,6 +21,7 @@
 //!   instance or tenant is reachable from it.
 
 pub mod abi;
+mod cache;
 pub mod engine;
 #[cfg(feature = "wasmtime")]
 pub mod wasmtime_engine;
@@ -330,8 +331,6 @@ pub struct Wasm {
     window_ns: u64,
     overruns: u32,
     stopped: bool,
-    /// Compile time of its module, ns (0 when it came from the cache).
-    pub compile_ns: u64,
 }
 
 impl std::fmt::Debug for Wasm {
@@ -379,7 +378,7 @@ impl Wasm {
     pub fn instantiate(compiled: &engine::Compiled, c: &WasmConfig) -> Result<Wasm, WasmError> {
         let counters = Arc::new(WasmCounters::default());
         let (g, at) = engine::Sandbox::new(compiled, Self::setup(c, &counters))?;
-        Self::start(Box::new(g), at, counters, c, compiled.compile_ns)
+        Self::start(Box::new(g), at, counters, c)
     }
 
     /// An instance of a module compiled by wasmtime.
@@ -387,17 +386,11 @@ impl Wasm {
     pub fn instantiate_wasmtime(compiled: &wasmtime_engine::Compiled, c: &WasmConfig) -> Result<Wasm, WasmError> {
         let counters = Arc::new(WasmCounters::default());
         let (g, at) = wasmtime_engine::Sandbox::new(compiled, Self::setup(c, &counters))?;
-        Self::start(Box::new(g), at, counters, c, compiled.compile_ns)
+        Self::start(Box::new(g), at, counters, c)
     }
 
     /// Checks the packet area an instance declared.
-    fn start(
-        mut sandbox: Box<dyn Guest>,
-        at: u32,
-        counters: Arc<WasmCounters>,
-        c: &WasmConfig,
-        compile_ns: u64,
-    ) -> Result<Wasm, WasmError> {
+    fn start(mut sandbox: Box<dyn Guest>, at: u32, counters: Arc<WasmCounters>, c: &WasmConfig) -> Result<Wasm, WasmError> {
         let at = at as usize;
         let mem = sandbox.memory();
         let cap = mem
@@ -427,7 +420,6 @@ impl Wasm {
             window_ns: 0,
             overruns: 0,
             stopped: false,
-            compile_ns,
         })
     }
 

@@ -3,17 +3,15 @@
 //! engine first (so both accept exactly the same modules), then compiled here, once per content.
 
 use super::abi;
+use super::cache::{self, Cache};
 use super::engine::Fault;
 use super::WasmError;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use wasmtime::{Caller, Engine, Extern, Linker, Memory, Module, Store, StoreLimits, StoreLimitsBuilder, Trap, TypedFunc};
 
 /// The engine's name, as the bench and status report it.
 pub const NAME: &str = "wasmtime";
-
-const CACHED: usize = 64;
 
 fn engine() -> &'static Engine {
     static E: OnceLock<Engine> = OnceLock::new();
@@ -27,31 +25,24 @@ fn engine() -> &'static Engine {
 /// A module compiled to machine code.
 pub struct Compiled {
     module: Module,
-    /// How long compiling took, ns.
-    pub compile_ns: u64,
 }
 
-fn cache() -> &'static Mutex<HashMap<[u8; 32], Arc<Compiled>>> {
-    static C: OnceLock<Mutex<HashMap<[u8; 32], Arc<Compiled>>>> = OnceLock::new();
-    C.get_or_init(|| Mutex::new(HashMap::new()))
+fn cache() -> &'static Cache<Compiled> {
+    static C: OnceLock<Cache<Compiled>> = OnceLock::new();
+    C.get_or_init(Cache::new)
 }
 
 /// The module in `bytes`, checked against the ABI and compiled (or found compiled).
 pub fn compile(bytes: &[u8]) -> Result<Arc<Compiled>, WasmError> {
+    let key = cache::key(bytes);
+    if let Some(m) = cache().get(&key)? {
+        return Ok(m);
+    }
     super::engine::compile(bytes)?;
-    let key: [u8; 32] = ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().try_into().expect("SHA-256 is 32 bytes");
-    if let Some(c) = cache().lock().map_err(|_| WasmError::Internal("module cache poisoned"))?.get(&key) {
-        return Ok(c.clone());
-    }
-    let t0 = std::time::Instant::now();
     let module = Module::new(engine(), bytes).map_err(|e| WasmError::Invalid(format!("{e:#}")))?;
-    let c = Arc::new(Compiled { module, compile_ns: t0.elapsed().as_nanos() as u64 });
-    let mut m = cache().lock().map_err(|_| WasmError::Internal("module cache poisoned"))?;
-    if m.len() >= CACHED {
-        m.clear();
-    }
-    m.insert(key, c.clone());
-    Ok(c)
+    let compiled = Arc::new(Compiled { module });
+    cache().insert(key, compiled.clone())?;
+    Ok(compiled)
 }
 
 struct Host {
