@@ -83,15 +83,7 @@ fn stop(mut d: Daemon) -> i32 {
 }
 
 fn http(method: &str, url: &str, body: &str) -> (u16, serde_json::Value) {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let mut r = match method {
-        "POST" => agent.post(url).header("content-type", "application/yaml").send(body.to_string()).unwrap(),
-        "DELETE" => agent.delete(url).call().unwrap(),
-        _ => agent.get(url).call().unwrap(),
-    };
-    let status = r.status().as_u16();
-    let text = r.body_mut().read_to_string().unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)))
+    http_as(method, url, body, None)
 }
 
 /// Announces a 2 MiB body and reads the status line: the limit is enforced from the header.
@@ -1579,7 +1571,8 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     stop(d);
 }
 
-/// [`http`] with a bearer token.
+/// An HTTP request, with a bearer token if one is given: the status and the JSON body (or the
+/// text as a JSON string).
 fn http_as(method: &str, url: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let bearer = format!("Bearer {}", token.unwrap_or(""));

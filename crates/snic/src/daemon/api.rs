@@ -153,15 +153,17 @@ fn unauthenticated(reason: &str) -> Response {
     r
 }
 
-/// The NTs tenant `me` owns, by name: what of the node's figures its credential may read.
-pub(crate) fn own_nts<'a>(state: &'a State, me: &str) -> Vec<&'a str> {
-    state.list(Kind::Nt).filter(|o| auth::owner(state, o) == Some(me)).map(|o| o.name.as_str()).collect()
+/// The NTs of the state by whether tenant `me` owns them: (its own, the others'), by name. What
+/// of the node's figures its credential may read follows from them.
+pub(crate) fn nts_of<'a>(state: &'a State, me: &str) -> (Vec<&'a str>, Vec<&'a str>) {
+    let (mine, others): (Vec<_>, Vec<_>) = state.list(Kind::Nt).partition(|o| auth::owner(state, o) == Some(me));
+    (mine.iter().map(|o| o.name.as_str()).collect(), others.iter().map(|o| o.name.as_str()).collect())
 }
 
-/// A fair-sharing resource a tenant's credential may see: the node's own (links, store,
-/// dispatcher, memory) or one of its NTs — not another tenant's NT.
-pub(crate) fn resource_shown(mine: &[&str], r: &str) -> bool {
-    ["ingress", "egress", "store", "dispatcher", "memory", ""].contains(&r) || mine.contains(&r)
+/// A fair-sharing resource a tenant's credential may see: any but another tenant's NT (the
+/// node's own resources — links, store, cores, memory — and its own NTs).
+pub(crate) fn resource_shown(others: &[&str], r: &str) -> bool {
+    !others.contains(&r)
 }
 
 /// 403 `forbidden` for what only the operator may do.
@@ -576,8 +578,8 @@ fn set_drain(shared: &SharedRef, who: &Principal, on: bool) -> Response {
 async fn status(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Principal>) -> Response {
     let c = shared.lock();
     let snap = c.dp.snapshot();
-    let mine = match &who {
-        Principal::Tenant(me) => Some(own_nts(&c.state, me)),
+    let nts = match &who {
+        Principal::Tenant(me) => Some(nts_of(&c.state, me)),
         Principal::Operator => None,
     };
     let tenants: Vec<_> = c
@@ -587,15 +589,15 @@ async fn status(AxState(shared): AxState<SharedRef>, Extension(who): Extension<P
         .filter(|t| matches!(&who, Principal::Operator) || matches!(&who, Principal::Tenant(n) if *n == t.name))
         .map(|t| {
             let mut s = snap.tenants.iter().find(|s| s.id == t.id.0).cloned().unwrap_or_default();
-            if let Some(mine) = &mine {
-                s.fair.demand.retain(|(r, _)| resource_shown(mine, r));
-                s.fair.allocation.retain(|(r, _)| resource_shown(mine, r));
+            if let Some((_, others)) = &nts {
+                s.fair.demand.retain(|(r, _)| resource_shown(others, r));
+                s.fair.allocation.retain(|(r, _)| resource_shown(others, r));
             }
             json!({"name": t.name, "id": t.id.0, "weight": t.weight, "vnis": t.vnis, "stats": s})
         })
         .collect();
     let (up, age) = snap.health(std::time::Instant::now());
-    if let (Principal::Tenant(me), Some(mine)) = (&who, &mine) {
+    if let (Principal::Tenant(me), Some((mine, _))) = (&who, &nts) {
         // A tenant sees itself, and the regions running its own NTs with their counters.
         let regions: Vec<_> = snap
             .regions

@@ -175,7 +175,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
         // its NTs (the families' descriptions stay).
         // Resources named after NTs show only for its own NTs (a shared chain's other NTs are
         // another tenant's business).
-        let mine = super::api::own_nts(&c.state, me);
+        let (mine, others) = super::api::nts_of(&c.state, me);
         let tenant = format!("tenant=\"{me}\"");
         // A label's value (`{key="v"` or `,key="v"`: `nt=` is also the end of `tenant=`).
         let label = |line: &str, key: &str| {
@@ -189,7 +189,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
             if let Some(nt) = label(line, "nt") {
                 return mine.contains(&nt.as_str());
             }
-            line.contains(&tenant) && label(line, "resource").is_none_or(|r| super::api::resource_shown(&mine, &r))
+            line.contains(&tenant) && label(line, "resource").is_none_or(|r| super::api::resource_shown(&others, &r))
         };
         out = out.lines().filter(|l| shown(l)).map(|l| format!("{l}\n")).collect();
     }
