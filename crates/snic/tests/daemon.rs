@@ -1455,20 +1455,24 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     assert!(metrics.lines().any(|l| l.contains("snic_nt_counter_total") && l.contains("counter=\"c1\"") && l.ends_with(" 5")), "{metrics}");
 
     // A new version (one more rule) replaces the running one while blue's traffic flows: a
-    // sender keeps a window of packets in flight and waits for each window to arrive.
-    let (data, done) = (d.data, std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    // sender keeps a window of packets in flight and waits for each window to arrive. The swap
+    // is applied once 50 packets went through, and the sender stops 50 packets after it (by
+    // count, not time: on any machine the traffic crosses the swap).
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    let (data, done, count) = (d.data, std::sync::Arc::new(AtomicBool::new(false)), std::sync::Arc::new(AtomicUsize::new(0)));
     let flow = {
-        let done = done.clone();
+        let (done, count) = (done.clone(), count.clone());
         let b = b.try_clone().unwrap();
         std::thread::spawn(move || {
             let (mut sent, mut got) = (0usize, 0usize);
             let t0 = Instant::now();
-            while !done.load(std::sync::atomic::Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(60) {
+            while !done.load(Relaxed) && t0.elapsed() < Duration::from_secs(60) {
                 for _ in 0..WINDOW {
                     a.send_to(&udp(5001), data).unwrap();
                 }
                 sent += WINDOW;
                 got += recv_n(&b, WINDOW).len();
+                count.store(sent, Relaxed);
                 if got < sent {
                     break;
                 }
@@ -1476,14 +1480,22 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
             (sent, got)
         })
     };
-    std::thread::sleep(Duration::from_millis(200));
+    // Until `n` packets were sent (or the sender stopped on a loss, or 30 s passed).
+    let sent_by = |n: usize| {
+        let t0 = Instant::now();
+        while count.load(Relaxed) < n && !flow.is_finished() && t0.elapsed() < Duration::from_secs(30) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        count.load(Relaxed)
+    };
+    assert!(sent_by(50) >= 50, "traffic flows before the swap");
     std::fs::write(&manifest, wasm_manifest(&b, "deny 6 * * * 22\ndeny 17 * * * 6000\ndefault allow\n")).unwrap();
     let out = snic_apply(&d.api, &manifest);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    std::thread::sleep(Duration::from_millis(300));
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let at_swap = count.load(Relaxed);
+    assert!(sent_by(at_swap + 50) >= at_swap + 50, "traffic flows after the swap");
+    done.store(true, Relaxed);
     let (sent, got) = flow.join().unwrap();
-    assert!(sent > 100, "traffic flowed across the swap: {sent} sent");
     assert_eq!(got, sent, "no packet lost while the module was replaced");
     // The new version decides now.
     let a = UdpSocket::bind("127.0.0.1:0").unwrap();
