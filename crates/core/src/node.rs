@@ -15,6 +15,11 @@
 //! tables (DAG routes, regions' contents) stay with the driver, which calls the core's machines
 //! for them directly.
 //!
+//! Where regions run is decided here too: every [`PLACEMENT_PERIOD`] with worker threads and
+//! automatic placement on, [`NodeCore::handle_placement`] shows the placement policy
+//! ([`Placer`]) each running instance's measured cost and load, and returns the one move (if
+//! any) the driver then carries out.
+//!
 //! The pool's agent ([`PoolAgent`]) is part of it: [`NodeCore::place`] is the whole on-demand
 //! launch order (local room, then the pool, then the endpoint and a context switch), and each
 //! epoch tells the agent whether this node has room, so that a chain placed on a peer comes
@@ -26,6 +31,7 @@ use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::meter::{Arrivals, Counters, Meter};
+use crate::placement::{Move, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
 use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
@@ -54,6 +60,10 @@ pub struct NodeCoreConfig {
     pub pool: crate::pool::AgentConfig,
     /// This node's state slot in a pool behind a switch ([`crate::pool::owner`]).
     pub slots: Option<Slots>,
+    /// Moves regions between cores on its own ([`NodeCore::handle_placement`]).
+    pub auto_place: bool,
+    /// The placement policy's thresholds.
+    pub placement: PlacementConfig,
 }
 
 /// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
@@ -100,6 +110,10 @@ pub struct NodeCore {
     pub pooled: bool,
     acts: Vec<Act>,
     pool_acts: Vec<PoolAct>,
+    placer: Placer,
+    auto_place: bool,
+    next_look: Instant,
+    views: Vec<View>,
 }
 
 impl NodeCore {
@@ -115,6 +129,10 @@ impl NodeCore {
             pooled: false,
             acts: Vec::new(),
             pool_acts: Vec::new(),
+            placer: Placer::new(cfg.placement),
+            auto_place: cfg.auto_place,
+            next_look: Instant::ZERO,
+            views: Vec::new(),
         }
     }
 
@@ -259,6 +277,38 @@ impl NodeCore {
     pub fn place(&mut self, chain: ChainId, key: ChainKey, now: Instant) -> Placement {
         crate::pool::on_demand(&mut self.elastic, &self.pool, chain, key, now)
     }
+
+    /// Where the running instances of `sched` should run, looked at once every
+    /// [`PLACEMENT_PERIOD`] (and not while `moving`: the move under way finishes first), with
+    /// automatic placement on and `workers` worker threads; `at[i]` is where instance `i`'s
+    /// region runs now (missing: on the dispatcher's thread). Returns the one move to make now,
+    /// if any, which the driver carries out and then reports with [`NodeCore::placed`]. Each
+    /// instance's cost and load are the demand model's of the last epoch (its chain's load
+    /// split evenly over the chain's instances).
+    pub fn handle_placement(&mut self, now: Instant, sched: &Scheduler<u32>, at: &[Place], workers: usize, moving: bool) -> Option<Move> {
+        if !self.auto_place || workers == 0 || moving || now < self.next_look {
+            return None;
+        }
+        self.next_look = now + PLACEMENT_PERIOD;
+        self.views.clear();
+        for i in 0..sched.instance_count() {
+            let id = InstanceId(i as u16);
+            if sched.state(id) != InstanceState::Running {
+                continue;
+            }
+            let chain = sched.chain_of(id);
+            let n = sched.instances_of(chain).len().max(1) as f64;
+            let at = at.get(i).copied().unwrap_or(Place::Dispatcher);
+            self.views.push(View { id, cost_ns: self.meter.chain_cost_ns(chain), load: self.meter.chain_load(chain) / n, at });
+        }
+        self.placer.decide(&self.views, workers)
+    }
+
+    /// Instance `inst`'s region moved (or its slot is reused): the placement policy starts its
+    /// history afresh.
+    pub fn placed(&mut self, inst: InstanceId) {
+        self.placer.forget(inst);
+    }
 }
 
 #[cfg(test)]
@@ -297,6 +347,82 @@ mod tests {
         }
     }
 
+    /// Counters of NT time only: instance `i` ran `n` packets at `cost[i]` ns each so far.
+    struct Timed {
+        cost: Vec<u64>,
+        n: u64,
+    }
+
+    impl Counters for Timed {
+        fn touched(&self) -> &[TenantId] {
+            &[]
+        }
+        fn tenant(&self, _: TenantId) -> TenantCounters {
+            TenantCounters::default()
+        }
+        fn store_buffers(&self, _: TenantId) -> u64 {
+            0
+        }
+        fn nt_time(&self, inst: InstanceId, _: usize) -> (u64, u64) {
+            (self.cost[inst.index()] * self.n, self.n)
+        }
+        fn lost_shared(&self) -> u64 {
+            0
+        }
+        fn lost_own(&self, _: TenantId) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn a_long_instance_on_the_dispatchers_thread_is_moved_to_a_worker_after_three_looks_a_period_apart() {
+        let cfg = NodeCoreConfig {
+            fair: FairConfig::default(),
+            link_bps: 25e9,
+            workers: 1,
+            store_buffers: 1024,
+            max_tenants: 4,
+            elastic: ElasticConfig::default(),
+            pool: Default::default(),
+            slots: None,
+            auto_place: true,
+            placement: PlacementConfig::default(),
+        };
+        let mut core = NodeCore::new(cfg, Instant::ZERO);
+        let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+        // Chain 0 costs 20 µs a packet, chain 1 100 ns: both on the dispatcher's thread.
+        let mut insts = Vec::new();
+        for name in ["long", "short"] {
+            let chain = sched.add_chain(1);
+            core.meter.add_chain(&[name]);
+            let inst = sched.add_instance(chain, 64).unwrap();
+            core.meter.add_instance(chain, inst, &[None], false);
+            insts.push(inst);
+        }
+        let at = [Place::Dispatcher, Place::Dispatcher];
+        let mut counters = Timed { cost: vec![20_000, 100], n: 0 };
+        let epoch = FairConfig::default().epoch;
+        let (mut now, mut looks, mut moved) = (Instant::ZERO, 0, None);
+        while now < Instant::ZERO + PLACEMENT_PERIOD * 10 && moved.is_none() {
+            now = now + epoch;
+            counters.n += 300;
+            core.handle_epoch(now, &mut sched, &counters, 2, |_| true);
+            assert_eq!(core.handle_placement(now, &sched, &at, 1, true), None, "no look while a move is under way");
+            let before = core.next_look;
+            moved = core.handle_placement(now, &sched, &at, 1, false);
+            if core.next_look != before {
+                looks += 1;
+                assert!(looks == 1 || core.next_look == before + PLACEMENT_PERIOD, "a look once a period");
+            }
+        }
+        assert_eq!(moved, Some(Move { id: insts[0], to: Place::Worker(0) }), "the long instance goes to the worker");
+        assert_eq!(looks, 3, "after `hold` looks in a row");
+        // Without workers or with automatic placement off, nothing is proposed.
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &sched, &at, 0, false), None);
+        core.auto_place = false;
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &sched, &at, 1, false), None);
+    }
+
     #[test]
     fn an_epoch_measures_demand_and_scales_a_chain_its_load_outgrows() {
         let epoch = Duration::from_millis(1);
@@ -309,6 +435,8 @@ mod tests {
             elastic: ElasticConfig { regions: 2, autoscale: true, monitor_period: Duration::from_millis(3), ..ElasticConfig::default() },
             pool: Default::default(),
             slots: None,
+            auto_place: false,
+            placement: PlacementConfig::default(),
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());

@@ -381,6 +381,8 @@ impl<B: Backend> Node<B> {
                 elastic: cfg.elastic,
                 pool: cfg.pool,
                 slots: cfg.slots,
+                auto_place: cfg.auto_place,
+                placement: cfg.placement,
             },
             clock.now(),
         );
@@ -435,7 +437,7 @@ impl<B: Backend> Node<B> {
             },
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
-            placement: placement::Placement::new(cfg.placement, cfg.auto_place),
+            placement: placement::Placement::default(),
             pool: Box::default(),
             slots,
             store,

@@ -189,6 +189,9 @@ impl FairnessSpec {
                 elastic: ElasticConfig::default(),
                 pool: Default::default(),
                 slots: None,
+                // (The fluid node has no worker threads to place regions on.)
+                auto_place: false,
+                placement: Default::default(),
             },
             Instant::ZERO,
         );

@@ -184,6 +184,9 @@ impl PoolSim {
                     elastic: setup.elastic,
                     pool: setup.agent,
                     slots: None,
+                    // (The fluid node has no worker threads to place regions on.)
+                    auto_place: false,
+                    placement: Default::default(),
                 },
                 Instant::ZERO,
             );

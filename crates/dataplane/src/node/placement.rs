@@ -1,7 +1,8 @@
 //! Moving a region to another core, and the policy that asks for it.
 //!
 //! [`snic_core::placement`] decides (long chains apart from short ones, never on the
-//! dispatcher's thread); this module carries a move out. Dispatch to the instance is held (its
+//! dispatcher's thread), looked at by the node's core every [`PLACEMENT_PERIOD`]
+//! ([`snic_core::node::NodeCore::handle_placement`]); this module carries a move out. Dispatch to the instance is held (its
 //! packets keep queueing), and once every batch it had on its old core is back, its region —
 //! the NT objects, with their state — goes to the new core: taken from the dispatcher's thread
 //! or asked back from its worker, then installed on the other worker or kept on the
@@ -13,7 +14,6 @@ use super::{Backend, Node, Place};
 use crate::elastic::EventKind;
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
-use snic_core::placement::{PlacementConfig, Placer, View};
 use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use std::sync::mpsc;
@@ -39,14 +39,10 @@ pub enum MoveError {
     Busy,
 }
 
-/// The node's placement state.
+/// The node's side of placement: the move under way.
+#[derive(Default)]
 pub(super) struct Placement {
-    placer: Placer,
-    /// Look and move on its own (`NodeConfig::auto_place`).
-    auto: bool,
-    next_look: Instant,
     moving: Option<Moving>,
-    views: Vec<View>,
 }
 
 #[derive(Clone, Copy)]
@@ -57,10 +53,6 @@ struct Moving {
 }
 
 impl Placement {
-    pub(super) fn new(cfg: PlacementConfig, auto: bool) -> Self {
-        Placement { placer: Placer::new(cfg), auto, next_look: Instant::ZERO, moving: None, views: Vec::new() }
-    }
-
     /// True while a move waits for the instance's batches.
     #[inline]
     pub(super) fn moving(&self) -> bool {
@@ -144,7 +136,7 @@ impl<B: Backend> Node<B> {
         }
         self.exec.placement[i] = to;
         self.core.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Dispatcher);
-        self.placement.placer.forget(inst);
+        self.core.placed(inst);
         Ok(())
     }
 
@@ -165,26 +157,11 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Every [`PLACEMENT_PERIOD`]: asks the policy where the running instances should be, and
-    /// starts the move it proposes.
+    /// Asks the core whether a region should move now (it looks every [`PLACEMENT_PERIOD`]),
+    /// and starts the move it proposes.
     pub(super) fn placement_look(&mut self, now: Instant) {
-        let p = &mut self.placement;
-        if !p.auto || self.exec.workers.is_empty() || p.moving.is_some() || now < p.next_look {
-            return;
-        }
-        p.next_look = now + PLACEMENT_PERIOD;
-        p.views.clear();
-        for i in 0..self.sched.instance_count() {
-            let id = InstanceId(i as u16);
-            if self.sched.state(id) != InstanceState::Running {
-                continue;
-            }
-            let chain = self.sched.chain_of(id);
-            let n = self.sched.instances_of(chain).len().max(1) as f64;
-            let at = self.exec.placement.get(i).copied().unwrap_or(Place::Dispatcher);
-            p.views.push(View { id, cost_ns: self.core.meter.chain_cost_ns(chain), load: self.core.meter.chain_load(chain) / n, at });
-        }
-        if let Some(m) = p.placer.decide(&p.views, self.exec.workers.len()) {
+        let (workers, moving) = (self.exec.workers.len(), self.placement.moving());
+        if let Some(m) = self.core.handle_placement(now, &self.sched, &self.exec.placement, workers, moving) {
             // The policy proposes running instances, existing workers and new places only.
             let r = self.move_instance(m.id, m.to);
             debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");
