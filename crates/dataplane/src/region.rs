@@ -46,6 +46,10 @@ pub struct RegionCounters {
 /// copies.
 pub const OUTBOX_FRAMES: usize = 256;
 
+/// How many packets ahead in a batch a region asks an NT to prefetch ([`Nt::prefetch`]): far
+/// enough for a line from memory to arrive while the NT works on the packets between.
+const PREFETCH_AHEAD: usize = 4;
+
 /// One batch in this many is timed NT by NT (two clock reads per NT per timed batch).
 pub const TIMED_EVERY: u64 = 32;
 
@@ -182,7 +186,21 @@ impl Region {
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
             let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
             let t0 = timed.then(|| core.now_ns());
-            for &idx in batch {
+            let prefetch = nt.wants_prefetch();
+            if prefetch {
+                for &idx in batch.iter().take(PREFETCH_AHEAD) {
+                    // SAFETY: as below; read only, and no other reference to it is live.
+                    nt.prefetch(&unsafe { slots.get(idx) }.1.meta);
+                }
+            }
+            for (k, &idx) in batch.iter().enumerate() {
+                if prefetch {
+                    if let Some(&ahead) = batch.get(k + PREFETCH_AHEAD) {
+                        // SAFETY: as below (a different index of the batch: each is there
+                        // once); read only, and the reference ends here.
+                        nt.prefetch(&unsafe { slots.get(ahead) }.1.meta);
+                    }
+                }
                 // SAFETY: ownership of `idx` is the caller's contract; the reference does not
                 // outlive this iteration.
                 let (buf, d) = unsafe { slots.get(idx) };

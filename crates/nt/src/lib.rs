@@ -21,6 +21,7 @@ pub mod counter;
 pub mod crypto;
 pub mod dummy;
 pub mod firewall;
+mod flow_index;
 pub mod kv;
 pub mod nat;
 pub mod outbox;
@@ -261,6 +262,17 @@ pub trait Nt: Send {
     /// Time passes (an NT that [`Nt::emits`]): at the start of each batch its region runs, and
     /// about every millisecond without traffic. For timers: a retry, a timeout's answer.
     fn tick(&mut self, _cx: &Ctx<'_>) {}
+
+    /// True for an NT that looks packets up in tables too large for the cache (a NAT's flow
+    /// index): its region then calls [`Nt::prefetch`] for a packet a few places ahead in the
+    /// batch before it processes the current one.
+    fn wants_prefetch(&self) -> bool {
+        false
+    }
+
+    /// A packet this NT will process soon: start loading what its lookup will read. A hint
+    /// only — it must not change what [`Nt::process`] does.
+    fn prefetch(&self, _meta: &PktMeta) {}
 
     /// True for an engine whose cost grows with the bytes it processes (encryption,
     /// compression): shared by several tenants, it gets per-tenant token buckets in bytes
