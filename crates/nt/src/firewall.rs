@@ -118,6 +118,19 @@ impl Nt for Firewall {
         "firewall"
     }
     #[inline]
+    /// With a flow cache: its sets are spread over more memory than stays in cache beside the
+    /// packets' bytes (≈50% of the firewall's time was the set's first load).
+    fn wants_prefetch(&self) -> bool {
+        !self.cache.is_empty()
+    }
+
+    #[inline]
+    fn prefetch(&self, meta: &crate::PktMeta) {
+        if let Some(i) = &meta.inner {
+            crate::flow_index::prefetch(&self.cache[i.key.hash64() as usize & self.mask]);
+        }
+    }
+
     fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let key = match &pkt.meta.inner {
             Some(i) if i.l3 != snic_wire::layout::InnerL3::Arp => i.key,

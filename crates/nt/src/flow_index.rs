@@ -15,6 +15,23 @@
 //! probe sequences never grow with churn. The array has at least twice as many entries as keys
 //! it may hold, allocated once: nothing allocates after construction.
 
+/// Asks the CPU to bring in the cache lines `r` spans (a hint: it reads nothing, and a lookup
+/// that follows finds them loaded or on their way).
+#[inline]
+pub(crate) fn prefetch<T>(r: &T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = r as *const T as *const u8;
+        for off in (0..core::mem::size_of::<T>().max(1)).step_by(64) {
+            // SAFETY: a prefetch is a hint that reads nothing (any address may be given); SSE,
+            // which it needs, is part of every x86-64 CPU.
+            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(off) as *const i8) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = r;
+}
+
 /// An empty entry (no value is `u32::MAX`: callers' values are below it).
 const EMPTY: u64 = u64::MAX;
 
@@ -62,15 +79,7 @@ impl FlowIndex {
     /// Asks the CPU to bring in the line a lookup of `hash` reads first.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            let p = self.entries[self.home(hash)..].as_ptr() as *const i8;
-            // SAFETY: a prefetch is a hint that reads nothing (any address may be given); SSE,
-            // which it needs, is part of every x86-64 CPU.
-            unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = hash;
+        prefetch(&self.entries[self.home(hash)]);
     }
 
     /// The value of the key with `hash` for which `eq` says yes.

@@ -20,9 +20,9 @@
 //! ICMP errors are passed without rewriting the header they quote.
 
 use crate::firewall::Policy;
+use crate::flow_index::FlowIndex;
 use crate::{Ctx, DropReason, Nt, Pkt, StateError, Verdict};
 use core::net::{IpAddr, Ipv4Addr};
-use crate::flow_index::FlowIndex;
 use serde::{Deserialize, Serialize};
 use snic_core::mat::{IpPrefix, PortRange};
 use snic_core::time::Instant;
