@@ -60,9 +60,19 @@ fn hash_of(e: u64) -> u32 {
 }
 
 impl FlowIndex {
+    /// Entries an index for `capacity` keys has.
+    fn size(capacity: usize) -> usize {
+        (2 * capacity.max(1)).next_power_of_two()
+    }
+
+    /// The bytes an index for `capacity` keys allocates.
+    pub(crate) fn bytes(capacity: usize) -> usize {
+        Self::size(capacity) * core::mem::size_of::<u64>()
+    }
+
     /// An index for up to `capacity` keys.
     pub(crate) fn with_capacity(capacity: usize) -> Self {
-        let size = (2 * capacity.max(1)).next_power_of_two();
+        let size = Self::size(capacity);
         FlowIndex { entries: vec![EMPTY; size].into_boxed_slice(), mask: size - 1, len: 0, capacity }
     }
 

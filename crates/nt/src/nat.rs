@@ -230,6 +230,14 @@ impl Nat {
         }
     }
 
+    /// The flow memory a NAT of `cfg` allocates, bytes: its slab, its index (two keys a flow)
+    /// and its port maps.
+    pub fn memory(cfg: &NatConfig) -> u64 {
+        let n = cfg.max_flows.max(1);
+        let slab = n * core::mem::size_of::<Option<Flow>>();
+        (slab + FlowIndex::bytes(2 * n) + 3 * core::mem::size_of::<[u64; 1024]>()) as u64
+    }
+
     /// Flows in the table.
     pub fn flows(&self) -> usize {
         self.index.len() / 2

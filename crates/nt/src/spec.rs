@@ -397,7 +397,7 @@ impl NtSpec {
         let n = |x: usize, each: u64| x as u64 * each;
         match self {
             NtSpec::Firewall(c) => n(c.flow_cache, 48) + n(c.rules.len(), 64),
-            NtSpec::Nat(c) => n(c.max_flows, 120) + n(c.dnat.len(), 64),
+            NtSpec::Nat(c) => crate::nat::Nat::memory(c) + n(c.dnat.len(), 64),
             NtSpec::AesGcm(c) => n(c.max_senders, 160) + n(c.keys.len(), 512),
             NtSpec::VniMap { map, .. } => n(map.len(), 16),
             NtSpec::KvCache(c) => crate::kv::cache_nt::KvCache::memory(c),
