@@ -320,10 +320,14 @@ mod tests {
     use crate::sched::SchedConfig;
     use core::time::Duration;
 
-    /// A node's counters: one tenant that received `rx` packets so far.
+    /// A node's counters: one tenant that received `rx` packets so far, and instance `i`'s NT
+    /// having run `n` packets at `cost[i]` ns each (no time for instances past `cost`).
+    #[derive(Default)]
     struct Count {
         rx: u64,
         touched: Vec<TenantId>,
+        cost: Vec<u64>,
+        n: u64,
     }
 
     impl Counters for Count {
@@ -336,35 +340,8 @@ mod tests {
         fn store_buffers(&self, _: TenantId) -> u64 {
             0
         }
-        fn nt_time(&self, _: InstanceId, _: usize) -> (u64, u64) {
-            (0, 0)
-        }
-        fn lost_shared(&self) -> u64 {
-            0
-        }
-        fn lost_own(&self, _: TenantId) -> u64 {
-            0
-        }
-    }
-
-    /// Counters of NT time only: instance `i` ran `n` packets at `cost[i]` ns each so far.
-    struct Timed {
-        cost: Vec<u64>,
-        n: u64,
-    }
-
-    impl Counters for Timed {
-        fn touched(&self) -> &[TenantId] {
-            &[]
-        }
-        fn tenant(&self, _: TenantId) -> TenantCounters {
-            TenantCounters::default()
-        }
-        fn store_buffers(&self, _: TenantId) -> u64 {
-            0
-        }
         fn nt_time(&self, inst: InstanceId, _: usize) -> (u64, u64) {
-            (self.cost[inst.index()] * self.n, self.n)
+            self.cost.get(inst.index()).map_or((0, 0), |c| (c * self.n, self.n))
         }
         fn lost_shared(&self) -> u64 {
             0
@@ -400,7 +377,7 @@ mod tests {
             insts.push(inst);
         }
         let at = [Place::Dispatcher, Place::Dispatcher];
-        let mut counters = Timed { cost: vec![20_000, 100], n: 0 };
+        let mut counters = Count { cost: vec![20_000, 100], ..Count::default() };
         let epoch = FairConfig::default().epoch;
         let (mut now, mut looks, mut moved) = (Instant::ZERO, 0, None);
         while now < Instant::ZERO + PLACEMENT_PERIOD * 10 && moved.is_none() {
@@ -464,7 +441,7 @@ mod tests {
             }
             rx += 150;
             let now = Instant::ZERO + epoch * e as u32;
-            let counters = Count { rx, touched: vec![TenantId(1)] };
+            let counters = Count { rx, touched: vec![TenantId(1)], ..Count::default() };
             let acts = core.handle_epoch(now, &mut sched, &counters, 1, |_| true);
             if let Some(a) = acts.first() {
                 launched = Some((e, *a));
