@@ -101,10 +101,15 @@ struct Pending {
 struct Write {
     /// Its number.
     epoch: u64,
-    /// Until when it may still be on its way to the server (0: acknowledged): a read that
-    /// passes meanwhile may be answered before or after it, so its answer does not fill.
+    /// The number its answer passed at (`NOT_ANSWERED` before): a read that passed before
+    /// that may have been answered before or after the write, so its answer does not fill.
+    answered: u64,
+    /// Until when it may still be on its way to the server if its answer never passes (lost,
+    /// or its pending slot taken by another request).
     in_flight_until: u64,
 }
+
+const NOT_ANSWERED: u64 = u64::MAX;
 
 /// Requests remembered at once (direct-mapped: a newer one may push an older one out, whose
 /// answer then neither fills nor shows anything — safe, only a lost hit).
@@ -269,7 +274,8 @@ impl KvCache {
     fn written(&mut self, key: &[u8], now: u64, t: Option<u64>) -> u64 {
         self.epoch += 1;
         let h = key_hash(key);
-        self.writes[Self::write_slot(h)] = Write { epoch: self.epoch, in_flight_until: now.saturating_add(PENDING_NS) };
+        self.writes[Self::write_slot(h)] =
+            Write { epoch: self.epoch, answered: NOT_ANSWERED, in_flight_until: now.saturating_add(PENDING_NS) };
         self.cache.remove(key);
         bump(&self.stats.invalidations, 1);
         if let Some(t) = t {
@@ -278,11 +284,15 @@ impl KvCache {
         self.epoch
     }
 
-    /// True if an answer to a read of `key` that passed at write number `epoch` may be cached:
-    /// no write to it since, and none on its way then.
+    /// True if an answer to a read of `key` that passed at number `epoch` (time `read_at`) may
+    /// be cached: no write to it since, and none on its way then — that is, the last write
+    /// before it had been answered before it passed (by the order they passed in, not their
+    /// times: one batch has one time), or cannot be on its way any more.
     fn may_fill(&self, key: &[u8], epoch: u64, read_at: u64) -> bool {
         let w = self.writes[Self::write_slot(key_hash(key))];
-        w.epoch.max(self.flushed_at) <= epoch && w.in_flight_until.max(self.flush_in_flight_until) <= read_at
+        w.epoch.max(self.flushed_at) <= epoch
+            && (w.answered <= epoch || w.in_flight_until <= read_at)
+            && self.flush_in_flight_until <= read_at
     }
 
     /// A request from a client to the server: true if it was answered here (the packet is now
@@ -383,10 +393,12 @@ impl KvCache {
             return;
         }
         if let Some((h, _)) = p.write {
-            // Whatever the answer, the server has seen the write.
+            // Whatever the answer, the server has seen the write: reads that pass from now on
+            // are answered after it.
             let w = &mut self.writes[Self::write_slot(h)];
             if w.epoch == p.epoch {
-                w.in_flight_until = 0;
+                self.epoch += 1;
+                w.answered = self.epoch;
             }
         }
         if let (Response::Stored, Some((h, Some(pos)))) = (proto::response_kind(text), p.write) {
@@ -613,6 +625,25 @@ mod tests {
         assert_eq!((s.hits.load(Ordering::Relaxed), s.misses.load(Ordering::Relaxed), s.fills.load(Ordering::Relaxed)), (1, 1, 1));
     }
 
+    /// memcached does not read a request's reserved header bytes, and Debian's memcaslap leaves
+    /// whatever its buffer held there: such requests are read (and answered) all the same.
+    #[test]
+    fn requests_with_reserved_bytes_set_are_read_as_memcached_reads_them() {
+        let mut c = nt(Policy::Clock);
+        let dirty = |mut p: TestPkt| {
+            let l = p.meta.inner.unwrap();
+            let pay = p.meta.off as usize + 8 + l.l4_off as usize + 8;
+            p.buf[pay + 6] = 1;
+            p
+        };
+        run(&mut c, 0, dirty(request(1, b"set k 0 0 2\r\nv1\r\n")));
+        run(&mut c, 1, answer(1, b"STORED\r\n"));
+        let (pay, turned, _) = run(&mut c, 2, dirty(request(2, b"get k\r\n")));
+        assert!(turned, "a cached value was not served to a request with reserved bytes set");
+        assert_eq!(text(&pay), b"VALUE k 0 2\r\nv1\r\nEND\r\n");
+        assert_eq!(&pay[6..8], &[0, 0], "the answer's reserved bytes");
+    }
+
     #[test]
     fn several_keys_are_answered_only_when_all_are_cached() {
         let mut c = nt(Policy::Fifo);
@@ -675,6 +706,28 @@ mod tests {
         run(&mut c, 7, request(5, b"get k\r\n"));
         run(&mut c, 7, answer(5, b"VALUE k 0 2\r\nv3\r\nEND\r\n"));
         assert!(run(&mut c, 8, request(6, b"get k\r\n")).1);
+    }
+
+    /// The same read, its answer (the old value) arriving only after the server acknowledged
+    /// the write: it must not fill either, nor replace the value the acknowledgement showed —
+    /// a client told "stored" would read the old value back from the cache.
+    #[test]
+    fn a_read_that_passed_during_a_writes_flight_does_not_fill_after_the_acknowledgement() {
+        let mut c = nt(Policy::Clock);
+        run(&mut c, 0, request(1, b"set k 0 0 2\r\nv2\r\n"));
+        run(&mut c, 1, dgram(("10.0.0.3", 5000), (SERVER, 11211), 7, b"get k\r\n"));
+        run(&mut c, 2, answer(1, b"STORED\r\n"));
+        run(&mut c, 3, dgram((SERVER, 11211), ("10.0.0.3", 5000), 7, b"VALUE k 0 2\r\nv1\r\nEND\r\n"));
+        let (pay, turned, _) = run(&mut c, 4, request(2, b"get k\r\n"));
+        assert!(turned, "the acknowledged value is no longer served");
+        assert_eq!(text(&pay), b"VALUE k 0 2\r\nv2\r\nEND\r\n", "an answer older than an acknowledged write was cached");
+        // The same with the read and the acknowledgement at one instant, the read first (one
+        // batch): the order they passed in decides, not their times.
+        run(&mut c, 5, request(3, b"delete k\r\n"));
+        run(&mut c, 6, dgram(("10.0.0.3", 5000), (SERVER, 11211), 8, b"get k\r\n"));
+        run(&mut c, 6, answer(3, b"DELETED\r\n"));
+        run(&mut c, 7, dgram((SERVER, 11211), ("10.0.0.3", 5000), 8, b"VALUE k 0 2\r\nv2\r\nEND\r\n"));
+        assert!(!run(&mut c, 8, request(4, b"get k\r\n")).1, "a value read while its delete was in flight was cached");
     }
 
     /// A `set` too large for one IP packet reaches the NT as fragments it cannot parse to

@@ -1,8 +1,9 @@
 //! memcached's protocol over UDP, as real clients and servers speak it (memcached's
 //! `doc/protocol.txt`): every datagram starts with an 8-byte frame header (request id, sequence
-//! number, datagram count, 2 reserved bytes that are zero), followed by the text protocol. A
-//! request fits in one datagram (memcached answers a longer one with an error); a response may
-//! span several, each with the request's id and its own sequence number.
+//! number, datagram count, 2 reserved bytes meant to be zero — memcached ignores them, and so
+//! does this: Debian's memcaslap sends whatever its buffer held there), followed by the text
+//! protocol. A request fits in one datagram (memcached answers a longer one with an error); a
+//! response may span several, each with the request's id and its own sequence number.
 //!
 //! Everything here borrows from the datagram: parsing never allocates and never panics, whatever
 //! the bytes (a property test and the `memcache` fuzz target hold it to that).
@@ -28,12 +29,13 @@ pub struct Frame {
 
 impl Frame {
     /// The frame header of `datagram` and the text after it; `None` if it is shorter than a
-    /// header, counts no datagram, numbers itself past the count or has non-zero reserved bytes.
+    /// header, counts no datagram or numbers itself past the count. The reserved bytes are not
+    /// read (memcached does not read them either).
     pub fn parse(datagram: &[u8]) -> Option<(Frame, &[u8])> {
         let h = datagram.get(..FRAME_LEN)?;
         let be = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
         let f = Frame { id: be(0), seq: be(2), total: be(4) };
-        (be(6) == 0 && f.total > 0 && f.seq < f.total).then_some((f, &datagram[FRAME_LEN..]))
+        (f.total > 0 && f.seq < f.total).then_some((f, &datagram[FRAME_LEN..]))
     }
 
     /// Writes the header into `out[..8]`.
@@ -146,9 +148,12 @@ fn words(l: &[u8]) -> impl Iterator<Item = &[u8]> {
     l.split(|&c| c == b' ').filter(|w| !w.is_empty())
 }
 
-/// True if `k` is a key memcached accepts: 1–250 bytes, no control characters or spaces.
+/// True if `k` is a key memcached (1.6) takes as one: 1–250 bytes with no space (it splits a
+/// line at spaces only, so tabs and other control bytes are part of a key, and Debian's
+/// memcaslap writes such keys), no line feed and no NUL (it reads a line as a C string: a
+/// request with one passes on unread, uncached).
 pub fn valid_key(k: &[u8]) -> bool {
-    !k.is_empty() && k.len() <= MAX_KEY && k.iter().all(|&c| c > b' ' && c != 0x7f)
+    !k.is_empty() && k.len() <= MAX_KEY && k.iter().all(|&c| c != b' ' && c != b'\n' && c != 0)
 }
 
 /// The keys of a `get` request's key list.
@@ -179,12 +184,13 @@ pub fn parse_request(text: &[u8]) -> Result<Request<'_>, RequestError> {
     let cmd = w.next().ok_or(RequestError::Unknown)?;
     // The text after the command word and one more (`gat <exptime> <keys>`), as a key list.
     let after = |skip: usize| -> Result<&[u8], RequestError> {
-        let mut t = l.trim_ascii_start();
+        let spaces = |t: &[u8]| t.iter().take_while(|&&c| c == b' ').count();
+        let mut t = &l[spaces(l)..];
         for _ in 0..=skip {
             let n = t.iter().position(|&c| c == b' ').unwrap_or(t.len());
-            t = t[n..].trim_ascii_start();
+            t = &t[n + spaces(&t[n..])..];
         }
-        let t = t.trim_ascii_end();
+        let t = &t[..t.len() - t.iter().rev().take_while(|&&c| c == b' ').count()];
         if t.is_empty() || !keys(t).all(valid_key) {
             return Err(RequestError::BadFormat);
         }
@@ -391,7 +397,9 @@ mod tests {
         let mut d = b.to_vec();
         d.extend_from_slice(b"get k\r\n");
         assert_eq!(Frame::parse(&d), Some((Frame { id: 0x1234, seq: 1, total: 3 }, &b"get k\r\n"[..])));
-        assert_eq!(Frame::parse(&[0, 1, 0, 0, 0, 1, 0, 1]), None, "reserved bytes set");
+        // Reserved bytes set (memcaslap leaves its buffer's bytes there): memcached serves such
+        // a request, and so the NTs read it.
+        assert_eq!(Frame::parse(&[0, 1, 0, 0, 0, 1, 1, 0]), Some((Frame { id: 1, seq: 0, total: 1 }, &[][..])));
         assert_eq!(Frame::parse(&[0, 1, 0, 1, 0, 1, 0, 0]), None, "seq past total");
         assert_eq!(Frame::parse(&[0, 1, 0, 0]), None, "short");
     }
@@ -430,6 +438,27 @@ mod tests {
         assert_eq!(changes(b"set k 0 0 4000"), Changes::All, "no whole line");
         assert_eq!(changes(b"bogus\r\n"), Changes::Nothing, "the server refuses it");
         assert_eq!(changes(b"set\r\n"), Changes::Nothing, "the server refuses it");
+    }
+
+    /// Keys as memcached 1.6.18 reads them (tried against it over UDP): a line splits at
+    /// spaces only, so a tab, a carriage return inside the line or any other control byte is
+    /// part of a key (memcaslap's keys start with such bytes); a NUL ends memcached's line, so
+    /// a key with one is not read here.
+    #[test]
+    fn keys_split_at_spaces_only_as_memcached_splits_them() {
+        let get = |t: &'static [u8]| match parse_request(t) {
+            Ok(Request::Get { keys: k, .. }) => Ok(keys(k).collect::<Vec<_>>()),
+            other => Err(other),
+        };
+        assert_eq!(get(b"get a\tb\r\n"), Ok(vec![&b"a\tb"[..]]));
+        assert_eq!(get(b"get   a\tb   \r\n"), Ok(vec![&b"a\tb"[..]]));
+        assert_eq!(get(b"get \tk z\rq\r\n"), Ok(vec![&b"\tk"[..], b"z\rq"]));
+        assert_eq!(get(b"get \x10\x10k\r\n"), Ok(vec![&b"\x10\x10k"[..]]));
+        assert!(get(b"get a\0b\r\n").is_err());
+        match parse_request(b"set \x10k 0 0 1\r\ny\r\n") {
+            Ok(Request::Store { key, value, .. }) => assert_eq!((key, value), (&b"\x10k"[..], &b"y"[..])),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
