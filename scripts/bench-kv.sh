@@ -95,23 +95,39 @@ for p in ${paths//,/ }; do
     *) echo "bench-kv: unknown path $p" >&2; exit 2 ;;
   esac
 done
+# NT $1's own counter $2 (summed over its regions), from a status the node published after
+# this call began (it publishes every 250 ms).
+nt_counter() {
+  sleep 0.3
+  ip netns exec "$P-n" "$snic" status -o json | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+print(sum(c[2] for r in v["regions"]["instances"] for c in r["counters"] if c[0] == sys.argv[1] and c[1] == sys.argv[2]))
+' "$1" "$2"
+}
 # A second client, Debian's memcaslap over UDP (its own workload: 90% gets, values ~1 KB),
-# verifying a tenth of the values it reads, on the paths a plain client can use.
+# verifying a tenth of the values it reads, on the paths a plain client can use; with a cache
+# NT ($3), the keys it answered (`node_hits`).
 caslap() {
-  ip netns exec "$P-c" timeout -s KILL 120 memcaslap -s "$2:11211" --udp -t "${secs}s" -c 16 -T 1 --verify=0.1 2>&1 | python3 -c '
+  local before=0
+  [ -z "${3:-}" ] || before=$(nt_counter "$3" hits)
+  ip netns exec "$P-c" timeout -s KILL 120 memcaslap -s "$2:11211" --udp -t "${secs}s" -c 16 -T 1 --verify=0.1 >"$work/caslap.out" 2>&1 || true
+  local hits=null
+  [ -z "${3:-}" ] || hits=$(( $(nt_counter "$3" hits) - before ))
+  python3 -c '
 import json, re, sys
-t = sys.stdin.read()
+t = open(sys.argv[2]).read()
 v = {k: int(n) for k, n in re.findall(r"^(\w+): (\d+)$", t, re.M)}
 m = re.search(r"TPS: (\d+)", t)
-print(json.dumps({"bench": "memcaslap", "path": sys.argv[1], "tps": int(m.group(1)) if m else None, **{k: v.get(k) for k in ("cmd_get", "cmd_set", "get_misses", "verify_failed", "udp_timeout", "packet_drop")}}))
-' "$1"
+print(json.dumps({"bench": "memcaslap", "path": sys.argv[1], "tps": int(m.group(1)) if m else None, **{k: v.get(k) for k in ("cmd_get", "cmd_set", "get_misses", "verify_failed", "udp_timeout", "packet_drop")}, "node_hits": json.loads(sys.argv[3])}))
+' "$1" "$work/caslap.out" "$hits"
 }
 if command -v memcaslap >/dev/null 2>&1; then
   for p in ${paths//,/ }; do
     case $p in
       direct) caslap direct 10.9.0.2 ;;
       snic) caslap snic 10.2.0.2 ;;
-      snic-cache) caslap snic-cache 10.1.0.2 ;;
+      snic-cache) caslap snic-cache 10.1.0.2 cache ;;
     esac
   done
 fi
