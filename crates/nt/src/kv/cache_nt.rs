@@ -875,4 +875,78 @@ mod tests {
         assert!(turned);
         assert_eq!(text(&pay), b"VALUE a 0 1\r\nA\r\nVALUE b 0 1\r\nB\r\nEND\r\n");
     }
+
+    proptest::proptest! {
+        /// Clients write two keys (one write to a key at a time, versions 1, 2, … in order)
+        /// and read them; memcached takes requests and sends answers back in any order, as
+        /// its threads do. Whatever the interleaving, a read the NT answers returns the
+        /// version acknowledged last before it passed, or a later one.
+        #[test]
+        fn a_read_answered_here_is_never_older_than_an_acknowledged_write(
+            steps in proptest::collection::vec((0u8..4, 0u8..8), 1..80),
+        ) {
+            enum Req { Write(usize, u32), Read(usize) }
+            let key = |k: usize| ["a", "b"][k];
+            let mut c = nt(Policy::Clock);
+            let (mut now, mut id) = (0u64, 0u16);
+            // The server's versions, the newest acknowledged and the newest issued per key,
+            // and whether a write to a key is on its way.
+            let (mut server, mut acked, mut issued, mut writing) = ([0u32; 2], [0u32; 2], [0u32; 2], [false; 2]);
+            let mut at_server: Vec<(u16, Req)> = vec![];
+            // Answers on their way back: request id, text, and the write (key, version) a
+            // `STORED` acknowledges.
+            struct Answer { id: u16, text: Vec<u8>, write: Option<(usize, u32)> }
+            let mut answers: Vec<Answer> = vec![];
+            for (kind, arg) in steps {
+                now += (arg % 2) as u64;
+                let k = (arg % 2) as usize;
+                match kind {
+                    0 if !writing[k] => {
+                        id += 1;
+                        issued[k] += 1;
+                        writing[k] = true;
+                        let v = format!("v{}", issued[k]);
+                        run(&mut c, now, request(id, format!("set {} 0 0 {}\r\n{v}\r\n", key(k), v.len()).as_bytes()));
+                        at_server.push((id, Req::Write(k, issued[k])));
+                    }
+                    1 => {
+                        id += 1;
+                        let (pay, turned, _) = run(&mut c, now, request(id, format!("get {}\r\n", key(k)).as_bytes()));
+                        if turned {
+                            let t = String::from_utf8(text(&pay).to_vec()).unwrap();
+                            let got: u32 = t.split("\r\nv").nth(1).and_then(|r| r.split('\r').next()).unwrap().parse().unwrap();
+                            proptest::prop_assert!(got >= acked[k], "served v{got} of {} after v{} was acknowledged", key(k), acked[k]);
+                        } else {
+                            at_server.push((id, Req::Read(k)));
+                        }
+                    }
+                    2 if !at_server.is_empty() => {
+                        let (rid, r) = at_server.remove(arg as usize % at_server.len());
+                        match r {
+                            Req::Write(k, v) => {
+                                server[k] = v;
+                                answers.push(Answer { id: rid, text: b"STORED\r\n".to_vec(), write: Some((k, v)) });
+                            }
+                            Req::Read(k) => {
+                                let text = match server[k] {
+                                    0 => "END\r\n".to_string(),
+                                    v => format!("VALUE {} 0 {}\r\nv{v}\r\nEND\r\n", key(k), format!("v{v}").len()),
+                                };
+                                answers.push(Answer { id: rid, text: text.into_bytes(), write: None });
+                            }
+                        }
+                    }
+                    3 if !answers.is_empty() => {
+                        let a = answers.remove(arg as usize % answers.len());
+                        run(&mut c, now, answer(a.id, &a.text));
+                        if let Some((k, v)) = a.write {
+                            acked[k] = acked[k].max(v);
+                            writing[k] = false;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
 }
