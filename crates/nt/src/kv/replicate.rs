@@ -645,6 +645,21 @@ mod tests {
         assert_eq!(n.stats().acked.load(Ordering::Relaxed), 1);
     }
 
+    /// A write as Debian's memcaslap sends it — reserved header bytes set, a key starting with
+    /// control bytes — is one memcached stores: it is replicated like any other, not passed to
+    /// the first replica alone.
+    #[test]
+    fn a_write_with_reserved_bytes_and_control_bytes_in_its_key_is_replicated() {
+        let (mut n, out) = (nt(), Outbox::new(16));
+        let mut req = dgram((CLIENT, 4000), (R[0], 11211), 9, b"set \x10\x10k 0 0 1\r\nx\r\n");
+        let l = req.meta.inner.unwrap();
+        let pay = req.meta.off as usize + 8 + l.l4_off as usize + 8;
+        req.buf[pay + 6] = 1;
+        n.process(&at(0, &out), &mut req.pkt());
+        assert_eq!(sent(&out).len(), 2, "copies to the other two replicas");
+        assert!(out.is_waiting(), "the client's answer waits for all three");
+    }
+
     #[test]
     fn replicas_that_disagree_give_the_client_an_error() {
         let (mut n, out) = (nt(), Outbox::new(16));
