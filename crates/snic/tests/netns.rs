@@ -103,16 +103,14 @@ impl Topo {
     /// The node's status from a snapshot the data plane published after `at` (it publishes
     /// every 250 ms).
     fn status_since(&self, at: Instant) -> serde_json::Value {
-        loop {
+        let mut s = serde_json::Value::Null;
+        wait_for("a status snapshot published since", Duration::from_secs(5), || {
             let waited = at.elapsed().as_millis();
-            let s = self.status();
+            s = self.status();
             let age = s["data_plane"]["last_update_ms"].as_u64().unwrap_or_else(|| panic!("no snapshot age: {s}")) as u128;
-            if waited > age + 1 {
-                return s;
-            }
-            assert!(waited < 5000, "no snapshot published within 5 s: {s}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            waited > age + 1
+        });
+        s
     }
 
     /// The node's status, as `snic status -o json` prints it.

@@ -631,8 +631,7 @@ mod tests {
     fn requests_with_reserved_bytes_set_are_read_as_memcached_reads_them() {
         let mut c = nt(Policy::Clock);
         let dirty = |mut p: TestPkt| {
-            let l = p.meta.inner.unwrap();
-            let pay = p.meta.off as usize + 8 + l.l4_off as usize + 8;
+            let pay = Udp4::of(&p.pkt()).unwrap().pay;
             p.buf[pay + 6] = 1;
             p
         };

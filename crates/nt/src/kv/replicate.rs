@@ -652,8 +652,7 @@ mod tests {
     fn a_write_with_reserved_bytes_and_control_bytes_in_its_key_is_replicated() {
         let (mut n, out) = (nt(), Outbox::new(16));
         let mut req = dgram((CLIENT, 4000), (R[0], 11211), 9, b"set \x10\x10k 0 0 1\r\nx\r\n");
-        let l = req.meta.inner.unwrap();
-        let pay = req.meta.off as usize + 8 + l.l4_off as usize + 8;
+        let pay = Udp4::of(&req.pkt()).unwrap().pay;
         req.buf[pay + 6] = 1;
         n.process(&at(0, &out), &mut req.pkt());
         assert_eq!(sent(&out).len(), 2, "copies to the other two replicas");
