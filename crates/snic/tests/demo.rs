@@ -26,9 +26,13 @@ fn demo_delivers_each_tenants_traffic_transformed() {
         assert_eq!(read, tx + dropped, "{t}");
         assert_eq!(delivered, tx, "{t}");
         assert_eq!(n(t, "unverified_packets"), 0, "every delivered packet carries its chain's rewrite: {t}");
-        // Fair sharing measured the tenant's demand; a lightly loaded node grants all of it.
-        assert!(t["dominant"].is_string() && t["dominant_share"].as_f64().unwrap() > 0.0, "{t}");
-        assert_eq!(t["fair_fraction"], 1.0, "{t}");
+        // Fair sharing measured the tenant's demand and granted all of it, or — on a machine
+        // slow or busy enough that the node's resources bind (a debug build beside two CPU
+        // hogs: the dispatcher 96% busy with green alone) — at least the tenant's equal half
+        // of its dominant resource, as weighted DRF guarantees each of two equal tenants.
+        let (share, fraction) = (t["dominant_share"].as_f64().unwrap(), t["fair_fraction"].as_f64().unwrap());
+        assert!(t["dominant"].is_string() && share > 0.0, "{t}");
+        assert!(fraction == 1.0 || (fraction > 0.0 && fraction < 1.0 && share >= 0.5 - 1e-9), "{t}");
         match t["name"].as_str().unwrap() {
             "blue" => {
                 // One packet in ten is TCP to port 22, which the firewall denies; the others pass.
