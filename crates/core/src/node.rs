@@ -11,9 +11,14 @@
 //!
 //! Between epochs the driver asks [`NodeCore::wants_epoch`] whether anything an epoch looks
 //! after is live (so that an idle node can sleep), and [`NodeCore::next_epoch`] when the next is
-//! due. The packet path (the scheduler, a packet's walk, the join table) and the node's own
-//! tables (DAG routes, regions' contents) stay with the driver, which calls the core's machines
-//! for them directly.
+//! due.
+//!
+//! The packet path is the core's too ([`NodeCore::handle_arrival`] and the rest of
+//! [`packets`]): the scheduler that queues packets at instances and hands out batches by
+//! credits, the join table of parallel groups, and what happens to a packet between its steps.
+//! The driver keeps each packet's [`crate::walk::Walk`] in its descriptor and carries out the
+//! answers (run this batch on that instance, fork copies, launch on demand, transmit, drop). The
+//! node's own tables (DAG routes, regions' contents) stay with the driver.
 //!
 //! Where regions run is decided here too: every [`PLACEMENT_PERIOD`] with worker threads and
 //! automatic placement on, [`NodeCore::handle_placement`] shows the placement policy
@@ -30,15 +35,18 @@
 use crate::elastic::{Act, ElasticConfig, Elasticity};
 use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
+use crate::join::JoinTable;
 use crate::meter::{Arrivals, Counters, Meter};
 use crate::placement::{Move, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
 use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
 use crate::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct, PoolAgent};
-use crate::sched::{InstanceState, Scheduler};
+use crate::sched::{InstanceState, SchedConfig, Scheduler};
 use crate::time::Instant;
 use std::net::SocketAddr;
+
+pub mod packets;
 
 /// What a node's core is built from (its validated configuration's sections, and the node's
 /// sizes).
@@ -64,6 +72,14 @@ pub struct NodeCoreConfig {
     pub auto_place: bool,
     /// The placement policy's thresholds.
     pub placement: PlacementConfig,
+    /// The scheduler's bounds and dispatch quantum.
+    pub sched: SchedConfig,
+    /// Packets being joined at once (the join table's slots; 0 for a node without parallel
+    /// groups).
+    pub join_slots: usize,
+    /// PANIC-style scheduling (paper Fig. 14): a packet goes back to the scheduler after every
+    /// NT of its step, not after the step.
+    pub panic: bool,
 }
 
 /// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
@@ -108,6 +124,13 @@ pub struct NodeCore {
     /// This node can redirect packets to its peers (a pool key, datagram framing): the driver
     /// says so.
     pub pooled: bool,
+    /// The packet path's scheduler: instances, DAG routes, queues and credits. Packets go
+    /// through [`NodeCore::handle_arrival`] and the other packet methods; the driver sets
+    /// instances up and down through it as it carries out [`Act`]s.
+    pub sched: Scheduler<u32>,
+    /// The synchronization buffer of parallel groups.
+    joins: JoinTable<u32>,
+    panic: bool,
     acts: Vec<Act>,
     pool_acts: Vec<PoolAct>,
     placer: Placer,
@@ -127,6 +150,9 @@ impl NodeCore {
             spills: Spills::new(),
             owners: Owners::new(cfg.slots),
             pooled: false,
+            sched: Scheduler::new(cfg.sched),
+            joins: JoinTable::new(cfg.join_slots),
+            panic: cfg.panic,
             acts: Vec::new(),
             pool_acts: Vec::new(),
             placer: Placer::new(cfg.placement),
@@ -150,7 +176,8 @@ impl NodeCore {
     /// True while an epoch has anything to look after in the core: tenants with demand or
     /// limits, instances stopping, or (with elasticity) running instances that may scale in or
     /// be descheduled.
-    pub fn wants_epoch(&self, sched: &Scheduler<u32>) -> bool {
+    pub fn wants_epoch(&self) -> bool {
+        let sched = &self.sched;
         !self.meter.quiet()
             || sched.has_parked()
             || self.pool.has_placed()
@@ -158,25 +185,38 @@ impl NodeCore {
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
-    /// The epoch ends at `now`: `counters` are the node's (cumulative), `sched` its packet
-    /// path (whose arrivals the demand model drains, and which is given the NTs' measured
-    /// costs: the scheduler), `live` says which of its `chains` chain ids are in use. Returns
-    /// what the elasticity policy decided, for the driver to carry out (and the pool agent's
-    /// decisions wait in [`NodeCore::pool_acts`]).
-    pub fn handle_epoch(
+    /// The epoch ends at `now`: `counters` are the node's (cumulative), `live` says which of
+    /// its `chains` chain ids are in use. The demand model drains the scheduler's arrivals, and
+    /// the scheduler is given the NTs' measured costs. Returns what the elasticity policy
+    /// decided, for the driver to carry out (and the pool agent's decisions wait in
+    /// [`NodeCore::pool_acts`]).
+    pub fn handle_epoch(&mut self, now: Instant, counters: &impl Counters, chains: usize, live: impl Fn(ChainId) -> bool) -> &[Act] {
+        Self::measure(&mut self.meter, &mut self.sched, now, counters);
+        self.handle_loads(now, chains, Meter::chain_load, live)
+    }
+
+    /// [`NodeCore::handle_epoch`] for a node whose packet path is not the scheduler (a
+    /// simulator's fluid node): `path` gives the epoch's arrivals and takes the NTs' costs.
+    pub fn handle_fluid_epoch(
         &mut self,
         now: Instant,
-        sched: &mut impl PacketPath,
+        path: &mut impl PacketPath,
         counters: &impl Counters,
         chains: usize,
         live: impl Fn(ChainId) -> bool,
     ) -> &[Act] {
-        self.meter.end_epoch(now, sched, counters);
-        for i in 0..sched.instance_count() {
-            let inst = InstanceId(i as u16);
-            sched.set_cost(inst, self.meter.chain_cost_ns(sched.chain_of(inst)));
-        }
+        Self::measure(&mut self.meter, path, now, counters);
         self.handle_loads(now, chains, Meter::chain_load, live)
+    }
+
+    /// The demand model's epoch: `path`'s arrivals and the counters in, and each instance of
+    /// `path` given its chain's measured cost.
+    fn measure(meter: &mut Meter, path: &mut impl PacketPath, now: Instant, counters: &impl Counters) {
+        meter.end_epoch(now, path, counters);
+        for i in 0..path.instance_count() {
+            let inst = InstanceId(i as u16);
+            path.set_cost(inst, meter.chain_cost_ns(path.chain_of(inst)));
+        }
     }
 
     /// The epoch's decisions on chains, given each chain's load of the epoch (instances' worth;
@@ -278,14 +318,15 @@ impl NodeCore {
         crate::pool::on_demand(&mut self.elastic, &self.pool, chain, key, now)
     }
 
-    /// Where the running instances of `sched` should run, looked at once every
+    /// Where the running instances should run, looked at once every
     /// [`PLACEMENT_PERIOD`] (and not while `moving`: the move under way finishes first), with
     /// automatic placement on and `workers` worker threads; `at[i]` is where instance `i`'s
     /// region runs now (missing: on the dispatcher's thread). Returns the one move to make now,
     /// if any, which the driver carries out and then reports with [`NodeCore::placed`]. Each
     /// instance's cost and load are the demand model's of the last epoch (its chain's load
     /// split evenly over the chain's instances).
-    pub fn handle_placement(&mut self, now: Instant, sched: &Scheduler<u32>, at: &[Place], workers: usize, moving: bool) -> Option<Move> {
+    pub fn handle_placement(&mut self, now: Instant, at: &[Place], workers: usize, moving: bool) -> Option<Move> {
+        let sched = &self.sched;
         if !self.auto_place || workers == 0 || moving || now < self.next_look {
             return None;
         }
@@ -317,7 +358,7 @@ mod tests {
     use crate::dag::{DagRoute, NtMask, Step};
     use crate::ids::{DagUid, TenantId};
     use crate::meter::TenantCounters;
-    use crate::sched::SchedConfig;
+    use crate::walk::Walk;
     use core::time::Duration;
 
     /// A node's counters: one tenant that received `rx` packets so far, and instance `i`'s NT
@@ -364,15 +405,17 @@ mod tests {
             slots: None,
             auto_place: true,
             placement: PlacementConfig::default(),
+            sched: SchedConfig::default(),
+            join_slots: 0,
+            panic: false,
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
-        let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());
         // Chain 0 costs 20 µs a packet, chain 1 100 ns: both on the dispatcher's thread.
         let mut insts = Vec::new();
         for name in ["long", "short"] {
-            let chain = sched.add_chain(1);
+            let chain = core.sched.add_chain(1);
             core.meter.add_chain(&[name]);
-            let inst = sched.add_instance(chain, 64).unwrap();
+            let inst = core.sched.add_instance(chain, 64).unwrap();
             core.meter.add_instance(chain, inst, &[None], false);
             insts.push(inst);
         }
@@ -383,10 +426,10 @@ mod tests {
         while now < Instant::ZERO + PLACEMENT_PERIOD * 10 && moved.is_none() {
             now = now + epoch;
             counters.n += 300;
-            core.handle_epoch(now, &mut sched, &counters, 2, |_| true);
-            assert_eq!(core.handle_placement(now, &sched, &at, 1, true), None, "no look while a move is under way");
+            core.handle_epoch(now, &counters, 2, |_| true);
+            assert_eq!(core.handle_placement(now, &at, 1, true), None, "no look while a move is under way");
             let before = core.next_look;
-            moved = core.handle_placement(now, &sched, &at, 1, false);
+            moved = core.handle_placement(now, &at, 1, false);
             if core.next_look != before {
                 looks += 1;
                 assert!(looks == 1 || core.next_look == before + PLACEMENT_PERIOD, "a look once a period");
@@ -395,9 +438,9 @@ mod tests {
         assert_eq!(moved, Some(Move { id: insts[0], to: Place::Worker(0) }), "the long instance goes to the worker");
         assert_eq!(looks, 3, "after `hold` looks in a row");
         // Without workers or with automatic placement off, nothing is proposed.
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &sched, &at, 0, false), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &at, 0, false), None);
         core.auto_place = false;
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &sched, &at, 1, false), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &at, 1, false), None);
     }
 
     #[test]
@@ -414,35 +457,37 @@ mod tests {
             slots: None,
             auto_place: false,
             placement: PlacementConfig::default(),
+            sched: SchedConfig::default(),
+            join_slots: 0,
+            panic: false,
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
-        let mut sched: Scheduler<u32> = Scheduler::new(SchedConfig::default());
-        let chain = sched.add_chain(1);
+        let chain = core.sched.add_chain(1);
         core.meter.add_chain(&["nt"]);
         // One instance of 100 kpps, running in region 0.
-        let inst = sched.add_instance(chain, 64).unwrap();
+        let inst = core.sched.add_instance(chain, 64).unwrap();
         core.meter.add_instance(chain, inst, &[Some(100_000.0)], false);
         core.elastic.add_chain(chain);
         let region = core.elastic.prelaunch(chain, Instant::ZERO).unwrap();
         core.elastic.running(region);
         core.meter.set_tenant(TenantId(1), 1.0);
-        sched.set_dag(DagUid(1), DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]));
-        assert!(core.wants_epoch(&sched), "a running elastic instance may scale in");
+        core.sched.set_dag(DagUid(1), DagRoute::new(vec![Step { chain, mask: NtMask::all(1) }]));
+        assert!(core.wants_epoch(), "a running elastic instance may scale in");
 
         // 150 packets a millisecond: 1.5 instances' worth, held for more than a period.
         let (mut rx, mut launched) = (0u64, None);
         for e in 1..=20u64 {
             for k in 0..150u32 {
-                let _ = sched.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, k as u64, k);
+                let _ = core.handle_arrival(&mut Walk::start(DagUid(1)), Instant::ZERO, TenantId(1), k as u64, k);
                 let mut out = Vec::new();
-                if let Some(i) = sched.poll_dispatch(&mut out, 64) {
-                    sched.handle_completion(i, out.len() as u32);
+                if let Some(i) = core.poll_dispatch(&mut out, 64) {
+                    core.handle_completion(i, out.len() as u32);
                 }
             }
             rx += 150;
             let now = Instant::ZERO + epoch * e as u32;
             let counters = Count { rx, touched: vec![TenantId(1)], ..Count::default() };
-            let acts = core.handle_epoch(now, &mut sched, &counters, 1, |_| true);
+            let acts = core.handle_epoch(now, &counters, 1, |_| true);
             if let Some(a) = acts.first() {
                 launched = Some((e, *a));
                 break;

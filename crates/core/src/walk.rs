@@ -73,6 +73,10 @@ pub enum Ran {
     Out,
     /// On to the next step ([`Walk::enter`] it; `pos` has moved on).
     Next,
+    /// PANIC-style: the step has another NT, and the packet runs it next on the same instance
+    /// (the driver queues it there again). Only the node's core says so
+    /// ([`crate::node::NodeCore::handle_ran`]), which knows the mode.
+    Again,
 }
 
 impl Walk {

@@ -22,7 +22,6 @@ use snic_core::dags::{DagAct, DagTable};
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
-use snic_core::join::JoinTable;
 use snic_core::mat::{Action, Mat, MatKey};
 use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
@@ -207,7 +206,6 @@ pub struct Node<B: Backend> {
     work_timer: WorkTimer,
     store: Store,
     slots: Arc<Slots>,
-    sched: Scheduler<u32>,
     mat: Arc<ArcSwap<Mat>>,
     fdb: Fdb,
     chains: Vec<Vec<NtSpec>>,
@@ -245,8 +243,6 @@ pub struct Node<B: Backend> {
     polls: u64,
     sample_nt_ns: u64,
     elastic: Elastic,
-    /// Packets forked to parallel NTs, waiting for their branches.
-    joins: JoinTable<u32>,
     /// Batches for regions on the dispatcher's thread, run after the workers got theirs.
     deferred: Vec<Work>,
     /// The deployed DAGs: their routes per chain candidate, and switches under way.
@@ -371,6 +367,7 @@ impl<B: Backend> Node<B> {
             }
         }
         let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() };
+        let queues = backend.rx_queues().max(1);
         let core = NodeCore::new(
             NodeCoreConfig {
                 fair: cfg.fair,
@@ -383,23 +380,24 @@ impl<B: Backend> Node<B> {
                 slots: cfg.slots,
                 auto_place: cfg.auto_place,
                 placement: cfg.placement,
+                sched: SchedConfig {
+                    max_queue_per_tenant: cfg.max_queue_per_tenant,
+                    quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
+                    max_held: 4 * cfg.max_queue_per_tenant,
+                    // With a receive queue per tenant, other tenants' packets wait unread while a
+                    // batch runs: bound a batch's work to a quantum.
+                    quantum_alone: queues > 1,
+                },
+                join_slots: cfg.store_buffers / 2,
+                panic: cfg.panic_mode,
             },
             clock.now(),
         );
-        let queues = backend.rx_queues().max(1);
         Ok(Node {
             framing: backend.framing(),
             backend,
             work_timer,
             clock,
-            sched: Scheduler::new(SchedConfig {
-                max_queue_per_tenant: cfg.max_queue_per_tenant,
-                quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
-                max_held: 4 * cfg.max_queue_per_tenant,
-                // With a receive queue per tenant, other tenants' packets wait unread while a
-                // batch runs: bound a batch's work to a quantum.
-                quantum_alone: queues > 1,
-            }),
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.max_learned_macs),
             chains: Vec::new(),
@@ -422,7 +420,6 @@ impl<B: Backend> Node<B> {
             polls: 0,
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.elastic.regions, cfg.workers),
-            joins: JoinTable::new(cfg.store_buffers / 2),
             deferred: Vec::with_capacity(64),
             dags: DagTable::new(),
             dag_acts: Vec::new(),
@@ -473,7 +470,7 @@ impl<B: Backend> Node<B> {
 
     /// The scheduler, read-only.
     pub fn sched(&self) -> &Scheduler<u32> {
-        &self.sched
+        &self.core.sched
     }
 
     /// Counters.
@@ -511,7 +508,7 @@ impl<B: Backend> Node<B> {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
         let single = specs.iter().any(NtSpec::single_instance);
         if let Some(id) = self.life.reusable() {
-            if self.sched.reuse_chain(id, specs.len()) {
+            if self.core.sched.reuse_chain(id, specs.len()) {
                 // (Its elastic state was forgotten when it was removed.)
                 self.core.meter.reuse_chain(id, &kinds);
                 self.core.elastic.set_single_instance(id, single);
@@ -520,7 +517,7 @@ impl<B: Backend> Node<B> {
                 return id;
             }
         }
-        let id = self.sched.add_chain(specs.len());
+        let id = self.core.sched.add_chain(specs.len());
         self.core.meter.add_chain(&kinds);
         self.elastic.add_chain();
         self.core.elastic.add_chain(id);
@@ -539,7 +536,7 @@ impl<B: Backend> Node<B> {
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
         self.core.meter.set_tenant(t, weight);
         self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
-        self.sched.set_weight(t, weight.round().max(1.0) as u32);
+        self.core.sched.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
     }
 
@@ -589,7 +586,7 @@ impl<B: Backend> Node<B> {
         }
         let nts = self.build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
-        let inst = self.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         self.install(chain, inst, nts, place)?;
         Ok(inst)
     }
@@ -649,7 +646,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let epoch = self.core.next_epoch().saturating_since(now);
         let launch = self.elastic.pending.iter().map(|p| p.ready_at.saturating_since(now)).min();
-        let busy = self.core.wants_epoch(&self.sched)
+        let busy = self.core.wants_epoch()
             || !self.stats.touched().is_empty()
             || !self.elastic.waiting.is_empty()
             || self.dags.switching()
@@ -724,7 +721,7 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.core.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
-        if !self.elastic.pending.is_empty() || self.sched.has_parked() || !self.elastic.waiting.is_empty() {
+        if !self.elastic.pending.is_empty() || self.core.sched.has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
         }
         if self.dags.switching() {
@@ -823,7 +820,7 @@ impl<B: Backend> Node<B> {
             rq.touched.resize(n, true);
             // Other tenants' packets may now wait unread while a batch runs (as for a node
             // started with its queues).
-            self.sched.set_quantum_alone(n > 1);
+            self.core.sched.set_quantum_alone(n > 1);
         }
         // One queue is everyone's: never one tenant's.
         if self.rx_queues.tenant.len() > 1 && queue < self.rx_queues.tenant.len() {
@@ -872,7 +869,7 @@ impl<B: Backend> Node<B> {
         let counters =
             EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
         let life = &self.life;
-        let acts = self.core.handle_epoch(now, &mut self.sched, &counters, life.len(), |c| life.is_live(c));
+        let acts = self.core.handle_epoch(now, &counters, life.len(), |c| life.is_live(c));
         self.elastic.acts.clear();
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();
@@ -893,7 +890,7 @@ impl<B: Backend> Node<B> {
         let active = |s: &Scheduler<u32>, i: usize| {
             matches!(s.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
         };
-        let (sched, e) = (&self.sched, &mut self.exec);
+        let (sched, e) = (&self.core.sched, &mut self.exec);
         e.on_worker.clear();
         e.on_worker.extend(e.placement.iter().enumerate().map(|(i, p)| match p {
             Place::Worker(k) if active(sched, i) => Some(*k),
@@ -902,7 +899,7 @@ impl<B: Backend> Node<B> {
         snic_core::placement::inflight_caps(&e.on_worker, self.cfg.dispatch_quantum.as_nanos() as f64, &mut e.caps);
         for (i, (cap, p)) in self.exec.caps.iter().zip(&self.exec.placement).enumerate() {
             if matches!(p, Place::Worker(_)) {
-                self.sched.set_inflight_cap(InstanceId(i as u16), *cap);
+                self.core.sched.set_inflight_cap(InstanceId(i as u16), *cap);
             }
         }
     }
@@ -1105,7 +1102,7 @@ impl<B: Backend> Node<B> {
     fn walk_enter(&mut self, idx: u32, now: Instant) -> Entered {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        d.walk.enter(&mut self.sched, now, d.meta.tenant, d.flow_hash, idx, self.cfg.panic_mode)
+        self.core.handle_arrival(&mut d.walk, now, d.meta.tenant, d.flow_hash, idx)
     }
 
     /// Does what entering a step came to: queued (and forked, if the step starts a parallel
@@ -1135,21 +1132,13 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// PANIC-style: `idx` ran one NT of its step; if the step has more, back to the scheduler
-    /// for the next one (true), else on as usual (false).
+    /// PANIC-style: `idx` ran one NT of its step and goes back to `inst` for the next one.
     #[cold]
     #[inline(never)]
-    fn panic_next(&mut self, inst: InstanceId, idx: u32) -> bool {
-        // SAFETY: the dispatcher owns `idx` (its batch came back).
-        let (_, d) = unsafe { self.slots.get(idx) };
-        if d.verdict.is_some() || !d.walk.panic_next(&self.sched) {
-            return false;
-        }
-        let t = d.meta.tenant;
-        if let Err(e) = self.sched.requeue(inst, t, idx) {
+    fn requeue(&mut self, inst: InstanceId, idx: u32, t: TenantId) {
+        if let Err(e) = self.core.handle_requeue(inst, t, idx) {
             self.drop_charged(idx, t, Drop::Sched(e));
         }
-        true
     }
 
     /// The packet's chain (at its DAG position) has no active instance: launch or resume one
@@ -1162,7 +1151,7 @@ impl<B: Backend> Node<B> {
         loop {
             // SAFETY: the dispatcher owns `idx`.
             let (_, d) = unsafe { slots.get(idx) };
-            let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else {
+            let Some(chain) = self.core.sched.chain_at(d.walk.dag, d.walk.pos) else {
                 return self.refuse(idx, Drop::Sched(Reject::UnknownDag), now);
             };
             match self.on_demand(chain, d.walk.dag.0, d.walk.pos, now) {
@@ -1179,7 +1168,7 @@ impl<B: Backend> Node<B> {
                     return self.elastic.waiting.push_back(idx);
                 }
                 OnDemand::Wait | OnDemand::Nothing => return self.refuse(idx, Drop::Sched(Reject::NoInstance), now),
-                OnDemand::Endpoint => match d.walk.skip(&self.sched) {
+                OnDemand::Endpoint => match d.walk.skip(&self.core.sched) {
                     Skip::Fork { branches } => {
                         // Its copies run the group's other branches; it joins them.
                         self.fork(idx, branches, now);
@@ -1210,7 +1199,7 @@ impl<B: Backend> Node<B> {
         let mut turns = 2 * self.region_counters.len().max(1);
         while turns > 0 {
             turns -= 1;
-            let Some(inst) = self.sched.poll_dispatch(&mut batch, max) else { break };
+            let Some(inst) = self.core.poll_dispatch(&mut batch, max) else { break };
             n += batch.len();
             for &idx in &batch {
                 // SAFETY: the dispatcher owns queued indices.
@@ -1307,7 +1296,7 @@ impl<B: Backend> Node<B> {
     }
 
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
-        self.sched.handle_completion(inst, batch.len() as u32);
+        self.core.handle_completion(inst, batch.len() as u32);
         if let Some(Some(c)) = self.region_counters.get(inst.index()) {
             if c.outbox.as_ref().is_some_and(|o| o.is_pending()) {
                 let c = c.clone();
@@ -1315,12 +1304,9 @@ impl<B: Backend> Node<B> {
             }
         }
         for &idx in batch {
-            if self.cfg.panic_mode && self.panic_next(inst, idx) {
-                continue;
-            }
             // SAFETY: the batch came back to the dispatcher, which owns it again.
             let (_, d) = unsafe { self.slots.get(idx) };
-            match d.walk.ran(d.verdict.is_some()) {
+            match self.core.handle_ran(&mut d.walk, d.verdict.is_some()) {
                 Ran::Join => self.join_arrive(idx, now),
                 Ran::Drop => {
                     // (`ran` says Drop only for a packet with a verdict.)
@@ -1329,6 +1315,7 @@ impl<B: Backend> Node<B> {
                 }
                 Ran::Out => self.egress(idx),
                 Ran::Next => self.enter(idx, now),
+                Ran::Again => self.requeue(inst, idx, d.meta.tenant),
             }
         }
     }

@@ -1,10 +1,10 @@
 //! The `chaining` experiment (paper Fig. 14 and 15, under load): a sequence of NTs deployed as
 //! one chain, as two half chains, in PANIC-style scheduling (back to the central scheduler after
 //! every NT), or — for NTs that do not depend on each other — as parallel chains that fork and
-//! join. A packet-level discrete-event simulation that drives `snic-core`'s credit scheduler
-//! ([`Scheduler`]: `handle_packet`, `poll_dispatch`, `handle_completion`, `requeue`,
-//! `panic_next`) and synchronization buffer ([`JoinTable`]) — the calls the daemon's dispatcher
-//! makes — on a virtual clock.
+//! join. A packet-level discrete-event simulation that drives a node's core ([`NodeCore`]: its
+//! credit scheduler, synchronization buffer and packet path — `handle_arrival`, `handle_fork`,
+//! `poll_dispatch`, `handle_completion`, `handle_ran`, `handle_requeue`, `handle_branch`, the
+//! calls the daemon's dispatcher makes) on a virtual clock.
 //!
 //! **Model.** Packets arrive as a Poisson stream of one tenant's `flows` flows — or, when the
 //! scenario has a `[topology]` and a `[workload]`, from the workload's generators: each endpoint
@@ -27,8 +27,9 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
 use snic_core::ids::{DagUid, InstanceId, TenantId};
-use snic_core::join::{JoinId, JoinTable};
-use snic_core::sched::{SchedConfig, Scheduler};
+use snic_core::join::JoinId;
+use snic_core::node::{NodeCore, NodeCoreConfig};
+use snic_core::sched::SchedConfig;
 use snic_core::time::Instant;
 use snic_core::walk::{Entered, Ran, Walk};
 use std::cmp::Reverse;
@@ -269,8 +270,8 @@ fn flow_hashes(tenants: usize, flows: u32) -> Vec<u64> {
 struct Run {
     nts: usize,
     mode: Mode,
-    sched: Scheduler<u32>,
-    joins: JoinTable<u32>,
+    /// The node's core: its scheduler, join table and packet path.
+    core: NodeCore,
     /// Steps of the route: the chains the sequence was split into.
     steps: usize,
     /// Packets waiting for a decision, in order of arrival at the scheduler.
@@ -298,23 +299,39 @@ struct Run {
 }
 
 impl Run {
-    /// The scheduler with `n` NTs deployed as `mode` asks: chains, instances, route.
+    /// A node's core with `n` NTs deployed as `mode` asks: chains, instances, route.
     fn new(spec: &ChainingSpec, n: usize, mode: Mode, tenants: usize) -> Run {
-        let mut sched = Scheduler::new(SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() });
         let a = n.div_ceil(2);
         let sizes: Vec<usize> = match mode {
             Mode::Single | Mode::Panic => vec![n],
             Mode::Half | Mode::HalfParallel => vec![a, n - a],
             Mode::Parallel => vec![1; n],
         };
+        // Regions in proportion to the chains' NTs: every NT gets one region's worth.
+        let regions: usize = sizes.iter().sum();
+        let mut core = NodeCore::new(
+            NodeCoreConfig {
+                fair: Default::default(),
+                link_bps: 100e9,
+                workers: 0,
+                store_buffers: spec.queue * regions,
+                max_tenants: tenants + 1,
+                elastic: Default::default(),
+                pool: Default::default(),
+                slots: None,
+                auto_place: false,
+                placement: Default::default(),
+                sched: SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() },
+                join_slots: spec.queue * regions,
+                panic: mode == Mode::Panic,
+            },
+            Instant::ZERO,
+        );
         let mut steps = Vec::new();
-        let mut regions = 0;
         for &k in &sizes {
-            let c = sched.add_chain(k);
-            // Regions in proportion to the chain's NTs: every NT gets one region's worth.
+            let c = core.sched.add_chain(k);
             for _ in 0..k {
-                sched.add_instance(c, spec.credits).expect("a new chain takes instances");
-                regions += 1;
+                core.sched.add_instance(c, spec.credits).expect("a new chain takes instances");
             }
             steps.push(Step { chain: c, mask: NtMask::all(k) });
         }
@@ -322,12 +339,11 @@ impl Run {
             Mode::HalfParallel | Mode::Parallel => DagRoute::with_groups(steps, &[(0, sizes.len())]).expect("2..=8 branches"),
             _ => DagRoute::new(steps),
         };
-        sched.set_dag(DAG, route);
+        core.sched.set_dag(DAG, route);
         Run {
             nts: n,
             mode,
-            sched,
-            joins: JoinTable::new(spec.queue * regions),
+            core,
             steps: sizes.len(),
             free_at: vec![0; regions],
             pkts: Vec::new(),
@@ -393,7 +409,7 @@ impl Run {
             return;
         };
         let p = self.pkts[i as usize];
-        let k = if p.back_to.is_some() { 1 } else { self.sched.fork_at(DAG, p.walk.pos).0.max(1) as u64 };
+        let k = if p.back_to.is_some() { 1 } else { self.core.sched.fork_at(DAG, p.walk.pos).0.max(1) as u64 };
         let t = k as f64 * spec.sched_ns;
         self.sched_busy += t;
         self.visits += k;
@@ -405,14 +421,14 @@ impl Run {
         let p = self.pkts[i as usize];
         let tenant = TenantId(p.tenant);
         if let Some(inst) = p.back_to {
-            if self.sched.requeue(inst, tenant, i).is_err() {
+            if self.core.handle_requeue(inst, tenant, i).is_err() {
                 self.drop_pkt(i);
             }
             return;
         }
         let hash = self.hashes[p.flow as usize];
         let mut w = p.walk;
-        let e = w.enter(&mut self.sched, Instant::ZERO + Duration::from_nanos(now), tenant, hash, i, self.mode == Mode::Panic);
+        let e = self.core.handle_arrival(&mut w, Instant::ZERO + Duration::from_nanos(now), tenant, hash, i);
         self.pkts[i as usize].walk = w;
         match e {
             Entered::Queued { branches: 0 } => {}
@@ -425,13 +441,13 @@ impl Run {
     /// `i` starts a parallel group of `branches` steps: a copy for each other step (the
     /// decision's time included them).
     fn fork(&mut self, i: u32, branches: u8, now: u64) {
-        let Some(j) = self.pkts[i as usize].walk.fork(&mut self.joins, branches) else { return };
+        let Some(j) = self.core.handle_fork(&mut self.pkts[i as usize].walk, branches) else { return };
         for b in 1..branches {
             let p = self.pkts[i as usize];
             let c = self.alloc(Pkt { walk: p.walk.branch_copy(b), ..p });
             let at = Instant::ZERO + Duration::from_nanos(now);
             let mut w = self.pkts[c as usize].walk;
-            match w.enter(&mut self.sched, at, TenantId(p.tenant), self.hashes[p.flow as usize], c, self.mode == Mode::Panic) {
+            match self.core.handle_arrival(&mut w, at, TenantId(p.tenant), self.hashes[p.flow as usize], c) {
                 Entered::Queued { .. } => self.pkts[c as usize].walk = w,
                 // Counted once, when the join sees the drop.
                 _ => self.branch_back(j, b, c, true, now),
@@ -442,7 +458,7 @@ impl Run {
     /// Moves every packet that has a credit to its region.
     fn dispatch(&mut self, spec: &ChainingSpec, now: u64) {
         let mut out = std::mem::take(&mut self.out);
-        while let Some(inst) = self.sched.poll_dispatch(&mut out, 32) {
+        while let Some(inst) = self.core.poll_dispatch(&mut out, 32) {
             for &i in &out {
                 let cost = self.pkts[i as usize].walk.mask.count() as u64 * spec.nt_ns as u64;
                 let start = self.free_at[inst.index()].max(now + spec.hop_ns as u64);
@@ -455,21 +471,19 @@ impl Run {
 
     /// Region `inst` finished `i` at `now`.
     fn done(&mut self, spec: &ChainingSpec, inst: InstanceId, i: u32, now: u64) {
-        self.sched.handle_completion(inst, 1);
+        self.core.handle_completion(inst, 1);
         let back = now + spec.hop_ns as u64;
         let mut w = self.pkts[i as usize].walk;
-        if self.mode == Mode::Panic {
-            if w.panic_next(&self.sched) {
-                let q = &mut self.pkts[i as usize];
-                q.walk = w;
-                q.back_to = Some(inst);
-                return self.visit(i, back);
-            }
-            self.pkts[i as usize].back_to = None;
-        }
-        let ran = w.ran(false);
-        self.pkts[i as usize].walk = w;
+        let ran = self.core.handle_ran(&mut w, false);
+        let q = &mut self.pkts[i as usize];
+        q.walk = w;
+        q.back_to = None;
         match ran {
+            // PANIC: back through the scheduler to the same instance, for the step's next NT.
+            Ran::Again => {
+                q.back_to = Some(inst);
+                self.visit(i, back)
+            }
             // Branches join at the scheduler's synchronization buffer.
             Ran::Join => match w.join_slot() {
                 Some(j) => self.branch_back(j, w.branch, i, false, back),
@@ -483,7 +497,7 @@ impl Run {
 
     /// Branch `b` of a forked packet is back: when it is the last, the packet goes on.
     fn branch_back(&mut self, j: JoinId, b: u8, i: u32, dropped: bool, now: u64) {
-        let Some(joined) = self.joins.arrive(j, b as usize, i, dropped) else { return };
+        let Some(joined) = self.core.handle_branch(j, b, i, dropped) else { return };
         let copies = joined.items.iter().flatten().copied();
         let orig = joined.items[0];
         for c in copies.filter(|&c| Some(c) != orig) {
@@ -495,7 +509,7 @@ impl Run {
         }
         let w = &mut self.pkts[orig as usize].walk;
         w.joined();
-        if w.at_end(&self.sched) {
+        if self.core.at_end(w) {
             self.deliver(orig, now);
         } else {
             // Steps after the group: the scheduler decides the next one (it is at hand).

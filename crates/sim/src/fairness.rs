@@ -192,6 +192,9 @@ impl FairnessSpec {
                 // (The fluid node has no worker threads to place regions on.)
                 auto_place: false,
                 placement: Default::default(),
+                sched: Default::default(),
+                join_slots: 0,
+                panic: false,
             },
             Instant::ZERO,
         );
@@ -260,7 +263,7 @@ impl FairnessSpec {
                 );
             }
             let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
-            core.handle_epoch(now, &mut arrivals, &node, 0, |_| false);
+            core.handle_fluid_epoch(now, &mut arrivals, &node, 0, |_| false);
         }
         let f = core.meter.fairness();
         let resource = |d: usize| f.resources()[d].name.clone();

@@ -187,6 +187,9 @@ impl PoolSim {
                     // (The fluid node has no worker threads to place regions on.)
                     auto_place: false,
                     placement: Default::default(),
+                    sched: Default::default(),
+                    join_slots: 0,
+                    panic: false,
                 },
                 Instant::ZERO,
             );

@@ -95,7 +95,7 @@ impl<B: Backend> Node<B> {
     /// Takes a parked instance's region away; its NTs' state is saved for the chain's next
     /// launch, and its region is empty.
     pub(super) fn teardown(&mut self, inst: InstanceId) {
-        let chain = self.sched.chain_of(inst);
+        let chain = self.core.sched.chain_of(inst);
         let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher) {
             Place::Dispatcher => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
@@ -110,7 +110,7 @@ impl<B: Backend> Node<B> {
             }
         }
         self.core.meter.set_active(inst, false);
-        let _ = self.sched.remove_instance(inst);
+        let _ = self.core.sched.remove_instance(inst);
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
         }
@@ -136,7 +136,7 @@ impl<B: Backend> Node<B> {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
-        let inst = self.sched.add_launching(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.sched.add_launching(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at: now, evict: None, requested: now };
         self.start(p, EventKind::Prelaunch, build);
         Ok(Some(inst))
@@ -227,7 +227,7 @@ impl<B: Backend> Node<B> {
             self.core.elastic.free(region);
             return OnDemand::Nothing;
         };
-        let Ok(inst) = self.sched.add_launching(chain, self.cfg.credits) else {
+        let Ok(inst) = self.core.sched.add_launching(chain, self.cfg.credits) else {
             self.elastic.saved[chain.index()].push(nts);
             return OnDemand::Nothing;
         };
@@ -239,9 +239,9 @@ impl<B: Backend> Node<B> {
     /// Stop-and-launch, stop part: the running chain takes no new packets and finishes what it
     /// has (a victim has nothing and goes at once).
     fn stop_for_eviction(&mut self, old: InstanceId) {
-        match self.sched.state(old) {
+        match self.core.sched.state(old) {
             // Refused only while its chain's instances are changing: retried as launches advance.
-            InstanceState::Running if self.sched.stop_instance(old).is_ok() => self.core.meter.set_active(old, false),
+            InstanceState::Running if self.core.sched.stop_instance(old).is_ok() => self.core.meter.set_active(old, false),
             InstanceState::Parked => self.teardown(old),
             _ => {}
         }
@@ -252,9 +252,9 @@ impl<B: Backend> Node<B> {
     /// start running. Called every poll while any is pending.
     pub(super) fn advance_elastic(&mut self, now: Instant) {
         let mut ran = false;
-        while let Some(p) = self.sched.take_parked() {
+        while let Some(p) = self.core.sched.take_parked() {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
-            let live = self.is_live(self.sched.chain_of(p));
+            let live = self.is_live(self.core.sched.chain_of(p));
             match self.elastic.slot_of(p) {
                 Some(slot) if !evicting => {
                     if !self.core.elastic.stopped(slot, now, live) {
@@ -285,7 +285,7 @@ impl<B: Backend> Node<B> {
             let inst = match planned {
                 Some(inst) => inst,
                 // A scale-out joins the chain's instances now that it can run.
-                None => match self.sched.add_instance(chain, self.cfg.credits) {
+                None => match self.core.sched.add_instance(chain, self.cfg.credits) {
                     Ok(inst) => inst,
                     Err(_) => {
                         i += 1;
@@ -302,7 +302,7 @@ impl<B: Backend> Node<B> {
             }
             self.elastic.slots[slot].0 = Some(inst);
             if p.inst.is_some() {
-                let _ = self.sched.set_running(inst);
+                let _ = self.core.sched.set_running(inst);
             }
             self.core.elastic.running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
@@ -323,7 +323,7 @@ impl<B: Backend> Node<B> {
         for idx in all {
             // SAFETY: the dispatcher owns waiting packets.
             let (_, d) = unsafe { self.slots.get(idx) };
-            let at = self.sched.chain_at(d.walk.dag, d.walk.pos);
+            let at = self.core.sched.chain_at(d.walk.dag, d.walk.pos);
             let stays = match chain {
                 Some(_) => at != chain,
                 // (A chain a peer is asked to host waits for the answer, one coming home for
@@ -361,7 +361,7 @@ impl<B: Backend> Node<B> {
     /// The victim in `region` runs again (on demand, or `scaling` out); false if it cannot.
     fn resume(&mut self, chain: ChainId, region: usize, now: Instant, scaling: bool) -> bool {
         let Some(inst) = self.elastic.slots[region].0 else { return false };
-        if self.sched.resume_instance(inst).is_err() {
+        if self.core.sched.resume_instance(inst).is_err() {
             return false;
         }
         self.core.meter.set_active(inst, true);
@@ -386,7 +386,7 @@ impl<B: Backend> Node<B> {
     /// The instance of `chain` in `region` stops; its flows move to the others.
     fn scale_in(&mut self, chain: ChainId, region: usize, last: bool, now: Instant) {
         let Some(inst) = self.elastic.slots[region].0 else { return };
-        if self.sched.stop_instance(inst).is_err() {
+        if self.core.sched.stop_instance(inst).is_err() {
             return;
         }
         self.core.meter.set_active(inst, false);

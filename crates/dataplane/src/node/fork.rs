@@ -29,7 +29,7 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx` (queued, not dispatched yet: only its descriptor's
         // join fields are written, which no region reads).
         let (buf, d) = unsafe { slots.get(idx) };
-        let Some(j) = d.walk.fork(&mut self.joins, branches) else {
+        let Some(j) = self.core.handle_fork(&mut d.walk, branches) else {
             // No room to join: the packet runs its first branch and is dropped at the join.
             return;
         };
@@ -74,7 +74,7 @@ impl<B: Backend> Node<B> {
     }
 
     fn branch_back(&mut self, j: JoinId, branch: u8, idx: u32, dropped: bool, now: Instant) {
-        let Some(done) = self.joins.arrive(j, branch as usize, idx, dropped) else { return };
+        let Some(done) = self.core.handle_branch(j, branch, idx, dropped) else { return };
         let copies = done.items.iter().flatten().copied();
         let live = || copies.clone().filter(|&c| c != FAILED);
         let Some(first) = live().next() else { return };
@@ -135,7 +135,7 @@ impl<B: Backend> Node<B> {
     fn step_writes(&self, idx: u32) -> u8 {
         // SAFETY: the dispatcher owns `idx`.
         let d = unsafe { self.slots.get(idx) }.1;
-        let chain = self.sched.chain_of(d.instance);
+        let chain = self.core.sched.chain_of(d.instance);
         self.chains
             .get(chain.index())
             .map_or(0, |specs| specs.iter().enumerate().filter(|(i, _)| d.walk.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes))

@@ -74,7 +74,7 @@ impl<B: Backend> Node<B> {
         if self.placement.moving.is_some() {
             return Err(MoveError::Busy);
         }
-        if inst.index() >= self.sched.instance_count() || self.sched.state(inst) != InstanceState::Running {
+        if inst.index() >= self.core.sched.instance_count() || self.core.sched.state(inst) != InstanceState::Running {
             return Err(MoveError::NotRunning(inst));
         }
         if let Place::Worker(w) = to {
@@ -85,7 +85,7 @@ impl<B: Backend> Node<B> {
         if self.place_of(inst) == Some(to) {
             return Err(MoveError::Already(inst));
         }
-        self.sched.set_paused(inst, true);
+        self.core.sched.set_paused(inst, true);
         self.placement.moving = Some(Moving { inst, to, since: self.clock.now() });
         Ok(())
     }
@@ -93,17 +93,17 @@ impl<B: Backend> Node<B> {
     /// Each poll during a move: once the instance has nothing in flight, moves its region.
     pub(super) fn advance_move(&mut self, now: Instant) {
         let Some(m) = self.placement.moving else { return };
-        if self.sched.state(m.inst) != InstanceState::Running {
+        if self.core.sched.state(m.inst) != InstanceState::Running {
             // Stopped meanwhile (its chain descheduled or switched): it must drain where it is.
             self.placement.moving = None;
-            self.sched.set_paused(m.inst, false);
+            self.core.sched.set_paused(m.inst, false);
             return;
         }
-        if self.sched.inflight(m.inst) > 0 {
+        if self.core.sched.inflight(m.inst) > 0 {
             return;
         }
         self.placement.moving = None;
-        let chain = self.sched.chain_of(m.inst);
+        let chain = self.core.sched.chain_of(m.inst);
         match self.transfer(m.inst, m.to, now) {
             Ok(()) => {
                 let kind = EventKind::Moved { instance: m.inst, to: m.to };
@@ -112,7 +112,7 @@ impl<B: Backend> Node<B> {
             // A worker thread died: the region went with it.
             Err(_) => self.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
         }
-        self.sched.set_paused(m.inst, false);
+        self.core.sched.set_paused(m.inst, false);
     }
 
     /// Moves an idle region (an error means a worker thread died).
@@ -135,7 +135,7 @@ impl<B: Backend> Node<B> {
             }
         }
         self.exec.placement[i] = to;
-        self.core.meter.set_on_worker(self.sched.chain_of(inst), to != Place::Dispatcher);
+        self.core.meter.set_on_worker(self.core.sched.chain_of(inst), to != Place::Dispatcher);
         self.core.placed(inst);
         Ok(())
     }
@@ -161,7 +161,7 @@ impl<B: Backend> Node<B> {
     /// and starts the move it proposes.
     pub(super) fn placement_look(&mut self, now: Instant) {
         let (workers, moving) = (self.exec.workers.len(), self.placement.moving());
-        if let Some(m) = self.core.handle_placement(now, &self.sched, &self.exec.placement, workers, moving) {
+        if let Some(m) = self.core.handle_placement(now, &self.exec.placement, workers, moving) {
             // The policy proposes running instances, existing workers and new places only.
             let r = self.move_instance(m.id, m.to);
             debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");

@@ -30,7 +30,7 @@ impl<B: Backend> Node<B> {
         let claims = route.steps().iter().flat_map(|s| &self.chains[s.chain.index()]).filter_map(NtSpec::claim).collect();
         self.core.owners.set_claims(uid, claims);
         let (now, store, mut acts) = (self.clock.now(), &self.store, std::mem::take(&mut self.dag_acts));
-        self.dags.set_dag(&mut self.sched, uid, route, now, |r| store.in_route(r) as usize, &mut acts);
+        self.dags.set_dag(&mut self.core.sched, uid, route, now, |r| store.in_route(r) as usize, &mut acts);
         self.apply_dag_acts(acts, now);
     }
 
@@ -47,7 +47,7 @@ impl<B: Backend> Node<B> {
     /// NTs in route order (each planned chain once). The node may then switch the DAG between
     /// its forms at run time (with elasticity on). Idempotent for the same specs.
     pub fn set_compact_form(&mut self, uid: DagUid, specs: Vec<NtSpec>, names: &[String]) -> Result<ChainId, CompactError> {
-        let (chains, sched) = (&self.chains, &self.sched);
+        let (chains, sched) = (&self.chains, &self.core.sched);
         if let Some(c) = self.dags.check_compact(uid, specs.len(), |c| sched.chain_len(c), |c| chains[c.index()] == specs)? {
             return Ok(c);
         }
@@ -57,7 +57,7 @@ impl<B: Backend> Node<B> {
         let n = specs.len();
         let chain = self.add_chain(specs);
         self.label_chain(chain, names);
-        self.dags.set_compact(&mut self.sched, uid, chain, n);
+        self.dags.set_compact(&mut self.core.sched, uid, chain, n);
         Ok(chain)
     }
 
@@ -125,7 +125,7 @@ impl<B: Backend> Node<B> {
     /// emptied and abandons those past their time.
     pub(super) fn advance_switches(&mut self, now: Instant) {
         let timeout = self.core.elastic.switch_timeout();
-        let (store, elastic, sched) = (&self.store, &self.elastic, &self.sched);
+        let (store, elastic, sched) = (&self.store, &self.elastic, &self.core.sched);
         let mut acts = std::mem::take(&mut self.dag_acts);
         self.dags.advance(now, timeout, |r| store.in_route(r) as usize, |c| elastic.launching(sched, c), &mut acts);
         self.apply_dag_acts(acts, now);
@@ -194,7 +194,7 @@ impl<B: Backend> Node<B> {
         }
         let mut views = std::mem::take(&mut self.dag_views);
         let elastic = &self.core.elastic;
-        self.dags.views(&self.sched, self.chains.len(), |c| elastic.smoothed_load(c), &mut views);
+        self.dags.views(&self.core.sched, self.chains.len(), |c| elastic.smoothed_load(c), &mut views);
         if let Some(s) = self.core.elastic.rechain(now, &views) {
             self.begin_switch(s.dag, s.to, now);
         }

@@ -177,7 +177,7 @@ impl<B: Backend> Node<B> {
     /// there, are charged to local tenant `tenant` and take `route` from the step they name.
     /// Its number, for the peer's redirected packets.
     pub fn host_dag(&mut self, home: SocketAddr, tenant: TenantId, route: DagRoute) -> u32 {
-        let r = self.dags.add_hosted(&mut self.sched, route);
+        let r = self.dags.add_hosted(&mut self.core.sched, route);
         self.pool.hosted.insert(r, Hosted { home, tenant, since: self.clock.now(), packets: 0 });
         r
     }
@@ -213,7 +213,7 @@ impl<B: Backend> Node<B> {
         if d.walk.join_at != 0 {
             return false;
         }
-        let Some(chain) = self.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
+        let Some(chain) = self.core.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         // (From here the packet goes: the target counts it as sent.)

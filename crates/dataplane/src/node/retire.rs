@@ -44,17 +44,17 @@ impl<B: Backend> Node<B> {
     /// uses any more stop, and are gone once their instances are.
     pub(super) fn advance_retired(&mut self) {
         let store = &self.store;
-        self.dags.free_routes(&mut self.sched, |r| store.in_route(r) as usize);
+        self.dags.free_routes(&mut self.core.sched, |r| store.in_route(r) as usize);
         if !self.life.retiring() {
             return;
         }
         // A launch under way (or one evicting the chain's instance) finishes first.
-        let (elastic, sched) = (&self.elastic, &self.sched);
+        let (elastic, sched) = (&self.elastic, &self.core.sched);
         let stop: Vec<ChainId> = self.life.to_stop(sched, |c| elastic.launching(sched, c)).collect();
         for chain in stop {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
-            if self.life.settle(chain, &self.sched) {
+            if self.life.settle(chain, &self.core.sched) {
                 self.chains[chain.index()] = Vec::new();
                 self.core.meter.remove_chain(chain);
             }
@@ -66,14 +66,14 @@ impl<B: Backend> Node<B> {
     /// next launch if it is live (see [`Node::teardown`]). Instances still draining are taken
     /// down once parked.
     pub(super) fn stop_chain(&mut self, chain: ChainId) {
-        for inst in self.sched.instances_of(chain).to_vec() {
-            if self.sched.state(inst) == InstanceState::Running && self.sched.stop_instance(inst).is_ok() {
+        for inst in self.core.sched.instances_of(chain).to_vec() {
+            if self.core.sched.state(inst) == InstanceState::Running && self.core.sched.stop_instance(inst).is_ok() {
                 self.core.meter.set_active(inst, false);
             }
         }
         let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
             .filter_map(|(s, r)| r.0.map(|i| (s, i)))
-            .filter(|&(_, i)| self.sched.chain_of(i) == chain && self.sched.state(i) == InstanceState::Parked)
+            .filter(|&(_, i)| self.core.sched.chain_of(i) == chain && self.core.sched.state(i) == InstanceState::Parked)
             .collect();
         for (slot, inst) in parked {
             self.teardown(inst);
