@@ -31,8 +31,9 @@
 //!   [`dags`]: the DAG table — the route each DAG's arrivals take, and a switch of route
 //!   (between forms, or a replaced route) held until the old route is empty; [`chains`]: a
 //!   declared chain's life (live, going away once nothing uses it, gone and its id reused).
-//! - [`node`]: a node's epoch, composed ([`node::NodeCore`]): counters in, demand, limits and
-//!   the elasticity policy's acts out.
+//! - [`node`]: a node's core, composed ([`node::NodeCore`]): its packet path (the scheduler,
+//!   the join table, a packet's next step: [`node::packets`]) and its epoch (counters in,
+//!   demand, limits and the elasticity policy's acts out).
 //! - [`walk`]: a packet's walk along its route — after each step: the next, a fork, a join,
 //!   egress or a drop; the on-demand path when a step has no instance.
 //!
