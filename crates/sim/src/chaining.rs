@@ -477,13 +477,10 @@ impl Run {
         let ran = self.core.handle_ran(&mut w, false);
         let q = &mut self.pkts[i as usize];
         q.walk = w;
-        q.back_to = None;
+        // PANIC: back through the scheduler to the same instance, for the step's next NT.
+        q.back_to = (ran == Ran::Again).then_some(inst);
         match ran {
-            // PANIC: back through the scheduler to the same instance, for the step's next NT.
-            Ran::Again => {
-                q.back_to = Some(inst);
-                self.visit(i, back)
-            }
+            Ran::Again => self.visit(i, back),
             // Branches join at the scheduler's synchronization buffer.
             Ran::Join => match w.join_slot() {
                 Some(j) => self.branch_back(j, w.branch, i, false, back),
