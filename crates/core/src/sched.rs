@@ -207,10 +207,6 @@ impl<T: Copy> Scheduler<T> {
         self.weights[tenant.index()] = weight.max(1);
     }
 
-    fn weight(&self, tenant: TenantId) -> u32 {
-        self.weights.get(tenant.index()).copied().unwrap_or(1)
-    }
-
     /// Declares a chain of `nts` NTs.
     pub fn add_chain(&mut self, nts: usize) -> ChainId {
         self.chains.push(Chain { nts, list: Vec::new(), tr: None });
@@ -428,10 +424,82 @@ impl<T: Copy> Scheduler<T> {
         Ok(Accepted { instance: id, mask: step.mask, last, branches, join_at })
     }
 
-    /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).
+    /// A run of packets of one `tenant` (`items`; `hash` gives an item's flow hash) arrives
+    /// for position `pos` of DAG `dag`: as [`Scheduler::handle_packet`] for each in turn, with
+    /// the DAG, its step, the step's chain and (when the chain has one instance) the tenant's
+    /// queue looked up once for the run. `None` when the run has to go item by item, and then
+    /// nothing changed: an unknown DAG or position, no instance, the chain's instances
+    /// changing, or a step that starts a parallel group. Otherwise what every item of the run
+    /// was accepted at (`instance` is the first item's); the items the per-tenant bound
+    /// refused ([`Reject::QueueFull`]) are pushed to `refused`, in order.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_run(
+        &mut self,
+        _now: Instant,
+        tenant: TenantId,
+        dag: DagUid,
+        pos: u8,
+        items: &[T],
+        hash: impl Fn(T) -> u64,
+        refused: &mut Vec<T>,
+    ) -> Option<Accepted> {
+        let &first = items.first()?;
+        let e = self.dags.get_mut(dag.0 as usize).and_then(Option::as_mut)?;
+        let steps = e.route.steps();
+        let step = *steps.get(pos as usize)?;
+        let last = pos as usize + 1 == steps.len();
+        let (branches, join_at) = e.route.fork_at(pos as usize);
+        let ch = &self.chains[step.chain.index()];
+        if branches != 0 || ch.list.is_empty() || ch.tr.is_some() {
+            return None;
+        }
+        match e.arrivals.get_mut(pos as usize) {
+            Some(n) => *n += items.len() as u64,
+            None => e.more[pos as usize - INLINE_STEPS] += items.len() as u64,
+        }
+        if !e.listed {
+            e.listed = true;
+            self.arrived.push(dag.0);
+        }
+        e.tenant = tenant;
+        let bound = self.cfg.max_queue_per_tenant;
+        let id = if ch.list.len() == 1 { ch.list[0] } else { pick(&ch.list, hash(first)) };
+        if ch.list.len() == 1 {
+            // One instance: the run goes to one queue, as far as its bound allows.
+            let room = self.enqueue_run(id, tenant, items, bound);
+            refused.extend_from_slice(&items[room..]);
+        } else {
+            for &item in items {
+                let id = pick(&self.chains[step.chain.index()].list, hash(item));
+                if self.enqueue(id, tenant, item, bound).is_err() {
+                    refused.push(item);
+                }
+            }
+        }
+        Some(Accepted { instance: id, mask: step.mask, last, branches, join_at })
+    }
+
+    /// Queues as many of `items` of `tenant` at instance `id` as its bound of `bound` per
+    /// tenant leaves room for, from the first: how many.
     #[inline(always)]
-    fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
-        let w = self.weight(tenant);
+    fn enqueue_run(&mut self, id: InstanceId, tenant: TenantId, items: &[T], bound: usize) -> usize {
+        let qi = self.tenant_queue(id, tenant);
+        let inst = &mut self.instances[id.index()];
+        let q = &mut inst.queues[qi].q;
+        let room = bound.saturating_sub(q.len()).min(items.len());
+        q.extend(&items[..room]);
+        inst.queued += room;
+        if room > 0 && !self.in_ready[id.index()] && inst.credits > 0 && inst.dispatches() {
+            self.in_ready[id.index()] = true;
+            self.ready.push_back(id);
+        }
+        room
+    }
+
+    /// The index of `tenant`'s queue at instance `id`, added if it has none.
+    #[inline(always)]
+    fn tenant_queue(&mut self, id: InstanceId, tenant: TenantId) -> usize {
         let inst = &mut self.instances[id.index()];
         // The last tenant served usually arrives again: check it before searching.
         let qi = match inst.queues.get(inst.last_q) {
@@ -439,12 +507,21 @@ impl<T: Copy> Scheduler<T> {
             _ => match inst.queues.iter().position(|q| q.tenant == tenant) {
                 Some(q) => q,
                 None => {
+                    let w = self.weights.get(tenant.index()).copied().unwrap_or(1);
                     inst.queues.push(TenantQueue { tenant, q: VecDeque::new(), pre: 0, turn: w });
                     inst.queues.len() - 1
                 }
             },
         };
         inst.last_q = qi;
+        qi
+    }
+
+    /// Queues `item` of `tenant` at instance `id` (at most `bound` per tenant).
+    #[inline(always)]
+    fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
+        let qi = self.tenant_queue(id, tenant);
+        let inst = &mut self.instances[id.index()];
         let q = &mut inst.queues[qi].q;
         if q.len() >= bound {
             return Err(Reject::QueueFull);

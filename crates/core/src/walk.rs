@@ -119,7 +119,7 @@ impl Walk {
 
     /// Records what the packet runs at the step the scheduler accepted it at.
     #[inline(always)]
-    fn accepted(&mut self, a: Accepted, panic: bool) {
+    pub(crate) fn accepted(&mut self, a: Accepted, panic: bool) {
         self.mask = if panic { a.mask.first() } else { a.mask };
         self.last = a.last;
         self.join_at = a.join_at;

@@ -186,6 +186,12 @@ impl Fdb {
         }
     }
 
+    /// Changes whenever a route may have: a route found while it stays the same still holds.
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.gen
+    }
+
     /// The route for a packet on `vni` to inner destination `dst` (`None` when unreadable).
     #[inline]
     pub fn route(&mut self, vni: u32, dst: Option<MacAddr>) -> Route<'_> {

@@ -52,12 +52,12 @@ fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
     }
 }
 
-/// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
-/// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
-/// order. `off`, `len`: the VXLAN datagram in `buf`.
 /// How often regions whose NTs send packets of their own run without traffic, ns.
 const TICK_NS: u64 = 1_000_000;
 
+/// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
+/// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
+/// order. `off`, `len`: the VXLAN datagram in `buf`.
 #[inline(always)]
 fn flow_hash(buf: &[u8], inner: &Option<layout::InnerLayout>, off: usize, len: usize) -> u64 {
     match inner {
@@ -219,6 +219,9 @@ pub struct Node<B: Backend> {
     /// enter after the batch (taking them in the middle of it would make receiving recursive
     /// and keep the usual path from being inlined). At most a batch.
     owned_rx: Vec<(u32, RxMeta)>,
+    /// The packets received this batch, classified, waiting to enter their routes a run at a
+    /// time.
+    arriving: arrive::Arriving,
     batch_buf: Vec<u32>,
     txq: Vec<TxReq>,
     flood: Vec<PeerId>,
@@ -258,6 +261,10 @@ pub struct Node<B: Backend> {
     /// large, and the node's hot fields keep their places.)
     pool: Box<redirect::PoolLink>,
 }
+
+/// The next hop of the last packet [`Node::egress_via`] sent: the forwarding table's
+/// generation, the VNI and the inner destination MAC it was found for, and the peer.
+type Hop = Option<((u64, u32, u64), PeerId)>;
 
 /// What the meter reads at an epoch's end: the node's counters.
 struct EpochCounters<'a> {
@@ -318,6 +325,7 @@ struct RxQueues {
     touched: Vec<bool>,
 }
 
+mod arrive;
 mod fork;
 mod handback;
 
@@ -407,6 +415,7 @@ impl<B: Backend> Node<B> {
             rx_idx: Vec::with_capacity(MAX_BATCH),
             rx_meta: vec![RxMeta::default(); MAX_BATCH],
             owned_rx: Vec::with_capacity(MAX_BATCH),
+            arriving: arrive::Arriving::new(),
             batch_buf: Vec::with_capacity(MAX_BATCH),
             txq: Vec::with_capacity(store.capacity()),
             flood: Vec::with_capacity(64),
@@ -705,8 +714,12 @@ impl<B: Backend> Node<B> {
             let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
             self.ingress(idx, m, now, &mat, false);
         }
+        if !self.arriving.is_empty() {
+            self.enter_arrivals(now);
+        }
         if !self.owned_rx.is_empty() {
             self.ingress_owned(now, &mat);
+            self.enter_arrivals(now);
         }
         let rx_end = if sampled && n > 0 { self.clock.now() } else { rx_start };
         work += n;
@@ -1021,7 +1034,11 @@ impl<B: Backend> Node<B> {
         let Some(route) = self.dags.arriving(uid) else { return self.hold(idx, uid) };
         d.walk = Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
-        self.enter(idx, now);
+        if self.pool.on {
+            return self.enter_pooled(idx, now);
+        }
+        // It enters with the rest of its run, after the batch ([`Node::enter_arrivals`]).
+        self.arriving.push(idx, tenant, route);
     }
 
     /// [`Node::ingress`]'s last step in a pool behind a switch: the packet goes to the node
@@ -1303,6 +1320,8 @@ impl<B: Backend> Node<B> {
                 self.send_emitted(c.outbox.as_ref().expect("checked"), now);
             }
         }
+        // The batch's packets mostly go to one next hop: its route is looked up once.
+        let mut hop: Hop = None;
         for &idx in batch {
             // SAFETY: the batch came back to the dispatcher, which owns it again.
             let (_, d) = unsafe { self.slots.get(idx) };
@@ -1313,7 +1332,7 @@ impl<B: Backend> Node<B> {
                     let why = d.verdict.map_or(Drop::StoreFull, Drop::Nt);
                     self.drop_charged(idx, d.meta.tenant, why)
                 }
-                Ran::Out => self.egress(idx),
+                Ran::Out => self.egress_via(idx, &mut hop),
                 Ran::Next => self.enter(idx, now),
                 Ran::Again => self.requeue(inst, idx, d.meta.tenant),
             }
@@ -1350,6 +1369,28 @@ impl<B: Backend> Node<B> {
         }
         sent.clear();
         self.emitted = sent;
+    }
+
+    /// [`Node::egress`] for a packet whose route is likely `hop`'s, the previous packet's:
+    /// sent there without a lookup if it is, else looked up and remembered.
+    #[inline(always)]
+    fn egress_via(&mut self, idx: u32, hop: &mut Hop) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        let Some(l) = &d.meta.inner else { return self.egress(idx) };
+        let key = (self.fdb.generation(), d.meta.vni, l.dst_mac.as_u64());
+        if let Some((k, p)) = *hop {
+            if k == key {
+                return self.emit(idx, p);
+            }
+        }
+        match self.fdb.route(key.1, Some(l.dst_mac)) {
+            Route::Unicast(p) => {
+                *hop = Some((key, p));
+                self.emit(idx, p)
+            }
+            _ => self.egress(idx),
+        }
     }
 
     #[inline(always)]

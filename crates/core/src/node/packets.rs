@@ -13,7 +13,7 @@
 //! mode: [`NodeCore::handle_requeue`]), or nowhere.
 
 use super::NodeCore;
-use crate::ids::{InstanceId, TenantId};
+use crate::ids::{DagUid, InstanceId, TenantId};
 use crate::join::{JoinId, Joined};
 use crate::sched::Reject;
 use crate::time::Instant;
@@ -25,6 +25,30 @@ impl NodeCore {
     #[inline(always)]
     pub fn handle_arrival(&mut self, walk: &mut Walk, now: Instant, tenant: TenantId, flow_hash: u64, item: u32) -> Entered {
         walk.enter(&mut self.sched, now, tenant, flow_hash, item, self.panic)
+    }
+
+    /// A run of packets of one `tenant` (`items`; `hash` gives an item's flow hash) arrives at
+    /// the first step of `route`, in order: the route, its step, chain and queue are looked up
+    /// once for the run (a driver receives its packets in batches, and a batch's packets
+    /// mostly belong to few tenants and routes). The walk each packet queued now has, and the
+    /// items the per-tenant bound refused pushed to `refused` (the driver drops them, as for
+    /// [`Entered::Refused`]). `None`: nothing changed, and the run goes packet by packet
+    /// ([`NodeCore::handle_arrival`]), which answers the rarer cases: no instance, a first step
+    /// that starts a parallel group, the chain's instances changing.
+    #[inline(always)]
+    pub fn handle_arrivals(
+        &mut self,
+        now: Instant,
+        tenant: TenantId,
+        route: DagUid,
+        items: &[u32],
+        hash: impl Fn(u32) -> u64,
+        refused: &mut Vec<u32>,
+    ) -> Option<Walk> {
+        let a = self.sched.handle_run(now, tenant, route, 0, items, hash, refused)?;
+        let mut w = Walk::start(route);
+        w.accepted(a, self.panic);
+        Some(w)
     }
 
     /// The packet just queued ([`Entered::Queued`]) starts a parallel group of `branches`
@@ -87,7 +111,6 @@ mod tests {
     use crate::dag::{DagRoute, NtMask, Step};
     use crate::elastic::ElasticConfig;
     use crate::fair::FairConfig;
-    use crate::ids::DagUid;
     use crate::node::NodeCoreConfig;
     use crate::sched::SchedConfig;
 
