@@ -102,6 +102,29 @@ struct DagEntry {
 
 const INLINE_STEPS: usize = 4;
 
+impl DagEntry {
+    /// Step `pos` of the route: the step, whether it is the last, and its parallel group's
+    /// fork and join ([`DagRoute::fork_at`]); `None` past the route's end.
+    #[inline(always)]
+    fn step(&self, pos: u8) -> Option<(crate::dag::Step, bool, (u8, u8))> {
+        let steps = self.route.steps();
+        let step = *steps.get(pos as usize)?;
+        Some((step, pos as usize + 1 == steps.len(), self.route.fork_at(pos as usize)))
+    }
+
+    /// Counts `n` packets of `tenant` arriving for step `pos`. True if the DAG had no arrivals
+    /// listed yet: the caller lists it.
+    #[inline(always)]
+    fn count(&mut self, pos: u8, tenant: TenantId, n: u64) -> bool {
+        match self.arrivals.get_mut(pos as usize) {
+            Some(c) => *c += n,
+            None => self.more[pos as usize - INLINE_STEPS] += n,
+        }
+        self.tenant = tenant;
+        !std::mem::replace(&mut self.listed, true)
+    }
+}
+
 #[derive(Debug)]
 struct Instance<T> {
     chain: ChainId,
@@ -352,9 +375,8 @@ impl<T: Copy> Scheduler<T> {
     pub fn set_paused(&mut self, i: InstanceId, paused: bool) {
         let Some(inst) = self.instances.get_mut(i.index()) else { return };
         inst.paused = paused;
-        if !paused && inst.queued > 0 && inst.credits > 0 && inst.dispatches() && !self.in_ready[i.index()] {
-            self.in_ready[i.index()] = true;
-            self.ready.push_back(i);
+        if !paused && inst.queued > 0 {
+            self.wake(i);
         }
     }
 
@@ -391,19 +413,10 @@ impl<T: Copy> Scheduler<T> {
         item: T,
     ) -> Result<Accepted, Reject> {
         let e = self.dags.get_mut(dag.0 as usize).and_then(Option::as_mut).ok_or(Reject::UnknownDag)?;
-        let steps = e.route.steps();
-        let step = *steps.get(pos as usize).ok_or(Reject::BadPosition)?;
-        let last = pos as usize + 1 == steps.len();
-        let (branches, join_at) = e.route.fork_at(pos as usize);
-        match e.arrivals.get_mut(pos as usize) {
-            Some(n) => *n += 1,
-            None => e.more[pos as usize - INLINE_STEPS] += 1,
-        }
-        if !e.listed {
-            e.listed = true;
+        let (step, last, (branches, join_at)) = e.step(pos).ok_or(Reject::BadPosition)?;
+        if e.count(pos, tenant, 1) {
             self.arrived.push(dag.0);
         }
-        e.tenant = tenant;
         let ch = &mut self.chains[step.chain.index()];
         if ch.list.is_empty() {
             return Err(Reject::NoInstance);
@@ -446,37 +459,33 @@ impl<T: Copy> Scheduler<T> {
     ) -> Option<Accepted> {
         let &first = items.first()?;
         let e = self.dags.get_mut(dag.0 as usize).and_then(Option::as_mut)?;
-        let steps = e.route.steps();
-        let step = *steps.get(pos as usize)?;
-        let last = pos as usize + 1 == steps.len();
-        let (branches, join_at) = e.route.fork_at(pos as usize);
+        let (step, last, (branches, join_at)) = e.step(pos)?;
         let ch = &self.chains[step.chain.index()];
         if branches != 0 || ch.list.is_empty() || ch.tr.is_some() {
             return None;
         }
-        match e.arrivals.get_mut(pos as usize) {
-            Some(n) => *n += items.len() as u64,
-            None => e.more[pos as usize - INLINE_STEPS] += items.len() as u64,
-        }
-        if !e.listed {
-            e.listed = true;
+        if e.count(pos, tenant, items.len() as u64) {
             self.arrived.push(dag.0);
         }
-        e.tenant = tenant;
         let bound = self.cfg.max_queue_per_tenant;
-        let id = if ch.list.len() == 1 { ch.list[0] } else { pick(&ch.list, hash(first)) };
-        if ch.list.len() == 1 {
-            // One instance: the run goes to one queue, as far as its bound allows.
-            let room = self.enqueue_run(id, tenant, items, bound);
-            refused.extend_from_slice(&items[room..]);
-        } else {
-            for &item in items {
-                let id = pick(&self.chains[step.chain.index()].list, hash(item));
-                if self.enqueue(id, tenant, item, bound).is_err() {
-                    refused.push(item);
-                }
+        let id = match ch.list[..] {
+            [only] => {
+                // One instance: the run goes to one queue, as far as its bound allows.
+                let room = self.enqueue_run(only, tenant, items, bound);
+                refused.extend_from_slice(&items[room..]);
+                only
             }
-        }
+            _ => {
+                let chain = step.chain.index();
+                for &item in items {
+                    let id = pick(&self.chains[chain].list, hash(item));
+                    if self.enqueue(id, tenant, item, bound).is_err() {
+                        refused.push(item);
+                    }
+                }
+                pick(&self.chains[chain].list, hash(first))
+            }
+        };
         Some(Accepted { instance: id, mask: step.mask, last, branches, join_at })
     }
 
@@ -490,11 +499,22 @@ impl<T: Copy> Scheduler<T> {
         let room = bound.saturating_sub(q.len()).min(items.len());
         q.extend(&items[..room]);
         inst.queued += room;
-        if room > 0 && !self.in_ready[id.index()] && inst.credits > 0 && inst.dispatches() {
+        if room > 0 {
+            self.wake(id);
+        }
+        room
+    }
+
+    /// Lists instance `id`, which has items queued, as ready if it can dispatch and is not
+    /// listed yet.
+    #[inline(always)]
+    fn wake(&mut self, id: InstanceId) {
+        let inst = &self.instances[id.index()];
+        // Usually already in the ready list: test that first.
+        if !self.in_ready[id.index()] && inst.credits > 0 && inst.dispatches() {
             self.in_ready[id.index()] = true;
             self.ready.push_back(id);
         }
-        room
     }
 
     /// The index of `tenant`'s queue at instance `id`, added if it has none.
@@ -528,11 +548,7 @@ impl<T: Copy> Scheduler<T> {
         }
         q.push_back(item);
         inst.queued += 1;
-        // Usually already in the ready list: test that first.
-        if !self.in_ready[id.index()] && inst.credits > 0 && inst.dispatches() {
-            self.in_ready[id.index()] = true;
-            self.ready.push_back(id);
-        }
+        self.wake(id);
         Ok(())
     }
 

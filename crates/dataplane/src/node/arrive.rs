@@ -69,8 +69,8 @@ impl<B: Backend> Node<B> {
                         // SAFETY: as above.
                         unsafe { self.slots.get(idx) }.1.walk = walk;
                     }
-                    for k in 0..a.refused.len() {
-                        self.refuse(a.refused[k], Drop::Sched(Reject::QueueFull), now);
+                    for &idx in &a.refused {
+                        self.refuse(idx, Drop::Sched(Reject::QueueFull), now);
                     }
                     a.refused.clear();
                 }
