@@ -12,12 +12,9 @@
 //! cost more than the lookups themselves.
 
 use crate::store::Peer;
+pub use crate::store::PeerId;
 use rustc_hash::FxHashMap;
 use snic_wire::ethernet::MacAddr;
-
-/// A peer VTEP's index in the forwarding table's peer table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerId(pub u32);
 
 /// Where egress sends a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,8 +43,11 @@ pub struct Fdb {
     peer_ids: FxHashMap<Peer, PeerId>,
     macs: FxHashMap<(u32, u64), (PeerId, bool)>,
     /// Direct-mapped filter of recent learn calls: a packet whose (VNI, MAC, peer) was just
-    /// learned skips the table probe. Any table change clears it.
-    recent: Box<[(u32, u64, u128); 64]>,
+    /// learned skips the table probe, and takes the peer's id from here. Any table change
+    /// clears it.
+    recent: Box<[(u32, PeerId, u64, u128); 64]>,
+    /// The last sender [`Fdb::sender`] interned, by [`Peer::key`].
+    last_sender: (u128, PeerId),
     vnis: FxHashMap<u32, VniRoutes>,
     max_learned: usize,
     learned: usize,
@@ -65,7 +65,8 @@ impl Fdb {
             peers: Vec::with_capacity(1024),
             peer_ids: FxHashMap::default(),
             macs: FxHashMap::with_capacity_and_hasher(max_learned, Default::default()),
-            recent: Box::new([(u32::MAX, 0, 0); 64]),
+            recent: Box::new([(u32::MAX, PeerId::NONE, 0, 0); 64]),
+            last_sender: (Peer::default().key(), PeerId::NONE),
             vnis: FxHashMap::default(),
             max_learned,
             learned: 0,
@@ -97,7 +98,7 @@ impl Fdb {
     /// Adds a static entry. Fails only when the peer table is full.
     pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) -> Option<()> {
         let id = self.intern(peer)?;
-        self.recent.fill((u32::MAX, 0, 0));
+        self.recent.fill((u32::MAX, PeerId::NONE, 0, 0));
         self.gen += 1;
         if let Some((_, false)) = self.macs.insert((vni, mac.as_u64()), (id, true)) {
             self.learned -= 1;
@@ -109,7 +110,7 @@ impl Fdb {
     pub fn remove_static(&mut self, vni: u32, mac: MacAddr) {
         if let Some((_, true)) = self.macs.get(&(vni, mac.as_u64())) {
             self.macs.remove(&(vni, mac.as_u64()));
-            self.recent.fill((u32::MAX, 0, 0));
+            self.recent.fill((u32::MAX, PeerId::NONE, 0, 0));
             self.gen += 1;
         }
     }
@@ -145,45 +146,57 @@ impl Fdb {
         Some(())
     }
 
-    /// Learns that `mac` on `vni` is behind `peer`.
+    /// Learns that `mac` on `vni` is behind `peer`, and gives `peer`'s id ([`PeerId::NONE`]
+    /// when the peer table is full).
     #[inline(always)]
-    pub fn learn(&mut self, vni: u32, mac: MacAddr, peer: Peer) {
+    pub fn learn(&mut self, vni: u32, mac: MacAddr, peer: Peer) -> PeerId {
         if mac.is_multicast() {
-            return;
+            return self.sender(peer);
         }
         let m = mac.as_u64();
         let slot = ((m ^ (m >> 17) ^ vni as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize;
         let pk = peer.key();
         let r = &self.recent[slot];
-        if r.0 == vni && r.1 == m && r.2 == pk {
-            return;
+        if r.0 == vni && r.2 == m && r.3 == pk {
+            return r.1;
         }
-        self.learn_slow(vni, m, peer, slot, pk);
+        self.learn_slow(vni, m, peer, slot, pk)
     }
 
     #[inline(never)]
-    fn learn_slow(&mut self, vni: u32, m: u64, peer: Peer, slot: usize, pk: u128) {
-        self.recent[slot] = (vni, m, pk);
+    fn learn_slow(&mut self, vni: u32, m: u64, peer: Peer, slot: usize, pk: u128) -> PeerId {
+        let id = self.intern(peer).unwrap_or(PeerId::NONE);
+        self.recent[slot] = (vni, id, m, pk);
         let k = (vni, m);
+        if id == PeerId::NONE {
+            return id;
+        }
         match self.macs.get(&k).copied() {
-            Some((_, true)) => {}
-            Some((old, false)) => {
-                if let Some(id) = self.intern(peer) {
-                    if id != old {
-                        self.macs.insert(k, (id, false));
-                        self.gen += 1;
-                    }
-                }
+            Some((old, false)) if id != old => {
+                self.macs.insert(k, (id, false));
+                self.gen += 1;
             }
             None if self.learned < self.max_learned => {
-                if let Some(id) = self.intern(peer) {
-                    self.macs.insert(k, (id, false));
-                    self.learned += 1;
-                    self.gen += 1;
-                }
+                self.macs.insert(k, (id, false));
+                self.learned += 1;
+                self.gen += 1;
             }
-            None => {}
+            _ => {}
         }
+        id
+    }
+
+    /// The id of a packet's sending VTEP when nothing is learned from it (its inner frame
+    /// unread): interned, the last one remembered. [`PeerId::NONE`] when the peer table is full.
+    #[inline]
+    pub fn sender(&mut self, peer: Peer) -> PeerId {
+        let k = peer.key();
+        if self.last_sender.0 == k && self.last_sender.1 != PeerId::NONE {
+            return self.last_sender.1;
+        }
+        let id = self.intern(peer).unwrap_or(PeerId::NONE);
+        self.last_sender = (k, id);
+        id
     }
 
     /// Changes whenever a route may have: a route found while it stays the same still holds.
@@ -230,6 +243,7 @@ impl Fdb {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
     fn peer(n: u8) -> Peer {
         Peer { addr: format!("192.0.2.{n}:4789").parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, n]) }
@@ -296,5 +310,35 @@ mod tests {
         f.learn(1, MacAddr([2, 0, 0, 0, 0, 1]), peer(1));
         f.learn(1, MacAddr([2, 0, 0, 0, 0, 2]), peer(1));
         assert_eq!(f.entries().filter(|e| !e.3).count(), 2);
+    }
+
+    #[test]
+    fn learning_names_the_sender_by_its_id_until_the_peer_table_is_full() {
+        let mut f = Fdb::new(4);
+        let a = MacAddr([2, 0, 0, 0, 0, 0xa]);
+        let id = f.learn(1, a, peer(1));
+        assert_eq!(*f.peer(id), peer(1));
+        assert_eq!(f.learn(1, a, peer(1)), id, "again, from the filter");
+        assert_eq!(f.sender(peer(1)), id, "the same id without learning");
+        assert_eq!(f.learn(1, MacAddr::BROADCAST, peer(1)), id, "a multicast source is named, not learned");
+        let moved = f.learn(1, a, peer(2));
+        assert_eq!(*f.peer(moved), peer(2));
+        assert_eq!(unicast(&mut f, 1, Some(a)), Some(peer(2)));
+        for m in 0..8 {
+            f.learn(2, MacAddr([2, 0, 0, 0, 1, m]), peer(3));
+        }
+        let late = MacAddr([2, 0, 0, 0, 2, 0]);
+        let named = f.learn(3, late, peer(5));
+        assert_eq!(*f.peer(named), peer(5), "named even once learning has stopped");
+        assert_eq!(f.route(3, Some(late)), Route::None, "but not learned");
+        for i in f.peers.len()..MAX_PEERS {
+            f.intern(Peer { addr: SocketAddr::from(([10, (i >> 16) as u8, (i >> 8) as u8, i as u8], 4789)), mac: MacAddr::default() })
+                .expect("room");
+        }
+        assert_eq!(f.sender(peer(9)), PeerId::NONE, "peer table full");
+        let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
+        assert_eq!(f.learn(1, b, peer(9)), PeerId::NONE);
+        assert_eq!(f.route(1, Some(b)), Route::None, "nothing learned toward no peer");
+        assert_eq!(f.sender(peer(1)), id, "known peers keep their ids");
     }
 }

@@ -35,6 +35,15 @@ pub struct Peer {
     pub mac: MacAddr,
 }
 
+/// A peer VTEP's index in the forwarding table's peer table ([`crate::fdb::Fdb`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeerId(pub u32);
+
+impl PeerId {
+    /// No peer: none known, or the peer table was full.
+    pub const NONE: PeerId = PeerId(u32::MAX);
+}
+
 impl Peer {
     /// A compact identity for fast equality checks: for IPv4 the address, port and MAC packed
     /// exactly; for IPv6 a 128-bit fold of them (a false match is astronomically unlikely and
@@ -68,8 +77,9 @@ pub struct Desc {
     pub walk: Walk,
     /// Instance it was dispatched to.
     pub instance: InstanceId,
-    /// Sending VTEP.
-    pub src: Peer,
+    /// Sending VTEP, by its id in the forwarding table ([`crate::fdb::Fdb::peer`]);
+    /// [`PeerId::NONE`] for none (emitted by an NT) or when the peer table was full.
+    pub src: PeerId,
     /// Flow hash (inner 5-tuple at ingress).
     pub flow_hash: u64,
     /// Ingress timestamp (ns, the node's clock).
@@ -86,7 +96,7 @@ impl Default for Desc {
             meta: PktMeta { off: 0, len: 0, vni: 0, tenant: TenantId(0), inner: None },
             walk: Walk::default(),
             instance: InstanceId(0),
-            src: Peer::default(),
+            src: PeerId::NONE,
             flow_hash: 0,
             rx_ns: 0,
             verdict: None,

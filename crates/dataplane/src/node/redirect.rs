@@ -11,7 +11,7 @@
 
 use super::Node;
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
-use crate::fdb::Route;
+use crate::fdb::{PeerId, Route};
 use crate::store::Peer;
 use crate::Drop;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
@@ -360,7 +360,7 @@ impl<B: Backend> Node<B> {
         d.meta.len = len as u16;
         d.meta.vni = vni;
         d.meta.tenant = tenant;
-        d.src = Peer { addr: m.src, mac: Default::default() };
+        d.src = self.fdb.sender(Peer { addr: m.src, mac: Default::default() });
         d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
         d.rx_ns = m.arrival(now);
         d.verdict = None;
@@ -393,7 +393,8 @@ impl<B: Backend> Node<B> {
             pos: 0,
             hops: 0,
             // The tenant's VTEP it came from: the owner takes it as if from there.
-            delivery: Some(d.src.addr),
+            // (None, so dropped there, only if this node's peer table was full.)
+            delivery: (d.src != PeerId::NONE).then(|| self.fdb.peer(d.src).addr),
             destination,
             owner: true,
         };
