@@ -95,6 +95,12 @@ impl Fdb {
         &self.peers[id.0 as usize]
     }
 
+    /// The peer behind an id that may be [`PeerId::NONE`] (a descriptor's sender).
+    #[inline]
+    pub fn get(&self, id: PeerId) -> Option<&Peer> {
+        self.peers.get(id.0 as usize)
+    }
+
     /// Adds a static entry. Fails only when the peer table is full.
     pub fn add_static(&mut self, vni: u32, mac: MacAddr, peer: Peer) -> Option<()> {
         let id = self.intern(peer)?;
@@ -336,6 +342,8 @@ mod tests {
                 .expect("room");
         }
         assert_eq!(f.sender(peer(9)), PeerId::NONE, "peer table full");
+        assert_eq!(f.get(PeerId::NONE), None);
+        assert_eq!(f.get(id), Some(&peer(1)));
         let b = MacAddr([2, 0, 0, 0, 0, 0xb]);
         assert_eq!(f.learn(1, b, peer(9)), PeerId::NONE);
         assert_eq!(f.route(1, Some(b)), Route::None, "nothing learned toward no peer");

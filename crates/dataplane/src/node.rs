@@ -1455,7 +1455,7 @@ impl<B: Backend> Node<B> {
                 self.flood.extend(list.iter().copied());
                 let fdb = &self.fdb;
                 // Not back to the sender's address (whatever MAC it was seen with).
-                let src = (src != PeerId::NONE).then(|| fdb.peer(src).addr);
+                let src = fdb.get(src).map(|p| p.addr);
                 self.flood.retain(|p| Some(fdb.peer(*p).addr) != src);
                 if self.flood.is_empty() {
                     return self.drop_charged(idx, t, Drop::NoRoute);

@@ -77,7 +77,7 @@ pub struct Desc {
     pub walk: Walk,
     /// Instance it was dispatched to.
     pub instance: InstanceId,
-    /// Sending VTEP, by its id in the forwarding table ([`crate::fdb::Fdb::peer`]);
+    /// Sending VTEP, by its id in the forwarding table ([`crate::fdb::Fdb::get`]);
     /// [`PeerId::NONE`] for none (emitted by an NT) or when the peer table was full.
     pub src: PeerId,
     /// Flow hash (inner 5-tuple at ingress).

@@ -11,7 +11,7 @@
 
 use super::Node;
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
-use crate::fdb::{PeerId, Route};
+use crate::fdb::Route;
 use crate::store::Peer;
 use crate::Drop;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
@@ -394,7 +394,7 @@ impl<B: Backend> Node<B> {
             hops: 0,
             // The tenant's VTEP it came from: the owner takes it as if from there.
             // (None, so dropped there, only if this node's peer table was full.)
-            delivery: (d.src != PeerId::NONE).then(|| self.fdb.peer(d.src).addr),
+            delivery: self.fdb.get(d.src).map(|p| p.addr),
             destination,
             owner: true,
         };
