@@ -1497,13 +1497,19 @@ impl<B: Backend> Node<B> {
                 None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
             },
         };
-        let req = TxReq { idx, start: start as u16, len: (off + len - start) as u16, dst: peer.addr };
-        self.queue_tx(d.meta.tenant, req);
+        self.queue_tx(idx, start, off + len - start, peer.addr);
     }
 
-    /// Queues a packet of tenant `t` for transmission.
+    /// Queues `len` bytes from `start` of buffer `idx` for transmission (to `dst`, for datagram
+    /// backends), as its descriptor's tenant's. The request carries the tenant and the
+    /// datagram's length, so that the transmit loop counts them without reading descriptors
+    /// again.
     #[inline(always)]
-    fn queue_tx(&mut self, t: TenantId, req: TxReq) {
+    fn queue_tx(&mut self, idx: u32, start: usize, len: usize, dst: SocketAddr) {
+        // SAFETY: the dispatcher owns `idx`.
+        let (_, d) = unsafe { self.slots.get(idx) };
+        let t = d.meta.tenant;
+        let req = TxReq { idx, start: start as u16, len: len as u16, tenant: t, bytes: d.meta.len, dst };
         if self.tx_backlogged {
             return self.enqueue_backlogged(t, req);
         }
@@ -1559,17 +1565,21 @@ impl<B: Backend> Node<B> {
         let mut done = 0;
         while done < self.txq.len() {
             let r = self.backend.send(&self.slots, &self.txq[done..]);
+            // Counted once per run of one tenant's packets (most of a batch is one tenant's).
+            let mut run = (self.txq.get(done).map_or(TenantId(0), |q| q.tenant), 0u64, 0u64);
             for i in done..done + r.sent {
-                let idx = self.txq[i].idx;
-                // SAFETY: the dispatcher owns queued transmit buffers.
-                let (_, d) = unsafe { self.slots.get(idx) };
-                let t = d.meta.tenant;
-                let ts = self.stats.tenant_mut(t);
-                ts.tx_packets += 1;
-                ts.tx_bytes += d.meta.len as u64;
+                let TxReq { idx, tenant: t, bytes, .. } = self.txq[i];
+                if t != run.0 {
+                    Self::count_tx(&mut self.stats, run);
+                    run = (t, 0, 0);
+                }
+                run.1 += 1;
+                run.2 += bytes as u64;
                 // Latency from the sampled polls (one in SAMPLE_EVERY): percentiles need a
                 // sample, not every packet.
                 if sampled {
+                    // SAFETY: the dispatcher owns queued transmit buffers.
+                    let (_, d) = unsafe { self.slots.get(idx) };
                     let lat = now.saturating_sub(d.rx_ns);
                     self.stats.latency.record(lat);
                     if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
@@ -1578,12 +1588,10 @@ impl<B: Backend> Node<B> {
                 }
                 self.store.free_charged(idx, t);
             }
+            Self::count_tx(&mut self.stats, run);
             for i in done + r.sent..done + r.sent + r.failed {
-                let idx = self.txq[i].idx;
-                // SAFETY: as above.
-                let (_, d) = unsafe { self.slots.get(idx) };
-                let t = d.meta.tenant;
-                self.drop_charged(idx, t, Drop::TxError);
+                let TxReq { idx, tenant, .. } = self.txq[i];
+                self.drop_charged(idx, tenant, Drop::TxError);
             }
             done += r.sent + r.failed;
             if r.sent + r.failed == 0 {
@@ -1592,6 +1600,16 @@ impl<B: Backend> Node<B> {
         }
         self.txq.drain(..done);
         self.txq.is_empty()
+    }
+
+    /// Adds `packets` and `bytes` to tenant `t`'s transmit counters (`(t, packets, bytes)`).
+    #[inline(always)]
+    fn count_tx(stats: &mut Stats, (t, packets, bytes): (TenantId, u64, u64)) {
+        if packets > 0 {
+            let ts = stats.tenant_mut(t);
+            ts.tx_packets += packets;
+            ts.tx_bytes += bytes;
+        }
     }
 }
 

@@ -124,6 +124,10 @@ fn firewall_nat_isolation(workers: usize) {
     assert_eq!(s.tenants[1].rx_packets, 3);
     assert_eq!(s.tenants[1].tx_packets, 2);
     assert_eq!(s.tenants[2].tx_packets, 1);
+    // Each tenant's transmit bytes are its own datagrams' (counted per run of one tenant's
+    // packets in a send).
+    let bytes = |v: &[&(Vec<u8>, std::net::SocketAddr)]| v.iter().map(|(d, _)| d.len() as u64).sum::<u64>();
+    assert_eq!((s.tenants[1].tx_bytes, s.tenants[2].tx_bytes), (bytes(&t1), bytes(&t2)));
     assert_eq!(s.tenants[2].dropped(), 0);
     assert_eq!(node.store().charged(), 0, "every buffer returned");
 }

@@ -64,6 +64,10 @@ pub struct TxReq {
     pub start: u16,
     /// Length.
     pub len: u16,
+    /// Whose packet it is (its transmit counters and store quota).
+    pub tenant: snic_core::ids::TenantId,
+    /// The VXLAN datagram's length, which the tenant's transmit bytes count.
+    pub bytes: u16,
     /// Destination (datagram framing).
     pub dst: SocketAddr,
 }

@@ -10,7 +10,7 @@
 //! the node neither redirects nor accepts redirected packets.
 
 use super::Node;
-use crate::backend::{Backend, Framing, RxMeta, TxReq};
+use crate::backend::{Backend, Framing, RxMeta};
 use crate::fdb::Route;
 use crate::store::Peer;
 use crate::Drop;
@@ -237,13 +237,12 @@ impl<B: Backend> Node<B> {
             owner: false,
         };
         let start = put_header(key, buf, off, len, &repr);
-        let tenant = d.meta.tenant;
         let c = chain.index();
         if self.pool.sent.len() <= c {
             self.pool.sent.resize(c + 1, 0);
         }
         self.pool.sent[c] += 1;
-        self.queue_tx(tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: to });
+        self.queue_tx(idx, start, len + HEADER_LEN, to);
         true
     }
 
@@ -400,7 +399,7 @@ impl<B: Backend> Node<B> {
         };
         let start = put_header(key, buf, off, len, &repr);
         self.core.owners.forwarded += 1;
-        self.queue_tx(d.meta.tenant, TxReq { idx, start: start as u16, len: (len + HEADER_LEN) as u16, dst: to });
+        self.queue_tx(idx, start, len + HEADER_LEN, to);
         true
     }
 
@@ -472,6 +471,6 @@ impl<B: Backend> Node<B> {
         d.charged = true;
         self.pool.pass_through.0 += 1;
         self.pool.pass_through.1 += stored as u64;
-        self.queue_tx(own, TxReq { idx, start: HEADROOM as u16, len: stored as u16, dst: next.unwrap_or(dest) });
+        self.queue_tx(idx, HEADROOM, stored, next.unwrap_or(dest));
     }
 }
