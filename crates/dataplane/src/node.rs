@@ -1566,7 +1566,7 @@ impl<B: Backend> Node<B> {
         while done < self.txq.len() {
             let r = self.backend.send(&self.slots, &self.txq[done..]);
             // Counted once per run of one tenant's packets (most of a batch is one tenant's).
-            let mut run = (self.txq.get(done).map_or(TenantId(0), |q| q.tenant), 0u64, 0u64);
+            let mut run = (self.txq[done].tenant, 0u64, 0u64);
             for i in done..done + r.sent {
                 let TxReq { idx, tenant: t, bytes, .. } = self.txq[i];
                 if t != run.0 {

@@ -184,12 +184,7 @@ impl Key4 {
     /// [`FlowKey::hash64`] of [`Key4::key`], without building it.
     #[inline]
     fn hash64(self) -> u64 {
-        let mut h = (self.src() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= (self.dst() as u64).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        h ^= ((self.proto() as u64) << 32 | (self.src_port() as u64) << 16 | self.dst_port() as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
-        h ^= h >> 31;
-        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h ^ (h >> 29)
+        FlowKey::hash_v4(self.src(), self.dst(), self.proto(), self.src_port(), self.dst_port())
     }
 }
 

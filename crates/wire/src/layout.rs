@@ -184,13 +184,26 @@ impl FlowKey {
                 }
             }
         }
-        let mut h = ip64(&self.src).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        h ^= ip64(&self.dst).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        h ^= ((self.proto as u64) << 32 | (self.src_port as u64) << 16 | self.dst_port as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
-        h ^= h >> 31;
-        h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        h ^ (h >> 29)
+        mix(ip64(&self.src), ip64(&self.dst), self.proto, self.src_port, self.dst_port)
     }
+
+    /// [`FlowKey::hash64`] of an IPv4 key given as numbers (addresses as `u32::from`), for
+    /// tables that keep keys packed.
+    #[inline]
+    pub fn hash_v4(src: u32, dst: u32, proto: u8, src_port: u16, dst_port: u16) -> u64 {
+        mix(src as u64, dst as u64, proto, src_port, dst_port)
+    }
+}
+
+/// The mixing step of [`FlowKey::hash64`], on the addresses already folded to 64 bits.
+#[inline]
+fn mix(src: u64, dst: u64, proto: u8, src_port: u16, dst_port: u16) -> u64 {
+    let mut h = src.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h ^= dst.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    h ^= ((proto as u64) << 32 | (src_port as u64) << 16 | dst_port as u64).wrapping_mul(0x1656_67b1_9e37_79f9);
+    h ^= h >> 31;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^ (h >> 29)
 }
 
 /// What the inner frame carries at layer 3.
