@@ -164,12 +164,13 @@ impl Slots {
 pub struct Store {
     slots: std::sync::Arc<Slots>,
     free: Vec<u32>,
-    /// Buffers kept back for the receive path, so a full store drops arriving packets instead
-    /// of stalling reception.
-    rx_reserve: usize,
-    occupancy: Vec<u32>,
+    /// Each tenant's buffers and quota, side by side (one line per charge, and a fixed length
+    /// that a tenant index checked against [`MAX_TENANTS`] needs no second bounds check for).
+    accounts: Box<[Account; MAX_TENANTS]>,
     charged: usize,
-    quota: Vec<u32>,
+    /// Most buffers charged at once: all but those kept back for the receive path, so a full
+    /// store drops arriving packets instead of stalling reception.
+    charge_limit: usize,
     /// The tenant each slot last belonged to, so a buffer changing hands is zeroed (FairNIC's
     /// buffer-reuse leak).
     owner: Vec<u16>,
@@ -182,6 +183,13 @@ pub struct Store {
 
 const UNTAGGED: u32 = u32::MAX;
 
+/// One tenant's buffers charged and its quota.
+#[derive(Debug, Clone, Copy)]
+struct Account {
+    occupancy: u32,
+    quota: u32,
+}
+
 /// Tenant slots in the accounting tables (tenant ids must be below this).
 pub const MAX_TENANTS: usize = 1024;
 
@@ -192,10 +200,9 @@ impl Store {
         Store {
             slots: std::sync::Arc::new(Slots::new(n)),
             free: (0..n as u32).rev().collect(),
-            rx_reserve,
-            occupancy: vec![0; MAX_TENANTS],
+            accounts: Box::new([Account { occupancy: 0, quota: n as u32 }; MAX_TENANTS]),
             charged: 0,
-            quota: vec![n as u32; MAX_TENANTS],
+            charge_limit: n - rx_reserve,
             owner: vec![u16::MAX; n],
             route_of: vec![UNTAGGED; n],
             in_route: Vec::new(),
@@ -224,12 +231,12 @@ impl Store {
 
     /// Buffers charged to `t`.
     pub fn occupancy(&self, t: TenantId) -> u32 {
-        self.occupancy[t.index()]
+        self.accounts[t.index()].occupancy
     }
 
     /// Sets `t`'s quota (buffers).
     pub fn set_quota(&mut self, t: TenantId, q: u32) {
-        self.quota[t.index()] = q;
+        self.accounts[t.index()].quota = q;
     }
 
     /// Takes up to `n` free buffers for reception into `out`.
@@ -253,14 +260,13 @@ impl Store {
     /// tenant, everything outside it is zeroed, so no NT can read a previous tenant's bytes.
     #[inline]
     pub fn charge(&mut self, idx: u32, t: TenantId, fresh: core::ops::Range<usize>) -> Result<(), Drop> {
-        let ti = t.index();
-        if ti >= MAX_TENANTS || self.occupancy[ti] >= self.quota[ti] {
+        let Some(a) = self.accounts.get_mut(t.index()).filter(|a| a.occupancy < a.quota) else {
             return Err(Drop::TenantQuota);
-        }
-        if self.charged + self.rx_reserve >= self.slots.len() {
+        };
+        if self.charged >= self.charge_limit {
             return Err(Drop::StoreFull);
         }
-        self.occupancy[ti] += 1;
+        a.occupancy += 1;
         self.charged += 1;
         self.claim(idx, t, fresh);
         Ok(())
@@ -281,15 +287,14 @@ impl Store {
 
     /// Allocates a buffer charged to `t` that the caller will fill at `fill` (flood copies).
     pub fn alloc_charged(&mut self, t: TenantId, fill: core::ops::Range<usize>) -> Result<u32, Drop> {
-        let ti = t.index();
-        if ti >= MAX_TENANTS || self.occupancy[ti] >= self.quota[ti] {
+        let Some(a) = self.accounts.get_mut(t.index()).filter(|a| a.occupancy < a.quota) else {
             return Err(Drop::TenantQuota);
-        }
-        if self.charged + self.rx_reserve >= self.slots.len() || self.free.is_empty() {
+        };
+        if self.charged >= self.charge_limit || self.free.is_empty() {
             return Err(Drop::StoreFull);
         }
         let idx = self.free.pop().expect("checked non-empty");
-        self.occupancy[ti] += 1;
+        a.occupancy += 1;
         self.charged += 1;
         self.claim(idx, t, fill);
         Ok(idx)
@@ -319,7 +324,7 @@ impl Store {
         if r != UNTAGGED {
             self.in_route[r as usize] -= 1;
         }
-        self.occupancy[t.index()] -= 1;
+        self.accounts[t.index()].occupancy -= 1;
         self.charged -= 1;
         self.free.push(idx);
     }
