@@ -22,6 +22,7 @@ pub mod crypto;
 pub mod dummy;
 pub mod firewall;
 mod flow_index;
+mod key4;
 pub mod kv;
 pub mod nat;
 pub mod outbox;
