@@ -260,15 +260,24 @@ impl Store {
     /// tenant, everything outside it is zeroed, so no NT can read a previous tenant's bytes.
     #[inline]
     pub fn charge(&mut self, idx: u32, t: TenantId, fresh: core::ops::Range<usize>) -> Result<(), Drop> {
+        self.count_in(t, false)?;
+        self.claim(idx, t, fresh);
+        Ok(())
+    }
+
+    /// Counts one more buffer against `t` and the store, or says why not: `t` at its quota
+    /// first, then the store at its charge limit (or `no_buffer`: none free to hand out). The
+    /// accounting rule both [`Store::charge`] and [`Store::alloc_charged`] follow.
+    #[inline(always)]
+    fn count_in(&mut self, t: TenantId, no_buffer: bool) -> Result<(), Drop> {
         let Some(a) = self.accounts.get_mut(t.index()).filter(|a| a.occupancy < a.quota) else {
             return Err(Drop::TenantQuota);
         };
-        if self.charged >= self.charge_limit {
+        if self.charged >= self.charge_limit || no_buffer {
             return Err(Drop::StoreFull);
         }
         a.occupancy += 1;
         self.charged += 1;
-        self.claim(idx, t, fresh);
         Ok(())
     }
 
@@ -287,15 +296,8 @@ impl Store {
 
     /// Allocates a buffer charged to `t` that the caller will fill at `fill` (flood copies).
     pub fn alloc_charged(&mut self, t: TenantId, fill: core::ops::Range<usize>) -> Result<u32, Drop> {
-        let Some(a) = self.accounts.get_mut(t.index()).filter(|a| a.occupancy < a.quota) else {
-            return Err(Drop::TenantQuota);
-        };
-        if self.charged >= self.charge_limit || self.free.is_empty() {
-            return Err(Drop::StoreFull);
-        }
+        self.count_in(t, self.free.is_empty())?;
         let idx = self.free.pop().expect("checked non-empty");
-        a.occupancy += 1;
-        self.charged += 1;
         self.claim(idx, t, fill);
         Ok(idx)
     }

@@ -109,6 +109,15 @@ fn set_of(k: Key4) -> usize {
     (x.wrapping_mul(0xbf58_476d_1ce4_e5b9) >> 32) as usize
 }
 
+/// Puts a new flow into its set in place of the way `victim` names, and moves `victim` on
+/// (round-robin replacement, the same in both caches).
+#[inline]
+fn replace_way<T>(set: &mut [T; WAYS], victim: &mut u8, entry: T) {
+    let v = *victim as usize % WAYS;
+    set[v] = entry;
+    *victim = ((v + 1) % WAYS) as u8;
+}
+
 /// A way of a [`Set4`] holds a flow (a packed key uses bits 0 to 103 only).
 const USED: u128 = 1 << 127;
 /// A way of a [`Set4`] allows its flow.
@@ -185,9 +194,7 @@ impl Nt for Firewall {
                 Some(w) => w & ALLOW != 0,
                 None => {
                     let allow = self.classify(key) == Policy::Allow;
-                    let v = self.victim4[i] as usize;
-                    self.sets4[i].0[v] = if allow { want | ALLOW } else { want };
-                    self.victim4[i] = ((v + 1) % WAYS) as u8;
+                    replace_way(&mut self.sets4[i].0, &mut self.victim4[i], if allow { want | ALLOW } else { want });
                     allow
                 }
             }
@@ -197,9 +204,7 @@ impl Nt for Firewall {
                 Some(s) => s.allow,
                 None => {
                     let allow = self.classify(key) == Policy::Allow;
-                    let w = self.victim[i] as usize;
-                    self.cache[i][w] = Some(Slot { key: *key, allow });
-                    self.victim[i] = ((w + 1) % WAYS) as u8;
+                    replace_way(&mut self.cache[i], &mut self.victim[i], Some(Slot { key: *key, allow }));
                     allow
                 }
             }
