@@ -1021,9 +1021,6 @@ impl<B: Backend> Node<B> {
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
             return self.drop_uncharged(idx, tenant, e);
         }
-        let ts = self.stats.tenant_mut(tenant);
-        ts.rx_packets += 1;
-        ts.rx_bytes += len as u64;
         let inner = &d.meta.inner;
         // Learning gives the sender's id: the descriptor keeps 4 bytes, not its 40-byte address
         // (written per packet, that cost ~20 instructions a packet).
@@ -1044,22 +1041,29 @@ impl<B: Backend> Node<B> {
         d.charged = true;
         let Some(uid) = dag else {
             d.walk = Walk::start(DagUid::default());
+            self.stats.count_rx(tenant, 1, len as u64);
             return self.egress(idx);
         };
         // In a pool behind a switch: a packet whose state another node holds goes there.
         if self.core.owners.on() && !from_peer {
+            self.stats.count_rx(tenant, 1, len as u64);
             return self.arrive_pooled(idx, uid, now);
         }
         // The route its arrivals take now (node-internal UID), unless the DAG is switching
         // between chain candidates or unknown.
-        let Some(route) = self.dags.arriving(uid) else { return self.hold(idx, uid) };
+        let Some(route) = self.dags.arriving(uid) else {
+            self.stats.count_rx(tenant, 1, len as u64);
+            return self.hold(idx, uid);
+        };
         d.walk = Walk::start(DagUid(route));
-        self.store.tag_route(idx, route);
         if self.pool.on {
+            self.stats.count_rx(tenant, 1, len as u64);
+            self.store.tag_route(idx, route);
             return self.enter_pooled(idx, now);
         }
-        // It enters with the rest of its run, after the batch ([`Node::enter_arrivals`]).
-        self.arriving.push(idx, tenant, route);
+        // It enters with the rest of its run, after the batch ([`Node::enter_arrivals`]),
+        // which counts it received and tags its buffer with the route, a run at a time.
+        self.arriving.push(idx, tenant, route, len as u32);
     }
 
     /// The MAT's action for a packet on `vni` whose inner frame is `inner`, through the memo
@@ -1130,9 +1134,7 @@ impl<B: Backend> Node<B> {
         } else {
             match store.charge(idx, tenant, HEADROOM..HEADROOM + stored) {
                 Ok(()) => {
-                    let ts = stats.tenant_mut(tenant);
-                    ts.rx_packets += 1;
-                    ts.rx_bytes += len as u64;
+                    stats.count_rx(tenant, 1, len as u64);
                     return true;
                 }
                 Err(e) => e,
@@ -1570,7 +1572,7 @@ impl<B: Backend> Node<B> {
             for i in done..done + r.sent {
                 let TxReq { idx, tenant: t, bytes, .. } = self.txq[i];
                 if t != run.0 {
-                    Self::count_tx(&mut self.stats, run);
+                    Self::end_tx_run(&mut self.stats, &mut self.store, run);
                     run = (t, 0, 0);
                 }
                 run.1 += 1;
@@ -1586,9 +1588,9 @@ impl<B: Backend> Node<B> {
                         h.record(lat);
                     }
                 }
-                self.store.free_charged(idx, t);
+                self.store.free_uncounted(idx);
             }
-            Self::count_tx(&mut self.stats, run);
+            Self::end_tx_run(&mut self.stats, &mut self.store, run);
             for i in done + r.sent..done + r.sent + r.failed {
                 let TxReq { idx, tenant, .. } = self.txq[i];
                 self.drop_charged(idx, tenant, Drop::TxError);
@@ -1598,17 +1600,23 @@ impl<B: Backend> Node<B> {
                 break;
             }
         }
-        self.txq.drain(..done);
+        if done == self.txq.len() {
+            self.txq.clear();
+        } else {
+            self.txq.drain(..done);
+        }
         self.txq.is_empty()
     }
 
-    /// Adds `packets` and `bytes` to tenant `t`'s transmit counters (`(t, packets, bytes)`).
+    /// A run of tenant `t`'s packets sent (`(t, packets, bytes)`), their buffers freed
+    /// uncounted: adds them to its transmit counters and takes them off its store count.
     #[inline(always)]
-    fn count_tx(stats: &mut Stats, (t, packets, bytes): (TenantId, u64, u64)) {
+    fn end_tx_run(stats: &mut Stats, store: &mut Store, (t, packets, bytes): (TenantId, u64, u64)) {
         if packets > 0 {
             let ts = stats.tenant_mut(t);
             ts.tx_packets += packets;
             ts.tx_bytes += bytes;
+            store.uncharge(t, packets as u32);
         }
     }
 }

@@ -95,6 +95,14 @@ impl Stats {
         &mut self.tenants[i]
     }
 
+    /// Counts `packets` received for `t`, `bytes` (their VXLAN datagrams) in all.
+    #[inline(always)]
+    pub fn count_rx(&mut self, t: snic_core::ids::TenantId, packets: u64, bytes: u64) {
+        let ts = self.tenant_mut(t);
+        ts.rx_packets += packets;
+        ts.rx_bytes += bytes;
+    }
+
     /// The tenants whose counters moved since the last [`Stats::clear_touched`].
     pub fn touched(&self) -> &[snic_core::ids::TenantId] {
         &self.touched

@@ -245,7 +245,10 @@ impl Store {
         out.clear();
         let k = n.min(self.free.len());
         let at = self.free.len() - k;
-        out.extend(self.free.drain(at..));
+        // A slice copy and a truncation: `extend(drain(..))` went element by element (~130
+        // instructions a 32-buffer batch against ~20).
+        out.extend_from_slice(&self.free[at..]);
+        self.free.truncate(at);
     }
 
     /// Returns a buffer that was never charged (reception unused, or an uncharged drop).
@@ -314,6 +317,19 @@ impl Store {
         self.route_of[idx as usize] = route;
     }
 
+    /// [`Store::tag_route`] for each buffer of `run` (untagged, charged, distinct).
+    #[inline]
+    pub fn tag_run(&mut self, run: &[u32], route: u32) {
+        let r = route as usize;
+        if self.in_route.len() <= r {
+            self.in_route.resize(r + 1, 0);
+        }
+        self.in_route[r] += run.len() as u32;
+        for &idx in run {
+            self.route_of[idx as usize] = route;
+        }
+    }
+
     /// Charged buffers running DAG route `route`.
     pub fn in_route(&self, route: u32) -> u32 {
         self.in_route.get(route as usize).copied().unwrap_or(0)
@@ -322,13 +338,27 @@ impl Store {
     /// Frees a charged buffer.
     #[inline]
     pub fn free_charged(&mut self, idx: u32, t: TenantId) {
+        self.free_uncounted(idx);
+        self.uncharge(t, 1);
+    }
+
+    /// [`Store::free_charged`] for buffer `idx` without its tenant's accounting, which the
+    /// caller does once for a run of the tenant's buffers ([`Store::uncharge`]).
+    #[inline(always)]
+    pub fn free_uncounted(&mut self, idx: u32) {
         let r = std::mem::replace(&mut self.route_of[idx as usize], UNTAGGED);
         if r != UNTAGGED {
             self.in_route[r as usize] -= 1;
         }
-        self.accounts[t.index()].occupancy -= 1;
-        self.charged -= 1;
         self.free.push(idx);
+    }
+
+    /// `n` buffers charged to `t`, freed with [`Store::free_uncounted`], leave its count and
+    /// the store's.
+    #[inline(always)]
+    pub fn uncharge(&mut self, t: TenantId, n: u32) {
+        self.accounts[t.index()].occupancy -= n;
+        self.charged -= n as usize;
     }
 }
 
@@ -383,6 +413,29 @@ mod tests {
         let c = s.alloc_charged(TenantId(1), 0..0).unwrap();
         s.free_charged(c, TenantId(1));
         assert_eq!(s.in_route(5), 0);
+    }
+
+    #[test]
+    fn a_run_tagged_and_freed_at_once_counts_as_one_by_one() {
+        let mut s = Store::new(8, 2);
+        let mut rx = Vec::new();
+        s.take_for_rx(4, &mut rx);
+        for &i in &rx {
+            s.charge(i, TenantId(1), 0..0).unwrap();
+        }
+        s.tag_run(&rx[..3], 7);
+        assert_eq!((s.in_route(7), s.occupancy(TenantId(1)), s.charged()), (3, 4, 4));
+        // Three freed as a run, their tenant uncharged once; the fourth one by one.
+        for &i in &rx[..3] {
+            s.free_uncounted(i);
+        }
+        s.uncharge(TenantId(1), 3);
+        assert_eq!((s.in_route(7), s.occupancy(TenantId(1)), s.charged()), (0, 1, 1));
+        s.free_charged(rx[3], TenantId(1));
+        assert_eq!((s.occupancy(TenantId(1)), s.charged()), (0, 0));
+        // Every buffer is back: a whole store's worth can be taken again.
+        s.take_for_rx(8, &mut rx);
+        assert_eq!(rx.len(), 8);
     }
 
     #[test]

@@ -103,6 +103,8 @@ fn firewall_nat_isolation(workers: usize) {
     p.rx.push_back((datagram(100, MAC_B, MAC_A, "10.0.0.9", "10.0.0.5", udp(80, 4000), 32, 2), ep(2)));
     // Tenant 2 on VNI 200 with the same inner addresses: not NATed, not seen by tenant 1.
     p.rx.push_back((datagram(200, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 9999), 32, 3), ep(1)));
+    let offered = |vni| p.rx.iter().filter(|(d, _)| parse_vxlan(d).unwrap() == vni).map(|(d, _)| d.len() as u64).sum::<u64>();
+    let (rx1, rx2) = (offered(100), offered(200));
     run_until_idle(&mut node);
     let tx = node.backend().tx.clone();
     assert_eq!(tx.len(), 3, "{tx:?}");
@@ -122,6 +124,9 @@ fn firewall_nat_isolation(workers: usize) {
     let s = node.stats();
     assert_eq!(s.tenants[1].drops[Drop::Nt(snic_nt::DropReason::FirewallDeny).index()], 1);
     assert_eq!(s.tenants[1].rx_packets, 3);
+    // Received bytes are counted a run of one tenant's packets at a time, the dropped one's
+    // included.
+    assert_eq!((s.tenants[1].rx_bytes, s.tenants[2].rx_bytes), (rx1, rx2));
     assert_eq!(s.tenants[1].tx_packets, 2);
     assert_eq!(s.tenants[2].tx_packets, 1);
     // Each tenant's transmit bytes are its own datagrams' (counted per run of one tenant's

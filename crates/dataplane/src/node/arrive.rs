@@ -11,12 +11,14 @@ use snic_core::ids::{DagUid, TenantId};
 use snic_core::sched::Reject;
 use snic_core::time::Instant;
 
-/// Consecutive packets of one tenant on one route, up to `end` in [`Arriving::idx`].
+/// Consecutive packets of one tenant on one route, up to `end` in [`Arriving::idx`], `bytes`
+/// of VXLAN datagrams received in all.
 #[derive(Clone, Copy)]
 struct Run {
     tenant: TenantId,
     route: u32,
     end: u32,
+    bytes: u32,
 }
 
 /// The packets ingress classified this batch, in order, and the runs they form. At most a
@@ -33,14 +35,18 @@ impl Arriving {
         Arriving { idx: Vec::with_capacity(MAX_BATCH), runs: Vec::with_capacity(MAX_BATCH), refused: Vec::with_capacity(MAX_BATCH) }
     }
 
-    /// Sets packet `idx` of `tenant`, on `route`, aside.
+    /// Sets packet `idx` of `tenant`, on `route`, aside (`len`: the bytes it was received
+    /// with).
     #[inline(always)]
-    pub(super) fn push(&mut self, idx: u32, tenant: TenantId, route: u32) {
+    pub(super) fn push(&mut self, idx: u32, tenant: TenantId, route: u32, len: u32) {
         self.idx.push(idx);
         let end = self.idx.len() as u32;
         match self.runs.last_mut() {
-            Some(r) if r.tenant == tenant && r.route == route => r.end = end,
-            _ => self.runs.push(Run { tenant, route, end }),
+            Some(r) if r.tenant == tenant && r.route == route => {
+                r.end = end;
+                r.bytes += len;
+            }
+            _ => self.runs.push(Run { tenant, route, end, bytes: len }),
         }
     }
 
@@ -58,6 +64,9 @@ impl<B: Backend> Node<B> {
         for r in &a.runs {
             let run = &a.idx[start..r.end as usize];
             start = r.end as usize;
+            // Received, and in its route, counted once for the run.
+            self.stats.count_rx(r.tenant, run.len() as u64, r.bytes as u64);
+            self.store.tag_run(run, r.route);
             let slots = &self.slots;
             let hash = |idx: u32| {
                 // SAFETY: the dispatcher owns the packets it received.
