@@ -82,6 +82,30 @@ pub struct NodeCoreConfig {
     pub panic: bool,
 }
 
+/// node.yaml's defaults ([`crate::config::NodeSettings::default`], validated: the one place
+/// they are written) for a node of up to 1,024 tenants, without parallel groups, PANIC mode or
+/// a pool. A driver or a simulator sets what it models otherwise and takes the rest from here.
+impl Default for NodeCoreConfig {
+    fn default() -> Self {
+        let c = crate::config::NodeSettings::default().validate().expect("node.yaml's defaults validate");
+        NodeCoreConfig {
+            fair: c.fair,
+            link_bps: c.link_bps,
+            workers: c.settings.workers,
+            store_buffers: c.settings.store_buffers,
+            max_tenants: 1024,
+            elastic: c.elastic,
+            pool: Default::default(),
+            slots: None,
+            auto_place: c.settings.auto_place,
+            placement: PlacementConfig::default(),
+            sched: SchedConfig::default(),
+            join_slots: 0,
+            panic: false,
+        }
+    }
+}
+
 /// What an epoch reads from the packet path and tells it: the arrivals at each step (for the
 /// demand model) and each instance's measured cost. The scheduler is it on a node; a
 /// simulator's fluid node may have no instances to tell.
@@ -401,13 +425,8 @@ mod tests {
             store_buffers: 1024,
             max_tenants: 4,
             elastic: ElasticConfig::default(),
-            pool: Default::default(),
-            slots: None,
             auto_place: true,
-            placement: PlacementConfig::default(),
-            sched: SchedConfig::default(),
-            join_slots: 0,
-            panic: false,
+            ..NodeCoreConfig::default()
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         // Chain 0 costs 20 µs a packet, chain 1 100 ns: both on the dispatcher's thread.
@@ -453,13 +472,8 @@ mod tests {
             store_buffers: 1024,
             max_tenants: 4,
             elastic: ElasticConfig { regions: 2, autoscale: true, monitor_period: Duration::from_millis(3), ..ElasticConfig::default() },
-            pool: Default::default(),
-            slots: None,
             auto_place: false,
-            placement: PlacementConfig::default(),
-            sched: SchedConfig::default(),
-            join_slots: 0,
-            panic: false,
+            ..NodeCoreConfig::default()
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         let chain = core.sched.add_chain(1);

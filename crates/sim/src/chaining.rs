@@ -317,13 +317,11 @@ impl Run {
                 store_buffers: spec.queue * regions,
                 max_tenants: tenants + 1,
                 elastic: Default::default(),
-                pool: Default::default(),
-                slots: None,
                 auto_place: false,
-                placement: Default::default(),
                 sched: SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() },
                 join_slots: spec.queue * regions,
                 panic: mode == Mode::Panic,
+                ..NodeCoreConfig::default()
             },
             Instant::ZERO,
         );

@@ -187,14 +187,9 @@ impl FairnessSpec {
                 store_buffers: STORE_BUFFERS,
                 max_tenants: self.tenants.len() + 1,
                 elastic: ElasticConfig::default(),
-                pool: Default::default(),
-                slots: None,
                 // (The fluid node has no worker threads to place regions on.)
                 auto_place: false,
-                placement: Default::default(),
-                sched: Default::default(),
-                join_slots: 0,
-                panic: false,
+                ..NodeCoreConfig::default()
             },
             Instant::ZERO,
         );

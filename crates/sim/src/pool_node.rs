@@ -183,13 +183,9 @@ impl PoolSim {
                     max_tenants: 2,
                     elastic: setup.elastic,
                     pool: setup.agent,
-                    slots: None,
                     // (The fluid node has no worker threads to place regions on.)
                     auto_place: false,
-                    placement: Default::default(),
-                    sched: Default::default(),
-                    join_slots: 0,
-                    panic: false,
+                    ..NodeCoreConfig::default()
                 },
                 Instant::ZERO,
             );

@@ -112,7 +112,6 @@ mod tests {
     use crate::elastic::ElasticConfig;
     use crate::fair::FairConfig;
     use crate::node::NodeCoreConfig;
-    use crate::sched::SchedConfig;
 
     /// A node's core with route 1: a chain of two NTs, then a parallel group of two one-NT
     /// chains that ends the route; an instance each.
@@ -124,13 +123,10 @@ mod tests {
             store_buffers: 64,
             max_tenants: 4,
             elastic: ElasticConfig::default(),
-            pool: Default::default(),
-            slots: None,
             auto_place: false,
-            placement: Default::default(),
-            sched: SchedConfig::default(),
             join_slots: 1,
             panic,
+            ..NodeCoreConfig::default()
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
         let mut steps = Vec::new();
