@@ -309,15 +309,11 @@ impl Store {
     /// is freed.
     #[inline]
     pub fn tag_route(&mut self, idx: u32, route: u32) {
-        let r = route as usize;
-        if self.in_route.len() <= r {
-            self.in_route.resize(r + 1, 0);
-        }
-        self.in_route[r] += 1;
-        self.route_of[idx as usize] = route;
+        self.tag_run(&[idx], route);
     }
 
-    /// [`Store::tag_route`] for each buffer of `run` (untagged, charged, distinct).
+    /// [`Store::tag_route`] for each buffer of `run` (untagged, charged, distinct): the
+    /// route's count grows once for the run.
     #[inline]
     pub fn tag_run(&mut self, run: &[u32], route: u32) {
         let r = route as usize;
