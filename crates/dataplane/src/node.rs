@@ -72,6 +72,10 @@ fn memo_key(vni: u32, inner: &Option<layout::InnerLayout>) -> u128 {
     }
 }
 
+/// The packed memo's key when it holds none: [`memo_key`] never gives it (its tags are 1 and
+/// 2), nor 0, which the memo is never set to; so a hit needs one comparison.
+const NO_MEMO: u128 = u128::MAX;
+
 /// How often regions whose NTs send packets of their own run without traffic, ns.
 const TICK_NS: u64 = 1_000_000;
 
@@ -252,7 +256,7 @@ pub struct Node<B: Backend> {
     mat_memo: Option<(MatKey, Option<Action>)>,
     /// The same for keys that pack into one word ([`memo_key`]: IPv4 and non-IP), checked
     /// first: comparing a packed key cost ~12 instructions a packet less than building and
-    /// comparing a [`MatKey`]. 0: none.
+    /// comparing a [`MatKey`]. [`NO_MEMO`]: none.
     mat_fast: (u128, Option<Action>),
     memo_table: Arc<Mat>,
     /// Counters of each launched region, by instance.
@@ -445,7 +449,7 @@ impl<B: Backend> Node<B> {
             flood: Vec::with_capacity(64),
             templates: egress::Templates::new(cfg.local),
             mat_memo: None,
-            mat_fast: (0, None),
+            mat_fast: (NO_MEMO, None),
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
             emitted: Vec::new(),
@@ -716,7 +720,7 @@ impl<B: Backend> Node<B> {
         if !Arc::ptr_eq(&mat, &self.memo_table) {
             self.memo_table = mat.clone();
             self.mat_memo = None;
-            self.mat_fast = (0, None);
+            self.mat_fast = (NO_MEMO, None);
         }
         // One poll in SAMPLE_EVERY is timed phase by phase for the meter's cost estimates.
         self.polls = self.polls.wrapping_add(1);
@@ -998,7 +1002,7 @@ impl<B: Backend> Node<B> {
         let parse_err = layout::parse_inner_into(&buf[off + vxlan::HEADER_LEN..off + len], &mut d.meta.inner).err();
         let packed = memo_key(vni, &d.meta.inner);
         let action = match self.mat_fast {
-            (k, a) if k == packed && k != 0 => a,
+            (k, a) if k == packed => a,
             _ => Self::classify(&mut self.mat_memo, &mut self.mat_fast, mat, vni, &d.meta.inner, packed),
         };
         let (tenant, dag) = match action {
@@ -1675,6 +1679,17 @@ mod tests {
             if ka != 0 && kb != 0 {
                 prop_assert_eq!(ka == kb, mat_key(va, &la) == mat_key(vb, &lb));
             }
+        }
+
+        #[test]
+        fn no_frame_packs_to_the_empty_memo(vni in any::<u32>(), proto in any::<u8>(), port in any::<u16>(), ip in any::<u32>(), kind in 0usize..3) {
+            let l = match kind {
+                0 => inner(InnerL3::Ipv4, IpAddr::V4(Ipv4Addr::from(ip)), proto, port),
+                1 => inner(InnerL3::Arp, IpAddr::V4(Ipv4Addr::from(ip)), 0, 0),
+                _ => None,
+            };
+            // The ingress memo's hit test is one comparison, against a key no frame packs to.
+            prop_assert_ne!(memo_key(vni, &l), NO_MEMO);
         }
     }
 }
