@@ -389,14 +389,20 @@ mod tests {
         assert_ne!(p("[2001:db8::1]:4789", 1).key(), p("[2001:db8::2]:4789", 1).key());
     }
 
+    /// `n` buffers taken for reception, each charged to `t` (no bytes received).
+    fn take_charged(s: &mut Store, n: usize, t: TenantId) -> Vec<u32> {
+        let mut rx = Vec::new();
+        s.take_for_rx(n, &mut rx);
+        for &i in &rx {
+            s.charge(i, t, 0..0).unwrap();
+        }
+        rx
+    }
+
     #[test]
     fn route_tags_count_charged_buffers_until_freed() {
         let mut s = Store::new(8, 2);
-        let mut rx = Vec::new();
-        s.take_for_rx(3, &mut rx);
-        for &i in &rx {
-            s.charge(i, TenantId(1), 0..0).unwrap();
-        }
+        let rx = take_charged(&mut s, 3, TenantId(1));
         s.tag_route(rx[0], 5);
         s.tag_route(rx[1], 5);
         assert_eq!((s.in_route(5), s.in_route(4), s.in_route(99)), (2, 0, 0));
@@ -414,11 +420,7 @@ mod tests {
     #[test]
     fn a_run_tagged_and_freed_at_once_counts_as_one_by_one() {
         let mut s = Store::new(8, 2);
-        let mut rx = Vec::new();
-        s.take_for_rx(4, &mut rx);
-        for &i in &rx {
-            s.charge(i, TenantId(1), 0..0).unwrap();
-        }
+        let mut rx = take_charged(&mut s, 4, TenantId(1));
         s.tag_run(&rx[..3], 7);
         assert_eq!((s.in_route(7), s.occupancy(TenantId(1)), s.charged()), (3, 4, 4));
         // Three freed as a run, their tenant uncharged once; the fourth one by one.
