@@ -76,6 +76,73 @@ impl RegionCounters {
     }
 }
 
+/// One NT's pass over a batch: the packets it runs (those its DAG's mask names at this NT, not
+/// yet dropped), through its engine's buckets if it has them. Returns the packets it ran, those
+/// it dropped, and the bytes its engine took. A [`snic_nt::BatchLoop`], so that a built-in NT's
+/// `process` is called directly (callgrind, `dummy` 64 B: about 40 instructions a packet less
+/// than through the vtable).
+struct NtPass<'a, 'c> {
+    slots: &'a Slots,
+    batch: &'a [u32],
+    cx: &'a Ctx<'c>,
+    i: usize,
+    engine: Option<&'a mut Engine>,
+}
+
+impl snic_nt::BatchLoop for NtPass<'_, '_> {
+    type Out = (u64, u64, u64);
+
+    #[inline]
+    fn run<N: Nt + ?Sized>(self, nt: &mut N) -> (u64, u64, u64) {
+        let NtPass { slots, batch, cx, i, mut engine } = self;
+        let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
+        let prefetch = nt.wants_prefetch();
+        if prefetch {
+            for &idx in batch.iter().take(PREFETCH_AHEAD) {
+                // SAFETY: as below; read only, and no other reference to it is live.
+                nt.prefetch(&unsafe { slots.get(idx) }.1.meta);
+            }
+        }
+        for (k, &idx) in batch.iter().enumerate() {
+            if prefetch {
+                if let Some(&ahead) = batch.get(k + PREFETCH_AHEAD) {
+                    // SAFETY: as below (a different index of the batch: each is there once);
+                    // read only, and the reference ends here.
+                    nt.prefetch(&unsafe { slots.get(ahead) }.1.meta);
+                }
+            }
+            // SAFETY: ownership of `idx` is `Region::run`'s caller's contract; the reference
+            // does not outlive this iteration.
+            let (buf, d) = unsafe { slots.get(idx) };
+            if d.verdict.is_some() || !d.walk.mask.runs(i) {
+                continue;
+            }
+            ran += 1;
+            if let Some(e) = engine.as_deref_mut() {
+                let len = d.meta.len as u64;
+                if !e.shaper.admit(d.meta.tenant, len as f64, cx.now) {
+                    d.verdict = Some(DropReason::EngineThrottled);
+                    dropped += 1;
+                    continue;
+                }
+                bytes += len;
+            }
+            let at = At { dag: d.walk.dag.0, step: d.walk.pos };
+            match nt.process(cx, &mut Pkt { buf, meta: &mut d.meta, at }) {
+                Verdict::Continue => {}
+                Verdict::Drop(r) => {
+                    d.verdict = Some(r);
+                    dropped += 1;
+                }
+                // The chain's later NTs leave it alone at this step. (PANIC-style scheduling,
+                // one NT per visit, does not see it: there it is a forward.)
+                Verdict::Skip => d.walk.mask = d.walk.mask.up_to(i),
+            }
+        }
+        (ran, dropped, bytes)
+    }
+}
+
 fn add(c: &AtomicU64, n: u64) {
     // Single writer: a relaxed load and store, no locked read-modify-write.
     c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
@@ -184,51 +251,8 @@ impl Region {
             }
         }
         for (i, (nt, engine)) in self.chain.iter_mut().zip(&mut self.engines).enumerate() {
-            let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
             let t0 = timed.then(|| core.now_ns());
-            let prefetch = nt.wants_prefetch();
-            if prefetch {
-                for &idx in batch.iter().take(PREFETCH_AHEAD) {
-                    // SAFETY: as below; read only, and no other reference to it is live.
-                    nt.prefetch(&unsafe { slots.get(idx) }.1.meta);
-                }
-            }
-            for (k, &idx) in batch.iter().enumerate() {
-                if prefetch {
-                    if let Some(&ahead) = batch.get(k + PREFETCH_AHEAD) {
-                        // SAFETY: as below (a different index of the batch: each is there
-                        // once); read only, and the reference ends here.
-                        nt.prefetch(&unsafe { slots.get(ahead) }.1.meta);
-                    }
-                }
-                // SAFETY: ownership of `idx` is the caller's contract; the reference does not
-                // outlive this iteration.
-                let (buf, d) = unsafe { slots.get(idx) };
-                if d.verdict.is_some() || !d.walk.mask.runs(i) {
-                    continue;
-                }
-                ran += 1;
-                if let Some(e) = engine {
-                    let len = d.meta.len as u64;
-                    if !e.shaper.admit(d.meta.tenant, len as f64, now) {
-                        d.verdict = Some(DropReason::EngineThrottled);
-                        dropped += 1;
-                        continue;
-                    }
-                    bytes += len;
-                }
-                let at = At { dag: d.walk.dag.0, step: d.walk.pos };
-                match nt.process(&cx, &mut Pkt { buf, meta: &mut d.meta, at }) {
-                    Verdict::Continue => {}
-                    Verdict::Drop(r) => {
-                        d.verdict = Some(r);
-                        dropped += 1;
-                    }
-                    // The chain's later NTs leave it alone at this step. (PANIC-style
-                    // scheduling, one NT per visit, does not see it: there it is a forward.)
-                    Verdict::Skip => d.walk.mask = d.walk.mask.up_to(i),
-                }
-            }
+            let (ran, dropped, bytes) = snic_nt::with_type(&mut **nt, NtPass { slots, batch, cx: &cx, i, engine: engine.as_mut() });
             add(&c.nt_packets[i], ran);
             add(&c.nt_drops[i], dropped);
             if let Some(t0) = t0 {

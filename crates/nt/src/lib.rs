@@ -235,8 +235,9 @@ pub trait NtCounters: Send + Sync + std::fmt::Debug {
     fn each(&self, f: &mut dyn FnMut(&'static str, u64, bool));
 }
 
-/// A network task.
-pub trait Nt: Send {
+/// A network task. (`Any`: a region runs its batch loop with a built-in NT's own type, so that
+/// [`Nt::process`] is called directly, see [`with_type`].)
+pub trait Nt: Send + std::any::Any {
     /// The kind name (`firewall`, `nat`, ...).
     fn kind(&self) -> &'static str;
 
@@ -304,6 +305,34 @@ pub trait Nt: Send {
     fn restore_state(&mut self, _state: &[u8], _now: Instant) -> Result<usize, StateError> {
         Err(StateError::Unsupported(self.kind()))
     }
+}
+
+/// A loop over a batch, written once for any NT type: [`with_type`] runs it with the NT's own
+/// type where it is a built-in one, so that each built-in NT gets its own copy of the loop with
+/// its [`Nt::process`] called directly and inlined, not through the vtable once a packet.
+pub trait BatchLoop {
+    /// What the loop returns.
+    type Out;
+    /// Runs the loop with `nt`.
+    fn run<N: Nt + ?Sized>(self, nt: &mut N) -> Self::Out;
+}
+
+/// Runs `l` with `nt` as its own type if it is one of the built-in NTs a chain runs on the
+/// packet path, else as `dyn Nt` (a tenant's WebAssembly NT, an application NT: their work per
+/// packet dwarfs a virtual call). One type comparison per built-in kind, once a batch.
+pub fn with_type<L: BatchLoop>(nt: &mut dyn Nt, l: L) -> L::Out {
+    use std::any::Any;
+    macro_rules! try_as {
+        ($($t:ty),*) => {$(
+            if (&*nt as &dyn Any).is::<$t>() {
+                if let Some(n) = (&mut *nt as &mut dyn Any).downcast_mut::<$t>() {
+                    return l.run(n);
+                }
+            }
+        )*};
+    }
+    try_as!(dummy::Dummy, firewall::Firewall, nat::Nat, crypto::Crypto, vni_map::VniMap, counter::Counter, synthetic::Synthetic);
+    l.run(nt)
 }
 
 /// Why an NT could not take a saved state.
@@ -374,5 +403,46 @@ pub(crate) mod testutil {
     }
     pub fn tcp(sp: u16, dp: u16, flags: u8) -> L4Spec {
         L4Spec::Tcp { src_port: sp, dst_port: dp, flags }
+    }
+}
+
+#[cfg(test)]
+mod batch_loop_tests {
+    use super::*;
+
+    /// Names the type the loop was run with.
+    struct TypeName;
+    impl BatchLoop for TypeName {
+        type Out = &'static str;
+        fn run<N: Nt + ?Sized>(self, _nt: &mut N) -> &'static str {
+            std::any::type_name::<N>()
+        }
+    }
+
+    /// An NT the crate does not know (as a tenant's would be).
+    struct Foreign;
+    impl Nt for Foreign {
+        fn kind(&self) -> &'static str {
+            "foreign"
+        }
+        fn process(&mut self, _cx: &Ctx<'_>, _pkt: &mut Pkt<'_>) -> Verdict {
+            Verdict::Continue
+        }
+    }
+
+    #[test]
+    fn built_in_nts_run_the_loop_as_their_own_type_and_others_through_the_vtable() {
+        let mut built_in: Vec<(Box<dyn Nt>, &str)> = vec![
+            (Box::new(dummy::Dummy::new()), "Dummy"),
+            (Box::new(firewall::Firewall::new(Default::default())), "Firewall"),
+            (Box::new(nat::Nat::new(Default::default())), "Nat"),
+            (Box::new(counter::Counter::new()), "Counter"),
+        ];
+        for (nt, name) in &mut built_in {
+            let ran_as = with_type(&mut **nt, TypeName);
+            assert!(ran_as.ends_with(&format!("::{name}")), "{name} ran as {ran_as}");
+        }
+        let mut foreign: Box<dyn Nt> = Box::new(Foreign);
+        assert_eq!(with_type(&mut *foreign, TypeName), std::any::type_name::<dyn Nt>());
     }
 }
