@@ -101,3 +101,29 @@ fn redirect_bench_carries_packets_through_every_path() {
     }
     assert!(bench_refuses(&["bench", "redirect", "--chain", "vpc"]).contains("unknown chain"));
 }
+
+/// The data-plane bench says what it ran: the vpc chain's cipher alone, and a generator that
+/// wrote headers only, are named in its output, and every packet went through.
+#[test]
+fn dataplane_names_the_cipher_alone_chain_and_the_generators_writes() {
+    for writes in ["frame", "headers"] {
+        let runs = bench_json(&[
+            "bench",
+            "dataplane",
+            "--chain",
+            "aes-gcm",
+            "--size",
+            "1400",
+            "--packets",
+            "2000",
+            "--rx-writes",
+            writes,
+            "--json",
+        ]);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        let r = &runs[0];
+        assert_eq!((r["chain"].as_str(), r["rx_writes"].as_str()), (Some("aes-gcm"), Some(writes)), "{r}");
+        assert!(r["packets"].as_u64().unwrap() >= 2000 && r["dropped"] == 0 && r["allocs_during_run"] == 0, "{r}");
+    }
+    assert!(bench_refuses(&["bench", "dataplane", "--rx-writes", "some", "--seconds", "0.1"]).contains("invalid value"));
+}

@@ -6,6 +6,7 @@
 //! analogue of bitstream generation and partial reconfiguration).
 
 use super::{emit, run_chain, DataplaneArgs};
+use crate::gen::RxWrites;
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
@@ -125,6 +126,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
         batch: 32,
         packets: None,
         idle_tenants: 0,
+        rx_writes: RxWrites::Frame,
     };
     for &size in &a.size {
         for (engine, spec) in &specs {
