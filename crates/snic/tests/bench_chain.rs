@@ -127,3 +127,35 @@ fn dataplane_names_the_cipher_alone_chain_and_the_generators_writes() {
     }
     assert!(bench_refuses(&["bench", "dataplane", "--rx-writes", "some", "--seconds", "0.1"]).contains("invalid value"));
 }
+
+/// A timed data-plane run also gives its rate in each whole 100 ms of the run (a counted run,
+/// which is not timed, none): as many slices as fit in the run, each with packets in it.
+#[test]
+fn a_timed_dataplane_run_gives_its_rate_slice_by_slice() {
+    let timed = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--seconds", "0.35", "--json"]);
+    let slices: Vec<f64> = timed[0]["slice_mpps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert!((1..=3).contains(&slices.len()) && slices.iter().all(|&x| x > 0.0), "{slices:?}");
+    assert_eq!(timed[0]["allocs_during_run"], 0, "taking the slices allocates nothing: {}", timed[0]);
+    let counted = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--packets", "1000", "--json"]);
+    assert_eq!(counted[0]["slice_mpps"], serde_json::json!([]), "{}", counted[0]);
+}
+
+/// `--pair-seal` follows each slice of the node with one of the seal of the packet's size: as
+/// many seal slices as node slices (the run may end on a node slice), ratios in order, nothing
+/// allocated; a counted run cannot be paired and is refused.
+#[test]
+fn a_paired_run_gives_the_node_against_the_seal_slice_by_slice() {
+    let runs = bench_json(&["bench", "dataplane", "--chain", "aes-gcm", "--size", "1400", "--seconds", "0.35", "--pair-seal", "--json"]);
+    let r = &runs[0];
+    let p = &r["paired_seal"];
+    let node = r["slice_mpps"].as_array().unwrap().len();
+    let seal: Vec<f64> = p["slice_mops"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert!(node >= 1 && (node - 1..=node).contains(&seal.len()) && seal.iter().all(|&x| x > 0.0), "{r}");
+    assert_eq!(p["bytes"], 1400, "{r}");
+    let (p10, p50, p90) = (p["ratio_p10"].as_f64().unwrap(), p["ratio_p50"].as_f64().unwrap(), p["ratio_p90"].as_f64().unwrap());
+    assert!(0.0 < p10 && p10 <= p50 && p50 <= p90, "{r}");
+    assert_eq!(r["allocs_during_run"], 0, "{r}");
+    let unpaired = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--seconds", "0.15", "--json"]);
+    assert!(unpaired[0].get("paired_seal").is_none(), "{}", unpaired[0]);
+    assert!(bench_refuses(&["bench", "dataplane", "--packets", "100", "--pair-seal"]).contains("not timed"));
+}

@@ -137,6 +137,12 @@ pub struct DataplaneArgs {
     /// generator's share of the run).
     #[arg(long, value_enum, default_value_t = RxWrites::Frame)]
     rx_writes: RxWrites,
+    /// Alternate the timed run, 100 ms at a time, with the crypto library's AES-128-GCM seal of
+    /// one packet's size on one hot buffer (the loop `snic bench crypto` times), and report the
+    /// node's rate against the seal's, pair by pair: the two halves of a pair see the machine at
+    /// the same speed, where separate runs minutes apart may not. Doubles the run's time.
+    #[arg(long)]
+    pair_seal: bool,
 }
 
 /// Options of `snic bench crypto`.
@@ -289,6 +295,12 @@ struct DataplaneResult {
     rx_writes: RxWrites,
     cores: usize,
     mpps: f64,
+    /// The rate in each whole tenth of a second of a timed run, Mpps (none in a counted run):
+    /// how steady the machine was. On a shared guest it moves between speeds within one run.
+    slice_mpps: Vec<f64>,
+    /// With `--pair-seal`: the seal's slices, each right after the node's of the same index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    paired_seal: Option<PairedSeal>,
     gbps: f64,
     p50_ns: u64,
     p99_ns: u64,
@@ -299,6 +311,28 @@ struct DataplaneResult {
     drop_reasons: Vec<(&'static str, u64)>,
     allocs_during_run: u64,
     rss_mib: f64,
+}
+
+/// The node against the seal, slice by slice (`--pair-seal`).
+#[derive(Serialize)]
+struct PairedSeal {
+    /// Bytes each seal encrypts (the packet size).
+    bytes: usize,
+    /// The seal's rate in each of its slices, Mops.
+    slice_mops: Vec<f64>,
+    /// The node's Mpps over the seal's Mops in each pair: the 10th, 50th and 90th percentiles.
+    ratio_p10: f64,
+    ratio_p50: f64,
+    ratio_p90: f64,
+}
+
+impl PairedSeal {
+    fn new(bytes: usize, node: &[f64], seal: Vec<f64>) -> Self {
+        let mut r: Vec<f64> = node.iter().zip(&seal).map(|(n, s)| n / s).collect();
+        r.sort_by(f64::total_cmp);
+        let q = |p: f64| if r.is_empty() { 0.0 } else { r[((r.len() - 1) as f64 * p).round() as usize] };
+        PairedSeal { bytes, ratio_p10: q(0.1), ratio_p50: q(0.5), ratio_p90: q(0.9), slice_mops: seal }
+    }
 }
 
 fn chain_specs(chain: &str, fw_rules: usize) -> anyhow::Result<Vec<NtSpec>> {
@@ -388,6 +422,9 @@ fn rss_mib() -> f64 {
 }
 
 fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
+    if a.pair_seal && a.packets.is_some() {
+        bail!("--pair-seal times slices of the run against the seal; a counted run (--packets) is not timed");
+    }
     let chains: Vec<&str> = match a.chain.as_str() {
         "all" => vec!["dummy", "vpc"],
         c => vec![c],
@@ -396,24 +433,113 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
         for &size in &a.size {
             let r = dataplane_case(&a, chain, size)?;
             emit(a.json, &r, |r| {
+                let paired = match &r.paired_seal {
+                    Some(p) => format!(
+                        "  against the {} B seal, paired slices: {:.3} (p10 {:.3}, p90 {:.3})",
+                        p.bytes, p.ratio_p50, p.ratio_p10, p.ratio_p90
+                    ),
+                    None => String::new(),
+                };
+                let slices = match r.slice_mpps.iter().copied().reduce(f64::min).zip(r.slice_mpps.iter().copied().reduce(f64::max)) {
+                    Some((lo, hi)) => format!(" ({lo:.2}-{hi:.2} in 100 ms slices)"),
+                    None => String::new(),
+                };
                 format!(
-                    "{:>6} {:>5} B {:>4} idle  {:>6.2} Mpps  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB{}",
+                    "{:>6} {:>5} B {:>4} idle  {:>6.2} Mpps{}  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB{}{}",
                     r.chain,
                     r.packet_size,
                     r.idle_tenants,
                     r.mpps,
+                    slices,
                     r.gbps,
                     r.p50_ns,
                     r.p99_ns,
                     r.dropped,
                     r.allocs_during_run,
                     r.rss_mib,
-                    if r.rx_writes == RxWrites::Headers { "  (generator writes headers only)" } else { "" }
+                    if r.rx_writes == RxWrites::Headers { "  (generator writes headers only)" } else { "" },
+                    paired
                 )
             })?;
         }
     }
     Ok(())
+}
+
+/// The length of the slices a timed run's rate is also given in.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// Polls `node` for `d` of its own time, as [`spin`] does, and pushes the packets sent in each
+/// `slice` of it (a rate, Mpps) onto `out`. With `seal`, each slice of the node is followed by
+/// one of the seal, whose rate (Mops) goes onto the seal's list; the node's time then leaves
+/// out the seal's. Returns the node's time.
+fn spin_sliced(
+    node: &mut Node<Generator>,
+    d: Duration,
+    slice: Duration,
+    out: &mut Vec<f64>,
+    mut seal: Option<(&mut Seal, &mut Vec<f64>)>,
+) -> anyhow::Result<Duration> {
+    let mut ran = Duration::ZERO;
+    let (mut at, mut sent) = (Instant::now(), node.backend().tx_packets);
+    loop {
+        for _ in 0..256 {
+            node.poll();
+        }
+        let now = Instant::now();
+        if now - at >= slice || ran + (now - at) >= d {
+            let tx = node.backend().tx_packets;
+            if now - at >= slice {
+                out.push((tx - sent) as f64 / (now - at).as_secs_f64() / 1e6);
+            }
+            ran += now - at;
+            if ran >= d {
+                return Ok(ran);
+            }
+            if let Some((s, v)) = seal.as_mut() {
+                let (ops, took) = s.spin(slice)?;
+                v.push(ops as f64 / took.as_secs_f64() / 1e6);
+            }
+            (at, sent) = (Instant::now(), node.backend().tx_packets);
+        }
+    }
+}
+
+/// The crypto library's AES-128-GCM seal, in place, of one hot buffer: what `snic bench crypto`
+/// times, and `--pair-seal` alternates with the node.
+struct Seal {
+    key: ring::aead::LessSafeKey,
+    buf: Vec<u8>,
+    seq: u64,
+}
+
+impl Seal {
+    fn new(size: usize) -> anyhow::Result<Self> {
+        use ring::aead::{LessSafeKey, UnboundKey, AES_128_GCM};
+        let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &[7u8; 16]).map_err(|_| anyhow::anyhow!("bad key"))?);
+        Ok(Seal { key, buf: vec![0x5a; size], seq: 0 })
+    }
+
+    /// Seals for at least `d`, 1,024 at a time: the seals done and the time they took.
+    fn spin(&mut self, d: Duration) -> anyhow::Result<(u64, Duration)> {
+        use ring::aead::{Aad, Nonce};
+        let t0 = Instant::now();
+        let (mut ops, mut fold) = (0u64, 0u8);
+        while t0.elapsed() < d {
+            for _ in 0..1024 {
+                self.seq += 1;
+                let mut n = [0u8; 12];
+                n[4..].copy_from_slice(&self.seq.to_be_bytes());
+                let hdr = [0u8; 16];
+                let tag = (self.key.seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&hdr), &mut self.buf))
+                    .map_err(|_| anyhow::anyhow!("seal failed"))?;
+                fold ^= tag.as_ref()[0];
+            }
+            ops += 1024;
+        }
+        std::hint::black_box(fold);
+        Ok((ops, t0.elapsed()))
+    }
 }
 
 fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result<DataplaneResult> {
@@ -492,12 +618,19 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) ->
         Some(n) => count(&mut node, n),
         None => spin(&mut node, Duration::from_secs(1)),
     };
+    // Room for every slice before the run is counted: a push that grew it would count as an allocation of
+    // the packet path's.
+    let mut slice_mpps = Vec::with_capacity((a.seconds / SLICE.as_secs_f64()) as usize + 2);
+    let mut seal = match a.pair_seal {
+        true => Some((Seal::new(size)?, Vec::with_capacity(slice_mpps.capacity()))),
+        false => None,
+    };
     node.reset_stats();
     let tx0 = node.backend().tx_packets;
     let allocs0 = alloc_count::allocations();
     let elapsed = match a.packets {
         Some(n) => count(&mut node, n),
-        None => spin(&mut node, Duration::from_secs_f64(a.seconds)),
+        None => spin_sliced(&mut node, Duration::from_secs_f64(a.seconds), SLICE, &mut slice_mpps, seal.as_mut().map(|(s, v)| (s, v)))?,
     };
     let allocs = alloc_count::allocations() - allocs0;
     let s = node.stats();
@@ -513,6 +646,8 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) ->
         rx_writes: a.rx_writes,
         cores: 1 + a.workers,
         mpps,
+        paired_seal: seal.map(|(_, v)| PairedSeal::new(size, &slice_mpps, v)),
+        slice_mpps,
         gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
         p50_ns: s.latency.quantile(0.5),
         p99_ns: s.latency.quantile(0.99),
@@ -538,30 +673,9 @@ struct CryptoResult {
 }
 
 fn crypto(a: CryptoArgs) -> anyhow::Result<()> {
-    use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
-    let key = LessSafeKey::new(UnboundKey::new(&AES_128_GCM, &[7u8; 16]).map_err(|_| anyhow::anyhow!("bad key"))?);
     for &size in &a.size {
-        let mut buf = vec![0x5au8; size];
-        let mut seq = 0u64;
-        let mut seal = |buf: &mut [u8]| {
-            seq += 1;
-            let mut n = [0u8; 12];
-            n[4..].copy_from_slice(&seq.to_be_bytes());
-            let hdr = [0u8; 16];
-            key.seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&hdr), buf).map(|t| t.as_ref()[0])
-        };
-        let t0 = Instant::now();
-        let mut ops = 0u64;
-        let mut fold = 0u8;
-        let d = Duration::from_secs_f64(a.seconds);
-        while t0.elapsed() < d {
-            for _ in 0..1024 {
-                fold ^= seal(&mut buf).map_err(|_| anyhow::anyhow!("seal failed"))?;
-            }
-            ops += 1024;
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        std::hint::black_box(fold);
+        let (ops, took) = Seal::new(size)?.spin(Duration::from_secs_f64(a.seconds))?;
+        let secs = took.as_secs_f64();
         let r = CryptoResult {
             bench: "aes_gcm",
             library: "ring 0.17",

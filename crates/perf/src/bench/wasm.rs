@@ -127,6 +127,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
         packets: None,
         idle_tenants: 0,
         rx_writes: RxWrites::Frame,
+        pair_seal: false,
     };
     for &size in &a.size {
         for (engine, spec) in &specs {
