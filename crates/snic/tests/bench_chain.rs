@@ -132,9 +132,9 @@ fn dataplane_names_the_cipher_alone_chain_and_the_generators_writes() {
 /// which is not timed, none): as many slices as fit in the run, each with packets in it.
 #[test]
 fn a_timed_dataplane_run_gives_its_rate_slice_by_slice() {
-    let timed = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--seconds", "0.35", "--json"]);
+    let timed = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--seconds", "0.5", "--json"]);
     let slices: Vec<f64> = timed[0]["slice_mpps"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
-    assert!((1..=3).contains(&slices.len()) && slices.iter().all(|&x| x > 0.0), "{slices:?}");
+    assert!((1..=5).contains(&slices.len()) && slices.iter().all(|&x| x > 0.0), "{slices:?}");
     assert_eq!(timed[0]["allocs_during_run"], 0, "taking the slices allocates nothing: {}", timed[0]);
     let counted = bench_json(&["bench", "dataplane", "--chain", "dummy", "--size", "64", "--packets", "1000", "--json"]);
     assert_eq!(counted[0]["slice_mpps"], serde_json::json!([]), "{}", counted[0]);
@@ -145,7 +145,7 @@ fn a_timed_dataplane_run_gives_its_rate_slice_by_slice() {
 /// allocated; a counted run cannot be paired and is refused.
 #[test]
 fn a_paired_run_gives_the_node_against_the_seal_slice_by_slice() {
-    let runs = bench_json(&["bench", "dataplane", "--chain", "aes-gcm", "--size", "1400", "--seconds", "0.35", "--pair-seal", "--json"]);
+    let runs = bench_json(&["bench", "dataplane", "--chain", "aes-gcm", "--size", "1400", "--seconds", "0.5", "--pair-seal", "--json"]);
     let r = &runs[0];
     let p = &r["paired_seal"];
     let node = r["slice_mpps"].as_array().unwrap().len();
