@@ -62,10 +62,10 @@ for chain, size, peer, goal in goals:
     have = [r for r in rounds if peers[(peer, r)] and runs[(chain, size, "new", r)]]
     if not have:
         continue
-    p = [statistics.mean(peers[(peer, r)]) for r in have]
+    p = {r: statistics.mean(peers[(peer, r)]) for r in have}
     parts = []
     for w in ("old", "new"):
-        ratios = [med(runs[(chain, size, w, r)]) / statistics.mean(peers[(peer, r)]) for r in have]
+        ratios = [med(runs[(chain, size, w, r)]) / p[r] for r in have]
         parts.append(f"{w} {med(ratios):.3f} (rounds {span(ratios)})")
-    print(f"# {chain} {size} B against {peer} ({med(p):.3f}, rounds {span(p)}): {', '.join(parts)} (goal {goal})")
+    print(f"# {chain} {size} B against {peer} ({med(p.values()):.3f}, rounds {span(p.values())}): {', '.join(parts)} (goal {goal})")
 PY

@@ -489,14 +489,14 @@ fn spin_sliced(
         for _ in 0..16 {
             node.poll();
         }
-        let now = Instant::now();
-        if now - at >= slice || ran + (now - at) >= d {
-            let tx = node.backend().tx_packets;
-            if now - at >= slice {
-                out.push((tx - sent) as f64 / (now - at).as_secs_f64() / 1e6);
+        let lap = at.elapsed();
+        let (full, done) = (lap >= slice, ran + lap >= d);
+        if full || done {
+            if full {
+                out.push((node.backend().tx_packets - sent) as f64 / lap.as_secs_f64() / 1e6);
             }
-            ran += now - at;
-            if ran >= d {
+            ran += lap;
+            if done {
                 return Ok(ran);
             }
             if let Some((s, v)) = seal.as_mut() {
