@@ -44,6 +44,7 @@ pub mod auth;
 pub mod manifest;
 pub mod parallel;
 pub mod plan;
+pub mod quota;
 pub mod state;
 
 pub use manifest::{Error, ErrorCode};

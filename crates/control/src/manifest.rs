@@ -139,6 +139,23 @@ pub struct Quotas {
     /// Packet-store buffers the tenant may hold at once (default: no limit beyond the store).
     #[serde(default)]
     pub store_buffers: Option<u32>,
+    /// MAC addresses the node learns on the tenant's VNIs at most (default: node.yaml
+    /// `limits.fdb_macs_per_tenant`). At the bound the tenant's unknown unicast is flooded on
+    /// its own VNIs; no other tenant's entries are touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fdb_macs: Option<u32>,
+    /// NTs the tenant may have (default: node.yaml `limits.nts_per_tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nts: Option<u32>,
+    /// DAGs the tenant may have (default: `limits.dags_per_tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dags: Option<u32>,
+    /// Rules on the tenant's VNIs (default: `limits.rules_per_tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<u32>,
+    /// WebAssembly NTs the tenant may have (default: `limits.wasm_nts_per_tenant`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wasm_nts: Option<u32>,
 }
 
 /// A network task.

@@ -35,6 +35,8 @@ pub struct TenantPlan {
     pub store_buffers: Option<u32>,
     /// VNIs.
     pub vnis: Vec<u32>,
+    /// Its bound on learned MACs, if its own.
+    pub fdb_macs: Option<u32>,
 }
 
 /// A chain: NTs that run together in one region.
@@ -335,6 +337,7 @@ pub fn plan(state: &State, regions: usize) -> Result<Plan, Error> {
                 weight: t.weight,
                 store_buffers: t.quotas.store_buffers,
                 vnis: t.vnis.clone(),
+                fdb_macs: t.quotas.fdb_macs,
             });
         }
     }

@@ -155,8 +155,9 @@ impl State {
     fn visible(&self, nt: &str, tenant: &str) -> Result<(), String> {
         match self.get(Kind::Nt, nt).map(|o| &o.spec) {
             Some(Spec::Nt(n)) if n.tenant == tenant || n.shared_with.iter().any(|t| t == tenant || t == "*") => Ok(()),
-            Some(_) => Err(format!("NT `{nt}` belongs to another tenant and is not shared with `{tenant}`")),
-            None => Err(format!("no NT named `{nt}`")),
+            // Another tenant's NT answers exactly as a missing one: whether it exists is not
+            // this tenant's business (docs/operations.md, "Credentials").
+            _ => Err(format!("no NT named `{nt}` that tenant `{tenant}` owns or is shared with")),
         }
     }
 
@@ -236,6 +237,27 @@ impl State {
                     for (i, t) in nt.shared_with.iter().enumerate() {
                         if t != "*" && !tenant_exists(t) {
                             return bad(ErrorCode::UnknownReference, format!("spec.shared_with[{i}]"), format!("no tenant named `{t}`"));
+                        }
+                    }
+                    if let snic_nt::NtSpec::VniMap { map, default } = &nt.config {
+                        // An NT maps packets only into its own tenant's VNIs (docs/endpoints.md,
+                        // "Trust"): the data plane drops anything leaving on another's anyway.
+                        if !nt.shared_with.is_empty() {
+                            return bad(
+                                ErrorCode::InvalidManifest,
+                                "spec.shared_with".into(),
+                                "a vni_map maps into its own tenant's VNIs: it cannot be shared".into(),
+                            );
+                        }
+                        let targets = map.iter().enumerate().map(|(i, p)| (format!("spec.config.map[{i}].to"), p.to));
+                        for (field, v) in targets.chain(default.map(|v| ("spec.config.default".to_string(), v))) {
+                            if tenant_of_vni(v) != Some(nt.tenant.as_str()) {
+                                return bad(
+                                    ErrorCode::InvalidManifest,
+                                    field,
+                                    format!("VNI {v} is not one of tenant `{}`'s VNIs", nt.tenant),
+                                );
+                            }
                         }
                     }
                     if matches!(nt.config, snic_nt::NtSpec::Wasm(_)) && !nt.shared_with.is_empty() {
@@ -321,14 +343,14 @@ impl State {
                         if let crate::manifest::RuleAction::Dag(dag) = &r.action {
                             match self.get(Kind::Dag, dag).map(|o| &o.spec) {
                                 Some(Spec::Dag(d)) if d.tenant == owner => {}
-                                Some(_) => {
+                                // Another tenant's DAG answers as a missing one.
+                                _ => {
                                     return bad(
                                         ErrorCode::UnknownReference,
                                         "spec.action.dag".into(),
-                                        format!("DAG `{dag}` does not belong to `{owner}`, the owner of VNI {}", r.vni),
+                                        format!("no DAG named `{dag}` of tenant `{owner}`, the owner of VNI {}", r.vni),
                                     )
                                 }
-                                None => return bad(ErrorCode::UnknownReference, "spec.action.dag".into(), format!("no DAG named `{dag}`")),
                             }
                         }
                     }
@@ -456,6 +478,34 @@ spec: {vni: 100, action: {dag: blue-path}}
         assert!(e.reason.starts_with("not a WebAssembly module"), "{e}");
     }
 
+    #[test]
+    fn a_vni_map_maps_only_into_its_own_tenants_vnis() {
+        let nt = |cfg: &str, shared: &str| {
+            format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: m}}\nspec: {{tenant: green, {shared} config: {{kind: vni_map, {cfg}}}}}\n")
+        };
+        let s =
+            base().apply(parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: green}\nspec: {vnis: [200, 201]}\n").unwrap()).unwrap();
+        s.apply(parse(&nt("map: [{from: 200, to: 201}], default: 200", "")).unwrap()).unwrap();
+        for (cfg, field) in [
+            ("map: [{from: 200, to: 201}, {from: 201, to: 100}]", "spec.config.map[1].to"),
+            ("default: 100", "spec.config.default"),
+            ("map: [{from: 200, to: 999}]", "spec.config.map[0].to"),
+        ] {
+            let e = s.apply(parse(&nt(cfg, "")).unwrap()).unwrap_err();
+            assert_eq!((e.code, e.field.as_str()), (ErrorCode::InvalidManifest, field), "{cfg}");
+        }
+        // Another tenant's VNI and one nobody owns are refused in the same words.
+        let theirs = s.apply(parse(&nt("default: 100", "")).unwrap()).unwrap_err().reason;
+        let nobodys = s.apply(parse(&nt("default: 999", "")).unwrap()).unwrap_err().reason;
+        assert_eq!(theirs.replace("100", "X"), nobodys.replace("999", "X"));
+        let e = s.apply(parse(&nt("default: 200", "shared_with: [blue],")).unwrap()).unwrap_err();
+        assert_eq!(e.field, "spec.shared_with");
+        // A VNI a vni_map maps into cannot be taken from its tenant while the map stands.
+        let s = s.apply(parse(&nt("default: 201", "")).unwrap()).unwrap();
+        let e = s.apply(parse("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: green}\nspec: {vnis: [200]}\n").unwrap()).unwrap_err();
+        assert_eq!(e.field, "spec.config.default");
+    }
+
     /// Found by the etcd test: two nodes writing without the revision guard left ids that
     /// named a tenant twice or not at all, and planning such a state panicked. A state whose
     /// ids do not cover its objects once each is refused when it is restored.
@@ -480,8 +530,14 @@ spec: {vni: 100, action: {dag: blue-path}}
         assert_eq!((e.code, e.field.as_str()), (ErrorCode::VniConflict, "spec.vnis[1]"), "{e}");
         let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: d}\nspec: {tenant: blue, nodes: [blue-fw, nope]}\n");
         assert_eq!((e.code, e.field.as_str(), e.name.as_str()), (ErrorCode::UnknownReference, "spec.nodes[1]", "d"), "{e}");
-        let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue-fw]}\n");
-        assert!(e.reason.contains("not shared"), "{e}");
+        // Another tenant's NT (or DAG) answers exactly as one that does not exist.
+        let theirs = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue-fw]}\n");
+        let missing = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [no-fw]}\n");
+        assert_eq!(theirs.reason.replace("blue-fw", "X"), missing.reason.replace("no-fw", "X"));
+        assert_eq!((theirs.code, &theirs.field), (missing.code, &missing.field));
+        let theirs = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue-path}}\n");
+        let missing = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: no-path}}\n");
+        assert_eq!(theirs.reason.replace("blue-path", "X"), missing.reason.replace("no-path", "X"));
         // A shared NT is visible to the tenant it is shared with.
         base()
             .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [shared-count]}\n").unwrap())

@@ -69,6 +69,60 @@ pub struct NodeSettings {
     pub auth: Option<AuthSection>,
     /// TLS on the API (absent: plain HTTP).
     pub api_tls: Option<TlsSection>,
+    /// What one tenant may hold or do on this node (docs/operations.md, "Limits").
+    pub limits: LimitsSection,
+}
+
+/// The `limits:` section: bounds on what one tenant may hold or do, so that no tenant — hostile
+/// or careless, with its own credential — can exhaust a table, the API or the node's time for the
+/// others. A Tenant's `quotas` may set its own for the object counts and the forwarding table.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// MAC addresses the node learns per tenant (a Tenant's `quotas.fdb_macs` overrides it).
+    pub fdb_macs_per_tenant: u32,
+    /// MAC addresses the node learns in all (the table's memory bound: about 50 bytes each).
+    pub fdb_macs: usize,
+    /// Seconds a learned MAC is kept without a packet from it.
+    pub fdb_age_s: u64,
+    /// NTs one tenant may have (`quotas.nts` overrides it).
+    pub nts_per_tenant: u32,
+    /// DAGs one tenant may have (`quotas.dags`).
+    pub dags_per_tenant: u32,
+    /// Rules on one tenant's VNIs (`quotas.rules`).
+    pub rules_per_tenant: u32,
+    /// WebAssembly NTs (modules) one tenant may have (`quotas.wasm_nts`).
+    pub wasm_nts_per_tenant: u32,
+    /// API requests per second one tenant's credential may make (a token bucket; the operator's
+    /// are not limited). Over it: 429 with `Retry-After`.
+    pub api_requests_per_s: f64,
+    /// Requests a tenant's credential may make at once above that rate.
+    pub api_burst: u32,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            fdb_macs_per_tenant: 1024,
+            fdb_macs: 1 << 20,
+            fdb_age_s: 300,
+            nts_per_tenant: 256,
+            dags_per_tenant: 256,
+            rules_per_tenant: 1024,
+            wasm_nts_per_tenant: 16,
+            api_requests_per_s: 20.0,
+            api_burst: 40,
+        }
+    }
+}
+
+impl LimitsSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        ensure(self.fdb_macs >= self.fdb_macs_per_tenant as usize, "limits.fdb_macs must be at least limits.fdb_macs_per_tenant")?;
+        ensure(self.fdb_age_s >= 1, "limits.fdb_age_s must be at least 1")?;
+        ensure(self.api_requests_per_s.is_finite() && self.api_requests_per_s > 0.0, "limits.api_requests_per_s must be positive")?;
+        ensure(self.api_burst >= 1, "limits.api_burst must be at least 1")
+    }
 }
 
 /// The `api_tls:` section: the API serves HTTPS with this certificate (rustls).
@@ -108,6 +162,7 @@ impl Default for NodeSettings {
             pool: None,
             auth: None,
             api_tls: None,
+            limits: LimitsSection::default(),
         }
     }
 }
@@ -445,6 +500,7 @@ impl NodeSettings {
         let (fair, link_bps) = self.fairness.validate()?;
         let elastic = self.elastic.validate(self.regions)?;
         let pool = self.pool.as_ref().map(PoolSection::validate).transpose()?;
+        self.limits.validate()?;
         Ok(Config { fair, link_bps, elastic, pool, settings: self })
     }
 }

@@ -44,6 +44,8 @@ pub enum Drop {
     /// A redirected packet whose (sender, counter) was seen before, or is older than the
     /// sender's window: a replay (or a duplicate the network made).
     ReplayedRedirect,
+    /// Leaving on a VNI another tenant owns (an NT re-mapped it there): never delivered.
+    ForeignVni,
     /// A redirected packet that crossed [`MAX_PASS_THROUGH`] pass-through nodes and was still
     /// not at the node that runs it: the pool's routes disagree (a loop), it goes no further.
     PassThroughHops,
@@ -58,7 +60,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 10;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 11;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -89,6 +91,7 @@ impl Drop {
             Drop::NotHosted => N_PARSE + 4 + N_SCHED + N_NT + 7,
             Drop::ReplayedRedirect => N_PARSE + 4 + N_SCHED + N_NT + 8,
             Drop::PassThroughHops => N_PARSE + 4 + N_SCHED + N_NT + 9,
+            Drop::ForeignVni => N_PARSE + 4 + N_SCHED + N_NT + 10,
         }
     }
 
@@ -113,6 +116,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 7 => "not_hosted",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 8 => "replayed_redirect",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 9 => "pass_through_hops",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 10 => "foreign_vni",
             _ => "unknown",
         }
     }
@@ -139,6 +143,7 @@ mod tests {
             Drop::NotHosted,
             Drop::ReplayedRedirect,
             Drop::PassThroughHops,
+            Drop::ForeignVni,
         ]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();

@@ -10,7 +10,7 @@ use crate::backend::{Backend, Framing, RxMeta, TxReq};
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 use crate::egress;
 use crate::elastic::{Elastic, ElasticConfig};
-use crate::fdb::{Fdb, PeerId, Route};
+use crate::fdb::{Fdb, FdbConfig, PeerId, Route};
 use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Peer, Slots, Store, MAX_TENANTS};
@@ -113,8 +113,8 @@ pub struct NodeConfig {
     pub workers: usize,
     /// Pin the dispatcher and workers to cores.
     pub pin_cores: bool,
-    /// Most learned MAC entries.
-    pub max_learned_macs: usize,
+    /// The forwarding table's learning bounds (in all and per tenant) and aging.
+    pub fdb: FdbConfig,
     /// The UDP port learned peers listen on: `Some(4789)` for kernel VXLAN endpoints (they send
     /// from an entropy port), `None` to reply to the datagram's source port.
     pub vtep_port: Option<u16>,
@@ -162,7 +162,7 @@ impl Default for NodeConfig {
             local: Peer::default(),
             workers: file.workers,
             pin_cores: false,
-            max_learned_macs: 65536,
+            fdb: FdbConfig::default(),
             vtep_port: file.vtep_port,
             fair: FairConfig::default(),
             link_bps: file.fairness.link_gbps * 1e9,
@@ -292,7 +292,8 @@ pub struct Node<B: Backend> {
 
 /// The next hop of the last packet [`Node::egress_via`] sent: the forwarding table's
 /// generation, the VNI and the inner destination MAC it was found for, and the peer.
-type Hop = Option<((u64, u32, u64), PeerId)>;
+/// The last egress route: (table generation, VNI and tenant, destination MAC), and its peer.
+type Hop = Option<((u64, u64, u64), PeerId)>;
 
 /// What the meter reads at an epoch's end: the node's counters.
 struct EpochCounters<'a> {
@@ -435,7 +436,7 @@ impl<B: Backend> Node<B> {
             work_timer,
             clock,
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
-            fdb: Fdb::new(cfg.max_learned_macs),
+            fdb: Fdb::new(cfg.fdb),
             chains: Vec::new(),
             life: ChainLife::new(),
             exec,
@@ -777,6 +778,9 @@ impl<B: Backend> Node<B> {
             self.end_epoch(now);
             self.placement_look(now);
             self.advance_retired();
+            // (An idle node ages nothing until traffic wakes it: its entries route nothing
+            // meanwhile, and the first epoch then forgets the stale ones.)
+            self.fdb.sweep(now);
         }
         if now.as_nanos().saturating_sub(self.ticked.as_nanos()) >= TICK_NS {
             self.ticked = now;
@@ -1434,13 +1438,14 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
         let Some(l) = &d.meta.inner else { return self.egress(idx) };
-        let key = (self.fdb.generation(), d.meta.vni, l.dst_mac.as_u64());
+        // The tenant is part of the key: a route holds for the VNI's owner only.
+        let key = (self.fdb.generation(), (d.meta.vni as u64) << 16 | d.meta.tenant.0 as u64, l.dst_mac.as_u64());
         if let Some((k, p)) = *hop {
             if k == key {
                 return self.emit(idx, p);
             }
         }
-        match self.fdb.route(key.1, Some(l.dst_mac)) {
+        match self.fdb.route(d.meta.tenant, d.meta.vni, Some(l.dst_mac)) {
             Route::Unicast(p) => {
                 *hop = Some((key, p));
                 self.emit(idx, p)
@@ -1453,7 +1458,7 @@ impl<B: Backend> Node<B> {
     fn egress(&mut self, idx: u32) {
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
-        match self.fdb.route(d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
+        match self.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
             Route::Unicast(p) => self.emit(idx, p),
             Route::Flood(list) => {
                 let (t, src, off, len) = (d.meta.tenant, d.src, d.meta.off as usize, d.meta.len as usize);
@@ -1487,6 +1492,7 @@ impl<B: Backend> Node<B> {
                 self.emit(idx, first);
             }
             Route::None => self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
+            Route::Foreign => self.drop_charged(idx, d.meta.tenant, Drop::ForeignVni),
         }
     }
 

@@ -185,6 +185,47 @@ fn run_until_idle_quick<B: snic_dataplane::backend::Backend>(node: &mut Node<B>)
     }
 }
 
+/// An NT that re-maps a packet into another tenant's VNI gets nothing delivered there: the
+/// packet is dropped as the sender's `foreign_vni`, flooded or unicast alike, whatever the
+/// control plane let through (it refuses such a `vni_map` too: `snic_control::state`).
+#[test]
+fn a_packet_never_leaves_on_another_tenants_vni() {
+    let mut node = two_tenant_node(0);
+    let map = |to| NtSpec::VniMap { map: vec![snic_nt::spec::VniPair { from: 100, to }], default: None };
+    let hostile = node.add_chain(vec![map(200)]);
+    let own = node.add_chain(vec![map(101)]);
+    node.launch(hostile).unwrap();
+    node.launch(own).unwrap();
+    node.set_dag(DagUid(3), DagRoute::new(vec![Step { chain: hostile, mask: NtMask::all(1) }]));
+    node.set_dag(DagUid(4), DagRoute::new(vec![Step { chain: own, mask: NtMask::all(1) }]));
+    let mut mat = Mat::new();
+    mat.insert(snic_perf::testbed::dag_rule(100, TenantId(1), DagUid(3)));
+    mat.insert(rule(200, 2, 2));
+    node.mat_handle().store(Arc::new(mat));
+    for (vni, t) in [(100, 1), (101, 1), (200, 2)] {
+        node.fdb_mut().set_owner(vni, Some(TenantId(t)));
+    }
+    node.fdb_mut().add_flood(101, Peer { addr: ep(3), mac: MacAddr::default() });
+    // Tenant 2 teaches the node where its MAC_B is, so a unicast route exists too.
+    let p = node.backend_mut();
+    p.rx.push_back((datagram(200, MAC_B, MAC_A, "10.0.0.9", "10.0.0.5", udp(1, 2), 16, 0), ep(2)));
+    p.rx.push_back((datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 80), 32, 1), ep(1)));
+    p.rx.push_back((datagram(100, MAC_A, MacAddr::BROADCAST, "10.0.0.5", "10.0.0.9", udp(4000, 80), 32, 1), ep(1)));
+    run_until_idle(&mut node);
+    let tx = std::mem::take(&mut node.backend_mut().tx);
+    assert!(tx.iter().all(|(d, _)| parse_vxlan(d).unwrap() != 200 || inner_key(d).dst_port != 80), "delivered into VNI 200: {tx:?}");
+    assert_eq!(node.stats().tenants[1].drops[Drop::ForeignVni.index()], 2, "{:?}", node.stats().tenants[1].drops_by_reason());
+    // The same map into its own VNI delivers.
+    let mut mat = Mat::new();
+    mat.insert(snic_perf::testbed::dag_rule(100, TenantId(1), DagUid(4)));
+    node.mat_handle().store(Arc::new(mat));
+    node.backend_mut().rx.push_back((datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", udp(4000, 80), 32, 1), ep(1)));
+    run_until_idle(&mut node);
+    let tx = &node.backend().tx;
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    assert_eq!((parse_vxlan(&tx[0].0).unwrap(), tx[0].1), (101, ep(3)));
+}
+
 #[test]
 fn multi_chain_dag_with_skipping() {
     let mut node = Node::new(

@@ -66,19 +66,39 @@ pub fn add_chain<B: Backend>(node: &mut Node<B>, i: usize, c: &ChainPlan) -> any
     }
 }
 
-/// Registers a tenant (or changes it): weight and packet-store quota (the whole store without
-/// one).
+/// Registers a tenant (or changes it): weight, packet-store quota (the whole store without
+/// one), its VNIs in the forwarding table (a packet leaves only on its own tenant's) and its
+/// bound on learned MACs.
 pub fn set_tenant<B: Backend>(node: &mut Node<B>, t: &TenantPlan) {
     node.set_tenant(t.id, t.weight as f64);
     let all = node.store_mut().capacity() as u32;
     node.store_mut().set_quota(t.id, t.store_buffers.unwrap_or(all));
+    let fdb = node.fdb_mut();
+    for &v in &t.vnis {
+        fdb.set_owner(v, Some(t.id));
+    }
+    fdb.set_tenant_bound(t.id, t.fdb_macs);
 }
 
-/// Forgets a tenant: no weight, no limit, no quota of its own.
+/// Forgets a tenant: no weight, no limit, no quota of its own, no VNIs.
 pub fn remove_tenant<B: Backend>(node: &mut Node<B>, t: &TenantPlan) {
     node.remove_tenant(t.id);
     let all = node.store_mut().capacity() as u32;
     node.store_mut().set_quota(t.id, all);
+    disown_vnis(node, t, &[]);
+}
+
+/// Takes from tenant `t` in the forwarding table the VNIs it had and `now` does not list.
+pub fn disown_vnis<B: Backend>(node: &mut Node<B>, t: &TenantPlan, now: &[u32]) {
+    let fdb = node.fdb_mut();
+    for &v in t.vnis.iter().filter(|v| !now.contains(v)) {
+        if fdb.owner(v) == Some(t.id) {
+            fdb.set_owner(v, None);
+        }
+    }
+    if now.is_empty() {
+        fdb.set_tenant_bound(t.id, None);
+    }
 }
 
 /// Installs a forwarding entry.

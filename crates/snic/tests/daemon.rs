@@ -1730,6 +1730,83 @@ fn credentials_let_each_tenant_touch_only_its_own_objects() {
     stop(d);
 }
 
+/// A tenant with its own credential cannot grow the state past its quotas, call the API
+/// without limit, or learn from a refusal whether another tenant's object exists.
+#[test]
+fn a_tenant_is_held_to_its_quotas_and_api_rate_and_refusals_hide_other_tenants() {
+    let dir = TempDir::new("quota");
+    let op_file = dir.0.join("operator.token");
+    let (op, blue, green) = ("operator-secret-0123456789", "blue-secret-0123456789", "green-secret-0123456789");
+    std::fs::write(&op_file, format!("{op}\n")).unwrap();
+    let d = start_with(
+        &dir.0,
+        &format!(
+            "auth:\n  operator_token_file: {}\nlimits: {{nts_per_tenant: 2, api_requests_per_s: 0.1, api_burst: 8}}\n",
+            op_file.display()
+        ),
+    );
+    let url = |p: &str| format!("{}{p}", d.api);
+    let sha = snic_control::auth::token_sha256;
+    let tenants = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: blue}}\nspec: {{vnis: [100], token_sha256: {}}}\n---\n\
+         apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: green}}\nspec: {{vnis: [200], token_sha256: {}, quotas: {{nts: 3}}}}\n---\n\
+         apiVersion: snic/v1\nkind: NT\nmetadata: {{name: green-secret}}\nspec: {{tenant: green, config: {{kind: counter}}}}\n",
+        sha(blue),
+        sha(green)
+    );
+    let (s, v) = http_as("POST", &url("/v1/apply"), &tenants, Some(op));
+    assert_eq!(s, 200, "{v}");
+    let nt = |n: &str, t: &str| {
+        format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {n}}}\nspec: {{tenant: {t}, config: {{kind: counter}}}}\n---\n")
+    };
+    let dag = |n: &str| format!("apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: d}}\nspec: {{tenant: blue, nodes: [{n}]}}\n");
+
+    // A reference to green's NT answers as one to an NT that does not exist.
+    let (s1, theirs) = http_as("POST", &url("/v1/apply"), &dag("green-secret"), Some(blue));
+    let (s2, missing) = http_as("POST", &url("/v1/apply"), &dag("green-secreu"), Some(blue));
+    assert_eq!(s1, s2);
+    let reason = |v: &serde_json::Value| v["error"]["reason"].as_str().unwrap().replace("green-secret", "X").replace("green-secreu", "X");
+    assert_eq!(reason(&theirs), reason(&missing), "{theirs} / {missing}");
+
+    // Quotas: the node's default for blue (2 NTs), green's own (3).
+    let (s, v) = http_as("POST", &url("/v1/apply"), &(nt("b1", "blue") + &nt("b2", "blue")), Some(blue));
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = http_as("POST", &url("/v1/apply"), &nt("b3", "blue"), Some(blue));
+    assert_eq!((s, v["error"]["code"].as_str(), v["error"]["field"].as_str()), (409, Some("capacity"), Some("quotas.nts")), "{v}");
+    let (s, v) = http_as("POST", &url("/v1/apply"), &(nt("g2", "green") + &nt("g3", "green")), Some(green));
+    assert_eq!(s, 200, "green's quota is its own: {v}");
+
+    // The API rate: blue is refused with 429 once its burst is spent; the operator and green
+    // are not.
+    let mut answered = 0;
+    let refused = loop {
+        let (s, v) = http_as("GET", &url("/v1/objects/nt"), "", Some(blue));
+        if s == 429 {
+            break v;
+        }
+        assert_eq!(s, 200, "{v}");
+        answered += 1;
+        assert!(answered < 200, "never limited");
+    };
+    assert_eq!(refused["error"]["code"], "rate_limited", "{refused}");
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let r = agent.get(url("/v1/status")).header("authorization", &format!("Bearer {blue}")).call().unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    assert!(r.headers().get("retry-after").is_some(), "{:?}", r.headers());
+    assert_eq!(http_as("GET", &url("/v1/status"), "", Some(green)).0, 200, "another tenant is served");
+    let (s, m) = http_as("GET", &url("/metrics"), "", Some(op));
+    assert_eq!(s, 200, "the operator is served");
+    let limited = m
+        .as_str()
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("snic_tenant_api_limited_total{tenant=\"blue\"}"))
+        .and_then(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(limited >= 2, "counted: {m}");
+    stop(d);
+}
+
 #[test]
 fn without_credentials_the_api_listens_on_loopback_only_and_says_so() {
     let dir = TempDir::new("noauth");

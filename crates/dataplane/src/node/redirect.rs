@@ -219,7 +219,7 @@ impl<B: Backend> Node<B> {
         // (From here the packet goes: the target counts it as sent.)
         let Some(t) = self.core.redirects.target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         // Where the home node would deliver it: the peer delivers there.
-        let delivery = match self.fdb.route(d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
+        let delivery = match self.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
             Route::Unicast(p) => Some(self.fdb.peer(p).addr),
             _ => None,
         };

@@ -38,7 +38,9 @@ use serde_json::json;
 use snic_control::auth::{self, Principal};
 use snic_control::manifest::{self, ErrorCode, Kind};
 use snic_control::plan::{self, Plan};
+use snic_control::quota;
 use snic_control::state::State;
+use snic_core::config::LimitsSection;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -76,12 +78,57 @@ pub struct Shared {
     /// The operator token's SHA-256 (hex), when node.yaml has `auth:`; `None`: no credentials,
     /// every request acts as the operator (the API then listens on loopback only).
     operator: Option<String>,
+    /// What one tenant may hold (node.yaml `limits:`).
+    limits: LimitsSection,
+    /// Requests per tenant credential: a token bucket each (GCRA), keyed by tenant name.
+    limiter: governor::DefaultKeyedRateLimiter<String>,
+    /// Requests refused per tenant for its rate, and when each tenant's last refusal was logged.
+    limited: Mutex<std::collections::HashMap<String, (u64, std::time::Instant)>>,
 }
 
 impl Shared {
     /// Shares `ctl` between the handlers.
-    pub fn new(ctl: Control, body_timeout: Duration, operator: Option<String>) -> Arc<Shared> {
-        Arc::new(Shared { ctl: Mutex::new(ctl), writer: Mutex::new(()), body_timeout, operator })
+    pub fn new(ctl: Control, body_timeout: Duration, operator: Option<String>, limits: LimitsSection) -> Arc<Shared> {
+        let period = Duration::from_secs_f64(1.0 / limits.api_requests_per_s);
+        let burst = std::num::NonZeroU32::new(limits.api_burst).unwrap_or(std::num::NonZeroU32::MIN);
+        // (A period under 1 ns — a rate over 10^9/s — is no limit at all.)
+        let quota = governor::Quota::with_period(period).unwrap_or_else(|| governor::Quota::per_second(std::num::NonZeroU32::MAX));
+        Arc::new(Shared {
+            ctl: Mutex::new(ctl),
+            writer: Mutex::new(()),
+            body_timeout,
+            operator,
+            limits,
+            limiter: governor::RateLimiter::keyed(quota.allow_burst(burst)),
+            limited: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    /// Requests refused per tenant for its API rate (`snic_tenant_api_limited`).
+    pub fn api_limited(&self) -> Vec<(String, u64)> {
+        self.limited.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(t, (n, _))| (t.clone(), *n)).collect()
+    }
+
+    /// The node's default quotas on a tenant's objects.
+    fn quota_limits(&self) -> quota::Limits {
+        let l = &self.limits;
+        quota::Limits { nts: l.nts_per_tenant, dags: l.dags_per_tenant, rules: l.rules_per_tenant, wasm_nts: l.wasm_nts_per_tenant }
+    }
+
+    /// Whether tenant `t` may make a request now: its credential's token bucket.
+    fn admit(&self, t: &str) -> Result<(), Duration> {
+        let Err(not_until) = self.limiter.check_key(&t.to_string()) else { return Ok(()) };
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+        let mut m = self.limited.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = std::time::Instant::now();
+        let e = m.entry(t.to_string()).or_insert((0, now - Duration::from_secs(3600)));
+        e.0 += 1;
+        // One line per tenant in 10 s at most: a flood of requests is not a flood of log lines.
+        if now.duration_since(e.1) >= Duration::from_secs(10) {
+            e.1 = now;
+            tracing::warn!(tenant = %t, refused = e.0, rate = self.limits.api_requests_per_s, burst = self.limits.api_burst, "a tenant's API requests are over its rate: refused with 429");
+        }
+        Err(wait)
     }
 
     /// The control state. A panic while it was held cannot have left it half-changed (state and
@@ -143,6 +190,24 @@ async fn authenticate(AxState(shared): AxState<SharedRef>, mut req: axum::extrac
             }
         }
     };
+    if let Principal::Tenant(t) = &who {
+        if let Err(wait) = shared.admit(t) {
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            let mut r = err(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "",
+                "",
+                "authorization",
+                &format!(
+                    "tenant {t:?} is over its API rate ({} requests/s, bursts of {}; node.yaml limits.api_requests_per_s): retry in {secs} s",
+                    shared.limits.api_requests_per_s, shared.limits.api_burst
+                ),
+            );
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+            return r;
+        }
+    }
     req.extensions_mut().insert(who);
     next.run(req).await
 }
@@ -395,6 +460,7 @@ async fn apply(
         Ok(b) => b,
         Err(r) => return r,
     };
+    let limits = shared.quota_limits();
     change(&shared, move |s| {
         let objs = match manifest::parse(&body) {
             Ok(o) => o,
@@ -405,7 +471,9 @@ async fn apply(
             s,
             |current| {
                 auth::may_apply(current, &who, &objs)?;
-                current.apply(objs)
+                let next = current.apply(objs)?;
+                quota::check(current, &next, &limits)?;
+                Ok(next)
             },
             |c| Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
         )

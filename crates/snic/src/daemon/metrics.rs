@@ -62,6 +62,17 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     let demand = family::<FGauge>(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
     let tlat = family::<Gauge>(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
     let alloc = family::<FGauge>(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
+    let fdb = family::<Gauge>(
+        &mut reg,
+        "snic_tenant_fdb_macs",
+        "MACs the node holds learned per tenant (kind=learned) and its bound (kind=bound)",
+    );
+    let fdb_n = family::<Counter>(
+        &mut reg,
+        "snic_tenant_fdb_events",
+        "Per tenant: new MACs not learned at its bound (event=refused) and MACs aged out (event=aged)",
+    );
+    let api_lim = family::<Counter>(&mut reg, "snic_tenant_api_limited", "API requests refused (429) per tenant for its rate");
     let up = Gauge::<i64>::default();
     reg.register("snic_dataplane_up", "Whether the data plane publishes its figures (0 once it has not for 2 s)", up.clone());
     up.set(snap.health(std::time::Instant::now()).0 as i64);
@@ -78,6 +89,10 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
         }
         tlat.get_or_create(&l(&[("tenant", &t.name), ("quantile", "0.5")])).set(s.latency_p50_ns as i64);
         tlat.get_or_create(&l(&[("tenant", &t.name), ("quantile", "0.99")])).set(s.latency_p99_ns as i64);
+        fdb.get_or_create(&l(&[("tenant", &t.name), ("kind", "learned")])).set(s.fdb.learned.into());
+        fdb.get_or_create(&l(&[("tenant", &t.name), ("kind", "bound")])).set(s.fdb.bound.into());
+        fdb_n.get_or_create(&l(&[("tenant", &t.name), ("event", "refused")])).inc_by(s.fdb.refused);
+        fdb_n.get_or_create(&l(&[("tenant", &t.name), ("event", "aged")])).inc_by(s.fdb.aged);
         let f = &s.fair;
         dshare.get_or_create(&l(&[("tenant", &t.name), ("resource", f.dominant.as_deref().unwrap_or(""))])).set(f.dominant_share);
         frac.get_or_create(&tl).set(f.fraction);
@@ -89,6 +104,9 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
             demand.get_or_create(&rl).set(*d);
             alloc.get_or_create(&rl).set(*a);
         }
+    }
+    for (t, n) in shared.api_limited() {
+        api_lim.get_or_create(&l(&[("tenant", &t)])).inc_by(n);
     }
     for r in &snap.resources {
         cap.get_or_create(&l(&[("resource", &r.name)])).set(r.capacity);

@@ -155,6 +155,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         api::Control { state, plan, db, regions: s.regions, plan_regions: cfg.plan_regions(), dp, pool },
         std::time::Duration::from_millis(s.api_body_timeout_ms),
         operator.clone(),
+        s.limits.clone(),
     );
     if shared_state {
         // Deploys what other nodes apply (the watch says when the state may have changed).

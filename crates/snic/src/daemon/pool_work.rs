@@ -365,5 +365,5 @@ fn route_chains(node: &Node<UdpBackend>, route: u32) -> Vec<ChainId> {
 
 /// The local tenant `t` standing in for the home node's tenant of `req`.
 fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
-    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new() }
+    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new(), fdb_macs: None }
 }

@@ -22,7 +22,7 @@ use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::{Backend, Waker};
 use snic_dataplane::elastic::{Event, EventKind};
 use snic_dataplane::node::{MonotonicClock, Place};
-use snic_dataplane::{Node, NodeConfig};
+use snic_dataplane::{Drop, Node, NodeConfig};
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,6 +58,21 @@ pub struct TenantSnap {
     pub latency_p50_ns: u64,
     /// p99.
     pub latency_p99_ns: u64,
+    /// Its MACs in the forwarding table: learned, bound, not learned at the bound, aged out.
+    pub fdb: FdbSnap,
+}
+
+/// A tenant's part of the forwarding table.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FdbSnap {
+    /// MACs learned on its VNIs now.
+    pub learned: u32,
+    /// Its bound.
+    pub bound: u32,
+    /// New MACs not learned because it was at its bound (once per MAC and VTEP seen).
+    pub refused: u64,
+    /// MACs forgotten for lack of traffic.
+    pub aged: u64,
 }
 
 /// A tenant's fair share, as of the last epoch.
@@ -431,6 +446,11 @@ fn node_config(cfg: &Config) -> NodeConfig {
             ..AgentConfig::default()
         }),
         slots: cfg.pool.as_ref().and_then(|p| p.slots),
+        fdb: snic_dataplane::fdb::FdbConfig {
+            max_learned: s.limits.fdb_macs,
+            per_tenant: s.limits.fdb_macs_per_tenant,
+            age: Duration::from_secs(s.limits.fdb_age_s),
+        },
         ..Default::default()
     }
 }
@@ -516,6 +536,11 @@ fn update_tenants(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &P
     let is: HashSet<TenantId> = new.tenants.iter().map(|t| t.id).collect();
     for t in old.tenants.iter().filter(|t| !is.contains(&t.id)) {
         crate::deploy::remove_tenant(node, t);
+    }
+    for t in new.tenants.iter().filter(|t| was.get(&t.id) != Some(t)) {
+        if let Some(old) = was.get(&t.id) {
+            crate::deploy::disown_vnis(node, old, &t.vnis);
+        }
     }
     for t in new.tenants.iter().filter(|t| was.get(&t.id) != Some(t)) {
         crate::deploy::set_tenant(node, t);
@@ -882,6 +907,10 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
             fair: fair_snap(node, t.id),
             latency_p50_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.5)),
             latency_p99_ns: s.tenant_latency[t.id.index()].as_ref().map_or(0, |h| h.quantile(0.99)),
+            fdb: {
+                let f = node.fdb().tenant(t.id);
+                FdbSnap { learned: f.learned, bound: f.bound, refused: f.refused, aged: f.aged }
+            },
         });
         prev.tenants[i] = (ts.rx_packets, ts.tx_packets);
     }
@@ -1006,6 +1035,9 @@ fn share_text(share: u16) -> String {
 struct Logged {
     events: u64,
     limited: HashMap<TenantId, bool>,
+    /// Per tenant, the totals last logged of what isolation refused: drops by reason index, and
+    /// MACs not learned (`usize::MAX`).
+    refused: HashMap<(TenantId, usize), u64>,
 }
 
 /// Logs the elastic events recorded since the last call, and tenants that fair sharing began
@@ -1053,6 +1085,21 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
             }
             None if was => tracing::info!(tenant = %t.name, "fair sharing no longer limits the tenant"),
             _ => {}
+        }
+        // What a tenant (or someone posing as one) tried against the isolation: each new count
+        // is logged once per snapshot, with its total (docs/endpoints.md, "Trust").
+        let ts = &node.stats().tenants[t.id.index()];
+        for why in [Drop::ForeignVtep, Drop::ForeignVni] {
+            let n = ts.drops[why.index()];
+            let was = logged.refused.insert((t.id, why.index()), n).unwrap_or(0);
+            if n > was {
+                tracing::warn!(tenant = %t.name, reason = Drop::name(why.index()), new = n - was, total = n, "dropped packets that crossed a tenant boundary");
+            }
+        }
+        let f = node.fdb().tenant(t.id);
+        let was = logged.refused.insert((t.id, usize::MAX), f.refused).unwrap_or(0);
+        if f.refused > was {
+            tracing::warn!(tenant = %t.name, learned = f.learned, bound = f.bound, new_refused = f.refused - was, "the tenant is at its bound of learned MACs: its new ones are flooded on its own VNIs, not learned");
         }
     }
 }
