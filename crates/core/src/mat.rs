@@ -43,7 +43,7 @@ pub enum Action {
 }
 
 /// An IP prefix. Serialized as `"10.0.0.0/8"` (a bare address means a full-length prefix).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct IpPrefix {
     /// Address (bits past `len` are ignored).
@@ -245,9 +245,22 @@ pub struct Mat {
     next_id: u32,
     dense: Vec<Rule>,
     vnis: FxHashMap<u32, VniTable>,
-    /// Per VNI, the outer source addresses (VTEPs) its traffic may come from; a VNI without an
-    /// entry takes traffic from anywhere. See [`Mat::source_allowed`].
-    sources: FxHashMap<u32, Vec<IpPrefix>>,
+    /// Per VNI, the outer source addresses (VTEPs) its traffic may come from, each with the
+    /// interface it must arrive on (0: any); a VNI without an entry takes traffic from anywhere.
+    /// See [`Mat::source_check`].
+    sources: FxHashMap<u32, Vec<(IpPrefix, u32)>>,
+}
+
+/// Whether a frame's outer source may send on its VNI ([`Mat::source_check`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceCheck {
+    /// The VNI is open, or the source is one of its VTEPs and came in where the node reaches it.
+    Allowed,
+    /// The source is not one of the VNI's VTEPs.
+    Foreign,
+    /// The source is one of the VNI's VTEPs, but the frame came in on another interface than the
+    /// one the node reaches that VTEP through: its source address is forged.
+    WrongInterface,
 }
 
 impl Mat {
@@ -273,8 +286,29 @@ impl Mat {
         if prefixes.is_empty() {
             self.sources.remove(&vni);
         } else {
-            self.sources.insert(vni, prefixes);
+            self.sources.insert(vni, prefixes.into_iter().map(|p| (p, 0)).collect());
         }
+    }
+
+    /// Says through which interface (an index, as the receive path reports it) the node reaches
+    /// each allowed source prefix: `via` gives it, `None` or 0 for unknown (any interface is
+    /// then accepted). A frame from an allowed source that arrives elsewhere is forged
+    /// ([`SourceCheck::WrongInterface`]) — the reverse-path check a host's strict `rp_filter`
+    /// makes, done by the node whatever the host's setting (docs/endpoints.md, "Trust").
+    pub fn set_source_interfaces(&mut self, via: impl Fn(&IpPrefix) -> Option<u32>) {
+        for ps in self.sources.values_mut() {
+            for (p, i) in ps.iter_mut() {
+                *i = via(p).unwrap_or(0);
+            }
+        }
+    }
+
+    /// Every allowed source prefix (each once).
+    pub fn source_prefixes(&self) -> Vec<IpPrefix> {
+        let mut v: Vec<IpPrefix> = self.sources.values().flatten().map(|(p, _)| *p).collect();
+        v.sort_unstable();
+        v.dedup();
+        v
     }
 
     /// True if some VNI has allowed sources (a node checks sources only then).
@@ -288,9 +322,20 @@ impl Mat {
     /// be processed nor teach the forwarding table anything.
     #[inline]
     pub fn source_allowed(&self, vni: u32, src: &IpAddr) -> bool {
-        match self.sources.get(&vni) {
-            None => true,
-            Some(ps) => ps.iter().any(|p| p.contains(src)),
+        self.source_check(vni, src, 0) != SourceCheck::Foreign
+    }
+
+    /// [`Mat::source_allowed`], and for a frame that arrived on interface `arrived_on` (0:
+    /// unknown), whether that is where the node reaches the source: the most specific allowed
+    /// prefix holding `src` decides.
+    #[inline]
+    pub fn source_check(&self, vni: u32, src: &IpAddr, arrived_on: u32) -> SourceCheck {
+        let Some(ps) = self.sources.get(&vni) else { return SourceCheck::Allowed };
+        let best = ps.iter().filter(|(p, _)| p.contains(src)).max_by_key(|(p, _)| p.len);
+        match best {
+            None => SourceCheck::Foreign,
+            Some(&(_, via)) if via != 0 && arrived_on != 0 && via != arrived_on => SourceCheck::WrongInterface,
+            Some(_) => SourceCheck::Allowed,
         }
     }
 
@@ -421,6 +466,28 @@ mod tests {
         assert!(ok(&m, 200, "10.0.0.2"), "a VNI without sources is open");
         m.set_sources(100, vec![]);
         assert!(!m.restricts_sources() && ok(&m, 100, "10.0.0.2"));
+    }
+
+    #[test]
+    fn an_allowed_source_must_come_in_where_the_node_reaches_it() {
+        let mut m = Mat::from_rules([]);
+        m.set_sources(100, vec!["192.168.1.2".parse().unwrap(), "192.168.2.0/24".parse().unwrap()]);
+        m.set_sources(200, vec!["192.168.2.2".parse().unwrap()]);
+        let at = |m: &Mat, v: u32, a: &str, i: u32| m.source_check(v, &a.parse().unwrap(), i);
+        assert_eq!(at(&m, 100, "192.168.2.2", 7), SourceCheck::Allowed, "interfaces not known yet: any");
+        m.set_source_interfaces(|p| match p.to_string().as_str() {
+            "192.168.1.2/32" => Some(5),
+            "192.168.2.2/32" => Some(6),
+            "192.168.2.0/24" => None,
+            _ => unreachable!("{p}"),
+        });
+        assert_eq!(at(&m, 100, "192.168.1.2", 5), SourceCheck::Allowed);
+        assert_eq!(at(&m, 100, "192.168.1.2", 6), SourceCheck::WrongInterface, "forged from the other endpoint's side");
+        assert_eq!(at(&m, 100, "192.168.1.2", 0), SourceCheck::Allowed, "a receive path that does not tell");
+        assert_eq!(at(&m, 100, "192.168.2.9", 5), SourceCheck::Allowed, "a prefix whose way is unknown");
+        assert_eq!(at(&m, 200, "192.168.2.2", 5), SourceCheck::WrongInterface);
+        assert_eq!(at(&m, 200, "192.168.2.3", 6), SourceCheck::Foreign);
+        assert_eq!(m.source_prefixes().len(), 3);
     }
 
     use super::*;

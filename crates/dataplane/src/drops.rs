@@ -44,6 +44,9 @@ pub enum Drop {
     /// A redirected packet whose (sender, counter) was seen before, or is older than the
     /// sender's window: a replay (or a duplicate the network made).
     ReplayedRedirect,
+    /// From one of the tenant's VTEP addresses, but in on another interface than the one the
+    /// node reaches that VTEP through: the outer source address is forged.
+    SpoofedVtep,
     /// Leaving on a VNI another tenant owns (an NT re-mapped it there): never delivered.
     ForeignVni,
     /// A redirected packet that crossed [`MAX_PASS_THROUGH`] pass-through nodes and was still
@@ -60,7 +63,7 @@ const N_NT: usize = DropReason::ALL.len();
 
 impl Drop {
     /// Number of distinct drop reasons (size of counter arrays).
-    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 11;
+    pub const COUNT: usize = N_PARSE + 4 + N_SCHED + N_NT + 12;
 
     /// Dense index for counter arrays.
     pub fn index(self) -> usize {
@@ -92,6 +95,7 @@ impl Drop {
             Drop::ReplayedRedirect => N_PARSE + 4 + N_SCHED + N_NT + 8,
             Drop::PassThroughHops => N_PARSE + 4 + N_SCHED + N_NT + 9,
             Drop::ForeignVni => N_PARSE + 4 + N_SCHED + N_NT + 10,
+            Drop::SpoofedVtep => N_PARSE + 4 + N_SCHED + N_NT + 11,
         }
     }
 
@@ -117,6 +121,7 @@ impl Drop {
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 8 => "replayed_redirect",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 9 => "pass_through_hops",
             i if i == N_PARSE + 4 + N_SCHED + N_NT + 10 => "foreign_vni",
+            i if i == N_PARSE + 4 + N_SCHED + N_NT + 11 => "spoofed_vtep",
             _ => "unknown",
         }
     }
@@ -144,6 +149,7 @@ mod tests {
             Drop::ReplayedRedirect,
             Drop::PassThroughHops,
             Drop::ForeignVni,
+            Drop::SpoofedVtep,
         ]);
         assert_eq!(all.len(), Drop::COUNT);
         let mut names = std::collections::HashSet::new();

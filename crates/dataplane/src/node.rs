@@ -22,7 +22,7 @@ use snic_core::dags::{DagAct, DagTable};
 use snic_core::dwrr::Dwrr;
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
-use snic_core::mat::{Action, Mat, MatKey};
+use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
 use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
 pub use snic_core::placement::Place;
@@ -1020,8 +1020,12 @@ impl<B: Backend> Node<B> {
         }
         // Only the tenant's own VTEPs may send on its VNIs (docs/endpoints.md, "Trust"): a frame
         // from elsewhere is counted and dropped before it is charged, admitted or learned from.
-        if mat.restricts_sources() && !mat.source_allowed(vni, &src.addr.ip()) {
-            return self.drop_uncharged(idx, tenant, Drop::ForeignVtep);
+        if mat.restricts_sources() {
+            match mat.source_check(vni, &src.addr.ip(), m.ifindex) {
+                SourceCheck::Allowed => {}
+                SourceCheck::Foreign => return self.drop_uncharged(idx, tenant, Drop::ForeignVtep),
+                SourceCheck::WrongInterface => return self.drop_uncharged(idx, tenant, Drop::SpoofedVtep),
+            }
         }
         if self.core.meter.any_limited() && !self.core.meter.admit(tenant, now) {
             return self.drop_uncharged(idx, tenant, Drop::RateLimit);

@@ -42,12 +42,15 @@ impl TenantStats {
     }
 
     /// Packets the node read for this tenant: admitted (`rx_packets`) or refused at admission
-    /// (over its ingress limit, no room in the store, from a foreign VTEP). Without flooding (one copy per packet),
+    /// (over its ingress limit, no room in the store, from a foreign or forged VTEP). Without flooding (one copy per packet),
     /// each is transmitted or dropped once: `read() == tx_packets + dropped()` less the
     /// packets lost in the tenant's own receive queue (`rx_queue_full`), which it never read.
     pub fn read(&self) -> u64 {
         self.rx_packets
-            + [Drop::RateLimit, Drop::TenantQuota, Drop::StoreFull, Drop::ForeignVtep].iter().map(|d| self.drops[d.index()]).sum::<u64>()
+            + [Drop::RateLimit, Drop::TenantQuota, Drop::StoreFull, Drop::ForeignVtep, Drop::SpoofedVtep]
+                .iter()
+                .map(|d| self.drops[d.index()])
+                .sum::<u64>()
     }
 }
 

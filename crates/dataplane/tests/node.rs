@@ -492,7 +492,7 @@ impl snic_dataplane::backend::Backend for NarrowLink {
             // SAFETY: the dispatcher owns buffers it passes to `recv`.
             let (buf, _) = unsafe { slots.get(idx[n]) };
             buf[snic_nt::HEADROOM..snic_nt::HEADROOM + b.len()].copy_from_slice(&b);
-            meta[n] = snic_dataplane::backend::RxMeta { len: b.len() as u16, src, truncated: false, arrival_ns: 0 };
+            meta[n] = snic_dataplane::backend::RxMeta { len: b.len() as u16, src, truncated: false, arrival_ns: 0, ifindex: 0 };
             n += 1;
         }
         n

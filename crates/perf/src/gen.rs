@@ -130,7 +130,7 @@ impl Backend for Generator {
                 let (buf, _) = unsafe { slots.get(idx[i]) };
                 let dst: &mut [u8; SMALL] = (&mut buf[HEADROOM..HEADROOM + SMALL]).try_into().expect("buffer holds headroom + 128");
                 *dst = *t;
-                *m = RxMeta { len: *len, src: self.src, truncated: false, arrival_ns: 0 };
+                *m = RxMeta { len: *len, src: self.src, truncated: false, arrival_ns: 0, ifindex: 0 };
             }
             self.remaining -= n as u64;
             return n;
@@ -151,7 +151,7 @@ impl Backend for Generator {
                     buf[HEADROOM + h..HEADROOM + h + p].copy_from_slice(&self.payload);
                 }
             }
-            meta[i] = RxMeta { len: if fits { (h + p) as u16 } else { 0 }, src: self.src, truncated: !fits, arrival_ns: 0 };
+            meta[i] = RxMeta { len: if fits { (h + p) as u16 } else { 0 }, src: self.src, truncated: !fits, arrival_ns: 0, ifindex: 0 };
         }
         self.remaining -= n as u64;
         n
@@ -185,7 +185,7 @@ mod tests {
         unsafe { slots.get(idx[0]) }.0.fill(old);
         let mut g =
             Generator::new(Framing::Ethernet, vec![vec![1u8; 60]], vec![2u8; 1340], "192.0.2.10:4789".parse().unwrap(), 1).with_writes(w);
-        let mut meta = [RxMeta { len: 0, src: "0.0.0.0:0".parse().unwrap(), truncated: false, arrival_ns: 0 }];
+        let mut meta = [RxMeta { len: 0, src: "0.0.0.0:0".parse().unwrap(), truncated: false, arrival_ns: 0, ifindex: 0 }];
         assert_eq!(g.recv(&slots, &idx, &mut meta), 1);
         assert_eq!(meta[0].len, 1400);
         // SAFETY: as above.

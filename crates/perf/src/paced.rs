@@ -230,7 +230,7 @@ impl Backend for Paced {
             let (buf, _) = unsafe { slots.get(idx[n]) };
             let b = &mut buf[HEADROOM..HEADROOM + d.datagram.len()];
             b.copy_from_slice(&d.datagram);
-            meta[n] = RxMeta { len: d.datagram.len() as u16, src: d.src, truncated: false, arrival_ns: at.max(1) };
+            meta[n] = RxMeta { len: d.datagram.len() as u16, src: d.src, truncated: false, arrival_ns: at.max(1), ifindex: 0 };
             n += 1;
         }
         self.core.spend(self.io.rx_ns * n as u64);

@@ -615,6 +615,28 @@ fn a_host_on_the_data_port_cannot_take_an_endpoints_traffic() {
     let out = t.exec("a", &["ping", "-c", "5", "-i", "0.2", "-W", "2", "10.1.0.2"]);
     assert!(out.contains("5 received"), "A still reaches B: {out}");
     assert_eq!(t.rx_packets("e"), 0, "the attacker received blue's traffic");
+
+    // Now the attacker forges B's VTEP address as its outer source, on its own link, with the
+    // node's reverse-path filter off (the kernel would accept it): the node sees the frames come
+    // in on the attacker's interface, not on the one it reaches B through, and drops them.
+    for conf in ["all", "default", &format!("{}en", t.prefix), &format!("{}an", t.prefix), &format!("{}bn", t.prefix)] {
+        t.exec("node", &["sysctl", "-qw", &format!("net.ipv4.conf.{conf}.rp_filter=0")]);
+    }
+    let edev = format!("{}ee", t.prefix);
+    t.exec("e", &["ip", "link", "del", "vx0"]);
+    t.exec("e", &["ip", "addr", "add", "192.168.2.2/32", "dev", &edev]);
+    t.vxlan("e", &edev, 100, "192.168.5.1", "192.168.2.2", "10.1.0.2/24", "learning");
+    t.exec("e", &["ip", "link", "set", "vx0", "address", &bmac]);
+    t.exec("e", &["ip", "neigh", "add", "10.1.0.1", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+    let (before, a_before) = (dropped(stats(&t.status(), "blue"), &["spoofed_vtep"]), t.rx_packets("a"));
+    let r = t.exec_status("e", &["ping", "-c", "20", "-i", "0.05", "-W", "1", "10.1.0.1"]);
+    assert!(String::from_utf8_lossy(&r.stdout).contains(" 0 received"));
+    wait_for("the forged frames are dropped as spoofed_vtep", Duration::from_secs(10), || {
+        dropped(stats(&t.status(), "blue"), &["spoofed_vtep"]) >= before + 20
+    });
+    assert!(t.rx_packets("a") < a_before + 20, "A received the forged echo requests");
+    let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("3 received"), "A still reaches B: {out}");
 }
 
 /// The pool test's tenants on node A (issue 17): blue (VNI 100, endpoints A and B) through an

@@ -15,12 +15,14 @@ pub struct MemPort {
     pub rx: VecDeque<(Vec<u8>, SocketAddr)>,
     /// What the node transmitted: bytes and (datagram framing) the destination.
     pub tx: Vec<(Vec<u8>, SocketAddr)>,
+    /// The interface index every received frame reports (0: unknown).
+    pub arrived_on: u32,
 }
 
 impl MemPort {
     /// An empty port.
     pub fn new(framing: Framing) -> Self {
-        MemPort { framing, rx: VecDeque::new(), tx: Vec::new() }
+        MemPort { framing, rx: VecDeque::new(), tx: Vec::new(), arrived_on: 0 }
     }
 }
 
@@ -42,7 +44,7 @@ impl Backend for MemPort {
         while n < idx.len() {
             let Some((bytes, src)) = self.rx.pop_front() else { break };
             let (len, truncated) = copy_in(slots, idx[n], &bytes);
-            meta[n] = RxMeta { len, src, truncated, arrival_ns: 0 };
+            meta[n] = RxMeta { len, src, truncated, arrival_ns: 0, ifindex: self.arrived_on };
             n += 1;
         }
         n

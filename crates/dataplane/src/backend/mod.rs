@@ -34,6 +34,10 @@ pub struct RxMeta {
     /// When it arrived, in the node clock's nanoseconds, if the backend knows (a receive
     /// timestamp); 0: when the dispatcher received it. Latency is measured from here.
     pub arrival_ns: u64,
+    /// The interface it came in on (its index), if the backend knows; 0 otherwise. The node
+    /// checks it against the interface it reaches the sender through (a forged source address
+    /// comes in elsewhere: `snic_core::mat::SourceCheck`).
+    pub ifindex: u32,
 }
 
 impl RxMeta {
@@ -51,7 +55,7 @@ impl RxMeta {
 
 impl Default for RxMeta {
     fn default() -> Self {
-        RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false, arrival_ns: 0 }
+        RxMeta { len: 0, src: SocketAddr::from(([0, 0, 0, 0], 0)), truncated: false, arrival_ns: 0, ifindex: 0 }
     }
 }
 

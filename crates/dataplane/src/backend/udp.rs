@@ -49,6 +49,12 @@ const GSO_MAX_BYTES: usize = 65_000;
 #[repr(C, align(8))]
 struct Cmsg([u8; 32]);
 
+/// Room for the control messages a received datagram carries: its `IP_PKTINFO`
+/// (CMSG_SPACE(12) = 32) or `IPV6_PKTINFO` (CMSG_SPACE(20) = 40).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct RxCmsg([u8; 64]);
+
 /// A receive queue beyond the first: a socket of the group, and its drop counter.
 struct Queue {
     sock: UdpSocket,
@@ -90,6 +96,7 @@ pub struct UdpBackend {
     iovs: Vec<libc::iovec>,
     addrs: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<Cmsg>,
+    rx_cmsgs: Vec<RxCmsg>,
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
@@ -178,6 +185,7 @@ impl UdpBackend {
             iovs,
             addrs,
             cmsgs: vec![Cmsg([0; 32]); MAX_BATCH],
+            rx_cmsgs: vec![RxCmsg([0; 64]); MAX_BATCH],
             group: vec![0; MAX_BATCH],
             gso: true,
             rx_dropped: Drops::default(),
@@ -244,7 +252,36 @@ impl UdpBackend {
 fn tune(sock: &UdpSocket) -> io::Result<()> {
     sock.set_nonblocking(true)?;
     set_buffers(sock, 4 << 20);
+    // Each datagram says which interface it came in on (a forged source address comes in on
+    // another than the one the node reaches it through; `RxMeta::ifindex`). A family the socket
+    // is not of refuses its option: harmless.
+    let fd = sock.as_raw_fd();
+    let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
+    let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
     Ok(())
+}
+
+/// The arrival interface in a received message's control messages (0 if none says).
+fn arrival_ifindex(h: &libc::msghdr) -> u32 {
+    let mut found = 0;
+    // SAFETY: `h` is a message header the kernel filled on `recvmmsg`: its control buffer and
+    // length are valid, and the CMSG_* walk stays within `msg_controllen`.
+    unsafe {
+        let mut cm = libc::CMSG_FIRSTHDR(h);
+        while !cm.is_null() {
+            match ((*cm).cmsg_level, (*cm).cmsg_type) {
+                (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                    found = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in_pktinfo).ipi_ifindex as u32;
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                    found = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in6_pktinfo).ipi6_ifindex;
+                }
+                _ => {}
+            }
+            cm = libc::CMSG_NXTHDR(h, cm);
+        }
+    }
+    found
 }
 
 /// Asks for `bytes` of receive and send buffer on `sock` (the kernel caps it at
@@ -433,13 +470,13 @@ impl Backend for UdpBackend {
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
             h.msg_iov = &mut self.iovs[i];
             h.msg_iovlen = 1;
-            h.msg_control = std::ptr::null_mut();
-            h.msg_controllen = 0;
+            h.msg_control = self.rx_cmsgs[i].0.as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = size_of::<RxCmsg>();
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
-        // SAFETY: every header points at a live iovec into an owned buffer and at a live
-        // sockaddr_storage; `n` is within the arrays.
+        // SAFETY: every header points at a live iovec into an owned buffer, at a live
+        // sockaddr_storage and at a live control buffer; `n` is within the arrays.
         let r = unsafe { libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if r <= 0 {
             return 0;
@@ -451,6 +488,7 @@ impl Backend for UdpBackend {
                 src: from_sockaddr(a),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 arrival_ns: 0,
+                ifindex: arrival_ifindex(&h.msg_hdr),
             };
         }
         r

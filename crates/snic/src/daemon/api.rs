@@ -407,6 +407,8 @@ fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration),
         }
     })?;
     let t1 = std::time::Instant::now();
+    // Where the new plan's VTEPs are reached, before it runs (routes.rs).
+    c.dp.set_interfaces(super::routes::resolve(&super::routes::prefixes(&p)));
     if let Err(e) = c.dp.deploy(p.clone()) {
         let _ = c.db.save_change(&next, &c.state);
         tracing::error!(error = %format!("{e:#}"), "deploying the change failed; the stored state was rolled back");
@@ -440,6 +442,7 @@ pub fn reload(s: &Shared) {
         }
     };
     let mut c = s.lock();
+    c.dp.set_interfaces(super::routes::resolve(&super::routes::prefixes(&p)));
     match c.dp.deploy(p.clone()) {
         Ok(()) => {
             c.state = next;

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod persist;
 pub mod pool;
 mod pool_work;
+pub mod routes;
 mod tls;
 pub mod worker;
 
@@ -116,7 +117,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let from = if shared_state { "etcd" } else { "state_dir" };
     tracing::info!(objects = state.objects().count(), from, "state loaded");
     let plan = plan::plan(&state, cfg.plan_regions()).context("the stored state no longer fits this node")?;
-    let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone())?;
+    let (dp, data_addr) = worker::DataPlane::start(&cfg, plan.clone(), routes::resolve(&routes::prefixes(&plan)))?;
     let pool = match &cfg.pool {
         Some(p) => {
             let facts = pool::NodeFacts { regions: s.regions, store_buffers: s.store_buffers, link_gbps: s.fairness.link_gbps };
@@ -173,6 +174,25 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             }
         })?;
     }
+    // Routes change (an interface comes, an endpoint moves): look up where tenants' VTEPs are
+    // reached every few seconds, off the data plane's thread and outside the control lock.
+    let routes_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let routes_thread = {
+        let (weak, stop) = (Arc::downgrade(&ctl), routes_stop.clone());
+        std::thread::Builder::new().name("snic-routes".into()).spawn(move || {
+            let mut last = None;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::park_timeout(routes::REFRESH);
+                let Some(shared) = weak.upgrade() else { return };
+                let prefixes = routes::prefixes(&shared.lock().plan);
+                let now = routes::resolve(&prefixes);
+                if last.as_ref() != Some(&now) {
+                    shared.lock().dp.set_interfaces(now.clone());
+                    last = Some(now);
+                }
+            }
+        })?
+    };
     let served = ctl.clone();
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(api_at).await.with_context(|| format!("binding the API on {api_at}"))?;
@@ -191,6 +211,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         anyhow::Ok(())
     })?;
+    routes_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    routes_thread.thread().unpark();
+    let _ = routes_thread.join();
     let ctl = Arc::try_unwrap(ctl).map_err(|_| anyhow::anyhow!("API still running"))?.into_inner();
     if let Some(p) = ctl.pool {
         p.stop();

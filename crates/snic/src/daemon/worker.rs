@@ -11,6 +11,7 @@ use super::config::{Config, RxQueues};
 use super::handback::Returned;
 use super::pool::PoolLink;
 use super::pool_work::PoolWork;
+use super::routes::Interfaces;
 use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
@@ -272,6 +273,8 @@ enum Cmd {
     /// The home node at this data address takes the DAG hosted here as the number back, with
     /// its chains' state, once the packets it sent the DAG (the count) have arrived.
     Return(SocketAddr, u32, u64, mpsc::Sender<Returned>),
+    /// The interfaces the node reaches tenants' VTEPs through, as the kernel routes now.
+    Interfaces(Interfaces),
 }
 
 /// A handle on the data-plane thread for the other threads (the pool's, the API's).
@@ -602,12 +605,14 @@ fn update_routes(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow:
 }
 
 impl DataPlane {
-    /// Binds the data socket, deploys `plan` and starts the thread.
-    pub fn start(cfg: &Config, plan: Plan) -> anyhow::Result<(Self, SocketAddr)> {
+    /// Binds the data socket, deploys `plan` (its tenants' VTEPs reached through `ifaces`) and
+    /// starts the thread.
+    pub fn start(cfg: &Config, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
         let addr = backend.local_addr()?;
         let (mut node, deployed) = build(cfg, backend, &plan)?;
         let ids = deployed?;
+        store_mat(&mut node, &plan, &ifaces);
         let waker = node.backend_mut().waker();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -615,7 +620,7 @@ impl DataPlane {
         let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
         let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || {
             let stopping = st.clone();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, ids, rx, st, snap)));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, ids, ifaces, rx, st, snap)));
             if stopping.load(Ordering::Relaxed) {
                 return;
             }
@@ -636,6 +641,12 @@ impl DataPlane {
         self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| anyhow::anyhow!("the data plane has stopped"))?;
         self.wake();
         done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
+    }
+
+    /// The interfaces tenants' VTEPs are reached through (for the reverse-path check): the
+    /// data plane uses them from its next command on (a deploy sent after this sees them).
+    pub fn set_interfaces(&self, ifaces: Interfaces) {
+        self.link().tell(Cmd::Interfaces(ifaces));
     }
 
     /// The pool thread, for the chains this node has no room for.
@@ -677,11 +688,13 @@ impl DataPlane {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the thread's whole state, handed over once
 fn run(
     cfg: Config,
     mut node: Node<UdpBackend>,
     mut plan: Plan,
     mut ids: ChainIds,
+    mut ifaces: Interfaces,
     rx: mpsc::Receiver<Cmd>,
     stop: Arc<AtomicBool>,
     snap: Arc<Mutex<Snapshot>>,
@@ -721,6 +734,10 @@ fn run(
                         if r.is_ok() {
                             plan = p;
                             prev = Prev::default();
+                        }
+                        // (Before any packet: the MAT the change stored did not know them.)
+                        if let Some(n) = node.as_mut() {
+                            store_mat(n, &plan, &ifaces);
                         }
                         let _ = ack.send(r);
                     }
@@ -773,6 +790,14 @@ fn run(
                     Cmd::Unhost(home, route) => {
                         if let Some(n) = node.as_mut() {
                             pool.unhost(n, home, route);
+                        }
+                    }
+                    Cmd::Interfaces(i) => {
+                        if i != ifaces {
+                            ifaces = i;
+                            if let Some(n) = node.as_mut() {
+                                store_mat(n, &plan, &ifaces);
+                            }
                         }
                     }
                     Cmd::Return(home, route, sent, reply) => match node.as_mut() {
@@ -875,6 +900,13 @@ fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids
     crate::deploy::compact_forms(node, new)?;
     node.mat_handle().store(Arc::new(new.mat()));
     Ok(now)
+}
+
+/// Publishes `plan`'s MAT with the interfaces its tenants' VTEPs are reached through.
+fn store_mat(node: &mut Node<UdpBackend>, plan: &Plan, ifaces: &Interfaces) {
+    let mut m = plan.mat();
+    m.set_source_interfaces(|p| ifaces.get(p).copied());
+    node.mat_handle().store(Arc::new(m));
 }
 
 /// What the last snapshot saw, for rates and for counters worth a warning when they grow.
@@ -1089,7 +1121,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
         // What a tenant (or someone posing as one) tried against the isolation: each new count
         // is logged once per snapshot, with its total (docs/endpoints.md, "Trust").
         let ts = &node.stats().tenants[t.id.index()];
-        for why in [Drop::ForeignVtep, Drop::ForeignVni] {
+        for why in [Drop::ForeignVtep, Drop::SpoofedVtep, Drop::ForeignVni] {
             let n = ts.drops[why.index()];
             let was = logged.refused.insert((t.id, why.index()), n).unwrap_or(0);
             if n > was {
