@@ -23,6 +23,10 @@ pub struct Limits {
     pub rules: u32,
     /// WebAssembly NTs per tenant.
     pub wasm_nts: u32,
+    /// The largest `max_packet_us` a `wasm` NT may have.
+    pub wasm_packet_us: u64,
+    /// The largest `max_init_ms` a `wasm` NT may have.
+    pub wasm_init_ms: u64,
 }
 
 /// What one tenant holds.
@@ -59,6 +63,25 @@ fn held(state: &State) -> BTreeMap<&str, Held> {
 /// Whether `next` (an apply's result from `before`) keeps every tenant within its quotas, or
 /// leaves a count it raised no higher than its quota.
 pub fn check(before: &State, next: &State, limits: &Limits) -> Result<(), Error> {
+    // A tenant's module asks for no more of the node's time than the operator allows.
+    for o in next.list(Kind::Nt).filter(|o| before.get(Kind::Nt, &o.name) != Some(*o)) {
+        let Spec::Nt(n) = &o.spec else { continue };
+        let snic_nt::NtSpec::Wasm(c) = &n.config else { continue };
+        for (field, v, most, setting) in [
+            ("max_packet_us", c.max_packet_us, limits.wasm_packet_us, "wasm_packet_us_max"),
+            ("max_init_ms", c.max_init_ms, limits.wasm_init_ms, "wasm_init_ms_max"),
+        ] {
+            if v > most {
+                return Err(Error::new(
+                    ErrorCode::InvalidManifest,
+                    Kind::Nt,
+                    &o.name,
+                    format!("spec.config.{field}"),
+                    format!("{v} is over this node's limit of {most} (node.yaml limits.{setting})"),
+                ));
+            }
+        }
+    }
     let (was, is) = (held(before), held(next));
     for (tenant, h) in &is {
         let Some(Spec::Tenant(spec)) = next.get(Kind::Tenant, tenant).map(|o| &o.spec) else { continue };
@@ -92,7 +115,7 @@ mod tests {
     use super::*;
     use crate::manifest::parse;
 
-    const LIMITS: Limits = Limits { nts: 3, dags: 2, rules: 2, wasm_nts: 1 };
+    const LIMITS: Limits = Limits { nts: 3, dags: 2, rules: 2, wasm_nts: 1, wasm_packet_us: 1000, wasm_init_ms: 1000 };
 
     fn base(quotas: &str) -> State {
         State::default()

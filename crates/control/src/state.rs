@@ -127,6 +127,24 @@ impl State {
         Ok(next)
     }
 
+    /// Starts once each tenant module this state has and `before` did not (new, or changed): its
+    /// start function and `snic_init` run in a sandbox, bounded by its `max_init_ms`, and a
+    /// module that fails is refused here rather than on the node. What [`State::apply`] checks
+    /// (every time, for the whole state) never runs a tenant's code; this runs it once, for the
+    /// apply that brings it, after that apply's other checks — never for a module already in
+    /// the state, so no apply waits on another tenant's module.
+    pub fn start_new_modules(&self, before: &State) -> Result<(), Error> {
+        for o in self.list(Kind::Nt).filter(|o| before.get(Kind::Nt, &o.name) != Some(*o)) {
+            if let Spec::Nt(n) = &o.spec {
+                if let snic_nt::NtSpec::Wasm(c) = &n.config {
+                    c.check()
+                        .map_err(|e| Error::new(ErrorCode::InvalidManifest, Kind::Nt, &o.name, "spec.config.module", e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The state without one object, if nothing else uses it.
     pub fn delete(&self, kind: Kind, name: &str) -> Result<State, Error> {
         let mut next = self.clone();
@@ -476,6 +494,35 @@ spec: {vni: 100, action: {dag: blue-path}}
         let e = reject(&nt("", &base64::engine::general_purpose::STANDARD.encode(b"#!/bin/sh")));
         assert_eq!(e.field, "spec.config.module");
         assert!(e.reason.starts_with("not a WebAssembly module"), "{e}");
+    }
+
+    #[test]
+    fn a_module_is_started_once_by_the_apply_that_brings_it_never_by_anothers() {
+        use base64::Engine as _;
+        // snic_init returns 7: the module validates, and fails when it starts.
+        let module = wat::parse_str(
+            r#"(module (memory (export "memory") 1) (data (i32.const 4) "\00\08\00\00")
+                 (func (export "snic_packet") (result i32) i32.const 0)
+                 (func (export "snic_init") (result i32) i32.const 7)
+                 (func (export "snic_process") (param i32) (result i32) i32.const 0))"#,
+        )
+        .unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(&module);
+        let nt = format!(
+            "apiVersion: snic/v1\nkind: NT\nmetadata: {{name: own}}\nspec: {{tenant: blue, config: {{kind: wasm, module: \"{b64}\"}}}}\n"
+        );
+        let s = base();
+        let with = s.apply(parse(&nt).unwrap()).expect("validating never starts a module");
+        let e = with.start_new_modules(&s).unwrap_err();
+        assert_eq!((e.name.as_str(), e.field.as_str()), ("own", "spec.config.module"));
+        assert!(e.reason.contains("snic_init returned 7"), "{e}");
+        // Another object's apply around it does not start it again (it would fail if it did).
+        let later = with
+            .apply(
+                parse("apiVersion: snic/v1\nkind: NT\nmetadata: {name: other}\nspec: {tenant: green, config: {kind: counter}}\n").unwrap(),
+            )
+            .unwrap();
+        later.start_new_modules(&with).unwrap();
     }
 
     #[test]

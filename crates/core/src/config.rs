@@ -98,6 +98,12 @@ pub struct LimitsSection {
     pub api_requests_per_s: f64,
     /// Requests a tenant's credential may make at once above that rate.
     pub api_burst: u32,
+    /// The largest `max_packet_us` a tenant's `wasm` NT may ask for: the wall time one packet
+    /// may take in it (its default is 200 µs).
+    pub wasm_packet_us_max: u64,
+    /// The largest `max_init_ms` a `wasm` NT may ask for: the wall time its start may take
+    /// (default 100 ms).
+    pub wasm_init_ms_max: u64,
 }
 
 impl Default for LimitsSection {
@@ -112,6 +118,8 @@ impl Default for LimitsSection {
             wasm_nts_per_tenant: 16,
             api_requests_per_s: 20.0,
             api_burst: 40,
+            wasm_packet_us_max: 1000,
+            wasm_init_ms_max: 1000,
         }
     }
 }
@@ -121,7 +129,9 @@ impl LimitsSection {
         ensure(self.fdb_macs >= self.fdb_macs_per_tenant as usize, "limits.fdb_macs must be at least limits.fdb_macs_per_tenant")?;
         ensure(self.fdb_age_s >= 1, "limits.fdb_age_s must be at least 1")?;
         ensure(self.api_requests_per_s.is_finite() && self.api_requests_per_s > 0.0, "limits.api_requests_per_s must be positive")?;
-        ensure(self.api_burst >= 1, "limits.api_burst must be at least 1")
+        ensure(self.api_burst >= 1, "limits.api_burst must be at least 1")?;
+        ensure(self.wasm_packet_us_max >= 1, "limits.wasm_packet_us_max must be at least 1")?;
+        ensure(self.wasm_init_ms_max >= 1, "limits.wasm_init_ms_max must be at least 1")
     }
 }
 

@@ -82,12 +82,16 @@ fn a_wasm_module_that_never_finishes_costs_the_victim_no_more_than_its_time_boun
     // victim keeps its share and waits at worst about one bound behind it; with a bound 100×
     // higher, one packet holds the core for 10 ms: the victim loses what its ring cannot hold
     // meanwhile, and its p99 is at least one such packet. The bound is what protects it.
+    // Either bound protects the victim: a fuel budget of 10 ms is cut at the default 200 µs of
+    // wall time (`max_packet_us`), and a wall time of 10 ms at a fuel budget of 100 µs.
+    let fuel_only = outcome(Scenario::WasmHog, Mode::On, |p| p.wasm_bound = 10_000_000);
+    assert!(fuel_only.victim_kept >= 0.9 && fuel_only.victim_p99_ns < 1_000_000, "the wall-time bound held: {fuel_only:?}");
     let bounded = default(Scenario::WasmHog, Mode::On);
     assert!(bounded.victim_kept >= 0.9, "the victim kept under 90%: {bounded:?}");
     assert_eq!(rate_limited(&bounded.victim_drops), 0, "the victim, within its share, is limited: {bounded:?}");
     assert!(bounded.antagonist_drops.iter().any(|d| d.0 == "wasm_time_limit" && d.1 > 0), "{bounded:?}");
     assert!(bounded.victim_p99_ns < 1_000_000, "a 100 µs bound held the victim's p99 under 1 ms: {bounded:?}");
-    let loose = outcome(Scenario::WasmHog, Mode::On, |p| p.wasm_bound = 10_000_000);
+    let loose = outcome(Scenario::WasmHog, Mode::On, |p| (p.wasm_bound, p.wasm_packet_us) = (10_000_000, 10_000));
     assert!(loose.victim_kept < 0.9, "a 10 ms packet fills the victim's ring whatever fair sharing does: {loose:?}");
     assert!(loose.victim_p99_ns >= 10_000_000, "a 10 ms packet ahead of the victim's shows in its p99: {loose:?}");
 }

@@ -224,8 +224,10 @@ impl NtSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         self.within_bounds()?;
         if let NtSpec::Wasm(c) = self {
-            // Compiled (once per module: cached), checked against the ABI, started once.
-            c.check()?;
+            // Compiled (once per module: cached) and checked against the ABI; not started:
+            // starting runs the tenant's code, which an apply does once for a module it brings
+            // ([`crate::wasm::WasmConfig::check`]), never for the state around it.
+            c.check_module()?;
         }
         Ok(())
     }
@@ -357,6 +359,12 @@ impl NtSpec {
                         format!("{} is outside {}..={}", c.max_fuel_per_packet, w::MIN_FUEL, w::MAX_FUEL),
                     ));
                 }
+                if !(1..=w::MAX_PACKET_US).contains(&c.max_packet_us) {
+                    return Err(bound("max_packet_us", format!("{} is outside 1..={}", c.max_packet_us, w::MAX_PACKET_US)));
+                }
+                if !(1..=w::MAX_INIT_MS).contains(&c.max_init_ms) {
+                    return Err(bound("max_init_ms", format!("{} is outside 1..={}", c.max_init_ms, w::MAX_INIT_MS)));
+                }
                 c.bytes()?;
             }
         }
@@ -432,7 +440,13 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
         NtSpec::Synthetic(c) => Box::new(Synthetic::new(c)),
         NtSpec::KvCache(c) => Box::new(KvCache::new(c)),
         NtSpec::KvReplicate(c) => Box::new(KvReplicate::new(c)),
-        NtSpec::Wasm(c) => Box::new(Wasm::new(c)?),
+        // A module that fails to start here (it started when it was applied: its start depends
+        // on something that changed) stops its NT, not the deployment around it: no tenant's
+        // code can make a node refuse, or roll back, what runs for the others.
+        NtSpec::Wasm(c) => match Wasm::new(c) {
+            Ok(w) => Box::new(w),
+            Err(e) => Box::new(crate::wasm::Unstarted::new(e)),
+        },
     })
 }
 

@@ -31,10 +31,12 @@ pub fn costing(fuel: u64, bound: u64) -> NtSpec {
     NtSpec::Wasm(c)
 }
 
-/// A `wasm` NT that never finishes a packet, bounded at `bound` units a packet.
-pub fn hog(bound: u64) -> NtSpec {
+/// A `wasm` NT that never finishes a packet, bounded at `bound` units and `packet_us` of wall
+/// time a packet.
+pub fn hog(bound: u64, packet_us: u64) -> NtSpec {
     let mut c = WasmConfig::of(&burner(u32::MAX), "");
     c.max_fuel_per_packet = bound;
+    c.max_packet_us = packet_us;
     c.max_overruns_per_s = u32::MAX;
     NtSpec::Wasm(c)
 }
@@ -53,7 +55,7 @@ mod tests {
         let mut meta = PktMeta { off: 128, len: 8 + 64, vni: 1, tenant: snic_core::ids::TenantId(1), inner: None };
         let v = nt.process(&Ctx::real(snic_core::time::Instant::ZERO), &mut Pkt { buf: &mut buf, meta: &mut meta, at: Default::default() });
         assert_eq!(v, Verdict::Continue);
-        let used = 1_000_000 - nt.fuel_left();
+        let used = nt.packet_fuel() - nt.fuel_left();
         assert!((19_000..21_000).contains(&used), "{used} units for 20,000");
     }
 }

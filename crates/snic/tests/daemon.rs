@@ -1583,6 +1583,136 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     stop(d);
 }
 
+/// A module around `body` (the body of `snic_process`), with `init` as its `snic_init`'s, and
+/// the ABI's imports; its packet area at 0.
+fn hostile_module(init: &str, body: &str) -> String {
+    use base64::Engine as _;
+    let m = wat::parse_str(format!(
+        r#"(module
+             (import "snic" "config_read" (func $cfg (param i32 i32) (result i32)))
+             (memory (export "memory") 2) (data (i32.const 4) "\00\08\00\00")
+             (func (export "snic_packet") (result i32) i32.const 0)
+             (func (export "snic_init") (result i32) {init})
+             (func (export "snic_process") (param i32) (result i32) {body}))"#
+    ))
+    .unwrap();
+    base64::engine::general_purpose::STANDARD.encode(m)
+}
+
+/// Issue 49: a tenant's code cannot hold the node. Red's packets would each run for seconds
+/// within their fuel (an endless loop with 10^9 units; endless 64 KiB host reads); its starts
+/// would too. Blue, beside it, loses nothing; applies (blue's, and the operator's delete of
+/// red's NT) are answered; red's slow start is refused once, never run again by others'
+/// applies; and refused modules do not grow the daemon.
+#[test]
+fn a_hostile_tenants_wasm_cannot_hold_the_node_or_its_applies() {
+    let dir = TempDir::new("hostile-wasm");
+    let d = start(dir.0.as_path());
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let blue = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: blue}}\nspec: {{vnis: [100]}}\n---\n\
+         apiVersion: snic/v1\nkind: NT\nmetadata: {{name: blue-count}}\nspec: {{tenant: blue, config: {{kind: counter}}}}\n---\n\
+         apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: blue-path}}\nspec: {{tenant: blue, nodes: [blue-count]}}\n---\n\
+         apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: blue-all}}\nspec: {{vni: 100, action: {{dag: blue-path}}}}\n---\n\
+         apiVersion: snic/v1\nkind: Route\nmetadata: {{name: blue-b}}\nspec: {{vni: 100, mac: '{MAC_B}', vtep: '{}'}}\n",
+        b.local_addr().unwrap()
+    );
+    let red_nt = |name: &str, module: &str, extra: &str| {
+        format!(
+            "apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {name}}}\nspec: {{tenant: red, config: {{kind: wasm, module: {module}, max_fuel_per_packet: 1000000000, max_overruns_per_s: 4294967295, config: {:?}{extra}}}}}\n---\n",
+            "x".repeat(65536)
+        )
+    };
+    let red = format!(
+        "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [300]}}\n---\n{}{}\
+         apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: red-path}}\nspec: {{tenant: red, nodes: [red-loop, red-reads]}}\n---\n\
+         apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 300, action: {{dag: red-path}}}}\n",
+        red_nt(
+            "red-loop",
+            &hostile_module(
+                "i32.const 0",
+                "(if (i32.eq (i32.load16_u (i32.const 34)) (i32.const 1)) (then (loop $l (br $l)))) i32.const 0"
+            ),
+            ""
+        ),
+        red_nt(
+            "red-reads",
+            &hostile_module("i32.const 0", "(loop $l (drop (call $cfg (i32.const 0) (i32.const 65536))) (br $l)) i32.const 0"),
+            ""
+        ),
+    );
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &format!("{blue}---\n{red}"));
+    assert_eq!(s, 200, "{v}");
+
+    // Red floods its VNI from a thread (bounded) while blue sends one packet at a time and waits
+    // for it: every one of blue's packets arrives.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let (done, data) = (done.clone(), d.data);
+        std::thread::spawn(move || {
+            let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let p = frame(300, L4Spec::Udp { src_port: 1, dst_port: 1 });
+            let mut sent = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) && sent < 2_000_000 {
+                let _ = a.send_to(&p, data);
+                sent += 1;
+                if sent.is_multiple_of(64) {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            sent
+        })
+    };
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 2048];
+    for i in 0..200u16 {
+        a.send_to(&frame(100, L4Spec::Udp { src_port: 4000, dst_port: 5000 + i }), d.data).unwrap();
+        let got = b.recv_from(&mut buf).unwrap_or_else(|e| panic!("blue's packet {i} did not arrive beside red: {e}"));
+        assert_eq!(parse_inner(&buf[8..got.0]).unwrap().key.dst_port, 5000 + i);
+    }
+    // Applies are answered meanwhile: blue adds an NT; red's module that starts forever is
+    // refused once (its start is bounded), and blue's next apply does not start it again.
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &blue.replace("blue-count}", "blue-count2}"));
+    assert_eq!(s, 200, "{v}");
+    let slow_start = red_nt("red-slow-start", &hostile_module("(loop $l (br $l)) i32.const 0", "i32.const 0"), "");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &slow_start);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"]["reason"].as_str().unwrap().contains("snic_init did not finish"), "{v}");
+    let over = red_nt("red-greedy", &hostile_module("i32.const 0", "i32.const 0"), ", max_init_ms: 5000");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &over);
+    assert_eq!((s, v["error"]["field"].as_str()), (400, Some("spec.config.max_init_ms")), "over the operator's limit: {v}");
+    let (s, v) = http("DELETE", &format!("{}/v1/objects/rule/red-all", d.api), "");
+    assert_eq!(s, 200, "the operator's delete is answered: {v}");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    let v = status_until(&d.api, |v| {
+        let r = v["tenants"].as_array().into_iter().flatten().find(|t| t["name"] == "red").map(|t| t["stats"]["drops"].to_string());
+        r.is_some_and(|d| d.contains("wasm_time_limit"))
+    });
+    assert!(sent > 0 && v["data_plane"]["up"].as_bool().unwrap(), "the node lives");
+
+    // Refused modules leave nothing behind: 25 distinct ones, refused when they start, each with
+    // a 150 KB function they never ran, grow the daemon by far less than the 3.7 MB they would if
+    // each stayed (a wasmi engine shared by all modules kept every function it had not yet
+    // compiled).
+    let refused = |k: usize| {
+        let body: String = (0..20_000).map(|j| format!("(drop (i32.add (i32.const {k}) (i32.const {j})))")).collect();
+        red_nt(&format!("red-bad{k}"), &hostile_module("i32.const 7", &format!("{body} i32.const 0")), "")
+    };
+    for k in 0..5 {
+        assert_eq!(http("POST", &format!("{}/v1/apply", d.api), &refused(k)).0, 400);
+    }
+    let before = peak_rss_kib(d.child.id());
+    for k in 5..30 {
+        let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &refused(k));
+        assert_eq!(s, 400, "{v}");
+    }
+    let grew = peak_rss_kib(d.child.id()) - before;
+    assert!(grew < 2 << 10, "the daemon grew by {grew} KiB for 25 refused modules");
+    stop(d);
+}
+
 /// An HTTP request, with a bearer token if one is given: the status and the JSON body (or the
 /// text as a JSON string).
 fn http_as(method: &str, url: &str, body: &str, token: Option<&str>) -> (u16, serde_json::Value) {

@@ -48,6 +48,12 @@ impl<T> Cache<T> {
         }))
     }
 
+    /// Forgets the module of `key`.
+    pub fn remove(&self, key: &Key) -> Result<(), WasmError> {
+        self.lock()?.modules.remove(key);
+        Ok(())
+    }
+
     /// Keeps a module just compiled, making room by the least recently used.
     pub fn insert(&self, key: Key, m: Arc<T>) -> Result<(), WasmError> {
         let mut c = self.lock()?;

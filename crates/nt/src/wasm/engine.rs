@@ -16,17 +16,20 @@ use wasmi::{
 /// The engine's name, as the bench and status report it.
 pub const NAME: &str = "wasmi";
 
-fn engine() -> &'static Engine {
-    static E: OnceLock<Engine> = OnceLock::new();
-    E.get_or_init(|| {
-        let mut c = wasmi::Config::default();
-        c.consume_fuel(true);
-        Engine::new(&c)
-    })
+/// An engine of its own for each module: a wasmi engine keeps the code of every module compiled
+/// in it for as long as it lives, so modules sharing one engine would never give their memory
+/// back — a module refused, replaced or evicted from the cache would stay in the daemon (a tenant
+/// applying distinct modules grew it without bound). With its own engine, a module's code goes
+/// when the last of its instances does.
+fn new_engine() -> Engine {
+    let mut c = wasmi::Config::default();
+    c.consume_fuel(true);
+    Engine::new(&c)
 }
 
-/// A module compiled and checked against the ABI.
+/// A module compiled and checked against the ABI, in its own engine.
 pub struct Compiled {
+    engine: Engine,
     module: Module,
 }
 
@@ -48,11 +51,18 @@ pub fn compile(bytes: &[u8]) -> Result<Arc<Compiled>, WasmError> {
     if let Some(m) = cache().get(&key)? {
         return Ok(m);
     }
-    let module = Module::new(engine(), bytes).map_err(|e| WasmError::Invalid(e.to_string()))?;
+    let engine = new_engine();
+    let module = Module::new(&engine, bytes).map_err(|e| WasmError::Invalid(e.to_string()))?;
     check(&module)?;
-    let compiled = Arc::new(Compiled { module });
+    let compiled = Arc::new(Compiled { engine, module });
     cache().insert(key, compiled.clone())?;
     Ok(compiled)
+}
+
+/// Drops the module compiled from `bytes` from the cache (a module refused when it started):
+/// nothing of it stays once its last instance is gone.
+pub fn forget(bytes: &[u8]) {
+    let _ = cache().remove(&cache::key(bytes));
 }
 
 fn types(s: &str) -> Vec<ValType> {
@@ -129,6 +139,64 @@ fn check(m: &Module) -> Result<(), WasmError> {
     Ok(())
 }
 
+/// Fuel each host call costs besides the call itself, and per byte it copies: a host call runs
+/// outside the interpreter's metering, so it is charged what its wall time is worth in fuel
+/// (measured against the engine's rate on plain code, [`ps_per_fuel`]; docs/wasm.md, "Time").
+pub mod host_fuel {
+    /// `now_ns`, `counter_add`, `config_len`.
+    pub const CALL: u64 = 32;
+    /// `config_read`, before its bytes.
+    pub const READ: u64 = 128;
+    /// Bytes `config_read` copies per unit of fuel (measured: a 64 KiB read took as long as
+    /// about 30,000 units of plain code).
+    pub const BYTES_PER_FUEL: u64 = 2;
+}
+
+/// Takes `fuel` from the call's remaining fuel: true if it had that much. If not, it has none
+/// left: the call returns without doing its work, and the guest runs out of fuel at its next
+/// instruction, as it would have inside the interpreter.
+fn charge(c: &mut Caller<'_, Host>, fuel: u64) -> Result<bool, wasmi::Error> {
+    let left = c.get_fuel()?;
+    c.set_fuel(left.saturating_sub(fuel))?;
+    Ok(left >= fuel)
+}
+
+/// Picoseconds the engine takes per unit of fuel on plain code (loads, stores, arithmetic and
+/// branches), measured once per process: the least of three runs of a loop that spends 2M
+/// units (≈ a millisecond or two). What a packet's wall-time bound is turned into fuel with.
+pub fn ps_per_fuel() -> u64 {
+    static RATE: OnceLock<u64> = OnceLock::new();
+    *RATE.get_or_init(|| {
+        const SPIN: &str = r#"(module (memory 1)
+            (func (export "spin") (param $n i32) (result i32) (local $i i32) (local $acc i32)
+              (loop $l
+                (local.set $acc (i32.add (local.get $acc) (i32.load (i32.and (local.get $i) (i32.const 0xfffc)))))
+                (i32.store (i32.and (local.get $i) (i32.const 0xfffc)) (local.get $acc))
+                (local.set $i (i32.add (local.get $i) (i32.const 4)))
+                (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
+              (local.get $acc)))"#;
+        const FUEL: u64 = 2_000_000;
+        let measure = || -> Option<u64> {
+            let engine = new_engine();
+            let module = Module::new(&engine, wat::parse_str(SPIN).ok()?).ok()?;
+            let mut store = Store::new(&engine, ());
+            let inst = Linker::<()>::new(&engine).instantiate_and_start(&mut store, &module).ok()?;
+            let spin = inst.get_typed_func::<i32, i32>(&store, "spin").ok()?;
+            // (Once to translate the function; then timed.)
+            store.set_fuel(1000).ok()?;
+            let _ = spin.call(&mut store, 16);
+            store.set_fuel(FUEL).ok()?;
+            let t0 = std::time::Instant::now();
+            let _ = spin.call(&mut store, i32::MAX);
+            let ns = t0.elapsed().as_nanos() as u64;
+            let used = FUEL - store.get_fuel().ok()?;
+            Some(ns.saturating_mul(1000) / used.max(1))
+        };
+        // 1 ns a unit if it cannot be measured (never seen: the loop is fixed).
+        (0..3).filter_map(|_| measure()).min().unwrap_or(1000).max(1)
+    })
+}
+
 /// What one instance's host functions see.
 struct Host {
     limits: StoreLimits,
@@ -172,23 +240,39 @@ impl Sandbox {
     pub fn new(c: &Compiled, setup: super::Setup) -> Result<(Sandbox, u32), WasmError> {
         let super::Setup { config, max_memory, counters, init_fuel } = setup;
         let limits = StoreLimitsBuilder::new().memory_size(max_memory).memories(1).tables(4).table_elements(65_536).instances(1).build();
-        let mut store = Store::new(engine(), Host { limits, now_ns: 0, config, counters });
+        let mut store = Store::new(&c.engine, Host { limits, now_ns: 0, config, counters });
         store.limiter(|h| &mut h.limits);
-        let mut linker = Linker::<Host>::new(engine());
+        let mut linker = Linker::<Host>::new(&c.engine);
         let link = |_| WasmError::Internal("linking the ABI");
-        linker.func_wrap("snic", "now_ns", |c: Caller<'_, Host>| c.data().now_ns as i64).map_err(link)?;
         linker
-            .func_wrap("snic", "counter_add", |c: Caller<'_, Host>, idx: i32, n: i64| -> Result<(), wasmi::Error> {
+            .func_wrap("snic", "now_ns", |mut c: Caller<'_, Host>| -> Result<i64, wasmi::Error> {
+                let paid = charge(&mut c, host_fuel::CALL)?;
+                Ok(if paid { c.data().now_ns as i64 } else { 0 })
+            })
+            .map_err(link)?;
+        linker
+            .func_wrap("snic", "counter_add", |mut c: Caller<'_, Host>, idx: i32, n: i64| -> Result<(), wasmi::Error> {
+                if !charge(&mut c, host_fuel::CALL)? {
+                    return Ok(());
+                }
                 let ctr = c.data().counters.get(idx as u32 as usize).ok_or_else(|| wasmi::Error::new("counter_add: no such counter"))?;
                 ctr.store(ctr.load(Relaxed).wrapping_add(n as u64), Relaxed);
                 Ok(())
             })
             .map_err(link)?;
-        linker.func_wrap("snic", "config_len", |c: Caller<'_, Host>| c.data().config.len() as i32).map_err(link)?;
+        linker
+            .func_wrap("snic", "config_len", |mut c: Caller<'_, Host>| -> Result<i32, wasmi::Error> {
+                let paid = charge(&mut c, host_fuel::CALL)?;
+                Ok(if paid { c.data().config.len() as i32 } else { 0 })
+            })
+            .map_err(link)?;
         linker
             .func_wrap("snic", "config_read", |mut c: Caller<'_, Host>, ptr: i32, len: i32| -> Result<i32, wasmi::Error> {
                 let cfg = c.data().config.clone();
                 let n = (len.max(0) as usize).min(cfg.len());
+                if !charge(&mut c, host_fuel::READ + n as u64 / host_fuel::BYTES_PER_FUEL)? {
+                    return Ok(0);
+                }
                 let mem = c.get_export("memory").and_then(Extern::into_memory).ok_or_else(|| wasmi::Error::new("no memory"))?;
                 let at = ptr as u32 as usize;
                 let dst = mem

@@ -48,6 +48,10 @@ pub mod bounds {
     pub const MIN_FUEL: u64 = 1_000;
     /// ... and at most this (about a second interpreted).
     pub const MAX_FUEL: u64 = 1_000_000_000;
+    /// `max_packet_us`: at most 100 ms (a node's `limits.wasm_packet_us_max` is lower).
+    pub const MAX_PACKET_US: u64 = 100_000;
+    /// `max_init_ms`: at most 10 s (a node's `limits.wasm_init_ms_max` is lower).
+    pub const MAX_INIT_MS: u64 = 10_000;
 }
 
 /// Compiles a C NT to a module with Debian's clang and lld, as a tenant would (docs/wasm.md):
@@ -83,6 +87,8 @@ impl WasmConfig {
             max_memory_bytes: default_memory(),
             max_fuel_per_packet: default_fuel(),
             max_overruns_per_s: default_overruns(),
+            max_packet_us: default_packet_us(),
+            max_init_ms: default_init_ms(),
             engine: EngineKind::default(),
         }
     }
@@ -154,6 +160,13 @@ pub struct WasmConfig {
     /// Packets over the fuel budget in one second after which the NT is stopped.
     #[serde(default = "default_overruns")]
     pub max_overruns_per_s: u32,
+    /// Most wall time one packet may take, µs, whatever its fuel: the node gives a packet no
+    /// more fuel than the module spends in this long (docs/wasm.md, "Time").
+    #[serde(default = "default_packet_us")]
+    pub max_packet_us: u64,
+    /// Most wall time starting an instance (its start function and `snic_init`) may take, ms.
+    #[serde(default = "default_init_ms")]
+    pub max_init_ms: u64,
     /// The engine: `wasmi` (every build) or `wasmtime` (a node built with it).
     #[serde(default)]
     pub engine: EngineKind,
@@ -166,6 +179,12 @@ fn default_fuel() -> u64 {
     100_000
 }
 fn default_overruns() -> u32 {
+    100
+}
+fn default_packet_us() -> u64 {
+    200
+}
+fn default_init_ms() -> u64 {
     100
 }
 
@@ -233,9 +252,29 @@ impl WasmConfig {
     }
 
     /// Compiles (or finds compiled) and checks the module against the ABI, then starts one
-    /// instance to run its `snic_init` and check its packet area: what deploying it checks.
+    /// instance to run its `snic_init` and check its packet area: what applying a new module
+    /// checks, once (its start is bounded by `max_init_ms`). A module that fails is not kept.
     pub fn check(&self) -> Result<(), WasmError> {
-        Wasm::new(self).map(drop)
+        let r = Wasm::new(self).map(drop);
+        if r.is_err() {
+            if let Ok(b) = self.bytes() {
+                engine::forget(&b);
+            }
+        }
+        r
+    }
+
+    /// Compiles (or finds compiled) and checks the module against the ABI, without starting it:
+    /// what validating a state holding it checks, every time.
+    pub fn check_module(&self) -> Result<(), WasmError> {
+        let bytes = self.bytes()?;
+        match self.engine {
+            EngineKind::Wasmi => engine::compile(&bytes).map(drop),
+            #[cfg(feature = "wasmtime")]
+            EngineKind::Wasmtime => wasmtime_engine::compile(&bytes).map(drop),
+            #[cfg(not(feature = "wasmtime"))]
+            EngineKind::Wasmtime => Err(WasmError::EngineMissing("wasmtime")),
+        }
     }
 
     /// What an instance holds at most, bytes: its memory limit and the module's code.
@@ -282,8 +321,11 @@ pub struct WasmCounters {
     /// Packets dropped because the frame did not fit the module's buffer, or the module gave a
     /// length outside it.
     pub bad_frame: AtomicU64,
-    /// 1 once the NT was stopped for exceeding its time bound too often.
+    /// 1 once the NT was stopped for exceeding its time bound too often, or because its
+    /// instance did not start.
     pub stopped: AtomicU64,
+    /// 1 if its instance did not start on the node ([`Unstarted`]).
+    pub start_failed: AtomicU64,
 }
 
 impl WasmCounters {
@@ -316,6 +358,106 @@ impl NtCounters for WasmCounters {
         f("bad_verdict", self.bad_verdict.load(Relaxed), true);
         f("bad_frame", self.bad_frame.load(Relaxed), true);
         f("stopped", self.stopped.load(Relaxed), true);
+        f("start_failed", self.start_failed.load(Relaxed), true);
+    }
+}
+
+/// How a packet's wall time is held to its bound whatever its fuel (docs/wasm.md, "Time"). An
+/// interpreter cannot be interrupted, only run out of fuel; so a packet gets no more fuel than
+/// the module spends in `bound_ns`, at the rate this instance is measured to spend it. The rate
+/// starts at the engine's on plain code ([`engine::ps_per_fuel`]; host calls are charged what
+/// they cost in it) and follows the instance's own: each window of about a millisecond of its
+/// work gives a rate, and the least of the last four counts — a window that a preemption made
+/// slow does not shrink the budget, a module that is slow window after window does.
+#[derive(Debug)]
+struct Pace {
+    bound_ns: u64,
+    /// The engine's rate on plain code, ps a unit of fuel (the estimate's floor).
+    floor_ps: u64,
+    /// The rate packets are given fuel at.
+    rate_ps: u64,
+    /// Wall time and fuel of the window being measured.
+    win: (u64, u64),
+    /// The last windows' rates.
+    rates: [u64; PACE_WINDOWS],
+    windows: usize,
+}
+
+/// Windows a [`Pace`] keeps.
+const PACE_WINDOWS: usize = 4;
+/// Work a window spans, ns.
+const PACE_WINDOW_NS: u64 = 1_000_000;
+/// Calls that spend less fuel are not measured: their time is mostly the call's own.
+const PACE_MIN_FUEL: u64 = 4096;
+
+impl Pace {
+    fn new(bound_ns: u64, floor_ps: u64) -> Self {
+        Pace { bound_ns, floor_ps, rate_ps: floor_ps, win: (0, 0), rates: [0; PACE_WINDOWS], windows: 0 }
+    }
+
+    /// The fuel a packet may spend: at most `max`, and what it spends in the bound at the rate
+    /// measured (on a virtual clock, where a unit is a nanosecond, the bound itself).
+    #[inline]
+    fn cap(&self, max: u64, virtual_clock: bool) -> u64 {
+        let rate = if virtual_clock { 1000 } else { self.rate_ps };
+        (self.bound_ns.saturating_mul(1000) / rate.max(1)).clamp(1, max)
+    }
+
+    /// A call spent `fuel` in `ns` of wall time.
+    #[inline]
+    fn observe(&mut self, fuel: u64, ns: u64) {
+        if fuel < PACE_MIN_FUEL {
+            return;
+        }
+        self.win.0 += ns;
+        self.win.1 += fuel;
+        if self.win.0 >= PACE_WINDOW_NS {
+            self.close_window();
+        }
+    }
+
+    #[cold]
+    fn close_window(&mut self) {
+        let (ns, fuel) = std::mem::take(&mut self.win);
+        self.rates[self.windows % PACE_WINDOWS] = ns.saturating_mul(1000) / fuel.max(1);
+        self.windows += 1;
+        let least = self.rates[..self.windows.min(PACE_WINDOWS)].iter().copied().min().unwrap_or(0);
+        self.rate_ps = least.max(self.floor_ps);
+    }
+}
+
+/// A `wasm` NT whose instance did not start on the node (its start trapped, ran out of time or
+/// returned an error, though it started when it was applied): it drops every packet
+/// (`wasm_stopped`) and says so in its counters (`stopped`, `start_failed`: alarms, logged),
+/// until the NT is applied again.
+#[derive(Debug)]
+pub struct Unstarted {
+    counters: Arc<WasmCounters>,
+    /// Why it did not start.
+    pub why: WasmError,
+}
+
+impl Unstarted {
+    /// The stand-in for an instance that failed with `why`.
+    pub fn new(why: WasmError) -> Self {
+        let counters = WasmCounters::default();
+        counters.stopped.store(1, Relaxed);
+        counters.start_failed.store(1, Relaxed);
+        Unstarted { counters: Arc::new(counters), why }
+    }
+}
+
+impl Nt for Unstarted {
+    fn kind(&self) -> &'static str {
+        "wasm"
+    }
+
+    fn counters(&self) -> Option<Arc<dyn NtCounters>> {
+        Some(self.counters.clone())
+    }
+
+    fn process(&mut self, _cx: &Ctx<'_>, _pkt: &mut Pkt<'_>) -> Verdict {
+        Verdict::Drop(DropReason::WasmStopped)
     }
 }
 
@@ -326,6 +468,7 @@ pub struct Wasm {
     at: usize,
     cap: usize,
     fuel: u64,
+    pace: Pace,
     counters: Arc<WasmCounters>,
     max_overruns: u32,
     window_ns: u64,
@@ -369,8 +512,13 @@ impl Wasm {
             config: c.config.as_bytes().into(),
             max_memory: c.max_memory_bytes as usize,
             counters: counters.guest.clone(),
-            // Its start and snic_init get a hundred packets' worth.
-            init_fuel: c.max_fuel_per_packet.saturating_mul(100).min(bounds::MAX_FUEL),
+            // Its start and snic_init get a hundred packets' worth, and no more than the engine
+            // spends in `max_init_ms` on plain code.
+            init_fuel: c
+                .max_fuel_per_packet
+                .saturating_mul(100)
+                .min(c.max_init_ms.saturating_mul(1_000_000_000) / engine::ps_per_fuel())
+                .clamp(1, bounds::MAX_FUEL),
         }
     }
 
@@ -415,6 +563,7 @@ impl Wasm {
             at,
             cap: cap as usize,
             fuel: c.max_fuel_per_packet,
+            pace: Pace::new(c.max_packet_us.saturating_mul(1000), engine::ps_per_fuel()),
             counters,
             max_overruns: c.max_overruns_per_s,
             window_ns: 0,
@@ -431,6 +580,12 @@ impl Wasm {
     /// Fuel the last packet left unused (the bench's and tests' view of a packet's cost).
     pub fn fuel_left(&self) -> u64 {
         self.sandbox.fuel_left()
+    }
+
+    /// The fuel a packet is given now on the real clock: its `max_fuel_per_packet`, or less
+    /// when the module would spend that much for longer than `max_packet_us`.
+    pub fn packet_fuel(&self) -> u64 {
+        self.pace.cap(self.fuel, false)
     }
 
     /// A packet over the time bound at `now_ns`: stops the NT if it happens too often.
@@ -511,10 +666,16 @@ impl Nt for Wasm {
             h[f::NOW_NS..f::NOW_NS + 8].copy_from_slice(&now.to_le_bytes());
             data[..len].copy_from_slice(frame);
         }
-        let call = self.sandbox.process(len as u32, now, self.fuel);
-        if cx.work.is_virtual() {
+        let virtual_clock = cx.work.is_virtual();
+        let fuel = self.pace.cap(self.fuel, virtual_clock);
+        let t0 = if virtual_clock { 0 } else { cx.work.now_ns() };
+        let call = self.sandbox.process(len as u32, now, fuel);
+        let used = fuel - self.sandbox.fuel_left().min(fuel);
+        if virtual_clock {
             // On a virtual clock the module's work is modelled: a nanosecond a unit of fuel.
-            cx.work.spend(self.fuel - self.sandbox.fuel_left().min(self.fuel));
+            cx.work.spend(used);
+        } else {
+            self.pace.observe(used, cx.work.now_ns().saturating_sub(t0));
         }
         let r = match call {
             Ok(r) => r,

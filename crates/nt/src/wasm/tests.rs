@@ -29,6 +29,8 @@ fn config(bytes: &[u8]) -> WasmConfig {
         max_memory_bytes: 1 << 20,
         max_fuel_per_packet: 10_000,
         max_overruns_per_s: 100,
+        max_packet_us: 200,
+        max_init_ms: 100,
         engine: EngineKind::default(),
     }
 }
@@ -331,4 +333,49 @@ fn an_engine_this_build_lacks_is_refused_by_name() {
         Ok(_) => assert!(EngineKind::Wasmtime.built()),
         Err(e) => assert_eq!(e, WasmError::EngineMissing("wasmtime")),
     }
+}
+
+#[test]
+fn a_packet_gets_no_more_fuel_than_its_wall_time_bound_whatever_its_fuel_budget() {
+    // An endless loop with a budget of 10^9 units (about a second): on a virtual clock, where a
+    // unit is a nanosecond, each packet costs exactly its 200 µs bound.
+    let m = module("", "", "(loop $l (br $l)) i32.const 0");
+    let mut c = config(&m);
+    c.max_fuel_per_packet = bounds::MAX_FUEL;
+    c.max_overruns_per_s = u32::MAX;
+    c.max_packet_us = 200;
+    let mut n = Wasm::new(&c).unwrap();
+    let work = WorkTimer::virtual_core(0);
+    for k in 1..=3 {
+        let v = n.process(&Ctx { now: Instant::from_nanos(1), work: &work, out: None }, &mut to_port(1).pkt());
+        assert_eq!(v, Verdict::Drop(DropReason::WasmTimeLimit));
+        // (The interpreter stops within an instruction's cost of the end of its fuel.)
+        assert!((k * (200_000 - 16)..=k * 200_000).contains(&work.now_ns()), "a packet costs its bound, not its fuel: {}", work.now_ns());
+    }
+    // On the real clock it gets what the engine spends in 200 µs on plain code.
+    assert!(n.packet_fuel() < bounds::MAX_FUEL);
+    assert!(n.packet_fuel() as u128 * engine::ps_per_fuel() as u128 <= 200_000 * 1000, "{} units", n.packet_fuel());
+    assert_eq!(run(&mut n, &mut to_port(1)), Verdict::Drop(DropReason::WasmTimeLimit));
+}
+
+#[test]
+fn host_calls_are_charged_what_they_cost() {
+    // A packet that reads its whole 64 KiB config again and again: within its fuel only as many
+    // reads as their bytes pay for.
+    let reads = module(
+        r#"(import "snic" "config_read" (func $cfg (param i32 i32) (result i32)))"#,
+        "",
+        "(loop $l (drop (call $cfg (i32.const 0) (i32.const 65536))) (br $l)) i32.const 0",
+    );
+    let mut c = config(&reads);
+    c.config = "x".repeat(bounds::CONFIG_BYTES);
+    c.max_memory_bytes = 1 << 20;
+    c.max_fuel_per_packet = 1_000_000;
+    let mut n = Wasm::new(&c).unwrap();
+    let work = WorkTimer::virtual_core(0);
+    let v = n.process(&Ctx { now: Instant::from_nanos(1), work: &work, out: None }, &mut to_port(1).pkt());
+    assert_eq!(v, Verdict::Drop(DropReason::WasmTimeLimit));
+    let per_read = engine::host_fuel::READ + bounds::CONFIG_BYTES as u64 / engine::host_fuel::BYTES_PER_FUEL;
+    assert!(per_read > 30_000, "a 64 KiB read costs about what 30,000 units of plain code do");
+    assert!((200_000 - per_read..=200_000).contains(&work.now_ns()), "the bound, not a million units: {}", work.now_ns());
 }

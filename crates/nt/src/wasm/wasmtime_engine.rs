@@ -52,6 +52,14 @@ struct Host {
     counters: Arc<[AtomicU64; abi::COUNTERS]>,
 }
 
+/// As the wasmi engine's `charge`: takes `fuel` for a host call; false (and no fuel left) if it
+/// had less.
+fn charge(c: &mut Caller<'_, Host>, fuel: u64) -> wasmtime::Result<bool> {
+    let left = c.get_fuel()?;
+    c.set_fuel(left.saturating_sub(fuel))?;
+    Ok(left >= fuel)
+}
+
 fn fault(e: wasmtime::Error) -> Fault {
     match e.downcast_ref::<Trap>() {
         Some(Trap::OutOfFuel) => Fault::OutOfFuel,
@@ -75,19 +83,36 @@ impl Sandbox {
         store.limiter(|h| &mut h.limits);
         let mut linker = Linker::<Host>::new(engine());
         let link = |_| WasmError::Internal("linking the ABI");
-        linker.func_wrap("snic", "now_ns", |c: Caller<'_, Host>| c.data().now_ns as i64).map_err(link)?;
+        use super::engine::host_fuel;
         linker
-            .func_wrap("snic", "counter_add", |c: Caller<'_, Host>, idx: i32, n: i64| -> wasmtime::Result<()> {
+            .func_wrap("snic", "now_ns", |mut c: Caller<'_, Host>| -> wasmtime::Result<i64> {
+                let paid = charge(&mut c, host_fuel::CALL)?;
+                Ok(if paid { c.data().now_ns as i64 } else { 0 })
+            })
+            .map_err(link)?;
+        linker
+            .func_wrap("snic", "counter_add", |mut c: Caller<'_, Host>, idx: i32, n: i64| -> wasmtime::Result<()> {
+                if !charge(&mut c, host_fuel::CALL)? {
+                    return Ok(());
+                }
                 let ctr = c.data().counters.get(idx as u32 as usize).ok_or_else(|| wasmtime::Error::msg("counter_add: no such counter"))?;
                 ctr.store(ctr.load(Relaxed).wrapping_add(n as u64), Relaxed);
                 Ok(())
             })
             .map_err(link)?;
-        linker.func_wrap("snic", "config_len", |c: Caller<'_, Host>| c.data().config.len() as i32).map_err(link)?;
+        linker
+            .func_wrap("snic", "config_len", |mut c: Caller<'_, Host>| -> wasmtime::Result<i32> {
+                let paid = charge(&mut c, host_fuel::CALL)?;
+                Ok(if paid { c.data().config.len() as i32 } else { 0 })
+            })
+            .map_err(link)?;
         linker
             .func_wrap("snic", "config_read", |mut c: Caller<'_, Host>, ptr: i32, len: i32| -> wasmtime::Result<i32> {
                 let cfg = c.data().config.clone();
                 let n = (len.max(0) as usize).min(cfg.len());
+                if !charge(&mut c, host_fuel::READ + n as u64 / host_fuel::BYTES_PER_FUEL)? {
+                    return Ok(0);
+                }
                 let mem = c.get_export("memory").and_then(Extern::into_memory).ok_or_else(|| wasmtime::Error::msg("no memory"))?;
                 let at = ptr as u32 as usize;
                 let dst = mem

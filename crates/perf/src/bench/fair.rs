@@ -85,6 +85,9 @@ pub struct FairArgs {
     /// The `wasm-hog` antagonist's time bound, units of fuel a packet (its max_fuel_per_packet).
     #[arg(long, default_value_t = 100_000)]
     wasm_bound: u64,
+    /// The `wasm-hog` antagonist's wall-time bound, µs a packet (its max_packet_us).
+    #[arg(long, default_value_t = 200)]
+    wasm_packet_us: u64,
 }
 
 /// Runs the chosen scenarios.
@@ -102,6 +105,9 @@ pub fn run(a: FairArgs) -> anyhow::Result<()> {
     }
     if !(snic_nt::wasm::bounds::MIN_FUEL..=snic_nt::wasm::bounds::MAX_FUEL).contains(&a.wasm_bound) {
         bail!("--wasm-bound must be within {}..={}", snic_nt::wasm::bounds::MIN_FUEL, snic_nt::wasm::bounds::MAX_FUEL);
+    }
+    if !(1..=snic_nt::wasm::bounds::MAX_PACKET_US).contains(&a.wasm_packet_us) {
+        bail!("--wasm-packet-us must be within 1..={}", snic_nt::wasm::bounds::MAX_PACKET_US);
     }
     let all = ["fig7", "hol", "expensive", "flood64", "engine", "weighted", "weighted-mpps", "expensive-wasm", "wasm-hog"];
     let chosen: Vec<&str> = match a.scenario.as_str() {
@@ -310,6 +316,7 @@ fn antagonist(a: &FairArgs, s: Scenario, mode: Mode) -> anyhow::Result<Antagonis
         auto_place: !a.manual_place,
         ring: 1024,
         wasm_bound: a.wasm_bound,
+        wasm_packet_us: a.wasm_packet_us,
     };
     Ok(AntagonistResult { bench: "fair", outcome: isolation::run(s, mode, &p)? })
 }

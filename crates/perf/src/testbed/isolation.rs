@@ -211,6 +211,8 @@ pub struct Params {
     pub ring: usize,
     /// The time bound of the `wasm-hog` antagonist's module, units of fuel a packet.
     pub wasm_bound: u64,
+    /// Its wall-time bound, µs a packet (`max_packet_us`).
+    pub wasm_packet_us: u64,
 }
 
 impl Params {
@@ -229,6 +231,7 @@ impl Params {
             auto_place: true,
             ring: 1024,
             wasm_bound: 100_000,
+            wasm_packet_us: 200,
         }
     }
 }
@@ -314,7 +317,7 @@ fn wasm_victim_pps(timing: Timing) -> f64 {
     }
 }
 
-fn setup(s: Scenario, timing: Timing, wasm_bound: u64) -> Setup {
+fn setup(s: Scenario, timing: Timing, wasm_bound: (u64, u64)) -> Setup {
     match s {
         // FairNIC Fig. 1 (head-of-line blocking): two tenants both offering far more than the
         // node takes, the first with 8x the processing capacity (its NT costs 1/8 as much).
@@ -394,7 +397,7 @@ fn setup(s: Scenario, timing: Timing, wasm_bound: u64) -> Setup {
         // Every antagonist packet runs until its time bound cuts it (and is dropped).
         Scenario::WasmHog => Setup {
             victim_chain: vec![crate::wasm::costing(200, 1_000_000)],
-            antagonist_chain: Some(vec![crate::wasm::hog(wasm_bound)]),
+            antagonist_chain: Some(vec![crate::wasm::hog(wasm_bound.0, wasm_bound.1)]),
             victim: (64, wasm_victim_pps(timing)),
             antagonist: (64, 20_000.0),
             weights: (1.0, 1.0),
@@ -442,7 +445,7 @@ pub fn run_virtual<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, cloc
 
 /// Runs scenario `s` in mode `m`.
 pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
-    let setup = setup(s, p.timing, p.wasm_bound);
+    let setup = setup(s, p.timing, (p.wasm_bound, p.wasm_packet_us));
     let src = "192.0.2.1:4789".parse().expect("an address");
     let antagonist_pps = if m == Mode::Alone { 0.0 } else { setup.antagonist.1 };
     let streams = vec![

@@ -112,7 +112,14 @@ impl Shared {
     /// The node's default quotas on a tenant's objects.
     fn quota_limits(&self) -> quota::Limits {
         let l = &self.limits;
-        quota::Limits { nts: l.nts_per_tenant, dags: l.dags_per_tenant, rules: l.rules_per_tenant, wasm_nts: l.wasm_nts_per_tenant }
+        quota::Limits {
+            nts: l.nts_per_tenant,
+            dags: l.dags_per_tenant,
+            rules: l.rules_per_tenant,
+            wasm_nts: l.wasm_nts_per_tenant,
+            wasm_packet_us: l.wasm_packet_us_max,
+            wasm_init_ms: l.wasm_init_ms_max,
+        }
     }
 
     /// Whether tenant `t` may make a request now: its credential's token bucket.
@@ -411,8 +418,15 @@ fn commit(c: &mut Control, next: State, p: Plan) -> Result<(Duration, Duration),
     c.dp.set_interfaces(super::routes::resolve(&super::routes::prefixes(&p)));
     if let Err(e) = c.dp.deploy(p.clone()) {
         let _ = c.db.save_change(&next, &c.state);
-        tracing::error!(error = %format!("{e:#}"), "deploying the change failed; the stored state was rolled back");
-        return Err(internal(e));
+        if let super::worker::DeployError::NoAnswer = e {
+            // Whether the data plane runs the change is not known: the answer, the stored state
+            // and what runs could disagree. Stop, so that the supervisor starts the node again
+            // from the stored state (the one before this change).
+            tracing::error!("{e}; the stored state was rolled back and the node exits so that it restarts from it");
+            std::process::exit(70);
+        }
+        tracing::error!(error = %e, "deploying the change failed; the stored state was rolled back");
+        return Err(internal(anyhow::Error::new(e)));
     }
     c.state = next;
     c.plan = p;
@@ -476,6 +490,7 @@ async fn apply(
                 auth::may_apply(current, &who, &objs)?;
                 let next = current.apply(objs)?;
                 quota::check(current, &next, &limits)?;
+                next.start_new_modules(current)?;
                 Ok(next)
             },
             |c| Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),

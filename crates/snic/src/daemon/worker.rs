@@ -419,6 +419,21 @@ fn redirect(node: &mut Node<UdpBackend>, plan: &Plan, ids: &[ChainId], uid: DagU
     Ok(())
 }
 
+/// How long an apply waits for the data plane to deploy it.
+pub const DEPLOY_WAIT: Duration = Duration::from_secs(60);
+
+/// Why a deployment did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum DeployError {
+    /// The data plane refused it (and runs what it ran before).
+    #[error("{0:#}")]
+    Failed(anyhow::Error),
+    /// The data plane did not answer within [`DEPLOY_WAIT`]: whether it runs the plan is not
+    /// known.
+    #[error("the data plane did not answer within {} s", DEPLOY_WAIT.as_secs())]
+    NoAnswer,
+}
+
 /// Handle on the data-plane thread.
 pub struct DataPlane {
     tx: mpsc::Sender<Cmd>,
@@ -635,12 +650,17 @@ impl DataPlane {
         Ok((DataPlane { tx, waker, stop, join: Some(join), snapshot }, addr))
     }
 
-    /// Hands a plan to the data plane and waits until it runs.
-    pub fn deploy(&self, plan: Plan) -> anyhow::Result<()> {
+    /// Hands a plan to the data plane and waits until it runs. Every step of a deployment is
+    /// bounded (a tenant's module starts within its `max_init_ms`), so the data plane answers;
+    /// if it has not within [`DEPLOY_WAIT`], it is wedged: [`DeployError::NoAnswer`].
+    pub fn deploy(&self, plan: Plan) -> Result<(), DeployError> {
         let (ack, done) = mpsc::channel();
-        self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| anyhow::anyhow!("the data plane has stopped"))?;
+        self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| DeployError::Failed(anyhow::anyhow!("the data plane has stopped")))?;
         self.wake();
-        done.recv_timeout(Duration::from_secs(10)).map_err(|_| anyhow::anyhow!("the data plane did not answer"))?
+        match done.recv_timeout(DEPLOY_WAIT) {
+            Ok(r) => r.map_err(DeployError::Failed),
+            Err(_) => Err(DeployError::NoAnswer),
+        }
     }
 
     /// The interfaces tenants' VTEPs are reached through (for the reverse-path check): the
