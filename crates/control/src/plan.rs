@@ -123,6 +123,10 @@ pub struct HostRequest {
     /// by the peer, as the home node would have.
     #[serde(default)]
     pub floods: Vec<(u32, Vec<SocketAddr>)>,
+    /// The tenant's VNIs at home: the peer runs a redirected packet in the hosted DAG only if
+    /// its VNI is one of them (a packet runs only in a DAG of its own tenant).
+    #[serde(default)]
+    pub vnis: Vec<u32>,
 }
 
 /// Most chains in a [`HostRequest`] (and NTs per chain: a mask has 64 bits).
@@ -156,6 +160,9 @@ impl HostRequest {
         }
         if self.entry >= self.steps.len() {
             return Err(format!("entry step {} of {} steps", self.entry, self.steps.len()));
+        }
+        if self.vnis.len() > crate::state::MAX_VNIS_PER_TENANT || self.vnis.iter().any(|&v| v >= 1 << 24) {
+            return Err(format!("{} VNIs: at most {}, each under 2^24", self.vnis.len(), crate::state::MAX_VNIS_PER_TENANT));
         }
         let floods: usize = self.floods.iter().map(|(_, v)| v.len()).sum();
         if floods > MAX_HOSTED_FLOODS {
@@ -210,6 +217,7 @@ impl Plan {
                 })
                 .filter(|(_, v)| !v.is_empty())
                 .collect(),
+            vnis: t.vnis.clone(),
         })
     }
 }

@@ -26,7 +26,7 @@ pub mod spill;
 pub mod topology;
 
 pub use agent::{AgentConfig, PoolAct, PoolAgent};
-pub use membership::{MemberEvent, MemberId, Membership, MembershipConfig};
+pub use membership::{Heard, Incarnations, MemberEvent, MemberId, Membership, MembershipConfig};
 pub use report::{ChainKey, ChainSpare, LoadReport};
 
 use crate::elastic::Elasticity;

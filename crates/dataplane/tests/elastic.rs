@@ -590,7 +590,7 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     let Some(PoolRequest::Place { peer, .. }) = b.node.poll_pool() else { panic!("the next member is asked") };
     assert_eq!(peer, m1.0);
     // 3. It hosts: every waiting packet and those after go there, in order.
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
     for _ in 0..8 {
         b.run(0, 10, 2, 1);
         b.run(1, 5, 2, 1);
@@ -624,7 +624,7 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.run(1, 5, 2, 1);
     let Some(PoolRequest::Place { route, peer, .. }) = b.node.poll_pool() else { panic!("placed again") };
     assert_eq!(peer, m1.0, "the member with a free region");
-    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 6);
+    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 6, 1);
     b.run(1, 5, 2, 2);
     b.node.pool_member(MemberEvent::Down(m1.0));
     assert!(b.kinds().contains(&(1, EventKind::PeerLost { peer: m1.1 })));
@@ -666,7 +666,7 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     b.run_flows(0, 20, 9..=16, 2);
     assert_eq!(b.node.poll_pool(), None, "asked once");
     assert!(b.flows_sent.is_empty(), "nothing leaves while the peer is asked");
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
     let (_, r) = b.node.redirects().next().expect("a share of the chain's flows is redirected");
     assert!(r.share > 0 && r.share < 1024, "a share, not all: {}", r.share);
     assert!(b.kinds().contains(&(0, EventKind::Spilled { peer: m1.1, share: r.share })));
@@ -726,7 +726,7 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     b.run(1, 4, 4, 1);
     let Some(PoolRequest::Place { chain, route, peer, .. }) = b.node.poll_pool() else { panic!("a remote launch is asked") };
     assert_eq!((chain, peer), (ChainId(1), m1.0));
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5);
+    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
     for _ in 0..4 {
         b.run(0, 10, 2, 1);
         b.run(1, 4, 4, 1);
@@ -772,7 +772,7 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     b.run(0, 10, 2, 20);
     let Some(PoolRequest::Place { chain, route, .. }) = b.node.poll_pool() else { panic!("chain 0 placed") };
     assert_eq!(chain, ChainId(0));
-    b.node.pool_placed(chain, route, m1.0, m1.1, 6);
+    b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
     b.run(0, 10, 2, 40);
     let r = b.node.poll_pool();
     assert!(matches!(r, Some(PoolRequest::Return { chain: ChainId(0), hosted: 6, .. })), "{r:?} {:?}", b.kinds());

@@ -100,10 +100,12 @@ fn pool() -> (Node<MemPort>, Node<MemPort>, u32) {
     let (pfw, pnat) = (p.add_chain(vec![firewall()]), p.add_chain(vec![snic_perf::testbed::snat()]));
     p.launch(pnat).unwrap();
     let hosted = p.host_dag(home(), TenantId(7), DagRoute::new(vec![step(pfw), step(pnat)]));
+    // The hosted tenant's VNI is its own here (the daemon gives it the home tenant's VNIs).
+    p.fdb_mut().set_owner(100, Some(TenantId(7)));
     p.set_pool_secret(Some(SECRET));
 
     h.redirect_chain(nat, peer(), SHARE_ALL);
-    assert!(h.redirect_route(DagUid(1), peer(), hosted));
+    assert!(h.redirect_route(DagUid(1), peer(), hosted, p.pool_generation()));
     (h, p, hosted)
 }
 
@@ -161,8 +163,18 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
     let mut changed = good.clone();
     *changed.last_mut().unwrap() ^= 1;
     let mut forged = [0u8; HEADER_LEN];
-    RedirectRepr { sender: 1, counter: 1, route: hosted, pos: 1, hops: 0, delivery: Some(b()), destination: None, owner: false }
-        .emit(&mut forged);
+    RedirectRepr {
+        sender: 1,
+        counter: 1,
+        route: hosted,
+        incarnation: snic_core::pool::redirect::incarnation(p.pool_generation()),
+        pos: 1,
+        hops: 0,
+        delivery: Some(b()),
+        destination: None,
+        owner: false,
+    }
+    .emit(&mut forged);
     let mut forged = forged.to_vec();
     forged.extend_from_slice(&good[HEADER_LEN..]);
     for d in [changed, forged, good.clone()] {
@@ -315,4 +327,44 @@ fn stopping_a_redirect_brings_the_chain_back_home() {
     h.redirect_chain(nat, peer(), SHARE_ALL);
     assert_eq!(h.forget_peer(peer()), vec![nat]);
     assert_eq!(h.redirects().count(), 0);
+}
+
+/// Issue 49: the peer restarted (faster than failure detection, so its home still sends) and a
+/// DAG of another tenant took the number the home's packets carry. They name the earlier
+/// incarnation: none runs in the new one's DAG.
+#[test]
+fn a_restarted_peer_runs_nothing_named_for_its_earlier_incarnation() {
+    let (mut h, _old, hosted) = pool();
+    let mut p = node();
+    p.set_pool_secret(Some(SECRET));
+    p.set_tenant(TenantId(9), 1.0);
+    let c = p.add_chain(vec![NtSpec::Counter]);
+    p.launch(c).unwrap();
+    let again = p.host_dag(home(), TenantId(9), DagRoute::new(vec![step(c), step(c)]));
+    assert_eq!(again, hosted, "the new incarnation gave the same number to another tenant's DAG");
+    p.fdb_mut().set_owner(100, Some(TenantId(9)));
+    for i in 0..10u8 {
+        h.backend_mut().rx.push_back((datagram(80, i), a()));
+    }
+    run_until_idle(&mut h);
+    assert_eq!(carry(&mut h, home(), &mut p, peer()), 10);
+    run_until_idle(&mut p);
+    assert_eq!(p.stats().tenants[9].rx_packets, 0, "nothing ran in the other tenant's DAG");
+    assert_eq!(p.stats().unattributed[Drop::NotHosted.index()], 10);
+    assert!(p.backend().tx.is_empty());
+}
+
+/// A redirected packet whose VNI is not the hosted DAG's tenant's (a home that mapped another
+/// tenant's VNI to the DAG) does not run in it.
+#[test]
+fn a_redirected_packet_runs_only_in_a_dag_of_its_own_tenant() {
+    let (mut h, mut p, _) = pool();
+    // VNI 100 is tenant 8's at the peer, not the hosted DAG's tenant 7's.
+    p.fdb_mut().set_owner(100, Some(TenantId(8)));
+    h.backend_mut().rx.push_back((datagram(80, 1), a()));
+    run_until_idle(&mut h);
+    assert_eq!(carry(&mut h, home(), &mut p, peer()), 1);
+    run_until_idle(&mut p);
+    assert_eq!(p.stats().tenants[7].drops[Drop::ForeignVni.index()], 1);
+    assert_eq!((p.stats().tenants[7].tx_packets, p.stats().tenants[8].rx_packets), (0, 0));
 }

@@ -16,6 +16,15 @@
 //! the elastic section's launch delay. Each node reports its load to the others every
 //! `gossip_bins`; every message between nodes arrives one bin later.
 //!
+//! **Restarts** ([`PoolSim::restart`]): a node can restart in no time — faster than any failure
+//! detection. It comes back with a new generation and without the chains it hosted for its
+//! peers (their bytes are lost: [`PoolSim::lost`]); its reports carry the new generation, and
+//! each peer tells it from the one it knew by the pool's rule
+//! ([`snic_core::pool::Incarnations`]): what ran there is lost, as if the node had gone down
+//! and come up, and the chain is run again (at home, or placed anew). A packet still named for
+//! the old incarnation is not run in whatever the new one hosts
+//! ([`snic_core::pool::redirect::runs_here`]).
+//!
 //! **What this driver does, and nothing more** (as the data plane): it moves bytes, keeps
 //! queues, delivers messages, and carries out what the cores decide — launches, stops, pool
 //! placements, moves back, spills. Every decision is a [`NodeCore`]'s.
@@ -28,10 +37,10 @@ use snic_core::fair::FairConfig;
 use snic_core::ids::ChainId;
 use snic_core::launcher::{Decision, RegionState};
 use snic_core::node::{NodeCore, NodeCoreConfig};
-use snic_core::pool::redirect::{Redirect, SHARE_ALL};
+use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
 use snic_core::pool::report::ChainSpare;
 use snic_core::pool::spill::Phase;
-use snic_core::pool::{AgentConfig, LoadReport, MemberEvent, Placement, PoolAct};
+use snic_core::pool::{AgentConfig, Heard, Incarnations, LoadReport, MemberEvent, Placement, PoolAct};
 use snic_core::time::Instant;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -107,6 +116,10 @@ struct Local {
 
 struct SimNode {
     core: NodeCore,
+    /// Its generation: new at every restart.
+    gen: u64,
+    /// The generation each peer was last heard with.
+    heard: Incarnations,
     chains: Vec<Local>,
     /// Instances told to stop, finishing what they hold: region, chain, Gbit left to serve.
     stopping: Vec<(usize, ChainId, f64)>,
@@ -120,8 +133,8 @@ enum Msg {
     /// Host workload chain `work` for node `home` (its chain `chain`): all of it, or a share
     /// of its flows.
     Host { home: usize, chain: ChainId, work: usize, spill: bool },
-    /// `peer` hosts `chain` as its chain `hosted`.
-    Hosted { chain: ChainId, peer: usize, hosted: ChainId, spill: bool },
+    /// `peer`, of generation `gen`, hosts `chain` as its chain `hosted`.
+    Hosted { chain: ChainId, peer: usize, hosted: ChainId, spill: bool, gen: u64 },
     /// `peer` did not host `chain`.
     Refused { chain: ChainId, peer: usize, spill: bool },
     /// The home no longer sends chain `hosted` anything: it goes once what it has is run.
@@ -164,6 +177,9 @@ pub struct PoolSim {
     pub served_away: f64,
     /// Gbit sent from a node to a peer, times the hops each crossed.
     pub passed_hops: f64,
+    /// Gbit lost to restarts: what a restarted node held for its peers, and what reached it
+    /// named for its earlier incarnation.
+    pub lost: f64,
 }
 
 impl PoolSim {
@@ -198,7 +214,7 @@ impl PoolSim {
                     core.pool.set_links(addr(i), &links);
                 }
             }
-            nodes.push(SimNode { core, chains: Vec::new(), stopping: Vec::new(), busy_bins: 0 });
+            nodes.push(SimNode { core, gen: 1, heard: Incarnations::new(), chains: Vec::new(), stopping: Vec::new(), busy_bins: 0 });
         }
         let served = vec![0.0; setup.nodes];
         let rng = Pcg64::seed_from_u64(setup.seed ^ 0x9001);
@@ -216,7 +232,38 @@ impl PoolSim {
             served,
             served_away: 0.0,
             passed_hops: 0.0,
+            lost: 0.0,
         }
+    }
+
+    /// Node `n` restarts now, in no time: a new generation, and nothing of what it hosted for
+    /// its peers (their bytes waiting there are lost). Its own chains go on (its deployment is
+    /// its desired state).
+    pub fn restart(&mut self, n: usize) {
+        let node = &mut self.nodes[n];
+        node.gen += 1;
+        let work = &self.work;
+        for c in 0..node.chains.len() {
+            let l = &mut node.chains[c];
+            if !l.live || work.get(l.work).is_some_and(|w| w.home == n && w.chain.index() == c) {
+                continue;
+            }
+            self.lost += std::mem::take(&mut l.queue);
+            l.live = false;
+            let chain = ChainId(c as u16);
+            let held: Vec<usize> = (0..node.core.elastic.regions().len())
+                .filter(|&r| match node.core.elastic.regions()[r] {
+                    RegionState::Running { chain: x, .. }
+                    | RegionState::Launching { chain: x, .. }
+                    | RegionState::Victim { chain: x, .. } => x == chain,
+                    RegionState::Free => false,
+                })
+                .collect();
+            for r in held {
+                node.core.elastic.free(r);
+            }
+        }
+        node.stopping.retain(|s| node.chains[s.1.index()].live);
     }
 
     /// A workload chain homed at node `home`: its index.
@@ -291,7 +338,24 @@ impl PoolSim {
     fn deliver(&mut self, now: Instant) {
         for (to, msg) in std::mem::take(&mut self.mail) {
             match msg {
-                Msg::Report { from, report } => self.nodes[to].core.handle_report(now, addr(from), report),
+                Msg::Report { from, report } => {
+                    // The pool's rule: a peer heard with a newer generation restarted, and what
+                    // its earlier incarnation ran for this node is gone.
+                    match self.nodes[to].heard.observe(addr(from), report.gen) {
+                        Heard::Stale => continue,
+                        Heard::Restarted => {
+                            let mut acts = Vec::new();
+                            for e in [MemberEvent::Down(addr(from)), MemberEvent::Up(addr(from))] {
+                                self.nodes[to].core.handle_member(now, e, &mut acts);
+                            }
+                            for act in acts {
+                                self.pool_act(now, to, act);
+                            }
+                        }
+                        Heard::Known => {}
+                    }
+                    self.nodes[to].core.handle_report(now, addr(from), report)
+                }
                 Msg::Host { home, chain, work, spill } => {
                     // A region a launch can take without stopping a running chain, or no.
                     let fits = self.nodes[to].chains.len() < u16::MAX as usize && self.nodes[to].core.elastic.has_room();
@@ -299,13 +363,13 @@ impl PoolSim {
                         let hosted = self.new_local(to, work);
                         let d = self.nodes[to].core.elastic.host(hosted, now);
                         self.launched(d, true);
-                        Msg::Hosted { chain, peer: to, hosted, spill }
+                        Msg::Hosted { chain, peer: to, hosted, spill, gen: self.nodes[to].gen }
                     } else {
                         Msg::Refused { chain, peer: to, spill }
                     };
                     self.mail.push((home, answer));
                 }
-                Msg::Hosted { chain, peer, hosted, spill } => self.hosted(now, to, chain, peer, hosted, spill),
+                Msg::Hosted { chain, peer, hosted, spill, gen } => self.hosted(now, to, chain, peer, hosted, spill, gen),
                 Msg::Refused { chain, peer, spill } => {
                     self.counts.refusals += 1;
                     let node = &mut self.nodes[to];
@@ -325,8 +389,10 @@ impl PoolSim {
         }
     }
 
-    /// Node `n`'s chain `chain` is hosted by `peer` as `hosted` (the answer to its request).
-    fn hosted(&mut self, now: Instant, n: usize, chain: ChainId, peer: usize, hosted: ChainId, spill: bool) {
+    /// Node `n`'s chain `chain` is hosted by `peer` (of generation `gen`) as `hosted` (the
+    /// answer to its request).
+    #[allow(clippy::too_many_arguments)] // one message's fields
+    fn hosted(&mut self, now: Instant, n: usize, chain: ChainId, peer: usize, hosted: ChainId, spill: bool, gen: u64) {
         let route = chain.index() as u32;
         let node = &mut self.nodes[n];
         let l = &mut node.chains[chain.index()];
@@ -336,7 +402,7 @@ impl PoolSim {
             self.mail.push((peer, Msg::Unhost { hosted }));
             return;
         }
-        node.core.redirects.set_route(route, addr(peer), hosted.index() as u32);
+        node.core.redirects.set_route(route, addr(peer), hosted.index() as u32, gen);
         node.chains[chain.index()].away = Some((peer, hosted));
         if spill {
             node.core.spill_placed(now, chain, addr(peer));
@@ -365,7 +431,7 @@ impl PoolSim {
                 })
                 .collect();
             let report = LoadReport {
-                gen: 1,
+                gen: node.gen,
                 seq: self.seq,
                 free_regions: e.unused().min(u16::MAX as usize) as u16,
                 chains,
@@ -402,8 +468,17 @@ impl PoolSim {
                     };
                     let Some(t) = to else { break };
                     let Some(p) = self.node_of(t.peer) else { break };
+                    if !runs_here(self.nodes[p].gen, t.incarnation) {
+                        // Named for an incarnation of the peer that is gone: not run there.
+                        n = usize::MAX;
+                        break;
+                    }
                     self.passed_hops += per * self.nodes[n].core.pool.hops(t.peer).clamp(1, MAX_HOPS as u32) as f64;
                     (n, chain) = (p, ChainId(t.route as u16));
+                }
+                if n == usize::MAX {
+                    self.lost += per;
+                    continue;
                 }
                 let l = &mut self.nodes[n].chains[chain.index()];
                 l.queue += per;
@@ -699,6 +774,41 @@ mod tests {
         assert!(pool.nodes[0].core.spills.is_empty() && !pool.nodes[0].core.redirects.active());
         assert!(pool.nodes[1].chains.iter().all(|l| !l.live), "the peer hosts nothing");
         assert!(pool.nodes[1].core.elastic.regions().iter().all(|r| *r == RegionState::Free));
+    }
+
+    /// Issue 49: a peer that restarts faster than failure detection (here, in no time: the
+    /// simulator has no membership protocol at all) is told from the one its peers knew by the
+    /// generation in its reports. The home loses only what was on the way and held there, and
+    /// runs the chain again — placed anew on the restarted peer, named for its new incarnation
+    /// — instead of sending it, for the rest of the run, numbers the new incarnation never gave.
+    #[test]
+    fn a_peer_that_restarts_unseen_loses_only_what_it_held_and_its_chains_run_again() {
+        let mut pool = PoolSim::new(setup(2, 1, true));
+        pool.add_chain(0);
+        pool.add_chain(0);
+        let rate = 0.004;
+        let mut offered = 0.0;
+        for bin in 0..600u64 {
+            if bin == 200 {
+                assert_eq!(pool.counts.placements, 1, "the second chain runs on the peer: {:?}", pool.counts);
+                pool.restart(1);
+            }
+            pool.step(&[rate, rate]);
+            offered += 2.0 * rate;
+        }
+        for _ in 0..1000 {
+            if pool.waiting(0) + pool.waiting(1) <= 1e-9 {
+                break;
+            }
+            pool.step(&[0.0, 0.0]);
+        }
+        let served: f64 = pool.served.iter().sum();
+        assert!((served + pool.lost - offered).abs() < 1e-6, "every byte served or lost: {served} + {} of {offered}", pool.lost);
+        assert_eq!(pool.counts.placements, 2, "placed anew on the restarted peer: {:?}", pool.counts);
+        // Lost: what the peer held when it restarted, and what was sent until its next report
+        // (every 5 bins) and the home's new placement (two more bins) — a few bins' worth.
+        assert!(pool.lost > 0.0 && pool.lost <= 10.0 * rate, "lost {} Gbit, {} bins' worth", pool.lost, pool.lost / rate);
+        assert!(pool.served[1] > 350.0 * rate, "the chain ran on the peer after its restart too: {}", pool.served[1] / rate);
     }
 
     #[test]

@@ -915,7 +915,26 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
     let va = status_within(&a.api, Duration::from_secs(10), sent);
     assert!(sent(&va), "{}", va["redirects"]);
     assert_eq!(va["redirects"][0]["peer"], b.data.to_string().as_str());
-    // B dies hosting blue: once A sees it down, blue runs at A again.
+    // B is killed and started again at once on the same addresses, faster than A's failure
+    // detection (issue 49): A tells the new B from the one it knew by its generation, and blue,
+    // whose DAG the new B does not host, runs at A again — it is not sent, for good, numbers
+    // the new B never gave.
+    let (b_data, b_pool) = (b.data, b.pool.unwrap());
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let again = section(&a.pool.unwrap().to_string()).replace("listen: 127.0.0.1:0", &format!("listen: {b_pool}"));
+    let b = launch(&dirs[1].0, &again, &["--data", &b_data.to_string()], Stdio::inherit());
+    assert_eq!((b.data, b.pool), (b_data, Some(b_pool)));
+    let b_pool_s = b_pool.to_string();
+    let restarted = |v: &serde_json::Value| {
+        let seen = v["pool"]["events"].as_array().into_iter().flatten().any(|e| e[1] == "restarted" && e[2] == b_pool_s.as_str());
+        seen && v["redirects"].as_array().is_some_and(|r| r.is_empty())
+    };
+    let va = status_within(&a.api, Duration::from_secs(30), restarted);
+    assert!(restarted(&va), "{} {}", va["pool"], va["redirects"]);
+    assert_eq!(from_b(&rb), a.data, "served at home again after B's restart");
+    // B dies hosting nothing: A sees it down.
     let mut b = b;
     b.child.kill().unwrap();
     b.child.wait().unwrap();

@@ -8,7 +8,7 @@
 //!  0               1               2               3
 //!  0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7
 //! +---------------+---------------+---------------+---------------+
-//! |      'S'      |      'N'      |      'R'      |  version (3)  |  0
+//! |      'S'      |      'N'      |      'R'      |  version (4)  |  0
 //! +---------------+---------------+---------------+---------------+
 //! |                                                               |  4
 //! |      tag: AES-128-GCM over bytes 20.. (no plaintext: GMAC)    |
@@ -20,11 +20,11 @@
 //! +---------------+---------------+---------------+---------------+
 //! |   position    |     hops      |     flags     |   reserved    |  36
 //! +---------------+---------------+---------------+---------------+
-//! |  delivery port                |   reserved                    |  40
+//! |        incarnation (of the node that runs the route)          |  40
 //! +---------------+---------------+---------------+---------------+
 //! |        delivery address (IPv6, or IPv4-mapped)                |  44
 //! +---------------+---------------+---------------+---------------+
-//! |  destination port             |   reserved                    |  60
+//! |  delivery port                |  destination port             |  60
 //! +---------------+---------------+---------------+---------------+
 //! |      destination address (IPv6, or IPv4-mapped)               |  64
 //! +---------------+---------------+---------------+---------------+
@@ -32,6 +32,11 @@
 //! ```
 //!
 //! - *route*: the DAG the peer hosts for the home node (the peer's number, from the launch);
+//! - *incarnation*: the generation of the node that runs *route* — the one that gave the number
+//!   — as the home node knows it (its low 32 bits; a node's generation is new at every start). A
+//!   node drops a packet named for another incarnation than its own: after a restart its hosted
+//!   numbers start again, and a number an earlier incarnation gave never reaches the DAG the new
+//!   one gave it to (docs/pool.md, "Incarnations"). 0 for a packet to its state's owner (bit 2);
 //! - *position*: the step of that DAG the packet enters next (steps before it ran at home);
 //! - *hops*: nodes the packet crossed after its home (a pass-through node adds one);
 //! - *flags*: bit 0 — a delivery address is given: the VTEP the home node would have sent the
@@ -58,8 +63,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 pub const HEADER_LEN: usize = 80;
 /// The first three bytes.
 pub const MAGIC: [u8; 3] = *b"SNR";
-/// The version this module writes and reads.
-pub const VERSION: u8 = 3;
+/// The version this module writes and reads (4: the incarnation).
+pub const VERSION: u8 = 4;
 /// Where the tag is (16 bytes).
 pub const TAG: core::ops::Range<usize> = 4..20;
 /// Where the nonce is (12 bytes).
@@ -80,6 +85,8 @@ pub struct RedirectRepr {
     pub counter: u64,
     /// The peer's hosted DAG.
     pub route: u32,
+    /// The incarnation (low 32 bits of the generation) of the node that runs `route`.
+    pub incarnation: u32,
     /// The step the packet enters next.
     pub pos: u8,
     /// Nodes crossed after its home.
@@ -126,10 +133,11 @@ impl RedirectRepr {
             sender: be32(d, 20),
             counter: u64::from(be32(d, 24)) << 32 | u64::from(be32(d, 28)),
             route: be32(d, 32),
+            incarnation: be32(d, 40),
             pos: d[36],
             hops: d[37],
-            delivery: (d[38] & FLAG_DELIVERY != 0).then(|| read_addr(d, 40, 44)),
-            destination: (d[38] & FLAG_DESTINATION != 0).then(|| read_addr(d, 60, 64)),
+            delivery: (d[38] & FLAG_DELIVERY != 0).then(|| read_addr(d, 60, 44)),
+            destination: (d[38] & FLAG_DESTINATION != 0).then(|| read_addr(d, 62, 64)),
             owner: d[38] & FLAG_OWNER != 0,
         })
     }
@@ -149,8 +157,9 @@ impl RedirectRepr {
             | if self.destination.is_some() { FLAG_DESTINATION } else { 0 }
             | if self.owner { FLAG_OWNER } else { 0 };
         h[39] = 0;
-        write_addr(h, 40, 44, self.delivery);
-        write_addr(h, 60, 64, self.destination);
+        put32(h, 40, self.incarnation);
+        write_addr(h, 60, 44, self.delivery);
+        write_addr(h, 62, 64, self.destination);
     }
 }
 
@@ -162,8 +171,7 @@ fn read_addr(d: &[u8], port: usize, ip: usize) -> SocketAddr {
     SocketAddr::new(ip6.to_ipv4_mapped().map_or(IpAddr::V6(ip6), IpAddr::V4), be16(d, port))
 }
 
-/// Writes `a` (or zeros) as [`read_addr`] reads it, and zeros the two reserved bytes after the
-/// port.
+/// Writes `a` (or zeros) as [`read_addr`] reads it.
 fn write_addr(h: &mut [u8; HEADER_LEN], port: usize, ip: usize, a: Option<SocketAddr>) {
     let (p, addr) = match a {
         Some(a) => (
@@ -176,7 +184,6 @@ fn write_addr(h: &mut [u8; HEADER_LEN], port: usize, ip: usize, a: Option<Socket
         None => (0, Ipv6Addr::UNSPECIFIED),
     };
     put16(h, port, p);
-    put16(h, port + 2, 0);
     h[ip..ip + 16].copy_from_slice(&addr.octets());
 }
 
@@ -189,6 +196,7 @@ mod tests {
             sender: 0xdead_beef,
             counter: 0x0102_0304_0506_0708,
             route: 7,
+            incarnation: 0x0a0b_0c0d,
             pos: 2,
             hops: 1,
             delivery,
@@ -222,6 +230,8 @@ mod tests {
         d.extend_from_slice(&[0x08, 0, 0, 0, 0, 0, 100, 0]);
         d[3] = 1;
         assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Version(1)), "the 60-byte header of the first version");
+        d[3] = 3;
+        assert_eq!(RedirectRepr::parse(&d), Err(RedirectError::Version(3)), "the version without incarnations");
         let vxlan = [0x08u8, 0, 0, 0, 0, 0, 100, 0];
         assert!(!is_redirect(&vxlan));
         assert_eq!(RedirectRepr::parse(&vxlan), Err(RedirectError::NotRedirect));

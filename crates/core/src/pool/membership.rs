@@ -116,6 +116,56 @@ pub enum MemberEvent {
     Rejoined,
 }
 
+/// What a member's generation, heard in one of its datagrams, says ([`Incarnations::observe`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// The first word from it, or its generation as before.
+    Known,
+    /// A newer generation than the one known: it restarted since. Whatever this node knew of
+    /// the earlier incarnation — the chains it ran for this node, the numbers it gave them, the
+    /// DAGs this node hosts for it — is gone, as if it had gone down, even if the membership
+    /// protocol never saw it down (a restart within the failure-detection time).
+    Restarted,
+    /// An older generation than the one known: a datagram of an earlier incarnation, still on
+    /// its way. It says nothing of the member now.
+    Stale,
+}
+
+/// The incarnation each member was last heard with: **the rule that tells a restarted peer from
+/// the one a node knew**. Every driver feeds it the generation of every authenticated datagram
+/// of a member (its membership messages, load reports, answers), and on
+/// [`Heard::Restarted`] handles the member as down and up again; both the daemon and the
+/// simulator call it.
+#[derive(Debug, Clone, Default)]
+pub struct Incarnations {
+    gens: BTreeMap<SocketAddr, u64>,
+}
+
+impl Incarnations {
+    /// None known.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Member `addr` spoke with generation `gen`.
+    pub fn observe(&mut self, addr: SocketAddr, gen: u64) -> Heard {
+        match self.gens.insert(addr, gen) {
+            None => Heard::Known,
+            Some(g) if g == gen => Heard::Known,
+            Some(g) if g > gen => {
+                self.gens.insert(addr, g);
+                Heard::Stale
+            }
+            Some(_) => Heard::Restarted,
+        }
+    }
+
+    /// The generation `addr` was last heard with.
+    pub fn gen(&self, addr: SocketAddr) -> Option<u64> {
+        self.gens.get(&addr).copied()
+    }
+}
+
 /// Why a datagram was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("membership message refused: {0}")]
@@ -261,5 +311,23 @@ impl Membership {
             self.seq += 1;
             self.timers.insert((now + after, self.seq), t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newer_generation_is_a_restart_and_an_older_one_is_stale() {
+        let (a, b): (SocketAddr, SocketAddr) = ("10.0.0.1:7946".parse().unwrap(), "10.0.0.2:7946".parse().unwrap());
+        let mut i = Incarnations::new();
+        assert_eq!(i.observe(a, 100), Heard::Known, "first heard");
+        assert_eq!(i.observe(a, 100), Heard::Known);
+        assert_eq!(i.observe(b, 5), Heard::Known, "each member apart");
+        assert_eq!(i.observe(a, 250), Heard::Restarted, "restarted, however soon");
+        assert_eq!(i.observe(a, 100), Heard::Stale, "a datagram of the old one, late");
+        assert_eq!(i.gen(a), Some(250), "a stale datagram changes nothing");
+        assert_eq!(i.observe(a, 250), Heard::Known);
     }
 }

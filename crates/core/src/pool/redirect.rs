@@ -45,6 +45,25 @@ pub struct Target {
     pub peer: SocketAddr,
     /// The peer's number for the DAG it hosts for this node.
     pub route: u32,
+    /// The peer's incarnation that gave the number ([`incarnation`] of its generation): the
+    /// peer runs the packet only if it is still that incarnation.
+    pub incarnation: u32,
+}
+
+/// A node's incarnation as the redirect header carries it: the low 32 bits of its generation
+/// (new at every start), never 0 (0 names none: a packet to its state's owner).
+#[inline]
+pub fn incarnation(gen: u64) -> u32 {
+    (gen as u32).max(1)
+}
+
+/// Whether a node of generation `gen` runs a redirected packet named for `incarnation`: only a
+/// packet for this incarnation. After a restart a node numbers the DAGs it hosts anew; a packet
+/// a home node sent for a number the node's earlier incarnation gave is dropped, never run in
+/// the DAG the new incarnation gave the same number to (which may be another tenant's).
+#[inline]
+pub fn runs_here(gen: u64, named: u32) -> bool {
+    named == incarnation(gen)
 }
 
 /// True if the flow with `flow_hash` is within `share` (of [`SHARE_ALL`]). Decided by the
@@ -54,12 +73,14 @@ pub fn in_share(flow_hash: u64, share: u16) -> bool {
     ((flow_hash >> 54) as u16) < share
 }
 
-/// This node's route `route`, hosted by `peer` as its DAG `hosted`; packets sent there so far.
+/// This node's route `route`, hosted by `peer` (of `incarnation`) as its DAG `hosted`; packets
+/// sent there so far.
 #[derive(Debug, Clone, Copy)]
 struct HostedRoute {
     route: u32,
     peer: SocketAddr,
     hosted: u32,
+    incarnation: u32,
     sent: u64,
 }
 
@@ -101,13 +122,14 @@ impl Redirects {
         r
     }
 
-    /// `peer` hosts this node's route `route` as its DAG `hosted` (its count of packets sent
-    /// starts from 0 for a DAG new to it).
-    pub fn set_route(&mut self, route: u32, peer: SocketAddr, hosted: u32) {
+    /// `peer`, in the incarnation of generation `gen`, hosts this node's route `route` as its
+    /// DAG `hosted` (its count of packets sent starts from 0 for a DAG new to it).
+    pub fn set_route(&mut self, route: u32, peer: SocketAddr, hosted: u32, gen: u64) {
+        let incarnation = incarnation(gen);
         match self.routes.iter_mut().find(|e| e.route == route && e.peer == peer) {
-            Some(e) if e.hosted == hosted => {}
-            Some(e) => (e.hosted, e.sent) = (hosted, 0),
-            None => self.routes.push(HostedRoute { route, peer, hosted, sent: 0 }),
+            Some(e) if e.hosted == hosted && e.incarnation == incarnation => {}
+            Some(e) => (e.hosted, e.incarnation, e.sent) = (hosted, incarnation, 0),
+            None => self.routes.push(HostedRoute { route, peer, hosted, incarnation, sent: 0 }),
         }
     }
 
@@ -203,7 +225,7 @@ impl Redirects {
         };
         let e = self.routes.iter_mut().find(|e| e.route == route && e.peer == r.peer)?;
         e.sent += 1;
-        Some(Target { peer: r.peer, route: e.hosted })
+        Some(Target { peer: r.peer, route: e.hosted, incarnation: e.incarnation })
     }
 }
 
@@ -272,10 +294,38 @@ pub struct HostTable {
     by_route: Vec<Option<Hosted>>,
 }
 
+/// Why a node does not run a redirected packet (one whose tag verified and that is no replay).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRun {
+    /// No DAG of that number is hosted here.
+    NotHosted,
+    /// It was named for another incarnation of this node ([`runs_here`]): the number it
+    /// carries is an earlier incarnation's, not this one's.
+    OtherIncarnation,
+    /// Its VNI is not the hosted DAG's tenant's: it would run in another tenant's NTs.
+    OtherTenant(TenantId),
+}
+
 impl HostTable {
     /// None.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The rule a node runs a peer's redirected packet by, on every driver: a packet named for
+    /// DAG `route` and incarnation `named`, on a VNI whose owner here is `vni_owner`, runs in
+    /// the hosted DAG — whose tenant this returns — only if this node (of generation `gen`) is
+    /// the incarnation that gave the number, hosts it, and the VNI is its tenant's. So a packet
+    /// runs only in a DAG of its own tenant, whatever number it carries.
+    pub fn admit(&self, gen: u64, route: u32, named: u32, vni_owner: Option<TenantId>) -> Result<TenantId, NotRun> {
+        if !runs_here(gen, named) {
+            return Err(NotRun::OtherIncarnation);
+        }
+        let h = self.get(route).ok_or(NotRun::NotHosted)?;
+        if vni_owner != Some(h.tenant) {
+            return Err(NotRun::OtherTenant(h.tenant));
+        }
+        Ok(h.tenant)
     }
 
     /// Hosts `h` as route `route`.
@@ -316,6 +366,9 @@ impl HostTable {
 mod tests {
     use super::*;
 
+    /// The peers' generation in these tests.
+    const G: u64 = 0x1_0000_0007;
+
     fn a(p: u16) -> SocketAddr {
         SocketAddr::from(([127, 0, 0, 1], p))
     }
@@ -325,7 +378,7 @@ mod tests {
         let mut r = Redirects::new();
         assert!(!r.active());
         r.set(ChainId(3), Redirect { peer: a(1), share: 256 });
-        r.set_route(9, a(1), 4);
+        r.set_route(9, a(1), 4, G);
         assert!(r.active());
         let mut sent = 0;
         for f in 0..10_000u64 {
@@ -333,7 +386,7 @@ mod tests {
             let t = r.target(ChainId(3), 9, h, Instant::ZERO);
             assert_eq!(t, r.target(ChainId(3), 9, h, Instant::ZERO), "the same flow, the same side");
             if let Some(t) = t {
-                assert_eq!(t, Target { peer: a(1), route: 4 });
+                assert_eq!(t, Target { peer: a(1), route: 4, incarnation: incarnation(G) });
                 sent += 1;
             }
         }
@@ -349,8 +402,8 @@ mod tests {
         let mut r = Redirects::new();
         r.set(ChainId(0), Redirect { peer: a(1), share: SHARE_ALL });
         r.set(ChainId(1), Redirect { peer: a(2), share: SHARE_ALL });
-        r.set_route(0, a(1), 0);
-        r.set_route(1, a(2), 0);
+        r.set_route(0, a(1), 0, G);
+        r.set_route(1, a(2), 0, G);
         assert_eq!(r.forget_peer(a(1)), vec![ChainId(0)]);
         assert_eq!(r.target(ChainId(0), 0, 0, Instant::ZERO), None);
         assert!(r.target(ChainId(1), 1, 0, Instant::ZERO).is_some());
@@ -377,18 +430,23 @@ mod tests {
     fn home_counts_what_it_sent_each_hosted_dag_and_the_peer_gives_it_back_once_all_arrived() {
         let mut r = Redirects::new();
         r.set(ChainId(1), Redirect { peer: a(1), share: SHARE_ALL });
-        r.set_route(5, a(1), 7);
+        r.set_route(5, a(1), 7, G);
         for f in 0..10u64 {
-            assert_eq!(r.target(ChainId(1), 5, f << 40, Instant::ZERO), Some(Target { peer: a(1), route: 7 }));
+            assert_eq!(r.target(ChainId(1), 5, f << 40, Instant::ZERO), Some(Target { peer: a(1), route: 7, incarnation: incarnation(G) }));
         }
         assert_eq!(r.target(ChainId(1), 6, 0, Instant::ZERO), None, "a route the peer does not host is not counted");
-        r.set_route(5, a(1), 7);
+        r.set_route(5, a(1), 7, G);
         assert_eq!(r.clear_route(5, a(1)), Some(10), "the same DAG again keeps its count");
         assert_eq!(r.clear_route(5, a(1)), None);
-        r.set_route(5, a(1), 7);
+        r.set_route(5, a(1), 7, G);
         r.target(ChainId(1), 5, 0, Instant::ZERO);
-        r.set_route(5, a(1), 8);
+        r.set_route(5, a(1), 8, G);
         assert_eq!(r.clear_route(5, a(1)), Some(0), "another DAG on the peer counts from 0");
+        r.set_route(5, a(1), 7, G);
+        r.target(ChainId(1), 5, 0, Instant::ZERO);
+        r.set_route(5, a(1), 7, G + 1);
+        assert_eq!(r.target(ChainId(1), 5, 0, Instant::ZERO).map(|t| t.incarnation), Some(incarnation(G + 1)));
+        assert_eq!(r.clear_route(5, a(1)), Some(1), "the same number from a restarted peer is another DAG: counted from 0");
 
         let mut hosts = HostTable::new();
         hosts.insert(7, Hosted { home: a(2), tenant: TenantId(3), since: Instant::ZERO, packets: 0 });
@@ -404,5 +462,25 @@ mod tests {
         hosts.count(7);
         assert_eq!(fence.check(hosts.get(7).unwrap().packets, now), FenceState::Ready);
         assert_eq!(Fence::new(0, now).check(0, now), FenceState::Ready, "nothing sent: nothing to wait for");
+    }
+
+    #[test]
+    fn a_node_runs_only_what_is_named_for_its_own_incarnation() {
+        assert!(runs_here(G, incarnation(G)));
+        assert!(!runs_here(G + 1, incarnation(G)), "restarted: the old incarnation's numbers are not its");
+        assert!(!runs_here(G, 0), "0 names none");
+        assert_eq!(incarnation(1 << 32), 1, "never 0");
+    }
+
+    #[test]
+    fn a_redirected_packet_runs_only_in_a_dag_of_its_own_tenant_of_this_incarnation() {
+        let mut t = HostTable::new();
+        t.insert(1, Hosted { home: a(1), tenant: TenantId(7), since: Instant::ZERO, packets: 0 });
+        let me = incarnation(G);
+        assert_eq!(t.admit(G, 1, me, Some(TenantId(7))), Ok(TenantId(7)));
+        assert_eq!(t.admit(G, 2, me, Some(TenantId(7))), Err(NotRun::NotHosted));
+        assert_eq!(t.admit(G + 1, 1, me, Some(TenantId(7))), Err(NotRun::OtherIncarnation), "a number the earlier incarnation gave");
+        assert_eq!(t.admit(G, 1, me, Some(TenantId(8))), Err(NotRun::OtherTenant(TenantId(7))), "another tenant's VNI");
+        assert_eq!(t.admit(G, 1, me, None), Err(NotRun::OtherTenant(TenantId(7))), "a VNI no tenant owns here");
     }
 }

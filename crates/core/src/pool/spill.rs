@@ -421,7 +421,7 @@ mod tests {
     impl Bed {
         fn new() -> Self {
             let mut r = Redirects::new();
-            r.set_route(0, data(2), 7);
+            r.set_route(0, data(2), 7, 1);
             Bed { s: Spills::new(), a: agent(), r, acts: Vec::new() }
         }
         fn epoch(&mut self, ms: u64, look: Look) -> Vec<PoolAct> {

@@ -158,10 +158,10 @@ impl<B: Backend> Node<B> {
         &self.core.pool
     }
 
-    /// The peer at pool address `peer` (data address `data`) hosts `route`'s DAG as `hosted`:
-    /// `chain`'s packets on that route go there from now, those that waited first (or, for a
-    /// spill, the share of its new flows).
-    pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32) {
+    /// The peer at pool address `peer` (data address `data`), of generation `gen`, hosts
+    /// `route`'s DAG as `hosted`: `chain`'s packets on that route go there from now, those that
+    /// waited first (or, for a spill, the share of its new flows), named for that incarnation.
+    pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32, gen: u64) {
         let now = self.clock.now();
         let spill = self.pool.place.answered(chain, route).unwrap_or(false);
         if !self.is_live(chain) || (spill && !matches!(self.core.spills.phase(chain), Some(Phase::Asked { .. }))) {
@@ -169,7 +169,7 @@ impl<B: Backend> Node<B> {
             self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted });
             return;
         }
-        self.core.redirects.set_route(route, data, hosted);
+        self.core.redirects.set_route(route, data, hosted, gen);
         self.pool.place.placed.push(PlacedDag { chain, route, peer, data, hosted, spill });
         self.elastic.stats.remote_launches += 1;
         if spill {

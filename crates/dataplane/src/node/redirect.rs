@@ -18,7 +18,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use snic_core::dag::DagRoute;
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
-use snic_core::pool::redirect::{HostTable, Hosted, Redirect};
+use snic_core::pool::redirect::{HostTable, Hosted, NotRun, Redirect};
 use snic_core::time::Instant;
 use snic_core::walk::Walk;
 use snic_nt::HEADROOM;
@@ -33,6 +33,9 @@ pub(crate) struct PoolLink {
     /// The nonce's sender part (random per node start) and counter.
     sender: u32,
     counter: u64,
+    /// This node's generation in the pool (new at every start): the redirected packets it runs
+    /// name it ([`snic_core::pool::redirect::runs_here`]).
+    gen: u64,
     /// Packets sent to a peer, per chain.
     sent: Vec<u64>,
     hosted: HostTable,
@@ -112,7 +115,25 @@ impl<B: Backend> Node<B> {
         let mut s = [0u8; 4];
         ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s).expect("the system's random source");
         (self.pool.sender, self.pool.counter) = (u32::from_ne_bytes(s), 0);
+        if self.pool.gen == 0 {
+            let mut g = [0u8; 8];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut g).expect("the system's random source");
+            self.pool.gen = u64::from_ne_bytes(g);
+        }
         self.update_pool_on();
+    }
+
+    /// This node's generation in the pool (the membership's: new at every start). Its peers name
+    /// it in the packets they redirect here, from the answer to their launch; a packet named for
+    /// another generation is not run here (`not_hosted`). A node keyed without one gets a random
+    /// one.
+    pub fn set_pool_generation(&mut self, gen: u64) {
+        self.pool.gen = gen;
+    }
+
+    /// This node's generation in the pool.
+    pub fn pool_generation(&self) -> u64 {
+        self.pool.gen
     }
 
     /// True if this node can send packets to its peers and take theirs: a pool key, and
@@ -134,11 +155,12 @@ impl<B: Backend> Node<B> {
         self.update_pool_on();
     }
 
-    /// `peer` hosts DAG `dag` (the MAT's UID) as its DAG `hosted`: redirected packets of `dag`
-    /// name it. False if `dag` is not deployed here (or is switching between forms: ask again).
-    pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32) -> bool {
+    /// `peer`, of generation `gen`, hosts DAG `dag` (the MAT's UID) as its DAG `hosted`:
+    /// redirected packets of `dag` name it. False if `dag` is not deployed here (or is
+    /// switching between forms: ask again).
+    pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32, gen: u64) -> bool {
         let Some(route) = self.dags.arriving(dag) else { return false };
-        self.core.redirects.set_route(route, peer, hosted);
+        self.core.redirects.set_route(route, peer, hosted, gen);
         true
     }
 
@@ -230,6 +252,7 @@ impl<B: Backend> Node<B> {
             sender: self.pool.sender,
             counter: self.pool.counter,
             route: t.route,
+            incarnation: t.incarnation,
             pos: d.walk.pos,
             hops: 0,
             delivery,
@@ -334,19 +357,21 @@ impl<B: Backend> Node<B> {
         if h.owner {
             return self.ingress_as_owner(idx, m, h);
         }
-        let Some(&Hosted { tenant, .. }) = self.pool.hosted.get(h.route) else {
-            return self.drop_unattributed(idx, Drop::NotHosted);
+        let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
+        let vni = match layout::parse_vxlan(&buf[off..off + len]) {
+            Ok(v) => v,
+            Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
+        };
+        let tenant = match self.pool.hosted.admit(self.pool.gen, h.route, h.incarnation, self.fdb.owner(vni)) {
+            Ok(t) => t,
+            Err(NotRun::NotHosted | NotRun::OtherIncarnation) => return self.drop_unattributed(idx, Drop::NotHosted),
+            Err(NotRun::OtherTenant(t)) => return self.drop_uncharged(idx, t, Drop::ForeignVni),
         };
         if !self.pool.admit(h.sender, h.counter) {
             return self.drop_unattributed(idx, Drop::ReplayedRedirect);
         }
         // (What home sent arrived: a DAG given back waits for this count, `Fence`.)
         self.pool.hosted.count(h.route);
-        let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
-        let vni = match layout::parse_vxlan(&buf[off..off + len]) {
-            Ok(v) => v,
-            Err(e) => return self.drop_uncharged(idx, tenant, Drop::Parse(e)),
-        };
         d.meta.inner = layout::parse_inner(&buf[off + snic_wire::vxlan::HEADER_LEN..off + len]).ok();
         if !Self::charge_rx(&mut self.core, &mut self.store, &mut self.stats, idx, tenant, stored, len, now) {
             return;
@@ -389,6 +414,7 @@ impl<B: Backend> Node<B> {
             sender: self.pool.sender,
             counter: self.pool.counter,
             route: dag.0,
+            incarnation: 0,
             pos: 0,
             hops: 0,
             // The tenant's VTEP it came from: the owner takes it as if from there.

@@ -138,10 +138,13 @@ fn setup(specs: &[NtSpec], path: Path, sink: SocketAddr) -> anyhow::Result<(Vec<
     let pc = p.add_chain(specs.to_vec());
     p.launch(pc)?;
     let hosted = p.host_dag(ha, TenantId(1), route(pc, specs.len()));
+    // The hosted tenant's VNI is its own at the peer: a redirected packet runs only in a DAG of
+    // its own tenant.
+    p.fdb_mut().set_owner(100, Some(TenantId(1)));
     p.set_pool_secret(Some(SECRET));
     h.set_pool_secret(Some(SECRET));
     h.redirect_chain(c, pa, SHARE_ALL);
-    anyhow::ensure!(h.redirect_route(DagUid(1), pa, hosted), "the DAG is deployed");
+    anyhow::ensure!(h.redirect_route(DagUid(1), pa, hosted, p.pool_generation()), "the DAG is deployed");
     if path == Path::Redirected {
         return Ok((vec![h, p], ha));
     }

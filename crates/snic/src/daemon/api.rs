@@ -598,8 +598,8 @@ async fn place(AxState(shared): AxState<SharedRef>, Extension(who): Extension<Pr
     };
     let (dag, t0) = (p.dag.clone(), std::time::Instant::now());
     let r = tokio::task::spawn_blocking(move || {
-        let (data, hosted) = pool.place(p.peer, req).map_err(|e| (StatusCode::BAD_GATEWAY, "peer_refused", e))?;
-        dp.redirect(uid, data, hosted).map_err(|e| (StatusCode::CONFLICT, "not_redirected", e))?;
+        let (data, hosted, gen) = pool.place(p.peer, req).map_err(|e| (StatusCode::BAD_GATEWAY, "peer_refused", e))?;
+        dp.redirect(uid, data, hosted, gen).map_err(|e| (StatusCode::CONFLICT, "not_redirected", e))?;
         Ok::<_, (StatusCode, &str, String)>((data, hosted))
     })
     .await;

@@ -20,7 +20,7 @@ use ring::hmac;
 use serde::Serialize;
 use snic_control::plan::HostRequest;
 use snic_core::config::PoolConfig;
-use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
+use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, Heard, Incarnations, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
 use snic_core::time::Instant;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,13 +77,14 @@ struct HostedMsg {
     result: Result<(SocketAddr, u32), String>,
 }
 
-/// Where a peer hosts a DAG: its data address, its number for the DAG.
-pub type Hosting = Result<(SocketAddr, u32), String>;
+/// Where a peer hosts a DAG: its data address, its number for the DAG, and its generation (the
+/// incarnation that gave the number: redirected packets name it).
+pub type Hosting = Result<(SocketAddr, u32, u64), String>;
 
 /// What the other threads ask of the pool thread.
 enum PoolCmd {
     /// Ask the member at pool address `peer` to host a DAG.
-    Place(SocketAddr, HostRequest, mpsc::Sender<Hosting>),
+    Place(SocketAddr, Box<HostRequest>, mpsc::Sender<Hosting>),
     /// Tell the member at pool address `peer` it need not host its DAG of this number.
     Unhost(SocketAddr, u32),
 }
@@ -97,6 +98,8 @@ pub struct PoolLink {
     /// The pool's key and this node's data address, to move chains home.
     key: hmac::Key,
     data: SocketAddr,
+    /// This node's generation in the pool (new at every start).
+    pub gen: u64,
 }
 
 impl PoolLink {
@@ -111,7 +114,7 @@ impl PoolLink {
     /// LAUNCH_TIMEOUT; a receiver whose sender is gone means the pool thread stopped).
     pub fn place_async(&self, peer: SocketAddr, req: HostRequest) -> mpsc::Receiver<Hosting> {
         let (tx, rx) = mpsc::channel();
-        self.tell(PoolCmd::Place(peer, req, tx));
+        self.tell(PoolCmd::Place(peer, Box::new(req), tx));
         rx
     }
 
@@ -302,6 +305,8 @@ pub struct Pool {
     pin_rounds: Arc<AtomicU64>,
     /// The address it bound.
     pub addr: SocketAddr,
+    /// This node's generation.
+    gen: u64,
 }
 
 impl Pool {
@@ -332,6 +337,7 @@ impl Pool {
             pending: std::collections::HashMap::new(),
             next_id: 0,
             partners: std::collections::HashMap::new(),
+            heard: Incarnations::new(),
             sock,
             key: key.clone(),
             membership,
@@ -356,12 +362,19 @@ impl Pool {
         };
         let join = std::thread::Builder::new().name("snic-pool".into()).spawn(move || t.run())?;
         tracing::info!(pool = %addr, seeds = ?cfg.seeds, generation = gen, "pool: joining");
-        Ok(Pool { cmds, server: Some(server), key, data, wake, stop, join: Some(join), snapshot, pin_rounds, addr })
+        Ok(Pool { cmds, server: Some(server), key, data, wake, stop, join: Some(join), snapshot, pin_rounds, addr, gen })
     }
 
     /// A handle for the API.
     pub fn link(&self) -> anyhow::Result<PoolLink> {
-        Ok(PoolLink { cmds: self.cmds.clone(), wake: self.wake.try_clone()?, addr: self.addr, key: self.key.clone(), data: self.data })
+        Ok(PoolLink {
+            cmds: self.cmds.clone(),
+            wake: self.wake.try_clone()?,
+            addr: self.addr,
+            key: self.key.clone(),
+            data: self.data,
+            gen: self.gen,
+        })
     }
 
     /// Gossip rounds in a row in which this draining node's flows were named to every member.
@@ -400,6 +413,9 @@ struct Thread {
     /// Members that host DAGs for this node, or this node for them: pool address → data
     /// address (told to the data plane when the member goes down).
     partners: std::collections::HashMap<SocketAddr, SocketAddr>,
+    /// The generation each member was last heard with: the pool's rule that tells a restarted
+    /// member from the one this node knew (`snic_core::pool::Incarnations`).
+    heard: Incarnations,
     sock: UdpSocket,
     key: hmac::Key,
     membership: Membership,
@@ -456,7 +472,7 @@ impl Thread {
             }
             while let Ok(cmd) = self.cmds.try_recv() {
                 match cmd {
-                    PoolCmd::Place(peer, req, reply) => self.ask(peer, req, reply),
+                    PoolCmd::Place(peer, req, reply) => self.ask(peer, *req, reply),
                     PoolCmd::Unhost(peer, hosted) => {
                         if self.is_member(peer) {
                             self.send(peer, UNHOST, &hosted.to_le_bytes());
@@ -498,12 +514,16 @@ impl Thread {
 
     fn datagram(&mut self, d: &[u8], from: SocketAddr) {
         self.stats.datagrams_in += 1;
-        let (kind, payload) = match open(&self.key, d) {
-            Ok(o) if self.windows.entry(from).or_default().accept(o.gen, o.counter) => (o.kind, o.payload),
+        let (kind, gen, payload) = match open(&self.key, d) {
+            Ok(o) if self.windows.entry(from).or_default().accept(o.gen, o.counter) => (o.kind, o.gen, o.payload),
             Ok(_) => return self.stats.refused_replayed += 1,
             Err(Refused::Malformed) => return self.stats.refused_malformed += 1,
             Err(Refused::Unauthenticated) => return self.stats.refused_unauthenticated += 1,
         };
+        // (An older generation never gets here: the replay window refused it above.)
+        if self.heard.observe(from, gen) == Heard::Restarted {
+            self.restarted(from);
+        }
         let now = self.now();
         let ok = match kind {
             MEMBERSHIP => self.membership.handle_data(now, payload).is_ok(),
@@ -530,8 +550,8 @@ impl Thread {
             HOSTED => match serde_json::from_slice::<HostedMsg>(payload) {
                 Ok(m) => {
                     if let Some((_, reply)) = self.pending.remove(&m.id) {
-                        let result = m.result.map(|(data, r)| (reachable(data, from.ip()), r));
-                        if let Ok((data, _)) = result {
+                        let result = m.result.map(|(data, r)| (reachable(data, from.ip()), r, gen));
+                        if let Ok((data, _, _)) = result {
                             self.partners.insert(from, data);
                         }
                         let _ = reply.send(result);
@@ -614,6 +634,26 @@ impl Thread {
         if let Ok(bytes) = serde_json::to_vec(&HostedMsg { id: m.id, result }) {
             self.send(from, HOSTED, &bytes);
         }
+    }
+
+    /// Member `a` restarted (its datagrams carry a newer generation), however soon: maybe
+    /// before the membership protocol saw it down, maybe never seen down at all. What its
+    /// earlier incarnation ran for this node, the numbers it gave, and what this node hosted for
+    /// it, are gone: handled as its going down and coming back.
+    fn restarted(&mut self, a: SocketAddr) {
+        tracing::warn!(member = %a, "pool: member restarted (a newer generation): what it ran and hosted for this node is gone, as if it had gone down");
+        if let Some(data) = self.partners.remove(&a) {
+            self.link.peer_down(data);
+        }
+        let mut acts = Vec::new();
+        for e in [MemberEvent::Down(a), MemberEvent::Up(a)] {
+            self.link.member(e);
+            self.agent.handle_member(e, &mut acts);
+        }
+        if self.stats.events.len() == EVENTS {
+            self.stats.events.remove(0);
+        }
+        self.stats.events.push((self.start.elapsed().as_millis() as u64, "restarted", a.to_string()));
     }
 
     /// Sends what the membership machine asks for, takes its events, publishes.

@@ -72,7 +72,11 @@ impl PoolWork {
     }
 
     /// The pool thread, to reach peers.
-    pub(super) fn set_link(&mut self, link: PoolLink) {
+    pub(super) fn set_link(&mut self, node: Option<&mut Node<UdpBackend>>, link: PoolLink) {
+        // Peers name this node's generation in the packets they redirect here.
+        if let Some(n) = node {
+            n.set_pool_generation(link.gen);
+        }
         self.link = Some(link);
     }
 
@@ -80,7 +84,27 @@ impl PoolWork {
     /// launched, the others on demand), its route. Its number here.
     pub(super) fn host(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
         req.validate()?;
-        let t = self.guest_tenant(plan).ok_or("no tenant id left for a guest")?;
+        // One stand-in per home tenant: its DAGs hosted here are charged together.
+        let t = match self.hosted.iter().find(|h| h.0 == home && h.1.tenant == req.tenant) {
+            Some(h) => h.2,
+            None => self.guest_tenant(plan).ok_or("no tenant id left for a guest")?,
+        };
+        // The stand-in owns the home tenant's VNIs here — but never one another tenant owns: the
+        // VNIs are unique in a pool, and a home that says otherwise does not take them (its
+        // redirected packets on them are dropped, `foreign_vni`).
+        let mut req = req;
+        let name = req.tenant.clone();
+        req.vnis.retain(|&v| {
+            let taken = node.fdb().owner(v).is_some_and(|o| o != t);
+            if taken {
+                tracing::warn!(
+                    vni = v,
+                    tenant = name,
+                    "pool: a hosted tenant's VNI is another tenant's here: its redirected packets on it are dropped"
+                );
+            }
+            !taken
+        });
         crate::deploy::set_tenant(node, &stand_in(&req, t));
         let ids: Vec<ChainId> = req
             .chains
@@ -91,11 +115,14 @@ impl PoolWork {
                 c
             })
             .collect();
+        let shared = self.hosted.iter().any(|h| h.2 == t);
         let undo = |node: &mut Node<UdpBackend>| {
             for c in &ids {
                 node.remove_chain(*c);
             }
-            crate::deploy::remove_tenant(node, &stand_in(&req, t));
+            if !shared {
+                crate::deploy::remove_tenant(node, &stand_in(&req, t));
+            }
         };
         let first = ids[req.steps[req.entry].0];
         if let Err(e) = node.launch_for_peer(first) {
@@ -112,7 +139,6 @@ impl PoolWork {
         let r = node.host_dag(home, t, route);
         tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, local_tenant = t.0, route = r, "pool: hosting a DAG for a peer");
         // The hosted VNIs' flood lists (kept in the request: what unhosting removes).
-        let mut req = req;
         req.floods.retain(|(vni, _)| {
             let local = plan.tenants.iter().any(|t| t.vnis.contains(vni));
             if local {
@@ -249,7 +275,10 @@ impl PoolWork {
                     node.remove_chain(c);
                 }
             }
-            crate::deploy::remove_tenant(node, &stand_in(req, *t));
+            // (The stand-in stays while another DAG of its tenant is hosted here.)
+            if !self.hosted.iter().any(|h| h.2 == *t) {
+                crate::deploy::remove_tenant(node, &stand_in(req, *t));
+            }
         }
         // The hosted VNIs' flood lists, unless another hosted DAG has the VNI.
         for (_, req, _, _) in &gone {
@@ -274,7 +303,7 @@ impl PoolWork {
         self.placing.retain(|p| {
             let Some(answer) = answered(&p.answer, "the pool thread has stopped") else { return true };
             match answer {
-                Ok((data, hosted)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted),
+                Ok((data, hosted, gen)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted, gen),
                 Err(e) => {
                     tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
                     node.pool_place_failed(p.chain, p.route, p.peer);
@@ -365,5 +394,12 @@ fn route_chains(node: &Node<UdpBackend>, route: u32) -> Vec<ChainId> {
 
 /// The local tenant `t` standing in for the home node's tenant of `req`.
 fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
-    TenantPlan { name: req.tenant.clone(), id: t, weight: req.weight, store_buffers: req.store_buffers, vnis: Vec::new(), fdb_macs: None }
+    TenantPlan {
+        name: req.tenant.clone(),
+        id: t,
+        weight: req.weight,
+        store_buffers: req.store_buffers,
+        vnis: req.vnis.clone(),
+        fdb_macs: None,
+    }
 }

@@ -253,8 +253,9 @@ enum Cmd {
     Deploy(Plan, mpsc::Sender<anyhow::Result<()>>),
     /// Host a peer's DAG (its data address, the request): the hosted DAG's number here.
     Host(SocketAddr, HostRequest, mpsc::Sender<Result<u32, String>>),
-    /// Redirect a DAG (its UID here) to a peer's data address, which hosts it as the number.
-    Redirect(DagUid, SocketAddr, u32, mpsc::Sender<Result<(), String>>),
+    /// Redirect a DAG (its UID here) to a peer's data address, which hosts it as the number,
+    /// in its incarnation of that generation.
+    Redirect(DagUid, SocketAddr, u32, u64, mpsc::Sender<Result<(), String>>),
     /// The peer at this data address is down: what went there runs here again, what it was
     /// hosted here for goes.
     PeerDown(SocketAddr),
@@ -352,8 +353,8 @@ impl DpLink {
     }
 
     /// Sends DAG `dag`'s packets to the peer at data address `peer`, which hosts it as `hosted`.
-    pub fn redirect(&self, dag: DagUid, peer: SocketAddr, hosted: u32) -> Result<(), String> {
-        self.ask(|r| Cmd::Redirect(dag, peer, hosted, r))?
+    pub fn redirect(&self, dag: DagUid, peer: SocketAddr, hosted: u32, gen: u64) -> Result<(), String> {
+        self.ask(|r| Cmd::Redirect(dag, peer, hosted, gen, r))?
     }
 }
 
@@ -406,12 +407,20 @@ pub struct SpillFlows {
     pub unpinned: u64,
 }
 
-/// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`): its first chain is
-/// redirected, for all flows.
-fn redirect(node: &mut Node<UdpBackend>, plan: &Plan, ids: &[ChainId], uid: DagUid, peer: SocketAddr, hosted: u32) -> Result<(), String> {
+/// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`, in its incarnation of
+/// generation `gen`): its first chain is redirected, for all flows.
+fn redirect(
+    node: &mut Node<UdpBackend>,
+    plan: &Plan,
+    ids: &[ChainId],
+    uid: DagUid,
+    peer: SocketAddr,
+    hosted: u32,
+    gen: u64,
+) -> Result<(), String> {
     let d = plan.dags.iter().find(|d| d.uid == uid).ok_or("no such DAG")?;
     let chain = ids.get(d.steps[0].0).copied().ok_or("the DAG's chain is not deployed")?;
-    if !node.redirect_route(uid, peer, hosted) {
+    if !node.redirect_route(uid, peer, hosted, gen) {
         return Err("the DAG is switching between forms; try again".into());
     }
     node.redirect_chain(chain, peer, snic_core::pool::redirect::SHARE_ALL);
@@ -765,9 +774,9 @@ fn run(
                         let r = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
                         let _ = ack.send(r.and_then(|n| pool.host(n, &plan, home, req)));
                     }
-                    Cmd::Redirect(uid, peer, r, ack) => {
+                    Cmd::Redirect(uid, peer, r, gen, ack) => {
                         let n = node.as_mut().ok_or_else(|| "the data plane is down".to_string());
-                        let _ = ack.send(n.and_then(|n| redirect(n, &plan, &ids, uid, peer, r)));
+                        let _ = ack.send(n.and_then(|n| redirect(n, &plan, &ids, uid, peer, r, gen)));
                     }
                     Cmd::PeerDown(peer) => {
                         if let Some(n) = node.as_mut() {
@@ -806,7 +815,7 @@ fn run(
                             n.pool_member(e);
                         }
                     }
-                    Cmd::SetPool(link) => pool.set_link(link),
+                    Cmd::SetPool(link) => pool.set_link(node.as_mut(), link),
                     Cmd::Unhost(home, route) => {
                         if let Some(n) = node.as_mut() {
                             pool.unhost(n, home, route);
