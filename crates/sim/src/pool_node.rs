@@ -127,6 +127,21 @@ struct SimNode {
     busy_bins: u64,
 }
 
+/// Frees the regions `chain` holds on `core`'s node (running, launching or kept as a victim).
+fn free_regions(core: &mut NodeCore, chain: ChainId) {
+    let held: Vec<usize> = (0..core.elastic.regions().len())
+        .filter(|&r| match core.elastic.regions()[r] {
+            RegionState::Running { chain: x, .. } | RegionState::Launching { chain: x, .. } | RegionState::Victim { chain: x, .. } => {
+                x == chain
+            }
+            RegionState::Free => false,
+        })
+        .collect();
+    for r in held {
+        core.elastic.free(r);
+    }
+}
+
 /// A message between nodes, delivered next bin.
 #[derive(Debug, Clone)]
 enum Msg {
@@ -250,18 +265,7 @@ impl PoolSim {
             }
             self.lost += std::mem::take(&mut l.queue);
             l.live = false;
-            let chain = ChainId(c as u16);
-            let held: Vec<usize> = (0..node.core.elastic.regions().len())
-                .filter(|&r| match node.core.elastic.regions()[r] {
-                    RegionState::Running { chain: x, .. }
-                    | RegionState::Launching { chain: x, .. }
-                    | RegionState::Victim { chain: x, .. } => x == chain,
-                    RegionState::Free => false,
-                })
-                .collect();
-            for r in held {
-                node.core.elastic.free(r);
-            }
+            free_regions(&mut node.core, ChainId(c as u16));
         }
         node.stopping.retain(|s| node.chains[s.1.index()].live);
     }
@@ -600,18 +604,7 @@ impl PoolSim {
                 let l = &mut node.chains[c];
                 if l.live && l.leaving && l.queue <= 0.0 {
                     l.live = false;
-                    let chain = ChainId(c as u16);
-                    let held: Vec<usize> = (0..node.core.elastic.regions().len())
-                        .filter(|&r| match node.core.elastic.regions()[r] {
-                            RegionState::Running { chain: x, .. }
-                            | RegionState::Launching { chain: x, .. }
-                            | RegionState::Victim { chain: x, .. } => x == chain,
-                            RegionState::Free => false,
-                        })
-                        .collect();
-                    for r in held {
-                        node.core.elastic.free(r);
-                    }
+                    free_regions(&mut node.core, ChainId(c as u16));
                 }
             }
             let loads: Vec<f64> = node.chains.iter_mut().map(|l| std::mem::take(&mut l.arrived) / per_instance).collect();
