@@ -10,6 +10,12 @@
 # SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
 # are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml; SNIC_NODE_CONFIG
 # names a node.yaml both nodes start with (e.g. one with `rx_queues: shared`).
+# VPC_ENDPOINT_MTU sets the endpoints' VXLAN MTU (default 1400: the encrypted datagram fits a
+# 1500-byte link; 1500, the README tour's, makes the nodes' datagrams larger than the links'
+# MTU, which the nodes fragment: docs/endpoints.md, "MTU"). After the snic path, a line
+# "snic-mtu" says how many of 5 pings came back that fill the endpoint's path MTU with DF set
+# (1422 bytes: a 1450-byte inner packet, the most a 1500-byte link carries in VXLAN; node A's
+# encrypted datagram is 32 bytes more), and the nodes' tx_error drops.
 #
 # Every namespace is created here and deleted on exit, pass or fail. Traffic stays inside them.
 set -euo pipefail
@@ -25,7 +31,7 @@ done
 # vxlan NS LOCAL REMOTE INNER
 vxlan() {
   ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
-  ip -n "$P-$1" link set vx0 mtu 1400
+  ip -n "$P-$1" link set vx0 mtu "${VPC_ENDPOINT_MTU:-1400}"
   ip -n "$P-$1" addr add "$4/24" dev vx0; ip -n "$P-$1" link set vx0 up
 }
 vxmac() { ip -n "$P-$1" link show vx0 | awk '/link\/ether/{print $2}'; }
@@ -62,6 +68,19 @@ done
 ip -n "$P-r" neigh add 10.1.0.100 lladdr "$(vxmac s)" dev vx0 nud permanent
 server r
 measure snic-2node-fw-nat-aesgcm s 10.1.0.2
+# The largest DF ping the endpoint's path carries (the endpoint's VXLAN device holds inner
+# packets with DF to 1450 bytes on a 1500-byte link), through both nodes: node A's encrypted
+# datagram is over the link's MTU, and fragmented, never dropped.
+big=$(ip netns exec "$P-s" ping -c 5 -i 0.2 -W 2 -s 1422 -M do 10.1.0.2 | awk '/received/{print $4}' || true)
+txerr=$(for n in a b; do ip netns exec "$P-$n" "$snic" status -o json; done | python3 -c '
+import json, sys
+d = json.JSONDecoder(); s = sys.stdin.read(); i = 0; n = 0
+while i < len(s):
+    if s[i].isspace(): i += 1; continue
+    v, i = d.raw_decode(s, i)
+    n += sum(c for t in v["tenants"] for r, c in t["stats"]["drops"] if r == "tx_error")
+print(n)')
+echo "{\"bench\":\"vpc\",\"path\":\"snic-mtu\",\"endpoint_mtu\":${VPC_ENDPOINT_MTU:-1400},\"ping_1422_df_of_5\":${big:-0},\"tx_error\":$txerr}"
 
 # ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
 ns s2; ns k; ns r2

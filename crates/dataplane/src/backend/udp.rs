@@ -8,6 +8,15 @@
 //! the per-datagram kernel path dominated a two-node VPC (80% of a node's time in `sendmmsg`).
 //! If the kernel refuses segmentation, the backend falls back to one datagram per message.
 //!
+//! **Datagrams larger than the path's MTU** (an endpoint whose VXLAN device has the underlay's
+//! 1500-byte MTU sends inner frames that make 1550-byte outer packets; an NT that adds bytes
+//! makes more): the data sockets never set DF (`IP_PMTUDISC_DONT`), so the kernel fragments
+//! such a datagram on its way out, as a kernel VXLAN device does; the receiver reassembles it.
+//! Segmentation cannot split a segment over the MTU: a group the kernel refuses for its size
+//! (`EMSGSIZE`, `EINVAL`) is sent again at once as single datagrams, and from then on segments
+//! of that size or more are not grouped ([`UdpBackend::gso_max_segment`]). One datagram the
+//! kernel refuses costs that datagram only (`tx_error`), never the rest of its batch.
+//!
 //! **Per-tenant receive queues** ([`UdpBackend::bind_steered`], [`UdpBackend::steer`]): a group
 //! of sockets on one address (`SO_REUSEPORT`) with a classic BPF program attached to the group
 //! (`SO_ATTACH_REUSEPORT_CBPF`) that reads each datagram's VXLAN VNI and picks the socket of the
@@ -43,6 +52,9 @@ const UDP_SEGMENT: i32 = 103;
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO message (an IP datagram's limit, headers aside).
 const GSO_MAX_BYTES: usize = 65_000;
+/// Segments at least this large are always grouped: a refusal below it is not about the size
+/// (no path has a smaller MTU), so segmentation is turned off instead.
+const MIN_GSO_SEGMENT: usize = 512;
 
 /// Room for one `UDP_SEGMENT` control message (CMSG_SPACE(2) is 24 on 64-bit Linux).
 #[derive(Clone, Copy)]
@@ -100,6 +112,9 @@ pub struct UdpBackend {
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
+    /// Segments up to this size are grouped for segmentation; larger ones (which the kernel
+    /// refused to segment: over the path's MTU) go one per message.
+    gso_max_seg: usize,
     /// Datagrams `sock` dropped (`SO_MEMINFO`).
     rx_dropped: Drops,
     /// An epoll instance holding every receive queue (event data: the queue's index): asking
@@ -188,6 +203,7 @@ impl UdpBackend {
             rx_cmsgs: vec![RxCmsg([0; 64]); MAX_BATCH],
             group: vec![0; MAX_BATCH],
             gso: true,
+            gso_max_seg: GSO_MAX_BYTES,
             rx_dropped: Drops::default(),
             epoll,
             // (One more for the waker.)
@@ -241,9 +257,96 @@ impl UdpBackend {
         self.gso = on;
     }
 
+    /// The largest segment sent with segmentation offload (lowered when the kernel refuses a
+    /// group for its size: larger datagrams go one per message, fragmented by the kernel).
+    pub fn gso_max_segment(&self) -> usize {
+        self.gso_max_seg
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
+    }
+
+    /// One `sendmmsg` of `reqs` (at most a batch): what it did, and whether to try again at once
+    /// (a group the kernel refused for its size: its segment size is no longer grouped).
+    fn send_once(&mut self, slots: &Slots, reqs: &[TxReq]) -> (TxResult, bool) {
+        let n = reqs.len().min(MAX_BATCH);
+        if n == 0 {
+            return (TxResult::default(), false);
+        }
+        for (i, rq) in reqs[..n].iter().enumerate() {
+            // SAFETY: the dispatcher owns buffers it passes to `send`.
+            let (buf, _) = unsafe { slots.get(rq.idx) };
+            self.iovs[i] = libc::iovec { iov_base: buf[rq.start as usize..].as_mut_ptr() as *mut libc::c_void, iov_len: rq.len as usize };
+        }
+        // Group runs for segmentation: same destination, same size (the last may be shorter).
+        let (mut m, mut i) = (0, 0);
+        while i < n {
+            let seg = reqs[i].len as usize;
+            let mut j = i + 1;
+            if self.gso && seg > 0 && seg <= self.gso_max_seg {
+                let cap = (GSO_MAX_BYTES / seg).clamp(1, GSO_MAX_SEGMENTS);
+                while j < n && j - i < cap && reqs[j].dst == reqs[i].dst && reqs[j].len as usize <= seg {
+                    j += 1;
+                    if (reqs[j - 1].len as usize) < seg {
+                        break;
+                    }
+                }
+            }
+            let alen = to_sockaddr(&reqs[i].dst, &mut self.addrs[m]);
+            let h = &mut self.hdrs[m].msg_hdr;
+            h.msg_name = &mut self.addrs[m] as *mut _ as *mut libc::c_void;
+            h.msg_namelen = alen;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = j - i;
+            h.msg_flags = 0;
+            if j - i > 1 {
+                let c = &mut self.cmsgs[m];
+                h.msg_control = c.0.as_mut_ptr() as *mut libc::c_void;
+                // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations.
+                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
+                // SAFETY: the control buffer is 32 bytes, aligned to 8, and msg_controllen says
+                // it holds one CMSG_SPACE(2) message, so CMSG_FIRSTHDR is non-null and in bounds.
+                unsafe {
+                    let cm = libc::CMSG_FIRSTHDR(h);
+                    (*cm).cmsg_level = SOL_UDP;
+                    (*cm).cmsg_type = UDP_SEGMENT;
+                    (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, seg as u16);
+                }
+            } else {
+                h.msg_control = std::ptr::null_mut();
+                h.msg_controllen = 0;
+            }
+            self.group[m] = j - i;
+            m += 1;
+            i = j;
+        }
+        // SAFETY: every header points at live iovecs into owned buffers, a live address and (for
+        // groups) a live control buffer; `m` is within the arrays.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), m as u32, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return (TxResult { sent: self.group[..r as usize].iter().sum(), failed: 0 }, false);
+        }
+        let grouped = self.gso && self.group[0] > 1;
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => (TxResult::default(), false),
+            // A segment over the path's MTU cannot be segmented: this size and larger go one
+            // datagram per message from now (the kernel fragments them), and the group again.
+            Some(libc::EMSGSIZE) | Some(libc::EINVAL) if grouped && reqs[0].len as usize > MIN_GSO_SEGMENT => {
+                self.gso_max_seg = reqs[0].len as usize - 1;
+                (TxResult::default(), true)
+            }
+            // The kernel or device refuses segmentation at all: plain datagrams from now.
+            Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) | Some(libc::EMSGSIZE) if grouped => {
+                self.gso = false;
+                (TxResult::default(), true)
+            }
+            // Anything else (unreachable, bad address, a single datagram refused) is about the
+            // first message alone: drop its datagrams so the queue moves on.
+            _ => (TxResult { sent: 0, failed: self.group[0] }, false),
+        }
     }
 }
 
@@ -258,6 +361,10 @@ fn tune(sock: &UdpSocket) -> io::Result<()> {
     let fd = sock.as_raw_fd();
     let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1);
     let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1);
+    // Never DF: a datagram over the path's MTU is fragmented by the kernel on its way out (as a
+    // kernel VXLAN device's are), not refused (see the module docs).
+    let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DONT);
+    let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DONT);
     Ok(())
 }
 
@@ -495,74 +602,12 @@ impl Backend for UdpBackend {
     }
 
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult {
-        let n = reqs.len().min(MAX_BATCH);
-        if n == 0 {
-            return TxResult::default();
-        }
-        for (i, rq) in reqs[..n].iter().enumerate() {
-            // SAFETY: the dispatcher owns buffers it passes to `send`.
-            let (buf, _) = unsafe { slots.get(rq.idx) };
-            self.iovs[i] = libc::iovec { iov_base: buf[rq.start as usize..].as_mut_ptr() as *mut libc::c_void, iov_len: rq.len as usize };
-        }
-        // Group runs for segmentation: same destination, same size (the last may be shorter).
-        let (mut m, mut i) = (0, 0);
-        while i < n {
-            let seg = reqs[i].len as usize;
-            let mut j = i + 1;
-            if self.gso && seg > 0 {
-                let cap = (GSO_MAX_BYTES / seg).clamp(1, GSO_MAX_SEGMENTS);
-                while j < n && j - i < cap && reqs[j].dst == reqs[i].dst && reqs[j].len as usize <= seg {
-                    j += 1;
-                    if (reqs[j - 1].len as usize) < seg {
-                        break;
-                    }
-                }
+        // A group refused for its size is sent again at once, its datagrams one per message.
+        loop {
+            let (r, retry) = self.send_once(slots, reqs);
+            if !retry {
+                return r;
             }
-            let alen = to_sockaddr(&reqs[i].dst, &mut self.addrs[m]);
-            let h = &mut self.hdrs[m].msg_hdr;
-            h.msg_name = &mut self.addrs[m] as *mut _ as *mut libc::c_void;
-            h.msg_namelen = alen;
-            h.msg_iov = &mut self.iovs[i];
-            h.msg_iovlen = j - i;
-            h.msg_flags = 0;
-            if j - i > 1 {
-                let c = &mut self.cmsgs[m];
-                h.msg_control = c.0.as_mut_ptr() as *mut libc::c_void;
-                // SAFETY: CMSG_SPACE/CMSG_LEN are pure size computations.
-                h.msg_controllen = unsafe { libc::CMSG_SPACE(2) } as usize;
-                // SAFETY: the control buffer is 32 bytes, aligned to 8, and msg_controllen says
-                // it holds one CMSG_SPACE(2) message, so CMSG_FIRSTHDR is non-null and in bounds.
-                unsafe {
-                    let cm = libc::CMSG_FIRSTHDR(h);
-                    (*cm).cmsg_level = SOL_UDP;
-                    (*cm).cmsg_type = UDP_SEGMENT;
-                    (*cm).cmsg_len = libc::CMSG_LEN(2) as usize;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(cm) as *mut u16, seg as u16);
-                }
-            } else {
-                h.msg_control = std::ptr::null_mut();
-                h.msg_controllen = 0;
-            }
-            self.group[m] = j - i;
-            m += 1;
-            i = j;
-        }
-        // SAFETY: every header points at live iovecs into owned buffers, a live address and (for
-        // groups) a live control buffer; `m` is within the arrays.
-        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), m as u32, libc::MSG_DONTWAIT) };
-        if r >= 0 {
-            return TxResult { sent: self.group[..r as usize].iter().sum(), failed: 0 };
-        }
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => TxResult::default(),
-            // The kernel or device refuses segmentation: fall back to plain datagrams and retry.
-            Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) if self.gso && self.group[0] > 1 => {
-                self.gso = false;
-                TxResult::default()
-            }
-            // Anything else (unreachable, bad address) is about the first message: drop its
-            // datagrams so the queue moves on.
-            _ => TxResult { sent: 0, failed: self.group[0] },
         }
     }
 

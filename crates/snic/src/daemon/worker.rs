@@ -1099,11 +1099,21 @@ struct Logged {
     /// Per tenant, the totals last logged of what isolation refused: drops by reason index, and
     /// MACs not learned (`usize::MAX`).
     refused: HashMap<(TenantId, usize), u64>,
+    /// The largest segment the backend groups for segmentation, as last logged.
+    gso_max_segment: usize,
 }
 
 /// Logs the elastic events recorded since the last call, and tenants that fair sharing began
 /// or stopped limiting. Runs with the snapshot (every 250 ms), never per packet.
 fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
+    let seg = node.backend().gso_max_segment();
+    if logged.gso_max_segment != 0 && seg < logged.gso_max_segment {
+        tracing::warn!(
+            bytes = seg + 1,
+            "datagrams of this size and more exceed the path's MTU: they are sent one per message and fragmented by the kernel (docs/endpoints.md, MTU)"
+        );
+    }
+    logged.gso_max_segment = seg;
     let st = node.elastic().stats();
     let new = st.recorded - logged.events;
     if new > st.events.len() as u64 {
