@@ -81,14 +81,16 @@ pub struct FairConfig {
 impl Default for FairConfig {
     /// 100 µs epochs (docs/fairness.md: DRF for 64 tenants × 16 resources takes ~3 µs, so
     /// this costs ~3% of the dispatcher; at 20 µs, the paper's hardware value, 15%), a quarter
-    /// weight for the newest epoch, bursts of 1 ms at the limited rate and at least 256 packets,
-    /// 80% of each core handed out, 4 GiB of NT state.
+    /// weight for the newest epoch, bursts of 1 ms at the limited rate and at least 32 packets
+    /// (as many as a tenant may always queue at a chain, `sched::MIN_QUEUE`: a burst the limiter
+    /// admits past what the chain's queue holds would only be dropped there, after costing its
+    /// reception), 80% of each core handed out, 4 GiB of NT state.
     fn default() -> Self {
         FairConfig {
             epoch: Duration::from_micros(100),
             smoothing: 0.25,
             burst: Duration::from_millis(1),
-            min_burst_packets: 256.0,
+            min_burst_packets: crate::sched::MIN_QUEUE as f64,
             enforce: true,
             core_target: 0.8,
             nt_memory: 4.0 * (1u64 << 30) as f64,
@@ -147,20 +149,70 @@ pub struct TenantShare {
 /// epochs are gathered until [`MIN_ADMITTED`] packets were admitted (or [`MAX_WINDOW`] epochs
 /// passed), and the window's use is scaled by its offered over admitted packets: a ratio of
 /// sums, not an average of per-epoch ratios. At Mpps every epoch is a window of its own.
+///
+/// The fixed part and the offered rate, which the limit is a fraction of, are windowed too
+/// ([`Offered`]), until [`MIN_ADMITTED`] packets were *offered*: folded epoch by epoch, a
+/// tenant at a few kpps (none, one or two packets an epoch) had an offered rate that jumped
+/// between 0 and 20,000 pkt/s with every epoch, and so had its limit (issue 49). A window with
+/// nothing offered at all is folded — the tenant's demand decays — only once it is longer than
+/// the tenant's packets are apart, many times over ([`IDLE_GAPS`]): a quiet stretch between two
+/// packets is not idleness.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Window {
     amounts: Vec<f64>,
+    /// The offered side's window.
+    off: Offered,
     offered: u64,
     admitted: u64,
     epochs: u32,
     secs: f64,
 }
 
+/// The fixed use and offered packets observed since they were last folded (see [`Window`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Offered {
+    fixed: Vec<f64>,
+    offered: u64,
+    /// Epochs in a row at its end with nothing offered.
+    quiet: u32,
+    epochs: u32,
+    secs: f64,
+}
+
+/// Packets the offered side's window must hold before it is folded: counts of packets lost
+/// before reception come in lumps (a socket's counter read when its queue is, a receive ring's
+/// as it is read), and a window of 16 read the offered rate ±20%; 64 reads it within about 10%.
+pub const MIN_OFFERED: u64 = 64;
+
 /// Packets a window must admit before its scale `offered / admitted` is trusted.
 pub const MIN_ADMITTED: u64 = 16;
 /// Epochs a window may gather at most: a tenant admitted less than [`MIN_ADMITTED`] packets in
 /// this many epochs has its demand estimated on what there is.
 pub const MAX_WINDOW: u32 = 128;
+/// A window in which nothing was offered is folded (the tenant's demand decays) once it spans
+/// this many of the tenant's mean gaps between packets (at least one epoch, at most
+/// [`MAX_WINDOW`]): a tenant at 1 kpps on 100 µs epochs goes 8 ms without a packet before it is
+/// taken to be idle (a stretch that long without one happens once in e^8 ≈ 3,000).
+pub const IDLE_GAPS: f64 = 8.0;
+
+/// Most a tenant's ingress limit moves from one epoch to the next, relative to it (see
+/// `Fairness::end_epoch`).
+pub const LIMIT_SLEW: f64 = 0.08;
+
+/// Packets a limited tenant's own receive queue holds at least, however low its limit: a
+/// receive batch, and bursts of a few.
+pub const MIN_RX_DEPTH: usize = 32;
+
+/// How many packets a tenant's own receive queue should hold so that a packet waits there no
+/// longer than `max_wait`: a limited tenant's queue is read at its limit, so its depth is that
+/// much time at the limit (at least [`MIN_RX_DEPTH`]); an unlimited tenant's (`None`) is the
+/// backend's default. A queue left as deep as the socket's buffers (thousands of packets)
+/// held a tenant limited to 1,000 pkt/s for seconds before it was read (issue 49); bounded, the
+/// excess is lost at the tenant's own ingress — in the kernel, at no cost to the node — and
+/// what is read is recent.
+pub fn rx_depth(limit_pps: Option<f64>, max_wait: Duration) -> Option<usize> {
+    limit_pps.map(|l| ((l * max_wait.as_secs_f64()).ceil() as usize).max(MIN_RX_DEPTH))
+}
 
 /// The per-epoch fairness controller. See the module docs.
 #[derive(Debug)]
@@ -302,6 +354,13 @@ impl Fairness {
         self.resources = resources;
     }
 
+    /// Changes resource `i`'s capacity (its demands stand).
+    pub fn set_capacity(&mut self, i: usize, capacity: f64) {
+        if let Some(r) = self.resources.get_mut(i) {
+            r.capacity = capacity;
+        }
+    }
+
     /// The resources.
     pub fn resources(&self) -> &[Resource] {
         &self.resources
@@ -393,19 +452,35 @@ impl Fairness {
             w.amounts.resize(r, 0.0);
             w.amounts.iter_mut().zip(self.scratch.iter()).for_each(|(w, x)| *w += x);
             (w.offered, w.admitted, w.epochs, w.secs) = (w.offered + offered, w.admitted + admitted, w.epochs + 1, w.secs + secs);
-            // Fold the window once it holds enough admitted packets, when nothing was wanted
-            // (an idle tenant's demand decays epoch by epoch), or when it is as long as it gets.
-            let fold = w.admitted >= MIN_ADMITTED || w.offered == 0 || w.epochs >= MAX_WINDOW;
+            let o = &mut w.off;
+            o.fixed.resize(r, 0.0);
+            o.fixed.iter_mut().zip(self.scratch_fixed.iter()).for_each(|(w, x)| *w += x);
+            (o.offered, o.epochs, o.secs) = (o.offered + offered, o.epochs + 1, o.secs + secs);
+            o.quiet = if offered == 0 { o.quiet + 1 } else { 0 };
+            // Fold each window once it holds enough packets (admitted for the variable part,
+            // offered for the fixed part and the offered rate), when nothing was wanted for long
+            // enough to call the tenant idle (its demand then decays), or when it is as long as
+            // it gets.
+            let gap_epochs = if s.offered_pps > 0.0 { 1.0 / (s.offered_pps * secs) } else { 0.0 };
+            let idle_after = (IDLE_GAPS * gap_epochs).clamp(1.0, MAX_WINDOW as f64);
+            let fold = w.admitted >= MIN_ADMITTED || (w.offered == 0 && w.epochs as f64 >= idle_after) || w.epochs >= MAX_WINDOW;
+            // (A window that went quiet as long as an idle one is folded too: what it holds is
+            // the last of the tenant's packets.)
+            let fold_off = o.offered >= MIN_OFFERED || o.quiet as f64 >= idle_after || o.epochs >= MAX_WINDOW;
             // Scale what was seen behind the limiter up to what was wanted; with nothing
             // admitted there is nothing to scale, so the variable part keeps its average.
             let scale = if w.admitted > 0 { w.offered.max(w.admitted) as f64 / w.admitted as f64 } else { 1.0 };
             let blind = w.admitted == 0 && w.offered > 0;
-            // The window's weight in the average: that of its epochs one by one.
+            // A window's weight in the average: that of its epochs one by one.
             let aw = 1.0 - (1.0 - a).powi(w.epochs as i32);
+            let ao = 1.0 - (1.0 - a).powi(w.off.epochs as i32);
             for (k, res) in self.resources.iter().enumerate() {
                 let old_var = (s.demand[k] - s.fixed[k]).max(0.0);
-                let f = self.scratch_fixed[k] / if res.kind == Kind::Rate { secs } else { 1.0 };
-                s.fixed[k] += a * (f - s.fixed[k]);
+                if fold_off {
+                    let o = &w.off;
+                    let per = if res.kind == Kind::Rate { o.secs } else { o.epochs as f64 };
+                    s.fixed[k] += ao * (o.fixed[k] / per - s.fixed[k]);
+                }
                 // A demand that has decayed to nothing is nothing (not a denormal).
                 let tiny = res.capacity.abs() * 1e-12;
                 if s.fixed[k] < tiny {
@@ -423,7 +498,12 @@ impl Fairness {
                 w.amounts.iter_mut().for_each(|x| *x = 0.0);
                 (w.offered, w.admitted, w.epochs, w.secs) = (0, 0, 0, 0.0);
             }
-            s.offered_pps += a * (offered as f64 / secs - s.offered_pps);
+            if fold_off {
+                let o = &mut w.off;
+                s.offered_pps += ao * (o.offered as f64 / o.secs - s.offered_pps);
+                o.fixed.iter_mut().for_each(|x| *x = 0.0);
+                (o.offered, o.quiet, o.epochs, o.secs) = (0, 0, 0, 0.0);
+            }
             d.weight = s.weight;
             d.demand.clear();
             d.demand.extend_from_slice(&s.demand);
@@ -472,7 +552,20 @@ impl Fairness {
                     .map(|(((d, f), al), _)| ((al - f) / (d - f)).clamp(0.0, 1.0))
                     .fold(1.0, f64::min)
             };
-            s.limit_pps = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);
+            let target = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);
+            s.limit_pps = match (s.limit_pps, target) {
+                // A limit moves toward its target by at most LIMIT_SLEW of the larger of the two an
+                // epoch: the target carries the demand estimate's noise (windows of a few dozen
+                // packets), and a limit that jumps with it shakes every tenant behind the same
+                // resources. A big change still takes only a few epochs (halving: nine).
+                // (Admitting nothing — a flood whose reception alone is over its share — takes
+                // effect at once.)
+                (Some(old), Some(t)) if t > 0.0 => {
+                    let step = LIMIT_SLEW * old.max(t);
+                    Some(t.clamp(old - step, old + step))
+                }
+                (_, t) => t,
+            };
         }
         self.end_visit();
         &self.shares
@@ -483,7 +576,7 @@ impl Fairness {
         self.live.clear();
         for &i in &self.visit {
             let s = &mut self.shares[i];
-            let idle = s.limit_pps.is_none() && s.window.epochs == 0 && s.demand.iter().all(|&d| d == 0.0);
+            let idle = s.limit_pps.is_none() && s.window.epochs == 0 && s.window.off.epochs == 0 && s.demand.iter().all(|&d| d == 0.0);
             if idle {
                 s.offered_pps = 0.0;
             } else {

@@ -31,6 +31,12 @@ pub struct SchedConfig {
     /// Most items one tenant may have waiting for one instance; past it, arrivals are rejected
     /// (bounded memory under overload; the caller counts the drop against that tenant).
     pub max_queue_per_tenant: usize,
+    /// The same bound in time: most work, ns at the instance's measured cost per packet
+    /// ([`Scheduler::set_cost`]), one tenant may have waiting for one instance (never fewer
+    /// than [`MIN_QUEUE`] packets; 0: no bound in time). A queue bounded in packets alone holds
+    /// 1,024 packets of a 100 µs chain — 100 ms of waiting — and what waits that long in a
+    /// shared scheduler is latency for every packet behind it (issue 49).
+    pub max_queue_ns: f64,
     /// The time quantum of the round robin between instances, ns (0: plain round robin; see
     /// [`Scheduler::set_cost`]).
     pub quantum_ns: f64,
@@ -46,9 +52,13 @@ pub struct SchedConfig {
 
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { max_queue_per_tenant: 4096, quantum_ns: 0.0, max_held: 4096, quantum_alone: false }
+        SchedConfig { max_queue_per_tenant: 4096, max_queue_ns: 0.0, quantum_ns: 0.0, max_held: 4096, quantum_alone: false }
     }
 }
+
+/// Packets a tenant may always queue at an instance, however costly the instance's packets:
+/// enough for a batch.
+pub const MIN_QUEUE: usize = 32;
 
 /// Why a packet was not accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
@@ -494,6 +504,7 @@ impl<T: Copy> Scheduler<T> {
     #[inline(always)]
     fn enqueue_run(&mut self, id: InstanceId, tenant: TenantId, items: &[T], bound: usize) -> usize {
         let qi = self.tenant_queue(id, tenant);
+        let bound = self.bound_in_time(id, bound);
         let inst = &mut self.instances[id.index()];
         let q = &mut inst.queues[qi].q;
         let room = bound.saturating_sub(q.len()).min(items.len());
@@ -503,6 +514,18 @@ impl<T: Copy> Scheduler<T> {
             self.wake(id);
         }
         room
+    }
+
+    /// A tenant's queue bound at instance `id`: `bound` packets, and no more than
+    /// [`SchedConfig::max_queue_ns`] of the instance's measured work (at least [`MIN_QUEUE`]).
+    #[inline(always)]
+    fn bound_in_time(&self, id: InstanceId, bound: usize) -> usize {
+        let cost = self.instances[id.index()].cost_ns;
+        if self.cfg.max_queue_ns > 0.0 && cost > 0.0 {
+            bound.min(((self.cfg.max_queue_ns / cost) as usize).max(MIN_QUEUE))
+        } else {
+            bound
+        }
     }
 
     /// Lists instance `id`, which has items queued, as ready if it can dispatch and is not
@@ -541,6 +564,7 @@ impl<T: Copy> Scheduler<T> {
     #[inline(always)]
     fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
         let qi = self.tenant_queue(id, tenant);
+        let bound = self.bound_in_time(id, bound);
         let inst = &mut self.instances[id.index()];
         let q = &mut inst.queues[qi].q;
         if q.len() >= bound {
@@ -566,7 +590,13 @@ impl<T: Copy> Scheduler<T> {
             let timed = (self.cfg.quantum_alone || !self.ready.is_empty()) && self.cfg.quantum_ns > 0.0 && inst.cost_ns > 0.0;
             let mut cap = usize::MAX;
             if timed {
-                inst.deficit += self.cfg.quantum_ns;
+                // A turn's time is the quantum times the weight of the tenants waiting here: when
+                // more is admitted than the cores take (the limits lag a change, or overshoot),
+                // chains still share time by their tenants' weights, not equally (issue 49: three
+                // tenants of weights 1, 2 and 5, each with its own chain, got 1 : 1.3 : 1.3).
+                let w: u32 =
+                    inst.queues.iter().filter(|q| !q.q.is_empty()).map(|q| self.weights.get(q.tenant.index()).copied().unwrap_or(1)).sum();
+                inst.deficit += self.cfg.quantum_ns * w.max(1) as f64;
                 if inst.deficit < inst.cost_ns && skips < self.ready.len() {
                     // Not enough credit of time for one item yet: the next instance's turn.
                     skips += 1;

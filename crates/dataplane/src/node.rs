@@ -107,6 +107,9 @@ pub struct NodeConfig {
     pub credits: u32,
     /// Most packets one tenant may queue for one instance.
     pub max_queue_per_tenant: usize,
+    /// ... and most work, in time at the instance's measured cost per packet (at least 32
+    /// packets): a tenant's queue is bounded in time, not only in packets.
+    pub max_queue_time: Duration,
     /// This node's VTEP (outer source for frame backends).
     pub local: Peer,
     /// Worker threads for regions; 0 runs regions on the dispatcher thread.
@@ -159,6 +162,7 @@ impl Default for NodeConfig {
             batch: 32,
             credits: 256,
             max_queue_per_tenant: 1024,
+            max_queue_time: Duration::from_millis(5),
             local: Peer::default(),
             workers: file.workers,
             pin_cores: false,
@@ -303,6 +307,8 @@ struct EpochCounters<'a> {
     /// Losses in receive queues tenants share (cumulative), and per tenant in its own this epoch.
     lost: u64,
     own: &'a [u64],
+    /// Per receive queue, the tenant it is the own of (none with one queue).
+    queues: &'a [Option<TenantId>],
 }
 
 impl Counters for EpochCounters<'_> {
@@ -317,6 +323,7 @@ impl Counters for EpochCounters<'_> {
             tx_bytes: s.tx_bytes,
             over_limit: s.drops[Drop::RateLimit.index()],
             store_refused: s.drops[Drop::TenantQuota.index()] + s.drops[Drop::StoreFull.index()],
+            sched_refused: s.drops[Drop::Sched(Reject::QueueFull).index()],
         }
     }
     fn store_buffers(&self, t: TenantId) -> u64 {
@@ -332,6 +339,9 @@ impl Counters for EpochCounters<'_> {
     }
     fn lost_own(&self, t: TenantId) -> u64 {
         self.own.get(t.index()).copied().unwrap_or(0)
+    }
+    fn own_queue(&self, t: TenantId) -> bool {
+        self.queues.contains(&Some(t))
     }
 }
 
@@ -352,6 +362,8 @@ struct RxQueues {
     /// (a syscall) is read at the epoch's end: with a queue per tenant, idle tenants' queues
     /// cost nothing.
     touched: Vec<bool>,
+    /// Per queue: the depth it was last given (`None`: the backend's default).
+    depth: Vec<Option<usize>>,
 }
 
 mod arrive;
@@ -419,6 +431,7 @@ impl<B: Backend> Node<B> {
                 placement: cfg.placement,
                 sched: SchedConfig {
                     max_queue_per_tenant: cfg.max_queue_per_tenant,
+                    max_queue_ns: cfg.max_queue_time.as_nanos() as f64,
                     quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
                     max_held: 4 * cfg.max_queue_per_tenant,
                     // With a receive queue per tenant, other tenants' packets wait unread while a
@@ -470,6 +483,7 @@ impl<B: Backend> Node<B> {
                 next: 0,
                 ready: vec![false; queues],
                 touched: vec![true; queues],
+                depth: vec![None; queues],
             },
             egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
             tx_backlogged: false,
@@ -865,6 +879,7 @@ impl<B: Backend> Node<B> {
             rq.lost_seen.resize(n, 0);
             rq.ready.resize(n, false);
             rq.touched.resize(n, true);
+            rq.depth.resize(n, None);
             // Other tenants' packets may now wait unread while a batch runs (as for a node
             // started with its queues).
             self.core.sched.set_quantum_alone(n > 1);
@@ -913,8 +928,14 @@ impl<B: Backend> Node<B> {
         for w in self.exec.workers.iter().filter(|w| w.is_virtual()) {
             w.wait_all_back();
         }
-        let counters =
-            EpochCounters { stats: &self.stats, store: &self.store, regions: &self.region_counters, lost, own: &self.rx_queues.lost };
+        let counters = EpochCounters {
+            stats: &self.stats,
+            store: &self.store,
+            regions: &self.region_counters,
+            lost,
+            own: &self.rx_queues.lost,
+            queues: if self.rx_queues.tenant.len() > 1 { &self.rx_queues.tenant } else { &[] },
+        };
         let life = &self.life;
         let acts = self.core.handle_epoch(now, &counters, life.len(), |c| life.is_live(c));
         self.elastic.acts.clear();
@@ -924,8 +945,33 @@ impl<B: Backend> Node<B> {
             self.rx_queues.lost[t.index()] = 0;
         }
         self.bound_shared_workers();
+        self.bound_rx_queues();
         self.elastic_epoch(now);
         self.pool_epoch();
+    }
+
+    /// Bounds each limited tenant's own receive queue in time ([`snic_core::fair::rx_depth`]):
+    /// a packet waits there no longer than [`NodeConfig::max_queue_time`]. A depth that moved
+    /// less than a quarter is left as it is (a socket option per change, not per epoch).
+    fn bound_rx_queues(&mut self) {
+        if self.rx_queues.tenant.len() < 2 {
+            return;
+        }
+        for q in 0..self.rx_queues.tenant.len() {
+            let Some(t) = self.rx_queues.tenant[q] else { continue };
+            let want = snic_core::fair::rx_depth(self.core.meter.limit(t), self.cfg.max_queue_time);
+            let had = self.rx_queues.depth[q];
+            let moved = match (had, want) {
+                (Some(a), Some(b)) => a.abs_diff(b) * 4 > a.max(b),
+                (a, b) => a != b,
+            };
+            if moved {
+                let ts = &self.stats.tenants[t.index()];
+                let bytes = ts.rx_bytes.checked_div(ts.rx_packets).unwrap_or(128) as usize;
+                self.backend.set_rx_depth(q, want, bytes);
+                self.rx_queues.depth[q] = want;
+            }
+        }
     }
 
     /// Caps the work in flight of instances that share a worker (the policy:

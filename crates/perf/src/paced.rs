@@ -73,9 +73,10 @@ struct Stream {
 /// See the module docs.
 pub struct Paced {
     streams: Vec<Stream>,
-    /// One shared ring, or one per stream.
+    /// One shared ring, or one per stream, and each ring's depth.
     rings: Vec<VecDeque<(u8, u64)>>,
     capacity: usize,
+    depth: Vec<usize>,
     clock: Box<dyn Clock>,
     /// The dispatcher's core, on which I/O costs are spent.
     core: WorkTimer,
@@ -127,10 +128,11 @@ impl Paced {
                 }
             })
             .collect();
-        let rings = (0..if per_stream { streams.len().max(1) } else { 1 }).map(|_| VecDeque::with_capacity(ring)).collect();
+        let rings: Vec<_> = (0..if per_stream { streams.len().max(1) } else { 1 }).map(|_| VecDeque::with_capacity(ring)).collect();
         let dropped_before_reset = vec![0; streams.len()];
         let core = clock.work_timer();
-        let mut p = Paced { streams, rings, capacity: ring, clock, core, io: IoCost::default(), dropped_before_reset };
+        let depth = vec![ring; rings.len()];
+        let mut p = Paced { streams, rings, capacity: ring, depth, clock, core, io: IoCost::default(), dropped_before_reset };
         let now = p.now_ns() as f64;
         for s in &mut p.streams {
             s.next = now;
@@ -159,8 +161,8 @@ impl Paced {
         let now = now as f64;
         if self.rings.len() > 1 {
             // A ring per stream: each fills on its own.
-            for (i, (s, ring)) in self.streams.iter_mut().zip(&mut self.rings).enumerate() {
-                while ring.len() < self.capacity && s.next <= now {
+            for (i, ((s, ring), &depth)) in self.streams.iter_mut().zip(&mut self.rings).zip(&self.depth).enumerate() {
+                while ring.len() < depth && s.next <= now {
                     ring.push_back((i as u8, s.next as u64));
                     s.stats.offered += 1;
                     s.next += s.period_ns;
@@ -207,6 +209,16 @@ impl Backend for Paced {
 
     fn rx_queues(&self) -> usize {
         self.rings.len()
+    }
+
+    /// A ring of its own holds `packets` at most (its `ring` size again with `None`); what is
+    /// already in it past that stays, and later arrivals find it full.
+    fn set_rx_depth(&mut self, q: usize, packets: Option<usize>, _bytes: usize) {
+        if self.rings.len() > 1 {
+            if let Some(d) = self.depth.get_mut(q) {
+                *d = packets.unwrap_or(self.capacity).min(self.capacity);
+            }
+        }
     }
 
     fn rx_dropped_queue(&self, q: usize) -> u64 {

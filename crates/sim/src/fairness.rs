@@ -352,6 +352,7 @@ impl Counters for Fluid {
             tx_bytes: self.tx_bytes[i].round() as u64,
             over_limit: self.over[i].round() as u64,
             store_refused: 0,
+            sched_refused: 0,
         }
     }
     fn store_buffers(&self, _: TenantId) -> u64 {

@@ -569,6 +569,33 @@ fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
     assert!((ratio - 3.0).abs() / 3.0 < 0.15, "blue {blue}, green {green} packets: 1:{ratio:.2}, DRF's is 1:3\n{v1}");
 }
 
+/// Issue 49, through the daemon with real senders: three tenants of weights 1, 2 and 5, each
+/// with its own 100 µs NT on the dispatcher's core, iperf3 UDP from kernel VXLAN endpoints at 3x
+/// and 10x the node's capacity (measured first). The node delivers each its weighted max-min fair
+/// share — within 15% at 3x; within 30% at 10x, where on this two-core machine the senders and
+/// the kernel's receive path take the node's core from it (BENCHMARKS.md, "Weights at
+/// overload") — and no packet waits long. Ratios and bounds only: no rate is asserted.
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn weights_hold_for_three_real_senders_at_3x_and_10x_capacity() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-overload.sh");
+    let out = Command::new("bash").args([script, "3", "3", "10"]).env("SNIC_BIN", env!("CARGO_BIN_EXE_snic")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<serde_json::Value> = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for (row, within) in rows.iter().zip([0.15, 0.30]) {
+        eprintln!("{row}");
+        for t in row["tenants"].as_array().unwrap() {
+            let r = t["over_fair_share"].as_f64().unwrap_or(0.0);
+            assert!((r - 1.0).abs() <= within, "at {}x, {} got {r:.2} of its fair share: {row}", row["multiple"], t["name"]);
+            assert!(t["p99_ms"].as_f64().unwrap() < 250.0, "at {}x, {}'s p99: {row}", row["multiple"], t["name"]);
+        }
+    }
+}
+
 /// A host that reaches the node's data port sends on blue's VNI with B's MAC (issue 15: it
 /// used to re-point B's forwarding entry and receive A's traffic for B). Its frames are
 /// dropped and counted as `foreign_vtep`; A still reaches B, and the host receives nothing.

@@ -121,6 +121,12 @@ pub trait Backend: Send {
         false
     }
 
+    /// Bounds receive queue `q` to about `packets` packets of about `bytes` each (`None`: its
+    /// default depth): what arrives past it is lost in the queue, counted by
+    /// [`Backend::rx_dropped_queue`]. The node bounds a limited tenant's own queue in time
+    /// (`snic_core::fair::rx_depth`). The default ignores it.
+    fn set_rx_depth(&mut self, _q: usize, _packets: Option<usize>, _bytes: usize) {}
+
     /// Packets lost in queue `q` before the node received them, cumulative (0 if unknown).
     fn rx_dropped_queue(&self, q: usize) -> u64 {
         if q == 0 {

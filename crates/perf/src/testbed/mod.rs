@@ -6,6 +6,7 @@
 //!   on the real clock or on a virtual one with a machine model.
 
 pub mod isolation;
+pub mod overload;
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::TenantShare;

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Weights, goodput and latency at overload through the daemon, with real senders (issue 49):
+# three tenants of weights 1, 2 and 5, each with its own NT (synthetic, COST_NS a packet, on the
+# dispatcher's core: the dispatcher is the bottleneck), each sending small UDP datagrams from
+# iperf3 through a kernel VXLAN endpoint at the same rate. The node's capacity is measured first
+# (all three flat out, its delivered rate); then the senders offer 1x, 3x and 10x of it, split
+# evenly. One JSON line per multiple: each tenant's delivered rate, and that over its weighted
+# max-min fair share of what was delivered in all (water-filling: a tenant that offers less than
+# its weight's part keeps what it offers, the rest is split by weight), its p99 and its drops by
+# reason, the total goodput, and how far each tenant's ingress limit ranged over the status
+# snapshots (every 250 ms; (max - min) / max).
+#
+#   scripts/bench-overload.sh [SECONDS] [MULTIPLES...]   (root; installs iperf3 if missing)
+#
+# SNIC_BIN selects the snic binary (default target/release/snic, built if missing); COST_NS the
+# NT's cost (default 100000: about 8 kpps a core). Namespaces and processes are removed on exit.
+set -euo pipefail
+secs=${1:-5}
+shift || true
+multiples=${*:-1 3 10}
+here=$(cd "$(dirname "$0")/.." && pwd)
+snic=${SNIC_BIN:-$here/target/release/snic}
+cost=${COST_NS:-100000}
+[ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
+for t in iperf3:iperf3 ethtool:ethtool; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
+done
+. "$here/scripts/netns-lib.sh" bench-overload ov
+
+ns node
+manifest=$work/m.yaml
+: > "$manifest"
+for i in 1 2 3; do
+  w=$([ $i = 1 ] && echo 1 || { [ $i = 2 ] && echo 2 || echo 5; })
+  vni=$((100 * i))
+  ns s$i; ns r$i
+  veth s$i 192.168.$i.2 node 192.168.$i.1
+  veth r$i 192.168.$((10 + i)).2 node 192.168.$((10 + i)).1
+  for e in s r; do
+    local_ip=$([ $e = s ] && echo 192.168.$i.2 || echo 192.168.$((10 + i)).2)
+    remote_ip=$([ $e = s ] && echo 192.168.$i.1 || echo 192.168.$((10 + i)).1)
+    inner=$([ $e = s ] && echo 10.$i.0.1 || echo 10.$i.0.2)
+    ip -n "$P-$e$i" link add vx0 type vxlan id $vni remote $remote_ip local $local_ip dstport 4789
+    ip -n "$P-$e$i" link set vx0 mtu 1450
+    ip -n "$P-$e$i" addr add $inner/24 dev vx0; ip -n "$P-$e$i" link set vx0 up
+  done
+  cat >> "$manifest" <<Y
+apiVersion: snic/v1
+kind: Tenant
+metadata: {name: t$i}
+spec: {vnis: [$vni], weight: $w}
+---
+apiVersion: snic/v1
+kind: NT
+metadata: {name: t$i-nt}
+spec: {tenant: t$i, config: {kind: synthetic, cost_ns: $cost}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: t$i-path}
+spec: {tenant: t$i, nodes: [t$i-nt]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: t$i-all}
+spec: {vni: $vni, action: {dag: t$i-path}}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: t$i-s}
+spec: {vni: $vni, vtep: '192.168.$i.2:4789', flood: true}
+---
+apiVersion: snic/v1
+kind: Route
+metadata: {name: t$i-r}
+spec: {vni: $vni, vtep: '192.168.$((10 + i)).2:4789', flood: true}
+---
+Y
+done
+ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
+wait_for "node up" ip netns exec "$P-node" "$snic" status
+ip netns exec "$P-node" "$snic" apply -f "$manifest" >/dev/null
+for i in 1 2 3; do
+  ip netns exec "$P-r$i" iperf3 -s -p 5201 >/dev/null 2>&1 & pids+=($!)
+  # Each receiver knows its sender's MAC (no ARP needed across the node).
+  wait_for "iperf3 server $i" sh -c "[ -n \"\$(ip netns exec $P-r$i ss -Hltn 'sport = :5201')\" ]"
+  ip netns exec "$P-s$i" ping -c 1 -W 2 10.$i.0.2 >/dev/null
+done
+
+status() { ip netns exec "$P-node" "$snic" status -o json; }
+# send PPS SECONDS: each sender offers PPS packets/s of 64-byte UDP for SECONDS (their PIDs in
+# `senders`; `stop_senders` ends them).
+senders=()
+send() {
+  local bps=$(( $1 * 64 * 8 ))
+  for i in 1 2 3; do
+    ip netns exec "$P-s$i" timeout -s KILL $(( $2 + 10 )) iperf3 -c 10.$i.0.2 -p 5201 -u -b "$bps" -l 64 -t "$2" >/dev/null 2>&1 & pids+=($!); senders+=($!)
+  done
+}
+stop_senders() {
+  for p in "${senders[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${senders[@]}"; do wait "$p" 2>/dev/null || true; done
+  senders=()
+}
+# window SECONDS: status snapshots every 0.25 s over SECONDS; prints the JSON summary.
+window() {
+  local snaps=$work/snaps.json
+  : > "$snaps"
+  local n=$(( $1 * 4 ))
+  for _ in $(seq "$n"); do status >> "$snaps"; echo >> "$snaps"; sleep 0.25; done
+  python3 - "$snaps" "$2" "$3" <<'PY'
+import json, sys
+text = open(sys.argv[1]).read()
+dec = json.JSONDecoder(); snaps = []; i = 0
+while i < len(text):
+    if text[i].isspace(): i += 1; continue
+    v, i = dec.raw_decode(text, i); snaps.append(v)
+mult, cap = float(sys.argv[2]), float(sys.argv[3])
+first, last = snaps[0], snaps[-1]
+dt = (len(snaps) - 1) * 0.25
+def t(v, name): return next(x for x in v["tenants"] if x["name"] == name)
+weights = {"t1": 1, "t2": 2, "t3": 5}
+deliv = {n: (t(last, n)["stats"]["tx_packets"] - t(first, n)["stats"]["tx_packets"]) / dt for n in weights}
+total = sum(deliv.values()) or 1
+# Weighted max-min fair shares of `total` for what each offered (water-filling).
+offered = {n: (t(last, n)["stats"]["rx_packets"] - t(first, n)["stats"]["rx_packets"]
+               + sum(c for r, c in t(last, n)["stats"]["drops"] if r in ("rx_queue_full", "rate_limit"))
+               - sum(c for r, c in t(first, n)["stats"]["drops"] if r in ("rx_queue_full", "rate_limit"))) / dt for n in weights}
+fair, left, open_ = {}, total, set(weights)
+while open_:
+    unit = left / sum(weights[n] for n in open_)
+    sat = [n for n in open_ if offered[n] <= unit * weights[n]]
+    if not sat:
+        for n in open_: fair[n] = unit * weights[n]
+        break
+    for n in sat: fair[n] = offered[n]; left -= offered[n]; open_.discard(n)
+out = {"bench": "overload", "multiple": mult, "capacity_pps": round(cap), "goodput_pps": round(total), "tenants": []}
+for n, w in weights.items():
+    lims = [t(s, n)["stats"]["fair"]["limit_pps"] for s in snaps]
+    lim = [x for x in lims if x is not None]
+    spread = 1.0 if len(lim) < len(lims) and lim else ((max(lim) - min(lim)) / max(lim) if lim and max(lim) > 0 else 0.0)
+    drops = {}
+    for r, c in t(last, n)["stats"]["drops"]:
+        before = dict(t(first, n)["stats"]["drops"]).get(r, 0)
+        if c - before: drops[r] = c - before
+    out["tenants"].append({"name": n, "weight": w, "offered_pps": round(offered[n]), "delivered_pps": round(deliv[n]),
+        "over_fair_share": round(deliv[n] / fair[n], 3) if fair.get(n) else None,
+        "p99_ms": round(t(last, n)["stats"]["latency_p99_ns"] / 1e6, 2), "limit_range": round(spread, 2), "drops": drops})
+print(json.dumps(out))
+PY
+}
+
+# Capacity: all three flat out (each 2x what the NT allows the whole node).
+nominal=$(( 800000000 / cost ))
+send $(( 2 * nominal )) $(( secs + 3 ))
+sleep 2
+cap=$(window "$secs" 0 0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_pps"])')
+stop_senders
+sleep 1
+for m in $multiples; do
+  each=$(python3 -c "print(max(1, round($m * $cap / 3)))")
+  send "$each" $(( secs + 3 ))
+  sleep 2
+  window "$secs" "$m" "$cap"
+  stop_senders
+  sleep 1
+done
