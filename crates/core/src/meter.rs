@@ -28,6 +28,7 @@ use crate::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket
 use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::sched::Scheduler;
 use crate::time::Instant;
+use std::time::Duration;
 
 /// A tenant's cumulative counters, as the driver keeps them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,6 +107,9 @@ pub const MIN_CORE_SCALE: f64 = 0.3;
 const CORE_DECREASE: f64 = 0.95;
 /// ... and what it gains back in an epoch it refused none (from the least to 1 in 70 ms).
 const CORE_INCREASE: f64 = 0.001;
+
+/// How long a tenant counts as sending after its last packet (see [`Meter::sharing`]).
+const SHARING_HOLD: Duration = Duration::from_millis(10);
 
 /// Packets timed before an NT's cost is first estimated...
 const MIN_TIMED: u64 = 256;
@@ -260,6 +264,8 @@ pub struct Meter {
     held: Vec<bool>,
     /// The tenants the epoch visits, and those with arrivals at an NT (scratch).
     visit: Vec<TenantId>,
+    /// Tenants that sent within [`SHARING_HOLD`], and the end of the last epoch they sent in.
+    recent: Vec<(TenantId, Instant)>,
     extra: Vec<TenantId>,
 }
 
@@ -295,6 +301,7 @@ impl Meter {
             held: vec![false; max_tenants],
             memory: vec![0.0; max_tenants],
             visit: Vec::with_capacity(max_tenants),
+            recent: Vec::with_capacity(max_tenants),
             extra: Vec::new(),
         };
         m.publish_resources();
@@ -620,13 +627,16 @@ impl Meter {
         // This epoch's offered and admitted load per tenant, from the node's counters: admitted
         // packets were charged or refused by the store; offered ones add those over the limit.
         let mut offered_all = 0;
-        let mut sched_refused = 0;
+        // Tenants that sent this epoch, and those of them whose admitted packets the scheduler
+        // refused (see `adjust_cores`).
+        let (mut active, mut refused_tenants) = (0usize, 0usize);
         for &tid in &self.visit {
             let t = tid.index();
             let (st, seen) = (counters.tenant(tid), &mut self.seen[t]);
             let (over, refused) = (st.over_limit, st.store_refused);
             if seen.primed {
-                sched_refused += st.sched_refused.saturating_sub(seen.sched_refused);
+                refused_tenants += (st.sched_refused > seen.sched_refused) as usize;
+                active += (st.rx_packets > seen.rx_packets) as usize;
             }
             let rx = st.rx_packets.saturating_sub(seen.rx_packets);
             let bytes = st.rx_bytes.saturating_sub(seen.rx_bytes);
@@ -635,6 +645,12 @@ impl Meter {
             }
             let admitted = rx + refused.saturating_sub(seen.store_refused);
             let received = admitted + over.saturating_sub(seen.over_limit);
+            if seen.primed && received > 0 {
+                match self.recent.iter_mut().find(|r| r.0 == tid) {
+                    Some(r) => r.1 = now,
+                    None => self.recent.push((tid, now)),
+                }
+            }
             let mut offered = received + counters.lost_own(tid);
             // A tenant read from a queue of its own only up to its limit leaves its excess
             // waiting there, unseen until the queue overflows: while it is held back, it wants
@@ -666,8 +682,9 @@ impl Meter {
             };
             offered_all += offered;
         }
+        self.recent.retain(|r| now.saturating_since(r.1) <= SHARING_HOLD);
         let inflate = if offered_all > 0 { (offered_all + lost_now) as f64 / offered_all as f64 } else { 1.0 };
-        self.adjust_cores(sched_refused);
+        self.adjust_cores(refused_tenants >= 2 || (refused_tenants > 0 && refused_tenants >= active));
         for &tid in &self.visit {
             let t = tid.index();
             let span = self.row_of[t] as usize * r..(self.row_of[t] as usize + 1) * r;
@@ -718,6 +735,14 @@ impl Meter {
         self.fair.shares()
     }
 
+    /// True when more than one tenant sent within the last 10 ms: their packets then share the
+    /// node's cores and receive queues, and a batch of one tenant's may keep another's unread
+    /// (the scheduler bounds batches to a quantum of work, [`crate::sched::SchedConfig::quantum_alone`]).
+    /// A tenant alone takes whole batches: bounded, they would only slow it down.
+    pub fn sharing(&self) -> bool {
+        self.recent.len() > 1
+    }
+
     /// The share of `core_target` the cores are taken to give now, in [[`MIN_CORE_SCALE`], 1]:
     /// lowered when the scheduler refused packets the limits had admitted (more was admitted than
     /// the cores took: the machine gave the node less than `core_target` of a core — other work
@@ -729,10 +754,15 @@ impl Meter {
         self.core_scale
     }
 
-    /// One epoch of the cores' scale: additive increase, multiplicative decrease.
-    fn adjust_cores(&mut self, sched_refused: u64) {
+    /// One epoch of the cores' scale: additive increase, multiplicative decrease. `short` says
+    /// the cores took less than was admitted: the scheduler refused admitted packets of two
+    /// tenants or more, or of every tenant that sent. One tenant's refusals among others that
+    /// went through are that tenant's own cost read low (a module that turned slow): its limit
+    /// follows its cost, and the others' capacity is not cut for it (issue 49: a wasm hog's
+    /// overflowing queue shrank the node to 0.3 and cost its neighbour 10 % of its packets).
+    fn adjust_cores(&mut self, short: bool) {
         let old = self.core_scale;
-        self.core_scale = if sched_refused > 0 { (old * CORE_DECREASE).max(MIN_CORE_SCALE) } else { (old + CORE_INCREASE).min(1.0) };
+        self.core_scale = if short { (old * CORE_DECREASE).max(MIN_CORE_SCALE) } else { (old + CORE_INCREASE).min(1.0) };
         if self.core_scale != old {
             let core = self.fair.config().core_target * self.core_scale;
             self.fair.set_capacity(DISPATCHER, core);

@@ -216,6 +216,7 @@ impl NodeCore {
     /// [`NodeCore::pool_acts`]).
     pub fn handle_epoch(&mut self, now: Instant, counters: &impl Counters, chains: usize, live: impl Fn(ChainId) -> bool) -> &[Act] {
         Self::measure(&mut self.meter, &mut self.sched, now, counters);
+        self.sched.set_quantum_alone(self.meter.sharing());
         self.handle_loads(now, chains, Meter::chain_load, live)
     }
 
@@ -385,11 +386,13 @@ mod tests {
     use crate::walk::Walk;
     use core::time::Duration;
 
-    /// A node's counters: one tenant that received `rx` packets so far, and instance `i`'s NT
+    /// A node's counters: tenants that received `rx` packets so far (those `stopped`, fewer), and instance `i`'s NT
     /// having run `n` packets at `cost[i]` ns each (no time for instances past `cost`).
     #[derive(Default)]
     struct Count {
         rx: u64,
+        /// Tenants whose count stopped at a value of its own.
+        stopped: Vec<(TenantId, u64)>,
         touched: Vec<TenantId>,
         cost: Vec<u64>,
         n: u64,
@@ -399,8 +402,9 @@ mod tests {
         fn touched(&self) -> &[TenantId] {
             &self.touched
         }
-        fn tenant(&self, _: TenantId) -> TenantCounters {
-            TenantCounters { rx_packets: self.rx, rx_bytes: self.rx * 100, ..TenantCounters::default() }
+        fn tenant(&self, t: TenantId) -> TenantCounters {
+            let rx = self.stopped.iter().find(|s| s.0 == t).map_or(self.rx, |s| s.1);
+            TenantCounters { rx_packets: rx, rx_bytes: rx * 100, ..TenantCounters::default() }
         }
         fn store_buffers(&self, _: TenantId) -> u64 {
             0
@@ -414,6 +418,34 @@ mod tests {
         fn lost_own(&self, _: TenantId) -> u64 {
             0
         }
+    }
+
+    /// While two tenants send, a batch is bounded to a quantum of work even with one instance
+    /// ready (the other's packets may wait unread behind it); 10 ms after all but one stopped,
+    /// the one left takes whole batches again.
+    #[test]
+    fn batches_are_bounded_while_tenants_share_the_node_and_whole_for_one_alone() {
+        let epoch = Duration::from_millis(1);
+        let cfg = NodeCoreConfig { fair: FairConfig { epoch, ..FairConfig::default() }, max_tenants: 4, ..NodeCoreConfig::default() };
+        let mut core = NodeCore::new(cfg, Instant::ZERO);
+        core.meter.set_tenant(TenantId(1), 1.0);
+        core.meter.set_tenant(TenantId(2), 1.0);
+        let mut counters = Count { touched: vec![TenantId(1), TenantId(2)], ..Count::default() };
+        let mut now = Instant::ZERO;
+        let mut step = |core: &mut NodeCore, counters: &mut Count| {
+            now = now + epoch;
+            counters.rx += 10;
+            core.handle_epoch(now, counters, 0, |_| true);
+            core.sched.config().quantum_alone
+        };
+        assert!(!step(&mut core, &mut counters), "the first epoch only reads the counters");
+        assert!(!core.sched.config().quantum_alone);
+        assert!(step(&mut core, &mut counters), "two tenants sent");
+        counters.stopped = vec![(TenantId(2), counters.rx)];
+        for e in 1..=10 {
+            assert!(step(&mut core, &mut counters), "tenant 2 sent {e} ms ago");
+        }
+        assert!(!step(&mut core, &mut counters), "tenant 2 last sent 11 ms ago: tenant 1 is alone");
     }
 
     #[test]

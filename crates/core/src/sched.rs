@@ -225,12 +225,6 @@ impl<T: Copy> Scheduler<T> {
         &self.cfg
     }
 
-    /// Says whether the caller may have other tenants' packets waiting unread (a receive queue
-    /// per tenant): see [`SchedConfig::quantum_alone`].
-    pub fn set_quantum_alone(&mut self, yes: bool) {
-        self.cfg.quantum_alone = yes;
-    }
-
     /// Sets `tenant`'s weight at shared instances: it takes `weight` items (at least 1) a turn
     /// of their round robin. From the tenant's next turn.
     pub fn set_weight(&mut self, tenant: TenantId, weight: u32) {
@@ -577,7 +571,9 @@ impl<T: Copy> Scheduler<T> {
     }
 
     /// Moves up to `max` items that have credit for one instance into `out` (cleared first) and
-    /// returns that instance; `None` when nothing can be dispatched. Each item takes one credit.
+    /// returns that instance; `None` when nothing can be dispatched now (with
+    /// [`SchedConfig::quantum_alone`], also while the instances' turns gather the time of an
+    /// item: [`Scheduler::has_ready`] then stays true). Each item takes one credit.
     #[inline]
     pub fn poll_dispatch(&mut self, out: &mut Vec<T>, max: usize) -> Option<InstanceId> {
         out.clear();
@@ -597,12 +593,18 @@ impl<T: Copy> Scheduler<T> {
                 let w: u32 =
                     inst.queues.iter().filter(|q| !q.q.is_empty()).map(|q| self.weights.get(q.tenant.index()).copied().unwrap_or(1)).sum();
                 inst.deficit += self.cfg.quantum_ns * w.max(1) as f64;
-                if inst.deficit < inst.cost_ns && skips < self.ready.len() {
-                    // Not enough credit of time for one item yet: the next instance's turn.
-                    skips += 1;
+                if inst.deficit < inst.cost_ns && (skips < self.ready.len() || self.cfg.quantum_alone) {
+                    // Not enough credit of time for one item yet: the next instance's turn, or,
+                    // when every ready instance had its turn, the caller's (back to receiving:
+                    // the credit carries over to the next call). Without `quantum_alone` the
+                    // last one takes an item anyway.
                     self.in_ready[id.index()] = true;
                     self.ready.push_back(id);
-                    continue;
+                    if skips < self.ready.len() - 1 {
+                        skips += 1;
+                        continue;
+                    }
+                    return None;
                 }
                 cap = ((inst.deficit / inst.cost_ns) as usize).max(1);
             } else {
@@ -682,6 +684,18 @@ impl<T: Copy> Scheduler<T> {
             return Some(id);
         }
         None
+    }
+
+    /// Says whether other tenants' packets may wait unread while a batch runs (more than one
+    /// tenant is sending): see [`SchedConfig::quantum_alone`]. The node core sets it each epoch.
+    pub fn set_quantum_alone(&mut self, yes: bool) {
+        self.cfg.quantum_alone = yes;
+    }
+
+    /// True while an instance has items it may dispatch (credits and items, or a turn's credit
+    /// of time still to gather): the caller should call [`Scheduler::poll_dispatch`] again soon.
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
     }
 
     /// `n` items dispatched to `instance` finished: their credits return.

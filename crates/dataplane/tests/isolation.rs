@@ -90,10 +90,15 @@ fn a_wasm_module_that_never_finishes_costs_the_victim_no_more_than_its_time_boun
     assert!(bounded.victim_kept >= 0.9, "the victim kept under 90%: {bounded:?}");
     assert_eq!(rate_limited(&bounded.victim_drops), 0, "the victim, within its share, is limited: {bounded:?}");
     assert!(bounded.antagonist_drops.iter().any(|d| d.0 == "wasm_time_limit" && d.1 > 0), "{bounded:?}");
-    assert!(bounded.victim_p99_ns < 1_000_000, "a 100 µs bound held the victim's p99 under 1 ms: {bounded:?}");
+    // At worst one cut packet ahead of the victim's (100 µs; 20% for the histogram's buckets).
+    let alone = default(Scenario::WasmHog, Mode::Alone);
+    assert!(
+        bounded.victim_p99_ns <= alone.victim_p99_ns + 120_000,
+        "a 100 µs bound held the victim's p99 within its p99 alone and the bound: {bounded:?}, alone {alone:?}"
+    );
     let loose = outcome(Scenario::WasmHog, Mode::On, |p| (p.wasm_bound, p.wasm_packet_us) = (10_000_000, 10_000));
     assert!(loose.victim_kept < 0.9, "a 10 ms packet fills the victim's ring whatever fair sharing does: {loose:?}");
-    assert!(loose.victim_p99_ns >= 10_000_000, "a 10 ms packet ahead of the victim's shows in its p99: {loose:?}");
+    assert!(loose.victim_p99_ns >= 5_000_000, "a 10 ms packet ahead of the victim's shows in its p99: {loose:?}");
 }
 
 #[test]

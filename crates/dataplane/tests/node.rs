@@ -631,24 +631,6 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     assert_eq!(again.kind(), std::io::ErrorKind::AddrInUse);
 }
 
-/// A node started with one receive queue whose backend later opens one per tenant (tenants
-/// added in place) bounds a batch's work as a node started with them does: otherwise a costly
-/// batch keeps the other tenants' queues unread (issue 15's weighted split fell from 1:3 to
-/// 1:1.6–1.8 on a loaded machine when applies stopped rebuilding the node).
-#[test]
-fn queues_opened_after_start_bound_batches_as_at_start() {
-    let backend = UdpBackend::bind_steered("127.0.0.1:0".parse().unwrap()).unwrap();
-    let cfg = NodeConfig { vtep_port: None, ..Default::default() };
-    let mut node = Node::new(cfg, backend, Box::new(MonotonicClock::default())).unwrap();
-    assert!(!node.sched().config().quantum_alone, "one queue: nothing waits unread");
-    let queues = node.backend_mut().steer(&[vec![100], vec![200]]).unwrap();
-    for (t, &q) in queues.iter().enumerate() {
-        node.set_rx_queue_tenant(q, Some(TenantId(t as u16 + 1)));
-    }
-    assert!(snic_dataplane::backend::Backend::rx_queues(node.backend()) > 1);
-    assert!(node.sched().config().quantum_alone, "a queue per tenant: batches are bounded to a quantum");
-}
-
 #[test]
 fn a_quiet_node_asks_for_no_timer_and_one_with_traffic_for_its_next_epoch() {
     let clock = snic_dataplane::node::ManualClock::default();

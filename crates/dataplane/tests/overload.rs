@@ -19,6 +19,17 @@ fn holds(b: Bottleneck) {
     let mut goodput = Vec::new();
     for m in [1.0, 3.0, 10.0] {
         let r = at(b, m);
+        // The figures BENCHMARKS.md quotes (`-- --nocapture` shows them).
+        let shares: Vec<String> = r.tenants.iter().map(|t| format!("{:.3}", t.over_fair_share)).collect();
+        let p99 = r.tenants.iter().map(|t| t.p99_ns).max().unwrap_or(0) as f64 / 1e6;
+        let swing = r.tenants.iter().map(|t| t.limit_swing).fold(0.0, f64::max);
+        eprintln!(
+            "{} {m}x: over fair share {} goodput {:.0} of capacity {:.0} pkt/s, p99 {p99:.1} ms, limit swing {swing:.3}",
+            b.name(),
+            shares.join(" : "),
+            r.goodput_pps,
+            r.capacity_pps
+        );
         assert!(r.weight_error < 0.10, "{} at {m}x: weights off by {:.2}: {r:?}", b.name(), r.weight_error);
         for t in &r.tenants {
             let deep = t.drops.iter().filter(|d| d.0 != "rx_queue_full" && d.0 != "rate_limit").map(|d| d.1).sum::<u64>();

@@ -18,8 +18,9 @@
 //! capacity; DRF splits it 1:3 (`throughput_ratio` 1/3).
 //!
 //! Modes: `alone` (the victim only), `off` (both; fair sharing measures but does not enforce,
-//! no engine buckets), `buckets` (engine buckets only), `on` (ingress limits and engine
-//! buckets, one receive ring shared by both), `queues` (`on` with a receive ring per tenant).
+//! no engine buckets, and the chains' instances take turns by packets, not by time), `buckets`
+//! (engine buckets only), `on` (ingress limits and engine buckets, one receive ring shared by
+//! both), `queues` (`on` with a receive ring per tenant).
 //!
 //! Each scenario runs on one of two clocks ([`Timing`]):
 //! - **real**: the machine's own costs (what `snic bench fair` reports by default); figures
@@ -130,7 +131,8 @@ impl Scenario {
 pub enum Mode {
     /// The victim only.
     Alone,
-    /// Both tenants; nothing enforced.
+    /// Both tenants; nothing enforced (no limits, no engine buckets, instances take turns by
+    /// packets rather than time).
     Off,
     /// Engine buckets only.
     Buckets,
@@ -459,6 +461,8 @@ pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
         // The in-memory "link" is the memory bus: far faster than a NIC's.
         link_bps: 400e9,
         engine_buckets: m.enforce() || m == Mode::Buckets,
+        // Nothing enforced: the chains' instances take turns by packets, not by time.
+        dispatch_quantum: if m == Mode::Off { Duration::ZERO } else { NodeConfig::default().dispatch_quantum },
         workers: p.workers,
         // Pinning is for the real clock's measurements; virtual cores need no core.
         pin_cores: p.workers > 0 && p.timing == Timing::Real,
