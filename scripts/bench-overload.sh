@@ -4,11 +4,13 @@
 # dispatcher's core: the dispatcher is the bottleneck), each sending small UDP datagrams from
 # iperf3 through a kernel VXLAN endpoint at the same rate. The node's capacity is measured first
 # (all three flat out, its delivered rate); then the senders offer 1x, 3x and 10x of it, split
-# evenly. One JSON line per multiple: each tenant's delivered rate, and that over its weighted
-# max-min fair share of what was delivered in all (water-filling: a tenant that offers less than
-# its weight's part keeps what it offers, the rest is split by weight), its p99 and its drops by
-# reason, the total goodput, and how far each tenant's ingress limit ranged over the status
-# snapshots (every 250 ms; (max - min) / max).
+# evenly. One JSON line per multiple: each tenant's offered rate (counted at its sender), its
+# delivered rate, and that over its weighted max-min fair share of what was delivered in all
+# (water-filling: a tenant that offers less than its weight's part keeps what it offers, the
+# rest is split by weight), its p99 and its drops by reason, the total goodput, how far each
+# tenant's ingress limit ranged over the status snapshots (every 250 ms; (max - min) / max), and
+# the share of a core the dispatcher thread got and the share it spent runnable but waiting for
+# one (its schedstat: on this machine the senders and the kernel's receive path share its cores).
 #
 #   scripts/bench-overload.sh [SECONDS] [MULTIPLES...]   (root; installs iperf3 if missing)
 #
@@ -21,6 +23,14 @@ multiples=${*:-1 3 10}
 here=$(cd "$(dirname "$0")/.." && pwd)
 snic=${SNIC_BIN:-$here/target/release/snic}
 cost=${COST_NS:-100000}
+# PIN=NODE:PEERS (default 0:1 on a machine of two or more CPUs; PIN= for none) runs the node
+# on CPU NODE and the senders and receivers on CPU PEERS: the kernel's sending and receiving
+# paths for a veth run on the sender's CPU, so the node's core is its own, as on a node with
+# dedicated cores. Unpinned, the senders take a share of the node's core that grows with the
+# offered load (dispatcher_waiting).
+pin=${PIN-$([ "$(nproc)" -ge 2 ] && echo 0:1)}
+pin_node= pin_peers=
+if [ -n "$pin" ]; then pin_node="taskset -c ${pin%%:*}"; pin_peers="taskset -c ${pin#*:}"; fi
 [ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
 for t in iperf3:iperf3 ethtool:ethtool; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
@@ -77,24 +87,30 @@ spec: {vni: $vni, vtep: '192.168.$((10 + i)).2:4789', flood: true}
 ---
 Y
 done
-ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
+$pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
+node_pid=$!
 wait_for "node up" ip netns exec "$P-node" "$snic" status
 ip netns exec "$P-node" "$snic" apply -f "$manifest" >/dev/null
 for i in 1 2 3; do
-  ip netns exec "$P-r$i" iperf3 -s -p 5201 >/dev/null 2>&1 & pids+=($!)
   # Each receiver knows its sender's MAC (no ARP needed across the node).
-  wait_for "iperf3 server $i" sh -c "[ -n \"\$(ip netns exec $P-r$i ss -Hltn 'sport = :5201')\" ]"
   ip netns exec "$P-s$i" ping -c 1 -W 2 10.$i.0.2 >/dev/null
 done
 
 status() { ip netns exec "$P-node" "$snic" status -o json; }
 # send PPS SECONDS: each sender offers PPS packets/s of 64-byte UDP for SECONDS (their PIDs in
 # `senders`; `stop_senders` ends them).
+# Every phase has its own one-test iperf3 servers on a port of its own: a server whose last test
+# has not ended (its control connection's packets queued or lost at an overloaded node) would
+# turn the next phase's sender away as busy.
 senders=()
+port=5200
 send() {
   local bps=$(( $1 * 64 * 8 ))
+  port=$(( port + 1 ))
   for i in 1 2 3; do
-    ip netns exec "$P-s$i" timeout -s KILL $(( $2 + 10 )) iperf3 -c 10.$i.0.2 -p 5201 -u -b "$bps" -l 64 -t "$2" >/dev/null 2>&1 & pids+=($!); senders+=($!)
+    $pin_peers ip netns exec "$P-r$i" timeout -s KILL $(( $2 + 20 )) iperf3 -s -1 -p $port >/dev/null 2>&1 & pids+=($!); senders+=($!)
+    wait_for "iperf3 server $i" sh -c "[ -n \"\$(ip netns exec $P-r$i ss -Hltn 'sport = :$port')\" ]"
+    $pin_peers ip netns exec "$P-s$i" timeout -s KILL $(( $2 + 10 )) iperf3 -c 10.$i.0.2 -p $port -u -b "$bps" -l 64 -t "$2" >/dev/null 2>&1 & pids+=($!); senders+=($!)
   done
 }
 stop_senders() {
@@ -102,13 +118,26 @@ stop_senders() {
   for p in "${senders[@]}"; do wait "$p" 2>/dev/null || true; done
   senders=()
 }
+# sent: the time, each sender's VXLAN transmit count and the dispatcher thread's schedstat (ns
+# on a CPU, ns runnable but waiting for one), on one line.
+sent() {
+  local line; line=$(date +%s.%N)
+  for i in 1 2 3; do line+=" $(ip netns exec "$P-s$i" cat /sys/class/net/vx0/statistics/tx_packets)"; done
+  local task
+  for task in /proc/$node_pid/task/*; do
+    if [ "$(cat "$task/comm")" = snic-dataplane ]; then line+=" $(cut -d' ' -f1,2 "$task/schedstat")"; fi
+  done
+  echo "$line"
+}
 # window SECONDS: status snapshots every 0.25 s over SECONDS; prints the JSON summary.
 window() {
   local snaps=$work/snaps.json
   : > "$snaps"
   local n=$(( $1 * 4 ))
-  for _ in $(seq "$n"); do status >> "$snaps"; echo >> "$snaps"; sleep 0.25; done
-  python3 - "$snaps" "$2" "$3" <<'PY'
+  sent > "$work/sent0"
+  for k in $(seq "$n"); do status >> "$snaps"; echo >> "$snaps"; [ "$k" = "$n" ] || sleep 0.25; done
+  sent > "$work/sent1"
+  python3 - "$snaps" "$2" "$3" "$work/sent0" "$work/sent1" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
 dec = json.JSONDecoder(); snaps = []; i = 0
@@ -117,15 +146,18 @@ while i < len(text):
     v, i = dec.raw_decode(text, i); snaps.append(v)
 mult, cap = float(sys.argv[2]), float(sys.argv[3])
 first, last = snaps[0], snaps[-1]
-dt = (len(snaps) - 1) * 0.25
 def t(v, name): return next(x for x in v["tenants"] if x["name"] == name)
 weights = {"t1": 1, "t2": 2, "t3": 5}
+# What each sender offered: its VXLAN device's transmitted packets over the window (counted at
+# the sender, so a node that loses packets where it cannot count them is measured alike).
+s0, s1 = (open(f).read().split() for f in sys.argv[4:6])
+dt = float(s1[0]) - float(s0[0])
+offered = {n: (int(s1[k + 1]) - int(s0[k + 1])) / dt for k, n in enumerate(weights)}
+# How much of a core the dispatcher got, and how long it waited for one, over the window.
+cpu, waiting = ((int(s1[k]) - int(s0[k])) / 1e9 / dt for k in (4, 5))
 deliv = {n: (t(last, n)["stats"]["tx_packets"] - t(first, n)["stats"]["tx_packets"]) / dt for n in weights}
 total = sum(deliv.values()) or 1
 # Weighted max-min fair shares of `total` for what each offered (water-filling).
-offered = {n: (t(last, n)["stats"]["rx_packets"] - t(first, n)["stats"]["rx_packets"]
-               + sum(c for r, c in t(last, n)["stats"]["drops"] if r in ("rx_queue_full", "rate_limit"))
-               - sum(c for r, c in t(first, n)["stats"]["drops"] if r in ("rx_queue_full", "rate_limit"))) / dt for n in weights}
 fair, left, open_ = {}, total, set(weights)
 while open_:
     unit = left / sum(weights[n] for n in open_)
@@ -134,7 +166,10 @@ while open_:
         for n in open_: fair[n] = unit * weights[n]
         break
     for n in sat: fair[n] = offered[n]; left -= offered[n]; open_.discard(n)
-out = {"bench": "overload", "multiple": mult, "capacity_pps": round(cap), "goodput_pps": round(total), "tenants": []}
+out = {"bench": "overload", "multiple": mult, "capacity_pps": round(cap), "goodput_pps": round(total),
+       "dispatcher_cpu": round(cpu, 2), "dispatcher_waiting": round(waiting, 2),
+       "dispatcher_capacity": [round(f(r["capacity"] for s in snaps for r in s["fairness"]["resources"] if r["name"] == "dispatcher"), 2) for f in (min, max)],
+       "tenants": []}
 for n, w in weights.items():
     lims = [t(s, n)["stats"]["fair"]["limit_pps"] for s in snaps]
     lim = [x for x in lims if x is not None]
