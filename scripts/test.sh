@@ -23,7 +23,14 @@ t_start=$(date +%s)
 
 failed_steps=()
 skipped=()
-step() { printf '\n==> %s\n' "$*"; }
+# Each step's header also says how long the one before it took.
+t_step=
+step() {
+  local now; now=$(date +%s)
+  [ -z "$t_step" ] || printf '(%s s)\n' $((now - t_step))
+  t_step=$now
+  printf '\n==> %s\n' "$*"
+}
 skip() { printf 'SKIPPED %s: %s\n' "$1" "$2"; skipped+=("$1 ($2)"); }
 fail() { printf 'FAILED %s\n' "$1"; failed_steps+=("$1"); }
 is_root() { [ "$(id -u)" = 0 ]; }
