@@ -124,6 +124,12 @@ else
 fi
 
 step "done in $(( $(date +%s) - t_start )) s"
+# Where the tests' time went: the slowest test binaries (cargo test times binaries, not tests).
+echo "slowest test binaries:"
+cat "$test_log" "$root_log" | awk '
+  /^ *Running / { bin = $NF; gsub(/^\(.*\/|-[0-9a-f]+\)$/, "", bin); name = ($2 == "unittests") ? bin " (unit tests)" : bin " (" $2 ")" }
+  /^test result:.*finished in/ { t = $NF; sub(/s$/, "", t); if (t + 0 >= 1) printf "%8.1f s  %s\n", t, name }' |
+  sort -rn | head -n 8
 # Totals over every `cargo test` run: passed and failed count what ran. The root tests are
 # ignored in the first run and run in the second: they count once, where they ran.
 totals=$(cat "$test_log" "$root_log" | awk '
