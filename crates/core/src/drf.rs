@@ -36,6 +36,16 @@ pub struct Allocation {
     pub dominant_share: f64,
 }
 
+/// `demand` in the unit of each resource: the vector scaled down, whole, until no part of it
+/// exceeds its resource's capacity (a tenant offering ten times a core wants the core, not ten
+/// cores). [`Drf::allocate`] gives such a demand the same amounts as the demand itself: a
+/// tenant's allocation is a fraction of its demand vector and never exceeds the capacity of its
+/// dominant resource.
+pub fn within_capacity(demand: &[f64], capacity: &[f64]) -> Vec<f64> {
+    let over = demand.iter().zip(capacity).filter(|&(_, &c)| c > 0.0).map(|(&d, &c)| d / c).fold(1.0, f64::max);
+    demand.iter().map(|d| d / over).collect()
+}
+
 /// The allocator, with its scratch memory.
 #[derive(Debug, Default, Clone)]
 pub struct Drf {

@@ -141,6 +141,16 @@ pub struct TenantShare {
     window: Window,
 }
 
+impl TenantShare {
+    /// Its demand in the unit of each resource, as reported (status, metrics): scaled down,
+    /// whole, until no part exceeds its resource's capacity (`capacities` in the order of
+    /// [`Fairness::resources`]). The policy keeps the offered load — limits are a share of it —
+    /// and DRF allocates either the same ([`crate::drf::within_capacity`]).
+    pub fn demand_within(&self, capacities: &[f64]) -> Vec<f64> {
+        crate::drf::within_capacity(&self.demand, capacities)
+    }
+}
+
 /// Variable use observed over the epochs since it was last folded into the demand. One epoch's
 /// `offered / admitted` is a sound scale only with enough admitted packets behind it: at a few
 /// kpps an epoch admits zero, one or two, and the epochs that admit one are not typical ones

@@ -71,6 +71,30 @@ proptest! {
         }
     }
 
+    /// A demand reported in the unit of its resources (scaled down to its dominant resource's
+    /// capacity) is allocated exactly what the demand itself is.
+    #[test]
+    fn a_demand_within_capacity_is_allocated_the_same((cap, t) in case(), over in 1.0f64..20.0) {
+        // Some tenants offering far more than the node has.
+        let big: Vec<TenantDemand> = t.iter().enumerate().map(|(i, x)| {
+            let f = if i % 2 == 0 { over } else { 1.0 };
+            td(x.weight, &x.demand.iter().map(|q| q * f).collect::<Vec<_>>())
+        }).collect();
+        let within: Vec<TenantDemand> = big.iter().map(|x| td(x.weight, &within_capacity(&x.demand, &cap))).collect();
+        for x in &within {
+            for (k, c) in cap.iter().enumerate() {
+                prop_assert!(*c <= 0.0 || x.demand[k] <= c * (1.0 + 1e-12), "resource {} over capacity", k);
+            }
+        }
+        let (a, b) = (run(&cap, &big), run(&cap, &within));
+        for i in 0..t.len() {
+            for (k, c) in cap.iter().enumerate() {
+                let (x, y) = (a[i].amounts[k], b[i].amounts[k]);
+                prop_assert!((x - y).abs() <= 1e-6 * c.abs().max(1e-9), "tenant {} resource {}: {} vs {}", i, k, x, y);
+            }
+        }
+    }
+
     /// Feasible, and Pareto efficient: a tenant short of its demand uses a saturated resource.
     #[test]
     fn feasible_and_pareto((cap, t) in case()) {

@@ -59,7 +59,11 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     let dshare = family::<FGauge>(&mut reg, "snic_tenant_dominant_share", "Granted share of the tenant's dominant resource (label: which)");
     let frac = family::<FGauge>(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
     let limit = family::<FGauge>(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
-    let demand = family::<FGauge>(&mut reg, "snic_tenant_demand", "Measured demand per tenant and resource, per second (store: buffers)");
+    let demand = family::<FGauge>(
+        &mut reg,
+        "snic_tenant_demand",
+        "Measured demand per tenant and resource, per second (store: buffers), scaled down whole to at most each resource's capacity",
+    );
     let tlat = family::<Gauge>(&mut reg, "snic_tenant_latency_ns", "Receive-to-transmit latency quantiles per tenant (sampled)");
     let alloc = family::<FGauge>(&mut reg, "snic_tenant_allocation", "DRF allocation per tenant and resource, same units as the demand");
     let fdb = family::<Gauge>(

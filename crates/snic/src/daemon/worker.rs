@@ -87,8 +87,13 @@ pub struct FairSnap {
     pub fraction: f64,
     /// Ingress limit in packets per second (null: not limited).
     pub limit_pps: Option<f64>,
-    /// Measured demand per resource (resource units per second; `store` in buffers).
+    /// Measured demand per resource (resource units per second; `store` in buffers), in the
+    /// unit of each: a tenant that offers more than the node has is shown wanting at most the
+    /// whole of its dominant resource, its vector scaled down whole (`offered_pps` says by how
+    /// much it asks to go over).
     pub demand: Vec<(String, f64)>,
+    /// Packets per second it offers at ingress (smoothed), before any limit.
+    pub offered_pps: f64,
     /// Allocation per resource, same units.
     pub allocation: Vec<(String, f64)>,
 }
@@ -1239,7 +1244,8 @@ fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
         dominant_share: s.dominant_share,
         fraction: s.fraction,
         limit_pps: node.meter().limit(t),
-        demand: names.clone().zip(s.demand.iter().copied()).collect(),
+        demand: names.clone().zip(s.demand_within(&fair.resources().iter().map(|r| r.capacity).collect::<Vec<_>>())).collect(),
+        offered_pps: s.offered_pps,
         allocation: names.zip(s.allocation.iter().copied()).collect(),
     }
 }
