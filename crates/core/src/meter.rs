@@ -179,6 +179,9 @@ struct Seen {
     /// The counters have been read once (a newly registered tenant's history is not one
     /// epoch's load).
     primed: bool,
+    /// The end of the last epoch it sent in, while that is within [`SHARING_HOLD`] (it is then
+    /// in `Meter::recent`).
+    last_sent: Option<Instant>,
 }
 
 /// One tenant's epoch, from the counters.
@@ -264,8 +267,8 @@ pub struct Meter {
     held: Vec<bool>,
     /// The tenants the epoch visits, and those with arrivals at an NT (scratch).
     visit: Vec<TenantId>,
-    /// Tenants that sent within [`SHARING_HOLD`], and the end of the last epoch they sent in.
-    recent: Vec<(TenantId, Instant)>,
+    /// Tenants that sent within [`SHARING_HOLD`] (each once: those whose `Seen::last_sent` is set).
+    recent: Vec<TenantId>,
     extra: Vec<TenantId>,
 }
 
@@ -646,10 +649,10 @@ impl Meter {
             let admitted = rx + refused.saturating_sub(seen.store_refused);
             let received = admitted + over.saturating_sub(seen.over_limit);
             if seen.primed && received > 0 {
-                match self.recent.iter_mut().find(|r| r.0 == tid) {
-                    Some(r) => r.1 = now,
-                    None => self.recent.push((tid, now)),
+                if seen.last_sent.is_none() {
+                    self.recent.push(tid);
                 }
+                seen.last_sent = Some(now);
             }
             let mut offered = received + counters.lost_own(tid);
             // A tenant read from a queue of its own only up to its limit leaves its excess
@@ -679,10 +682,19 @@ impl Meter {
                 sched_refused: st.sched_refused,
                 mean_bytes: seen.mean_bytes,
                 primed: true,
+                last_sent: seen.last_sent,
             };
             offered_all += offered;
         }
-        self.recent.retain(|r| now.saturating_since(r.1) <= SHARING_HOLD);
+        let seen = &mut self.seen;
+        self.recent.retain(|t| {
+            let s = &mut seen[t.index()];
+            let keep = s.last_sent.is_some_and(|at| now.saturating_since(at) <= SHARING_HOLD);
+            if !keep {
+                s.last_sent = None;
+            }
+            keep
+        });
         let inflate = if offered_all > 0 { (offered_all + lost_now) as f64 / offered_all as f64 } else { 1.0 };
         self.adjust_cores(refused_tenants >= 2 || (refused_tenants > 0 && refused_tenants >= active));
         for &tid in &self.visit {
