@@ -450,17 +450,7 @@ fn two_node_vpc_through_encryption() {
     // The README tour's endpoints: a VXLAN MTU of 1500 on 1500-byte links (issue 49). The
     // nodes' datagrams (the encrypted ones 32 bytes more) exceed the links' MTU: fragmented,
     // none refused, and TCP carries.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-vpc.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg("1")
-        .env("SNIC_BIN", env!("CARGO_BIN_EXE_snic"))
-        .env("VPC_ENDPOINT_MTU", "1500")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (rows, stdout) = bench_script("bench-vpc.sh", &["1"], &[("VPC_ENDPOINT_MTU", "1500")]);
     assert_eq!(rows.len(), 4, "{stdout}");
     for r in rows.iter().filter(|r| r["path"] != "snic-mtu") {
         assert!(r.get("error").is_none(), "{r}");
@@ -469,6 +459,18 @@ fn two_node_vpc_through_encryption() {
     assert_eq!(rows[0]["path"], "snic-2node-fw-nat-aesgcm");
     assert_eq!(rows[1]["path"], "snic-mtu");
     assert_eq!((rows[1]["ping_1422_df_of_5"].as_u64(), rows[1]["tx_error"].as_u64()), (Some(5), Some(0)), "{}", rows[1]);
+}
+
+/// Runs `scripts/<script>` with `args` and `env` on this build's snic (`SNIC_BIN`); it must
+/// succeed. Returns its JSON lines and its whole output.
+fn bench_script(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Vec<serde_json::Value>, String) {
+    let path = format!("{}/../../scripts/{script}", env!("CARGO_MANIFEST_DIR"));
+    let out =
+        Command::new("bash").arg(path).args(args).env("SNIC_BIN", env!("CARGO_BIN_EXE_snic")).envs(env.iter().copied()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let rows = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    (rows, stdout)
 }
 
 /// `name`'s stats in a status.
@@ -580,11 +582,7 @@ fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
 fn weights_hold_for_three_real_senders_at_3x_and_10x_capacity() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-overload.sh");
-    let out = Command::new("bash").args([script, "3", "3", "10"]).env("SNIC_BIN", env!("CARGO_BIN_EXE_snic")).output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let rows: Vec<serde_json::Value> = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let (rows, stdout) = bench_script("bench-overload.sh", &["3", "3", "10"], &[]);
     assert_eq!(rows.len(), 2, "{stdout}");
     for (row, within) in rows.iter().zip([0.15, 0.30]) {
         eprintln!("{row}");
