@@ -889,6 +889,37 @@ mod tests {
         }
     }
 
+    /// A hostile tenant whose own chain overflows (its module turned slow) cannot shrink the
+    /// cores the others are given: only refusals of two tenants, or of every tenant that sent,
+    /// say the cores give less than the limits admitted.
+    #[test]
+    fn one_tenants_refusals_do_not_shrink_the_cores() {
+        let (mut m, mut s) = node();
+        let two = vec![TenantId(1), TenantId(2)];
+        let mut c = Fake { touched: two.clone(), tenants: vec![TenantCounters::default(); 8], store: vec![0; 8], ..Fake::default() };
+        let mut now = Instant::ZERO;
+        let mut epoch = |m: &mut Meter, c: &mut Fake, refused: &[usize]| {
+            now = now + EPOCH;
+            for t in c.touched.iter().map(|t| t.index()) {
+                let x = &mut c.tenants[t];
+                x.rx_packets += 10;
+                x.rx_bytes += 10_000;
+                x.sched_refused += refused.contains(&t) as u64 * 5;
+            }
+            m.end_epoch(now, &mut s, c);
+            m.core_scale()
+        };
+        epoch(&mut m, &mut c, &[]);
+        for _ in 0..20 {
+            assert_eq!(epoch(&mut m, &mut c, &[2]), 1.0, "tenant 2's own refusals");
+        }
+        assert!(epoch(&mut m, &mut c, &[1, 2]) < 1.0, "both refused: the cores gave less");
+        // Alone, a tenant's refusals do scale (no one else to protect; its limit follows).
+        c.touched = vec![TenantId(2)];
+        let before = m.core_scale();
+        assert!(epoch(&mut m, &mut c, &[2]) < before);
+    }
+
     #[test]
     fn demand_is_counter_deltas_and_arrivals_scaled_to_what_was_offered() {
         let (mut m, mut s) = node();
