@@ -18,6 +18,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+# One build from scratch gains nothing from incremental state, which doubles the target
+# directory (a developer who runs this again may set CARGO_INCREMENTAL=1).
+export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
 fuzz_seconds=${FUZZ_SECONDS:-30}
 t_start=$(date +%s)
 
