@@ -87,7 +87,7 @@ with tempfile.TemporaryDirectory() as tmp:
         green_on.set()
         def regions():
             return call("GET", a + "/v1/status")["regions"]["instances"]
-        until(lambda: any(r["state"] == "running" and r["chain"][0] == "green-counter" for r in regions()))
+        until(lambda: any(r["state"] == "running" and r["chain"][0] == "green/green-counter" for r in regions()))
         call("POST", a + "/v1/apply", full)
         sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         rb.settimeout(2.0)
@@ -142,7 +142,7 @@ with tempfile.TemporaryDirectory() as tmp:
             rows.append(row)
             # Green takes the region back once blue idles into a victim.
             green_on.set()
-            until(lambda: any(r["state"] == "running" and r["chain"][0] == "green-counter" for r in regions()))
+            until(lambda: any(r["state"] == "running" and r["chain"][0] == "green/green-counter" for r in regions()))
         med = lambda k: statistics.median([x[k] for x in rows if x[k] is not None]) if any(x[k] is not None for x in rows) else None
         print(json.dumps({"bench": "auto_place", "rounds": rounds, "place_ms": med("place_ms"), "redirected_p50_us": med("redirected_p50_us"),
                           "back_ms": med("back_ms"), "pause_ms": med("pause_ms"), "with_state": sum(x["with_state"] for x in rows), "home_p50_us": med("home_p50_us"), "lost": sum(x["lost"] for x in rows)}))

@@ -63,7 +63,7 @@ try:
         applied = time.time() - t0
         last = 0.0
         for api in apis[1:]:
-            while get(f"{api}/v1/objects/dag/{name}-dag") != 200:
+            while get(f"{api}/v1/objects/dag/{name}/{name}-dag") != 200:
                 if time.time() - t0 > 10: sys.exit(f"{api} did not deploy {name} within 10 s")
                 time.sleep(0.001)
             last = time.time() - t0

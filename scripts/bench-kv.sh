@@ -135,7 +135,7 @@ if command -v memcaslap >/dev/null 2>&1; then
     case $p in
       direct) caslap direct 10.9.0.2 ;;
       snic) caslap snic 10.2.0.2 ;;
-      snic-cache) caslap snic-cache 10.1.0.2 cache ;;
+      snic-cache) caslap snic-cache 10.1.0.2 blue/cache ;;
     esac
   done
 fi

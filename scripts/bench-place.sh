@@ -38,7 +38,7 @@ with tempfile.TemporaryDirectory() as tmp:
         call("POST", a + "/v1/apply", demo)
         took = []
         for _ in range(rounds):
-            v = call("POST", a + "/v1/pool/place", json.dumps({"dag": "blue-edge", "peer": b_pool}))
+            v = call("POST", a + "/v1/pool/place", json.dumps({"dag": "blue/blue-edge", "peer": b_pool}))
             took.append(v["placed"]["took_ms"])
             print(json.dumps({"bench": "place", "took_ms": took[-1]}))
         print(json.dumps({"bench": "place", "rounds": rounds, "median_ms": statistics.median(took), "worst_ms": max(took)}))

@@ -83,12 +83,9 @@ pub fn may_apply(state: &State, who: &Principal, objs: &[Object]) -> Result<(), 
                 "a tenant's credential applies its own NTs, DAGs and rules; tenants and routes are the operator's",
             ));
         }
-        // An object of that name that is another tenant's is not this tenant's to replace.
-        if let Some(old) = state.get(o.kind, &o.name) {
-            if !visible(state, who, old) {
-                return Err(forbidden(o, "metadata.name", "another tenant's object has this name"));
-            }
-        }
+        // No check of the name: NTs, DAGs and rules are named in their tenant's scope
+        // (`State::scoped`), so whatever another tenant named its objects is not in the way, and
+        // an apply never tells whether it exists.
         let (field, ok) = match &o.spec {
             Spec::Nt(n) => ("spec.tenant", n.tenant == *me),
             Spec::Dag(d) => ("spec.tenant", d.tenant == *me),
@@ -101,6 +98,15 @@ pub fn may_apply(state: &State, who: &Principal, objs: &[Object]) -> Result<(), 
         }
     }
     Ok(())
+}
+
+/// The full name `who` means by `name` for an object of `kind`: a tenant names its NTs, DAGs
+/// and rules by `NAME` or `TENANT/NAME`; the operator by `TENANT/NAME`.
+pub fn full_name(who: &Principal, kind: Kind, name: &str) -> String {
+    match who {
+        Principal::Tenant(t) if kind.tenant_scoped() => crate::manifest::in_scope(t, name),
+        _ => name.to_string(),
+    }
 }
 
 /// Whether `who` may delete `kind`/`name`: a tenant only its own NTs, DAGs and rules. Another
@@ -188,6 +194,8 @@ spec: {{vni: 200, vtep: "10.0.0.9:4789", default: true}}
             doc("NT", "blue-fw", "{tenant: blue, config: {kind: firewall, default: deny}}"),
             doc("DAG", "blue-path", "{tenant: blue, nodes: [blue-fw]}"),
             doc("Rule", "blue-all", "{vni: 100, action: pass_through}"),
+            // green has an NT of that name: in blue's scope, it is another object.
+            doc("NT", "green-count", "{tenant: blue, config: {kind: counter}}"),
         ] {
             may_apply(&s, &blue, &ok).unwrap();
         }
@@ -195,7 +203,6 @@ spec: {{vni: 200, vtep: "10.0.0.9:4789", default: true}}
             (doc("Tenant", "blue", "{vnis: [100], weight: 100}"), "kind"),
             (doc("Tenant", "red", "{vnis: [300]}"), "kind"),
             (doc("Route", "blue-r", "{vni: 100, vtep: '10.0.0.1:4789', default: true}"), "kind"),
-            (doc("NT", "green-count", "{tenant: blue, config: {kind: counter}}"), "metadata.name"),
             (doc("NT", "mine", "{tenant: green, config: {kind: counter}}"), "spec.tenant"),
             (doc("DAG", "theirs", "{tenant: green, nodes: [green-count]}"), "spec.tenant"),
             (doc("Rule", "steal", "{vni: 200, action: drop}"), "spec.vni"),
@@ -212,12 +219,19 @@ spec: {{vni: 200, vtep: "10.0.0.9:4789", default: true}}
         let s = state();
         let blue = Principal::Tenant("blue".into());
         let seen: Vec<_> = s.objects().filter(|o| visible(&s, &blue, o)).map(|o| o.name.as_str()).collect();
-        assert_eq!(seen, ["blue", "blue-fw"]);
+        assert_eq!(seen, ["blue", "blue/blue-fw"]);
         let green = Principal::Tenant("green".into());
         let seen: Vec<_> = s.objects().filter(|o| visible(&s, &green, o)).map(|o| o.name.as_str()).collect();
-        assert_eq!(seen, ["green", "green-count", "green-r"], "its routes are its to read");
-        may_delete(&s, &blue, Kind::Nt, "blue-fw").unwrap();
-        assert_eq!(may_delete(&s, &blue, Kind::Nt, "green-count").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(seen, ["green", "green/green-count", "green-r"], "its routes are its to read");
+        let name = |who: &Principal, n: &str| full_name(who, Kind::Nt, n);
+        may_delete(&s, &blue, Kind::Nt, &name(&blue, "blue-fw")).unwrap();
+        may_delete(&s, &blue, Kind::Nt, &name(&blue, "blue/blue-fw")).unwrap();
+        for theirs in ["green-count", "green/green-count", "green/nothing"] {
+            let e = may_delete(&s, &blue, Kind::Nt, &name(&blue, theirs)).unwrap_err();
+            assert_eq!((e.code, e.reason.as_str()), (ErrorCode::NotFound, "no such object"), "{theirs}");
+        }
+        may_delete(&s, &green, Kind::Nt, &name(&green, "green-count")).unwrap();
+        may_delete(&s, &Principal::Operator, Kind::Nt, &name(&Principal::Operator, "green/green-count")).unwrap();
         assert_eq!(may_delete(&s, &blue, Kind::Tenant, "blue").unwrap_err().code, ErrorCode::Forbidden);
         assert_eq!(may_delete(&s, &green, Kind::Route, "green-r").unwrap_err().code, ErrorCode::Forbidden);
         may_delete(&s, &Principal::Operator, Kind::Tenant, "green").unwrap();

@@ -53,6 +53,24 @@ impl Kind {
             Kind::Route => "Route",
         }
     }
+
+    /// Whether objects of this kind are named in their tenant's scope (`TENANT/NAME`): NTs,
+    /// DAGs and rules, which tenants write themselves. Two tenants may each have an NT `fw`;
+    /// Tenants and Routes, the operator's, are named node-wide.
+    pub fn tenant_scoped(self) -> bool {
+        matches!(self, Kind::Nt | Kind::Dag | Kind::Rule)
+    }
+}
+
+/// The full name of `tenant`'s object `name`: `name` as it is if already `TENANT/NAME`, else
+/// `tenant/name`. (A reference — a DAG's node, a rule's DAG — is completed the same way, with the
+/// referring object's tenant.)
+pub fn in_scope(tenant: &str, name: &str) -> String {
+    if name.contains('/') {
+        name.to_string()
+    } else {
+        format!("{tenant}/{name}")
+    }
 }
 
 /// Stable error codes (API errors carry them).
@@ -356,13 +374,19 @@ pub fn object_from_value(i: usize, v: serde_json::Value) -> Result<Object, Error
         k => return Err(doc_err(i, "kind", format!("unknown kind `{k}` (expected Tenant, NT, DAG, Rule or Route)"))),
     };
     let name = env.metadata.name;
-    if !valid_name(&name) {
+    // NTs, DAGs and rules may be written `TENANT/NAME` (as the API lists them) or `NAME`.
+    let scoped_ok = || kind.tenant_scoped() && name.split_once('/').is_some_and(|(t, n)| valid_name(t) && valid_name(n));
+    if !valid_name(&name) && !scoped_ok() {
         return Err(Error::new(
             ErrorCode::InvalidManifest,
             kind,
             &name,
             "metadata.name",
-            "must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'",
+            if kind.tenant_scoped() {
+                "must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-' (or TENANT/NAME, each such)"
+            } else {
+                "must be 1-63 characters of a-z, 0-9 and '-', not starting or ending with '-'"
+            },
         ));
     }
     let spec = match kind {

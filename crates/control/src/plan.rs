@@ -608,7 +608,7 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         };
         let p = plan(&state(&dag(true)), 8).unwrap();
         let names: Vec<Vec<String>> = p.chains.iter().map(|c| c.nts.clone()).collect();
-        assert_eq!(names, [vec!["nt1"], vec!["nt2"], vec!["nt3x"]]);
+        assert_eq!(names, [vec!["a/nt1"], vec!["a/nt2"], vec!["a/nt3x"]]);
         assert_eq!(p.dags[0].groups, [(0, 2)]);
         assert_eq!(p.dags[0].steps.len(), 3);
         let route = p.dags[0].route(|c| ChainId(c as u16));
@@ -637,8 +637,8 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
         let mac = "---\napiVersion: snic/v1\nkind: Route\nmetadata: {name: m1}\nspec: {vni: 1, vtep: '10.0.0.4:4789', mac: '02:00:00:00:00:01'}\n";
         let p = plan(&state(&format!("{dag}{}{mac}", routes.concat())), 8).unwrap();
         assert_eq!(p.host_request("nope"), None);
-        let r = p.host_request("d").unwrap();
-        assert_eq!((r.tenant.as_str(), r.dag.as_str(), r.chains.len(), r.groups.as_slice()), ("a", "d", 3, &[(0, 2)][..]));
+        let r = p.host_request("a/d").unwrap();
+        assert_eq!((r.tenant.as_str(), r.dag.as_str(), r.chains.len(), r.groups.as_slice()), ("a", "a/d", 3, &[(0, 2)][..]));
         let vtep = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(r.floods, vec![(1, vec![vtep("10.0.0.1:4789"), vtep("10.0.0.2:4789")])]);
         // What a peer receives is what was sent, and builds the same route.
@@ -670,17 +670,17 @@ spec: {tenant: b, shared_with: [a], config: {kind: dummy}}
 apiVersion: snic/v1
 kind: DAG
 metadata: {name: d1}
-spec: {tenant: a, nodes: [nt1, nt2, nt4]}
+spec: {tenant: a, nodes: [nt1, nt2, b/nt4]}
 ---
 apiVersion: snic/v1
 kind: DAG
 metadata: {name: d2}
-spec: {tenant: b, nodes: [nt3, nt4, nt2], edges: [[nt3, nt4], [nt2, nt4]]}
+spec: {tenant: b, nodes: [nt3, nt4, a/nt2], edges: [[nt3, nt4], [a/nt2, nt4]]}
 "#,
         );
         let p = plan(&s, 8).unwrap();
         let names: Vec<Vec<&str>> = p.chains.iter().map(|c| c.nts.iter().map(String::as_str).collect()).collect();
-        assert_eq!(names, vec![vec!["nt1", "nt2", "nt4"], vec!["nt3"]]);
+        assert_eq!(names, vec![vec!["a/nt1", "a/nt2", "b/nt4"], vec!["b/nt3"]]);
         let d1 = &p.dags[0];
         assert_eq!(d1.steps, vec![(0, NtMask(0b111))], "d1 runs its chain whole");
         // d2 in topological order: nt3, nt2, nt4 -> chain 1 (nt3), then chain 0 skipping nt1.

@@ -168,7 +168,7 @@ mod tests {
             .unwrap();
         assert_eq!(apply(&s, &nt("e", "blue")).unwrap_err().field, "quotas.nts");
         apply(&s, &nt("a", "blue").replace("counter", "dummy")).unwrap();
-        let s = s.delete(Kind::Nt, "d").unwrap();
+        let s = s.delete(Kind::Nt, "blue/d").unwrap();
         assert_eq!(apply(&s, &nt("d", "blue")).unwrap_err().field, "quotas.nts", "3 + 1 is still over 1");
     }
 }

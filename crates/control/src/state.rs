@@ -4,7 +4,7 @@
 //! error, leaving `self` untouched, so an apply is atomic: all of a manifest or none of it.
 //! Tenant ids and DAG UIDs are assigned here, once per name, and never reused.
 
-use crate::manifest::{Error, ErrorCode, Kind, Object, Spec};
+use crate::manifest::{in_scope, Error, ErrorCode, Kind, Object, RuleAction, Spec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,8 +66,21 @@ impl State {
     }
 
     /// Rebuilds a state from stored objects and ids (persistence), validating it.
-    pub fn restore(objects: Vec<Object>, ids: Ids) -> Result<State, Error> {
-        let s = State { objects: objects.into_iter().map(|o| ((o.kind, o.name.clone()), o)).collect(), ids };
+    pub fn restore(objects: Vec<Object>, mut ids: Ids) -> Result<State, Error> {
+        let (tenants, rest): (Vec<_>, Vec<_>) = objects.into_iter().partition(|o| !o.kind.tenant_scoped());
+        let mut s = State { objects: tenants.into_iter().map(|o| ((o.kind, o.name.clone()), o)).collect(), ids: Ids::default() };
+        // A store written before names were scoped by tenant holds `NAME`: it becomes
+        // `TENANT/NAME` here, and a DAG keeps its UID.
+        for o in rest {
+            let o = s.scoped(o)?;
+            if let Some((_, short)) = o.name.split_once('/').filter(|_| o.kind == Kind::Dag) {
+                if let Some(uid) = ids.dags.remove(short) {
+                    ids.dags.insert(o.name.clone(), uid);
+                }
+            }
+            s.objects.insert((o.kind, o.name.clone()), o);
+        }
+        s.ids = ids;
         s.validate()?;
         // Every tenant and DAG has its id, and no two share one (a store written by something
         // else than a node — an etcd edited by hand — may say otherwise).
@@ -93,13 +106,14 @@ impl State {
 
     /// The state with `objs` created or replaced, if the result is valid.
     pub fn apply(&self, objs: Vec<Object>) -> Result<State, Error> {
+        let objs = self.scope_all(objs)?;
+        let mut next = self.clone();
         let mut seen = BTreeSet::new();
         for o in &objs {
             if !seen.insert((o.kind, o.name.clone())) {
                 return Err(Error::new(ErrorCode::Duplicate, o.kind, &o.name, "metadata.name", "appears twice in this manifest"));
             }
         }
-        let mut next = self.clone();
         for o in objs {
             match o.kind {
                 Kind::Tenant if !next.ids.tenants.contains_key(&o.name) => {
@@ -149,12 +163,74 @@ impl State {
     pub fn delete(&self, kind: Kind, name: &str) -> Result<State, Error> {
         let mut next = self.clone();
         if next.objects.remove(&(kind, name.to_string())).is_none() {
-            return Err(Error::new(ErrorCode::NotFound, kind, name, "metadata.name", "no such object"));
+            let why = if kind.tenant_scoped() && !name.contains('/') {
+                "no such object (NTs, DAGs and rules are named TENANT/NAME)"
+            } else {
+                "no such object"
+            };
+            return Err(Error::new(ErrorCode::NotFound, kind, name, "metadata.name", why));
         }
         if let Err(e) = next.validate() {
             return Err(Error::new(ErrorCode::InUse, kind, name, "metadata.name", format!("still used: {e}")));
         }
         Ok(next)
+    }
+
+    /// `objs`, a manifest to apply here, with every NT, DAG and rule named in full
+    /// ([`State::scoped`]); tenants first, as a rule is named in the scope of its VNI's owner,
+    /// which the manifest may change. [`State::apply`] does this itself; what it returns names
+    /// the objects as the state will.
+    pub fn scope_all(&self, objs: Vec<Object>) -> Result<Vec<Object>, Error> {
+        let (tenants, rest): (Vec<_>, Vec<_>) = objs.into_iter().partition(|o| o.kind == Kind::Tenant);
+        let mut with_tenants = self.clone();
+        for o in &tenants {
+            with_tenants.objects.insert((o.kind, o.name.clone()), o.clone());
+        }
+        let rest = rest.into_iter().map(|o| with_tenants.scoped(o)).collect::<Result<Vec<_>, _>>()?;
+        Ok(tenants.into_iter().chain(rest).collect())
+    }
+
+    /// The tenant in whose scope `o` is named: an NT's or DAG's `spec.tenant`, a rule's VNI's
+    /// owner (none if no tenant owns it); none for Tenants and Routes.
+    fn scope_of<'a>(&'a self, o: &'a Object) -> Option<&'a str> {
+        match &o.spec {
+            Spec::Nt(n) => Some(&n.tenant),
+            Spec::Dag(d) => Some(&d.tenant),
+            Spec::Rule(r) => self.vni_owners().get(&r.vni).copied(),
+            Spec::Tenant(_) | Spec::Route(_) => None,
+        }
+    }
+
+    /// `o` with its full name and references (a DAG's nodes and edges, a rule's DAG) completed in
+    /// its tenant's scope. A name written `TENANT/NAME` must name its own tenant; a reference
+    /// may name another's (an NT shared with this tenant). A rule on a VNI nobody owns keeps its
+    /// name, and [`State::validate`] refuses it.
+    pub fn scoped(&self, mut o: Object) -> Result<Object, Error> {
+        let Some(tenant) = self.scope_of(&o).map(str::to_string) else { return Ok(o) };
+        if let Some((t, _)) = o.name.split_once('/') {
+            if t != tenant {
+                let why = match o.kind {
+                    Kind::Rule => format!("a rule is named in the scope of its VNI's owner, tenant `{tenant}`, not `{t}`"),
+                    _ => format!("an object is named in the scope of its spec.tenant, `{tenant}`, not `{t}`"),
+                };
+                return Err(Error::new(ErrorCode::InvalidManifest, o.kind, &o.name, "metadata.name", why));
+            }
+        }
+        o.name = in_scope(&tenant, &o.name);
+        match &mut o.spec {
+            Spec::Dag(d) => {
+                for n in d.nodes.iter_mut().chain(d.edges.iter_mut().flatten().flatten()) {
+                    *n = in_scope(&tenant, n);
+                }
+            }
+            Spec::Rule(r) => {
+                if let RuleAction::Dag(d) = &mut r.action {
+                    *d = in_scope(&tenant, d);
+                }
+            }
+            _ => {}
+        }
+        Ok(o)
     }
 
     /// VNI → owning tenant, for every tenant.
@@ -190,6 +266,23 @@ impl State {
             let (k, n) = (o.kind, o.name.as_str());
             let bad = |code, field: String, reason: String| Err(Error::new(code, k, n, field, reason));
             let tenant_exists = |t: &str| self.get(Kind::Tenant, t).is_some();
+            // NTs, DAGs and rules are named in their tenant's scope (a rule's tenant is its VNI's
+            // owner, so moving a VNI to another tenant needs its rules deleted first).
+            let scope = match &o.spec {
+                Spec::Nt(x) => Some(x.tenant.as_str()),
+                Spec::Dag(x) => Some(x.tenant.as_str()),
+                Spec::Rule(r) => tenant_of_vni(r.vni),
+                _ => None,
+            };
+            if let Some(t) = scope {
+                if n.split_once('/').map(|(s, _)| s) != Some(t) {
+                    return bad(
+                        ErrorCode::InvalidManifest,
+                        "metadata.name".into(),
+                        format!("not named in tenant `{t}`'s scope (`{t}/NAME`)"),
+                    );
+                }
+            }
             match &o.spec {
                 Spec::Tenant(t) => {
                     if t.vnis.len() > MAX_VNIS_PER_TENANT {
@@ -465,11 +558,112 @@ spec: {vni: 100, action: {dag: blue-path}}
         assert_eq!(s.ids().tenants["green"], 2);
         let s = s.apply(parse(BASE).unwrap()).unwrap();
         assert_eq!(s.ids().tenants["green"], 2, "re-applying keeps ids");
-        let s = s.delete(Kind::Rule, "blue-all").unwrap().delete(Kind::Dag, "blue-path").unwrap();
+        let s = s.delete(Kind::Rule, "blue/blue-all").unwrap().delete(Kind::Dag, "blue/blue-path").unwrap();
         let s = s
             .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: blue-path}\nspec: {tenant: blue, nodes: [blue-fw]}\n").unwrap())
             .unwrap();
-        assert_eq!(s.ids().dags["blue-path"], 1, "a name keeps its UID");
+        assert_eq!(s.ids().dags["blue/blue-path"], 1, "a name keeps its UID");
+    }
+
+    #[test]
+    fn each_tenant_names_its_own_objects() {
+        // green names its NT, DAG and rule as blue named its own: no collision, and each DAG
+        // runs its own tenant's NT.
+        let s = base()
+            .apply(
+                parse(
+                    r#"
+apiVersion: snic/v1
+kind: NT
+metadata: {name: blue-fw}
+spec: {tenant: green, config: {kind: counter}}
+---
+apiVersion: snic/v1
+kind: DAG
+metadata: {name: blue-path}
+spec: {tenant: green, nodes: [blue-fw, blue/shared-count], edges: [[blue-fw, blue/shared-count]]}
+---
+apiVersion: snic/v1
+kind: Rule
+metadata: {name: blue-all}
+spec: {vni: 200, action: {dag: blue-path}}
+"#,
+                )
+                .unwrap(),
+            )
+            .unwrap();
+        let names: Vec<_> = s.list(Kind::Nt).map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["blue/blue-fw", "blue/shared-count", "green/blue-fw"]);
+        let Some(Spec::Dag(d)) = s.get(Kind::Dag, "green/blue-path").map(|o| &o.spec) else { panic!("green's DAG") };
+        assert_eq!(d.nodes, ["green/blue-fw", "blue/shared-count"], "its own NT, and blue's shared one by full name");
+        assert_eq!(d.edges.as_deref(), Some(&[["green/blue-fw".to_string(), "blue/shared-count".to_string()]][..]));
+        let Some(Spec::Rule(r)) = s.get(Kind::Rule, "green/blue-all").map(|o| &o.spec) else { panic!("green's rule") };
+        assert_eq!(r.action, RuleAction::Dag("green/blue-path".into()));
+        assert_ne!(s.ids().dags["green/blue-path"], s.ids().dags["blue/blue-path"]);
+        // The full name written out is the same object; re-applying it changes nothing.
+        let again = s.apply(
+            parse("apiVersion: snic/v1\nkind: NT\nmetadata: {name: green/blue-fw}\nspec: {tenant: green, config: {kind: counter}}\n")
+                .unwrap(),
+        );
+        assert_eq!(again.unwrap(), s);
+        // A name in another tenant's scope is refused the same way whether or not it exists.
+        let in_blues = |name: &str| {
+            let e = reject(&format!(
+                "apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {name}}}\nspec: {{tenant: green, config: {{kind: counter}}}}\n"
+            ));
+            (e.code, e.field, e.reason)
+        };
+        assert_eq!(in_blues("blue/blue-fw"), in_blues("blue/nothing-here"));
+        assert_eq!(in_blues("blue/blue-fw").0, ErrorCode::InvalidManifest);
+        // A reference to another tenant's NT that is not shared reads as one that does not exist.
+        let uses = |nt: &str| {
+            let e = reject(&format!("apiVersion: snic/v1\nkind: DAG\nmetadata: {{name: d}}\nspec: {{tenant: green, nodes: [{nt}]}}\n"));
+            (e.code, e.field, e.reason.replace(nt, "X"))
+        };
+        assert_eq!(uses("blue/blue-fw"), uses("blue/nothing-here"));
+        let rule = |dag: &str| {
+            let e =
+                reject(&format!("apiVersion: snic/v1\nkind: Rule\nmetadata: {{name: r}}\nspec: {{vni: 200, action: {{dag: {dag}}}}}\n"));
+            (e.code, e.field, e.reason.replace(dag, "X"))
+        };
+        assert_eq!(rule("blue/blue-path"), rule("blue/nothing-here"));
+    }
+
+    #[test]
+    fn a_store_from_before_scoped_names_is_read_with_full_names_and_its_uids() {
+        let old = base();
+        let short = |n: &str| n.split_once('/').map_or(n, |(_, s)| s).to_string();
+        // What a store written before scoped names held: bare names, DAG UIDs by bare name.
+        let objects: Vec<Object> = old
+            .objects()
+            .cloned()
+            .map(|mut o| {
+                o.name = short(&o.name);
+                match &mut o.spec {
+                    Spec::Dag(d) => d.nodes.iter_mut().for_each(|n| *n = short(n)),
+                    Spec::Rule(r) => {
+                        if let RuleAction::Dag(d) = &mut r.action {
+                            *d = short(d);
+                        }
+                    }
+                    _ => {}
+                }
+                o
+            })
+            .collect();
+        let mut ids = old.ids().clone();
+        ids.dags = ids.dags.iter().map(|(k, v)| (short(k), *v)).collect();
+        assert_eq!(State::restore(objects, ids).unwrap(), old);
+        // A stored object named in another tenant's scope (an edited store) is refused.
+        let mut bad: Vec<Object> = old.objects().cloned().collect();
+        bad.iter_mut().find(|o| o.name == "blue/blue-fw").unwrap().name = "green/blue-fw".into();
+        assert!(State::restore(bad, old.ids().clone()).is_err());
+    }
+
+    #[test]
+    fn a_vni_with_rules_moves_to_another_tenant_only_without_them() {
+        let e = reject("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: []}\n---\napiVersion: snic/v1\nkind: Tenant\nmetadata: {name: green}\nspec: {vnis: [200, 100]}\n");
+        assert_eq!((e.kind.as_str(), e.name.as_str(), e.field.as_str()), ("Rule", "blue/blue-all", "metadata.name"));
     }
 
     #[test]
@@ -514,7 +708,7 @@ spec: {vni: 100, action: {dag: blue-path}}
         let s = base();
         let with = s.apply(parse(&nt).unwrap()).expect("validating never starts a module");
         let e = with.start_new_modules(&s).unwrap_err();
-        assert_eq!((e.name.as_str(), e.field.as_str()), ("own", "spec.config.module"));
+        assert_eq!((e.name.as_str(), e.field.as_str()), ("blue/own", "spec.config.module"));
         assert!(e.reason.contains("snic_init returned 7"), "{e}");
         // Another object's apply around it does not start it again (it would fail if it did).
         let later = with
@@ -576,22 +770,24 @@ spec: {vni: 100, action: {dag: blue-path}}
         let e = reject("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [300, 100]}\n");
         assert_eq!((e.code, e.field.as_str()), (ErrorCode::VniConflict, "spec.vnis[1]"), "{e}");
         let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: d}\nspec: {tenant: blue, nodes: [blue-fw, nope]}\n");
-        assert_eq!((e.code, e.field.as_str(), e.name.as_str()), (ErrorCode::UnknownReference, "spec.nodes[1]", "d"), "{e}");
+        assert_eq!((e.code, e.field.as_str(), e.name.as_str()), (ErrorCode::UnknownReference, "spec.nodes[1]", "blue/d"), "{e}");
         // Another tenant's NT (or DAG) answers exactly as one that does not exist.
-        let theirs = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue-fw]}\n");
-        let missing = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [no-fw]}\n");
+        let theirs = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue/blue-fw]}\n");
+        let missing = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue/no-fw]}\n");
         assert_eq!(theirs.reason.replace("blue-fw", "X"), missing.reason.replace("no-fw", "X"));
         assert_eq!((theirs.code, &theirs.field), (missing.code, &missing.field));
-        let theirs = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue-path}}\n");
-        let missing = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: no-path}}\n");
+        let theirs = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue/blue-path}}\n");
+        let missing = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue/no-path}}\n");
         assert_eq!(theirs.reason.replace("blue-path", "X"), missing.reason.replace("no-path", "X"));
         // A shared NT is visible to the tenant it is shared with.
         base()
-            .apply(parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [shared-count]}\n").unwrap())
+            .apply(
+                parse("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: g}\nspec: {tenant: green, nodes: [blue/shared-count]}\n").unwrap(),
+            )
             .unwrap();
         let e = reject("apiVersion: snic/v1\nkind: DAG\nmetadata: {name: c}\nspec: {tenant: blue, nodes: [blue-fw, shared-count], edges: [[blue-fw, shared-count], [shared-count, blue-fw]]}\n");
         assert_eq!(e.code, ErrorCode::Cycle);
-        let e = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue-path}}\n");
+        let e = reject("apiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 200, action: {dag: blue/blue-path}}\n");
         assert_eq!((e.code, e.field.as_str()), (ErrorCode::UnknownReference, "spec.action.dag"), "{e}");
         // Half good, half bad: none of it lands.
         let e = reject("apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [300]}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {name: r}\nspec: {vni: 999, action: drop}\n");
@@ -654,7 +850,9 @@ spec: {vni: 100, action: {dag: blue-path}}
         ];
         for (doc, name, field) in cases {
             let e = reject(&doc);
-            assert_eq!((e.code, e.name.as_str(), e.field.as_str()), (ErrorCode::InvalidManifest, name, field), "{doc}: {e}");
+            // NTs, DAGs and rules are named in their tenant's scope.
+            let short = e.name.rsplit('/').next().unwrap_or_default();
+            assert_eq!((e.code, short, e.field.as_str()), (ErrorCode::InvalidManifest, name, field), "{doc}: {e}");
             assert!(!e.reason.is_empty());
         }
         // The largest values inside the bounds are accepted (and nothing is built to check them).
@@ -663,7 +861,7 @@ spec: {vni: 100, action: {dag: blue-path}}
 
     #[test]
     fn delete_refuses_what_is_in_use() {
-        let e = base().delete(Kind::Nt, "blue-fw").unwrap_err();
+        let e = base().delete(Kind::Nt, "blue/blue-fw").unwrap_err();
         assert_eq!(e.code, ErrorCode::InUse);
         assert_eq!(base().delete(Kind::Nt, "nope").unwrap_err().code, ErrorCode::NotFound);
     }

@@ -389,7 +389,7 @@ pub fn run(seconds: u64, rate: u64, json: bool) -> anyhow::Result<()> {
         call("POST", format!("{}/v1/apply", a.api), Some(green.join("\n---\n")))?;
         let [bs, gs] = socks;
         traffic[1] = Some(start_traffic(1, gs, &pool, rate)?);
-        live.until(&pool, &traffic, "green takes A's region", |a| runs(a, "green-counter"))?;
+        live.until(&pool, &traffic, "green takes A's region", |a| runs(a, "green/green-counter"))?;
         live.hold(&pool, &traffic, "green holds A", hold)?;
         call("POST", format!("{}/v1/apply", a.api), Some(all.clone()))?;
         traffic[0] = Some(start_traffic(0, bs, &pool, rate)?);

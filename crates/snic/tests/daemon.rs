@@ -248,7 +248,7 @@ fn daemon_lifecycle() {
     let (s, v) = http(
         "POST",
         &format!("{}/v1/apply", d.api),
-        "apiVersion: snic/v1\nkind: DAG\nmetadata: {name: x}\nspec: {tenant: blue, nodes: [green-counter]}\n",
+        "apiVersion: snic/v1\nkind: DAG\nmetadata: {name: x}\nspec: {tenant: blue, nodes: [green/green-counter]}\n",
     );
     assert_eq!((s, v["error"]["code"].as_str()), (422, Some("unknown_reference")), "{v}");
     assert_eq!(v["error"]["field"], "spec.nodes[0]");
@@ -273,7 +273,7 @@ fn daemon_lifecycle() {
     // this lightly loaded grants everything and limits nobody.
     assert!(v["fairness"]["epochs"].as_u64().unwrap() > 0, "{v}");
     let res: Vec<&str> = v["fairness"]["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert!(res.starts_with(&["ingress", "egress", "store", "dispatcher"]) && res.contains(&"blue-firewall"), "{res:?}");
+    assert!(res.starts_with(&["ingress", "egress", "store", "dispatcher"]) && res.contains(&"blue/blue-firewall"), "{res:?}");
     let fair = &blue["stats"]["fair"];
     assert_eq!((fair["fraction"].as_f64(), fair["limit_pps"].is_null()), (Some(1.0), true), "{fair}");
     assert_eq!(fair["demand"].as_array().unwrap().len(), res.len());
@@ -282,9 +282,9 @@ fn daemon_lifecycle() {
     let m = m.as_str().unwrap().to_string();
     assert!(m.contains("snic_tenant_drops_total{tenant=\"blue\",reason=\"firewall_deny\"} 20"), "{m}");
     assert!(m.lines().any(|l| l == "snic_dataplane_up 1"), "{m}");
-    assert!(m.contains("snic_nt_drops_total{nt=\"blue-firewall\",region=\"0\"} 20"), "per-NT drops: {m}");
-    assert!(m.contains("snic_nt_packets_total{nt=\"blue-firewall\",region=\"0\"} 220"), "per-NT packets: {m}");
-    assert!(m.contains("snic_resource_capacity{resource=\"blue-firewall\"} 1.0"), "one instance: {m}");
+    assert!(m.contains("snic_nt_drops_total{nt=\"blue/blue-firewall\",region=\"0\"} 20"), "per-NT drops: {m}");
+    assert!(m.contains("snic_nt_packets_total{nt=\"blue/blue-firewall\",region=\"0\"} 220"), "per-NT packets: {m}");
+    assert!(m.contains("snic_resource_capacity{resource=\"blue/blue-firewall\"} 1.0"), "one instance: {m}");
     assert!(m.contains("snic_tenant_fair_fraction{tenant=\"blue\"} 1.0"), "{m}");
     assert!(m.contains("snic_tenant_demand{tenant=\"blue\",resource=\"ingress\"}"), "{m}");
     assert!(!m.contains("snic_tenant_ingress_limit_pps{"), "nobody limited: {m}");
@@ -308,7 +308,7 @@ fn daemon_lifecycle() {
     assert_eq!((s, &resp["chains"]), (200, &serde_json::json!(3)), "{resp}");
     assert_eq!(burst(d.data, 400, &r, 20), 20, "red's chain, route and receive queue work at once");
     let red_region =
-        |v: &serde_json::Value| v["regions"]["instances"].as_array().into_iter().flatten().any(|r| r["chain"][0] == "red-counter");
+        |v: &serde_json::Value| v["regions"]["instances"].as_array().into_iter().flatten().any(|r| r["chain"][0] == "red/red-counter");
     let v = status_until(&d.api, |v| v["tenants"].as_array().unwrap().iter().any(|t| t["name"] == "red") && red_region(v));
     assert!(red_region(&v), "red's chain runs in a region of its own: {v}");
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "a new tenant, chain and route are added in place: {v}");
@@ -319,7 +319,8 @@ fn daemon_lifecycle() {
     assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
     let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == 253);
     assert_eq!(v["rebuilds"].as_u64(), Some(rebuilds), "{v}");
-    for (kind, name) in [("route", "red-r"), ("rule", "red-all"), ("dag", "red-dag"), ("nt", "red-counter"), ("tenant", "red")] {
+    for (kind, name) in [("route", "red-r"), ("rule", "red/red-all"), ("dag", "red/red-dag"), ("nt", "red/red-counter"), ("tenant", "red")]
+    {
         let (s, resp) = http("DELETE", &format!("{}/v1/objects/{kind}/{name}", d.api), "");
         assert_eq!(s, 200, "{resp}");
     }
@@ -385,7 +386,7 @@ fn the_daemon_logs_what_it_does_as_json_lines_and_nothing_per_packet() {
     assert!(changed[0]["deploy_ms"].is_number() && changed[0]["validate_ms"].is_number(), "{text}");
     assert_eq!(changed[0]["chains"], 2);
     let added: Vec<&str> = find("chain added").iter().map(|l| l["chain"].as_str().unwrap()).collect();
-    assert_eq!(added, ["blue-firewall → blue-nat", "green-counter → green-vpc-map"], "{text}");
+    assert_eq!(added, ["blue/blue-firewall → blue/blue-nat", "green/green-counter → green/green-vpc-map"], "{text}");
     assert_eq!(find("change refused").len(), 1, "{text}");
     assert_eq!(find("shutting down").len(), 1, "{text}");
     // 620 packets went through: a line per packet would show.
@@ -672,16 +673,16 @@ fn elastic_node_compacts_a_parallel_dag_when_regions_are_short_and_expands_it_af
         v["elastic"]["events"].as_array().into_iter().flatten().filter_map(|e| e["event"].as_str().map(str::to_string)).collect()
     };
     let (blue, green) = traffic(d.data, &b, &g, 3000);
-    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green-vpc runs its compact form"));
+    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green/green-vpc runs its compact form"));
     assert!(counter(&v, "region_shortfalls") > 0, "{}", v["elastic"]);
-    assert!(events(&v).iter().any(|e| e == "DAG green-vpc runs its compact form"), "{}", v["elastic"]);
+    assert!(events(&v).iter().any(|e| e == "DAG green/green-vpc runs its compact form"), "{}", v["elastic"]);
     // Both tenants' traffic went through their NTs: blue's NAT and green's VPC map ran.
     assert_eq!((blue.len(), green.len()), (3000, 3000), "delivered: {} {}", v["tenants"], v["elastic"]);
     assert!(green.iter().all(|p| u32::from_be_bytes([0, p[4], p[5], p[6]]) == 300), "green re-mapped to VNI 300");
     assert!(blue.iter().all(|p| p[34..38] == [203, 0, 113, 1]), "blue's source NATed to 203.0.113.1");
     // Blue stops: its chain goes idle, then green expands into the regions it leaves.
-    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green-vpc runs its planned form"));
-    assert!(events(&v).iter().any(|e| e == "DAG green-vpc runs its planned form"), "{:?}", events(&v));
+    let v = status_until(&d.api, |v| events(v).iter().any(|e| e == "DAG green/green-vpc runs its planned form"));
+    assert!(events(&v).iter().any(|e| e == "DAG green/green-vpc runs its planned form"), "{:?}", events(&v));
     assert_eq!(burst(d.data, 200, &g, 100), 100, "green's planned form delivers");
     assert_eq!(stop(d), 0);
 }
@@ -884,10 +885,10 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
         |dag: &str, peer: &str| http("POST", &format!("{}/v1/pool/place", a.api), &format!(r#"{{"dag": "{dag}", "peer": "{peer}"}}"#));
     let (st, v) = place("nope", &b.pool.unwrap().to_string());
     assert_eq!((st, v["error"]["code"].as_str()), (404, Some("not_found")), "{v}");
-    let (st, v) = place("blue-edge", "127.0.0.1:9");
+    let (st, v) = place("blue/blue-edge", "127.0.0.1:9");
     assert_eq!((st, v["error"]["code"].as_str()), (502, Some("peer_refused")), "{v}");
     assert!(v["error"]["reason"].as_str().unwrap().contains("not a member"), "{v}");
-    let (st, v) = place("blue-edge", &b.pool.unwrap().to_string());
+    let (st, v) = place("blue/blue-edge", &b.pool.unwrap().to_string());
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["placed"]["data"], b.data.to_string().as_str(), "{v}");
     // Blue's packets: to A, run on B, delivered from B with B's SNAT; green's stay at A.
@@ -909,7 +910,7 @@ fn a_dag_placed_on_a_peer_runs_there_and_comes_home_when_the_peer_dies() {
     let hosted = |v: &serde_json::Value| v["hosted"][0]["packets"].as_u64() == Some(56);
     let vb = status_within(&b.api, Duration::from_secs(10), hosted);
     assert!(hosted(&vb), "{}", vb["hosted"]);
-    assert_eq!((vb["hosted"][0]["tenant"].as_str(), vb["hosted"][0]["dag"].as_str()), (Some("blue"), Some("blue-edge")));
+    assert_eq!((vb["hosted"][0]["tenant"].as_str(), vb["hosted"][0]["dag"].as_str()), (Some("blue"), Some("blue/blue-edge")));
     assert_eq!(vb["pool"]["launches_hosted"], 1);
     let sent = |v: &serde_json::Value| v["redirects"][0]["packets"].as_u64() == Some(56);
     let va = status_within(&a.api, Duration::from_secs(10), sent);
@@ -987,7 +988,7 @@ fn a_redirect_to_a_peer_without_a_link_crosses_the_node_between() {
     let (rb, rg) = (UdpSocket::bind("127.0.0.1:0").unwrap(), UdpSocket::bind("127.0.0.1:0").unwrap());
     let (st, v) = http("POST", &format!("{}/v1/apply", a.api), &demo_with_routes(&rb, &rg));
     assert_eq!(st, 200, "{v}");
-    let (st, v) = http("POST", &format!("{}/v1/pool/place", a.api), &format!(r#"{{"dag": "blue-edge", "peer": "{}"}}"#, addr(2)));
+    let (st, v) = http("POST", &format!("{}/v1/pool/place", a.api), &format!(r#"{{"dag": "blue/blue-edge", "peer": "{}"}}"#, addr(2)));
     assert_eq!(st, 200, "{v}");
     let va = status_until(&a.api, |v| v["redirects"][0]["via"] == b.data.to_string().as_str());
     assert_eq!(
@@ -1064,7 +1065,9 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
     };
     // (What green's receiver does not read, its socket drops.)
     let green_runs = |v: &serde_json::Value| {
-        v["regions"]["instances"].as_array().is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "green-counter"))
+        v["regions"]["instances"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "green/green-counter"))
     };
     let v = status_within(&a.api, Duration::from_secs(30), green_runs);
     assert!(green_runs(&v), "{}", v["elastic"]);
@@ -1097,7 +1100,7 @@ fn a_chain_with_no_room_at_home_runs_on_a_peer_and_comes_home_when_room_returns(
         v["elastic"]["events"].as_array().into_iter().flatten().any(|e| e["event"].as_str().is_some_and(|s| s.contains(what)))
     };
     assert!(events(&va, "asked pool member") && events(&va, "runs on peer"), "{}", va["elastic"]["events"]);
-    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue-edge");
+    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue/blue-edge");
     assert_eq!(vb["hosted"][0]["tenant"], "blue", "{}", vb["hosted"]);
     // Green stops: A has room again, and blue comes home; its packets run at A from then on.
     stop_green.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1238,7 +1241,7 @@ fn an_overloaded_chain_spills_a_share_of_its_new_flows_to_a_peer_and_each_flow_k
     let r = spill(&v).expect("still spilling");
     let flows = |k: &str| r["flows"][k].as_u64().unwrap_or_else(|| panic!("{r}"));
     assert!(flows("here") >= 16 && flows("peer") >= 1, "the flow table: {r}");
-    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue-edge");
+    let vb = status_until(&b.api, |v| v["hosted"][0]["dag"] == "blue/blue-edge");
     assert_eq!(vb["hosted"][0]["tenant"], "blue", "{}", vb["hosted"]);
     // 3. The load falls to what A carries, over flows A runs and a new flow each second: once
     // it has fitted a period, new flows stay at A; B's flows end, and once they have been idle
@@ -1464,9 +1467,9 @@ fn a_tenants_wasm_nt_deployed_with_snic_apply_filters_traffic_and_is_replaced_wi
     let got = recv_n(&b, 5);
     assert_eq!(got.len(), 5);
     assert!(got.iter().all(|f| parse_inner(&f[8..]).unwrap().key.proto == 17), "only UDP came through");
-    let v = status_until(&d.api, |v| nt_counter(v, "blue-own", "c1") == 5);
-    assert_eq!((nt_counter(&v, "blue-own", "c0"), nt_counter(&v, "blue-own", "c1")), (5, 5), "the module's own counters: {v}");
-    assert_eq!(nt_counter(&v, "blue-own", "drop_code_1"), 5);
+    let v = status_until(&d.api, |v| nt_counter(v, "blue/blue-own", "c1") == 5);
+    assert_eq!((nt_counter(&v, "blue/blue-own", "c0"), nt_counter(&v, "blue/blue-own", "c1")), (5, 5), "the module's own counters: {v}");
+    assert_eq!(nt_counter(&v, "blue/blue-own", "drop_code_1"), 5);
     let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap();
     assert!(blue["stats"]["drops"].to_string().contains("wasm_drop"), "{blue}");
     let (_, metrics) = http("GET", &format!("{}/metrics", d.api), "");
@@ -1701,7 +1704,7 @@ fn a_hostile_tenants_wasm_cannot_hold_the_node_or_its_applies() {
     let over = red_nt("red-greedy", &hostile_module("i32.const 0", "i32.const 0"), ", max_init_ms: 5000");
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &over);
     assert_eq!((s, v["error"]["field"].as_str()), (400, Some("spec.config.max_init_ms")), "over the operator's limit: {v}");
-    let (s, v) = http("DELETE", &format!("{}/v1/objects/rule/red-all", d.api), "");
+    let (s, v) = http("DELETE", &format!("{}/v1/objects/rule/red/red-all", d.api), "");
     assert_eq!(s, 200, "the operator's delete is answered: {v}");
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = flood.join().unwrap();
@@ -1801,7 +1804,6 @@ fn credentials_let_each_tenant_touch_only_its_own_objects() {
     // ... and nothing of green's, nor its own weight, quotas or routes: 403, nothing applied.
     for (bad, field) in [
         ("kind: NT\nmetadata: {name: sneaky}\nspec: {tenant: green, config: {kind: counter}}", "spec.tenant"),
-        ("kind: NT\nmetadata: {name: green-count}\nspec: {tenant: blue, config: {kind: dummy}}", "metadata.name"),
         ("kind: Rule\nmetadata: {name: steal}\nspec: {vni: 200, action: drop}", "spec.vni"),
         ("kind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100], weight: 100}", "kind"),
         ("kind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100], quotas: {store_buffers: 8000}}", "kind"),
@@ -1814,7 +1816,33 @@ fn credentials_let_each_tenant_touch_only_its_own_objects() {
     }
     let (_, all) = http_as("GET", &url("/v1/objects/nt"), "", Some(op));
     let names: Vec<_> = all.as_array().unwrap().iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names, ["blue-count", "green-count"], "no refused apply left anything");
+    assert_eq!(names, ["blue/blue-count", "green/green-count"], "no refused apply left anything");
+
+    // Names are the tenant's own: blue may name an NT as green named one, and gets its own
+    // (`blue/green-count`); a name in green's scope is refused alike whether green has it or not.
+    let (s, v) = http_as(
+        "POST",
+        &url("/v1/apply"),
+        "apiVersion: snic/v1\nkind: NT\nmetadata: {name: green-count}\nspec: {tenant: blue, config: {kind: dummy}}\n",
+        Some(blue),
+    );
+    assert_eq!((s, &v["applied"][0]["name"]), (200, &serde_json::json!("blue/green-count")), "{v}");
+    let (_, g) = http_as("GET", &url("/v1/objects/nt/green/green-count"), "", Some(op));
+    assert_eq!(g["spec"]["config"]["kind"], "counter", "green's NT is untouched: {g}");
+    let in_greens = |name: &str| {
+        let (s, v) = http_as(
+            "POST",
+            &url("/v1/apply"),
+            &format!("apiVersion: snic/v1\nkind: NT\nmetadata: {{name: {name}}}\nspec: {{tenant: blue, config: {{kind: dummy}}}}\n"),
+            Some(blue),
+        );
+        (s, v["error"]["code"].clone(), v["error"]["field"].clone(), v["error"]["reason"].clone())
+    };
+    assert_eq!(in_greens("green/green-count"), in_greens("green/nothing-here"));
+    assert_eq!(in_greens("green/green-count").0, 400);
+    assert_eq!(http_as("GET", &url("/v1/objects/nt/green-count"), "", Some(blue)).1["metadata"]["name"], "blue/green-count");
+    assert_eq!(http_as("DELETE", &url("/v1/objects/nt/green-count"), "", Some(blue)).0, 200, "its own, by its short name");
+    assert_eq!(http_as("GET", &url("/v1/objects/nt/green/green-count"), "", Some(op)).0, 200, "green's is still there");
     let (_, t) = http_as("GET", &url("/v1/objects/tenant/blue"), "", Some(op));
     assert_eq!(t["spec"]["weight"], 1);
 
@@ -1823,10 +1851,10 @@ fn credentials_let_each_tenant_touch_only_its_own_objects() {
     assert_eq!(mine.as_array().unwrap().len(), 1, "{mine}");
     let (_, tenants_seen) = http_as("GET", &url("/v1/objects/tenant"), "", Some(blue));
     assert_eq!(tenants_seen.as_array().unwrap().len(), 1, "{tenants_seen}");
-    assert_eq!(http_as("GET", &url("/v1/objects/nt/green-count"), "", Some(blue)).0, 404);
+    assert_eq!(http_as("GET", &url("/v1/objects/nt/green/green-count"), "", Some(blue)).0, 404);
     assert_eq!(http_as("GET", &url("/v1/objects/route/green-out"), "", Some(blue)).0, 404);
-    assert_eq!(http_as("DELETE", &url("/v1/objects/rule/green-all"), "", Some(blue)).0, 404);
-    assert_eq!(http_as("GET", &url("/v1/objects/rule/green-all"), "", Some(op)).0, 200, "still there");
+    assert_eq!(http_as("DELETE", &url("/v1/objects/rule/green/green-all"), "", Some(blue)).0, 404);
+    assert_eq!(http_as("GET", &url("/v1/objects/rule/green/green-all"), "", Some(op)).0, 200, "still there");
     let (s, v) = http_as("DELETE", &url("/v1/objects/tenant/blue"), "", Some(blue));
     assert_eq!((s, code(&v).as_str()), (403, "forbidden"));
 

@@ -123,7 +123,7 @@ fn plan_shows_placement_and_rejects_bad_manifests_by_name() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["chains"].as_array().unwrap().len(), 2);
-    assert_eq!(v["chains"][0]["nts"], serde_json::json!(["blue-firewall", "blue-nat"]));
+    assert_eq!(v["chains"][0]["nts"], serde_json::json!(["blue/blue-firewall", "blue/blue-nat"]));
 
     let bad = std::env::temp_dir().join(format!("snic-bad-{}.yaml", std::process::id()));
     std::fs::write(&bad, "apiVersion: snic/v1\nkind: Tenant\nmetadata: {name: red}\nspec: {vnis: [100]}\n---\napiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100]}\n").unwrap();

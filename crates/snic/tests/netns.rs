@@ -513,7 +513,7 @@ spec: {tenant: blue, nodes: [slow]}
 apiVersion: snic/v1
 kind: DAG
 metadata: {name: green-path}
-spec: {tenant: green, nodes: [slow]}
+spec: {tenant: green, nodes: [blue/slow]}
 ---
 apiVersion: snic/v1
 kind: Rule
@@ -821,7 +821,9 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     // Green's traffic (a ping every 10 ms, bounded) holds A's only region.
     let green_runs = |t: &Topo| {
         let v = status(t, "nodea");
-        v["regions"]["instances"].as_array().is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "green-count"))
+        v["regions"]["instances"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "green/green-count"))
     };
     let green_ping = t.spawn("c", &["ping", "-q", "-i", "0.01", "-w", "120", "10.1.0.2"]);
     wait_for("green runs at A", Duration::from_secs(30), || green_runs(&t));
@@ -834,9 +836,9 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     // (Green may be redirected too: its endpoints' neighbour probes after a ping ends are
     // green's traffic.)
     let blue_redirect =
-        |v: &serde_json::Value| v["redirects"].as_array().and_then(|r| r.iter().find(|r| r["chain"] == "blue-nat").cloned());
+        |v: &serde_json::Value| v["redirects"].as_array().and_then(|r| r.iter().find(|r| r["chain"] == "blue/blue-nat").cloned());
     let peer_of_blue = |t: &Topo| blue_redirect(&status(t, "nodea")).and_then(|r| r["peer"].as_str().map(String::from));
-    let blue_hosted = |v: &serde_json::Value| v["hosted"].as_array().and_then(|h| h.iter().find(|h| h["dag"] == "blue-edge").cloned());
+    let blue_hosted = |v: &serde_json::Value| v["hosted"].as_array().and_then(|h| h.iter().find(|h| h["dag"] == "blue/blue-edge").cloned());
     assert_eq!(peer_of_blue(&t).as_deref(), Some("10.0.2.2:4789"), "blue's chain runs on B: {}", status(&t, "nodea")["redirects"]);
     assert!(blue_hosted(&status(&t, "nodeb")).is_some(), "B hosts blue: {}", status(&t, "nodeb")["hosted"]);
 
@@ -879,7 +881,7 @@ fn a_ring_of_three_nodes_hosts_moves_back_and_survives_a_killed_peer() {
     // back, and blue's next packets find no room.
     wait_for("blue's chain is descheduled at A", Duration::from_secs(30), || {
         let v = status(&t, "nodea");
-        !v["regions"]["instances"].as_array().is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "blue-nat"))
+        !v["regions"]["instances"].as_array().is_some_and(|r| r.iter().any(|r| r["state"] == "running" && r["chain"][0] == "blue/blue-nat"))
     });
     t.spawn("c", &["ping", "-q", "-i", "0.01", "-w", "120", "10.1.0.2"]);
     wait_for("green runs at A again", Duration::from_secs(30), || green_runs(&t));
@@ -1391,7 +1393,7 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     assert_eq!(client.call(b"get m1 m2 m3\r\n", Duration::from_secs(1)).unwrap(), text);
     assert_eq!(gets(&mut direct), before, "long answers were not served from the cache");
     // (The status is published every 250 ms.)
-    wait_for("hits counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue-cache", "hits") >= 7);
+    wait_for("hits counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue/blue-cache", "hits") >= 7);
     // A fragmented write replaces a cached value too.
     assert_eq!(client.set(b"k1", 0, &big).unwrap(), "STORED");
     assert_eq!(client.get(b"k1").unwrap(), Some((0, big.clone())));
@@ -1452,7 +1454,7 @@ fn a_cache_nt_answers_for_real_memcached_and_never_serves_an_acknowledged_value_
     // A real client, Debian's memcaslap over UDP, verifying half the values it reads: none
     // wrong, and some answered by the node. (Counts from snapshots published after the readers
     // above and memcaslap finished.)
-    let cache = |s: &serde_json::Value| ["hits", "misses", "fills", "invalidations"].map(|n| (n, nt_counter(s, "blue-cache", n)));
+    let cache = |s: &serde_json::Value| ["hits", "misses", "fills", "invalidations"].map(|n| (n, nt_counter(s, "blue/blue-cache", n)));
     let before = cache(&t.status_since(Instant::now()));
     let out = t.exec(
         "a",
@@ -1533,7 +1535,7 @@ fn a_replication_nt_acknowledges_a_write_only_once_every_real_memcached_stored_i
     let held = dropped(stats(&t.status(), "blue"), &["kv_answer_held"]);
     assert!(held >= 4, "the replicas' answers held before the last: {held}");
     // (The status is published every 250 ms.)
-    wait_for("the timeout counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue-replicate", "timeouts") >= 1);
+    wait_for("the timeout counted in status", Duration::from_secs(5), || nt_counter(&t.status(), "blue/blue-replicate", "timeouts") >= 1);
 }
 
 /// NT `nt`'s own counter `name`, summed over the regions in `status`.

@@ -15,7 +15,7 @@
 //! |---|---|---|
 //! | POST | `/v1/apply` | body: manifest (YAML or JSON, multi-document); all or nothing |
 //! | GET | `/v1/objects/{kind}` | list, as manifest documents |
-//! | GET | `/v1/objects/{kind}/{name}` | one |
+//! | GET | `/v1/objects/{kind}/{name}` | one (an NT, DAG or rule: `TENANT/NAME`, or a tenant's own `NAME`) |
 //! | DELETE | `/v1/objects/{kind}/{name}` | refused while in use |
 //! | GET | `/v1/status` | regions with chains and load, tenants with rates and drops |
 //! | GET | `/metrics` | Prometheus |
@@ -157,7 +157,8 @@ pub fn router(ctl: SharedRef) -> Router {
     Router::new()
         .route("/v1/apply", post(apply))
         .route("/v1/objects/{kind}", get(list))
-        .route("/v1/objects/{kind}/{name}", get(get_one).delete(delete))
+        // `{*name}`: an NT's, DAG's or rule's full name is `TENANT/NAME`.
+        .route("/v1/objects/{kind}/{*name}", get(get_one).delete(delete))
         .route("/v1/status", get(status))
         .route("/v1/health", get(health))
         .route("/v1/drain", post(drain).delete(undrain))
@@ -483,17 +484,20 @@ async fn apply(
             Ok(o) => o,
             Err(e) => return manifest_err(e),
         };
-        let applied: Vec<_> = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
+        // What was applied, by full name (`TENANT/NAME` for NTs, DAGs and rules).
+        let applied = std::cell::RefCell::new(Vec::new());
         update(
             s,
             |current| {
                 auth::may_apply(current, &who, &objs)?;
+                let objs = current.scope_all(objs)?;
+                *applied.borrow_mut() = objs.iter().map(|o| json!({"kind": o.kind.as_str(), "name": o.name})).collect();
                 let next = current.apply(objs)?;
                 quota::check(current, &next, &limits)?;
                 next.start_new_modules(current)?;
                 Ok(next)
             },
-            |c| Json(json!({"applied": applied, "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
+            |c| Json(json!({"applied": applied.take(), "chains": c.plan.chains.len(), "regions": c.regions})).into_response(),
         )
     })
     .await
@@ -521,6 +525,7 @@ async fn get_one(
         Ok(k) => k,
         Err(r) => return r,
     };
+    let name = auth::full_name(&who, k, &name);
     let c = shared.lock();
     // Another tenant's object is not found: its existence is not the caller's business.
     match c.state.get(k, &name).filter(|o| auth::visible(&c.state, &who, o)) {
@@ -538,6 +543,7 @@ async fn delete(
         Ok(k) => k,
         Err(r) => return r,
     };
+    let name = auth::full_name(&who, k, &name);
     change(&shared, move |s| {
         update(
             s,
