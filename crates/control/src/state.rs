@@ -71,8 +71,9 @@ impl State {
         let mut s = State { objects: tenants.into_iter().map(|o| ((o.kind, o.name.clone()), o)).collect(), ids: Ids::default() };
         // A store written before names were scoped by tenant holds `NAME`: it becomes
         // `TENANT/NAME` here, and a DAG keeps its UID.
+        let owners = s.vni_owners();
+        let rest = rest.into_iter().map(|o| State::scoped(o, &owners)).collect::<Result<Vec<_>, _>>()?;
         for o in rest {
-            let o = s.scoped(o)?;
             if let Some((_, short)) = o.name.split_once('/').filter(|_| o.kind == Kind::Dag) {
                 if let Some(uid) = ids.dags.remove(short) {
                     ids.dags.insert(o.name.clone(), uid);
@@ -186,17 +187,19 @@ impl State {
         for o in &tenants {
             with_tenants.objects.insert((o.kind, o.name.clone()), o.clone());
         }
-        let rest = rest.into_iter().map(|o| with_tenants.scoped(o)).collect::<Result<Vec<_>, _>>()?;
+        let owners = with_tenants.vni_owners();
+        let rest = rest.into_iter().map(|o| State::scoped(o, &owners)).collect::<Result<Vec<_>, _>>()?;
         Ok(tenants.into_iter().chain(rest).collect())
     }
 
     /// The tenant in whose scope `o` is named: an NT's or DAG's `spec.tenant`, a rule's VNI's
     /// owner (none if no tenant owns it); none for Tenants and Routes.
-    fn scope_of<'a>(&'a self, o: &'a Object) -> Option<&'a str> {
+    /// (`owners`: [`State::vni_owners`].)
+    fn scope_of<'a>(o: &'a Object, owners: &BTreeMap<u32, &'a str>) -> Option<&'a str> {
         match &o.spec {
             Spec::Nt(n) => Some(&n.tenant),
             Spec::Dag(d) => Some(&d.tenant),
-            Spec::Rule(r) => self.vni_owners().get(&r.vni).copied(),
+            Spec::Rule(r) => owners.get(&r.vni).copied(),
             Spec::Tenant(_) | Spec::Route(_) => None,
         }
     }
@@ -204,9 +207,10 @@ impl State {
     /// `o` with its full name and references (a DAG's nodes and edges, a rule's DAG) completed in
     /// its tenant's scope. A name written `TENANT/NAME` must name its own tenant; a reference
     /// may name another's (an NT shared with this tenant). A rule on a VNI nobody owns keeps its
-    /// name, and [`State::validate`] refuses it.
-    pub fn scoped(&self, mut o: Object) -> Result<Object, Error> {
-        let Some(tenant) = self.scope_of(&o).map(str::to_string) else { return Ok(o) };
+    /// name, and [`State::validate`] refuses it. (`owners`: [`State::vni_owners`], computed once
+    /// for a whole manifest.)
+    fn scoped(mut o: Object, owners: &BTreeMap<u32, &str>) -> Result<Object, Error> {
+        let Some(tenant) = State::scope_of(&o, owners).map(str::to_string) else { return Ok(o) };
         if let Some((t, _)) = o.name.split_once('/') {
             if t != tenant {
                 let why = match o.kind {
@@ -268,13 +272,7 @@ impl State {
             let tenant_exists = |t: &str| self.get(Kind::Tenant, t).is_some();
             // NTs, DAGs and rules are named in their tenant's scope (a rule's tenant is its VNI's
             // owner, so moving a VNI to another tenant needs its rules deleted first).
-            let scope = match &o.spec {
-                Spec::Nt(x) => Some(x.tenant.as_str()),
-                Spec::Dag(x) => Some(x.tenant.as_str()),
-                Spec::Rule(r) => tenant_of_vni(r.vni),
-                _ => None,
-            };
-            if let Some(t) = scope {
+            if let Some(t) = State::scope_of(o, &owners) {
                 if n.split_once('/').map(|(s, _)| s) != Some(t) {
                     return bad(
                         ErrorCode::InvalidManifest,
