@@ -111,6 +111,11 @@ const CORE_INCREASE: f64 = 0.001;
 /// How long a tenant counts as sending after its last packet (see [`Meter::sharing`]).
 const SHARING_HOLD: Duration = Duration::from_millis(10);
 
+/// Most an epoch's timing counts for against an NT's estimated cost, as a multiple of it (see
+/// `Meter::update_costs`): at the default smoothing a quarter, the estimate grows at most 1.75×
+/// an epoch (tenfold in five epochs).
+const COST_JUMP: f64 = 4.0;
+
 /// Packets timed before an NT's cost is first estimated...
 const MIN_TIMED: u64 = 256;
 /// ... or this much time in it, ns, whichever comes first: an NT whose packets take
@@ -805,7 +810,15 @@ impl Meter {
                         nt.cost_ns = (nt.pending.0 as f64 / nt.pending.1 as f64).max(f64::MIN_POSITIVE);
                     }
                 } else if timed > 0 {
-                    nt.cost_ns += a * (busy as f64 / timed as f64 - nt.cost_ns);
+                    // An epoch's cost moves the estimate up by at most COST_JUMP times it: a
+                    // batch during which the thread lost its core (milliseconds, to other work on
+                    // the machine) is timed as the NT's, and one such batch among a few dozen
+                    // packets read the cost tens of times high — for the epochs it took to decay,
+                    // DRF saw tenants far below their share as over it and limited them (issue
+                    // 49: `snic demo` beside two CPU hogs dropped 5 kpps tenants as `rate_limit`
+                    // and `queue_full`). A cost that really rose is reached within a few epochs.
+                    let epoch_ns = (busy as f64 / timed as f64).min(COST_JUMP * nt.cost_ns);
+                    nt.cost_ns += a * (epoch_ns - nt.cost_ns);
                 }
             }
         }
@@ -838,6 +851,8 @@ mod tests {
         tenants: Vec<TenantCounters>,
         store: Vec<u64>,
         lost_shared: u64,
+        /// Every NT's cumulative timed ns and packets.
+        nt: (u64, u64),
     }
 
     impl Counters for Fake {
@@ -851,7 +866,7 @@ mod tests {
             self.store[t.index()]
         }
         fn nt_time(&self, _: InstanceId, _: usize) -> (u64, u64) {
-            (0, 0)
+            self.nt
         }
         fn lost_shared(&self) -> u64 {
             self.lost_shared
@@ -918,6 +933,45 @@ mod tests {
         c.touched = vec![TenantId(2)];
         let before = m.core_scale();
         assert!(epoch(&mut m, &mut c, &[2]) < before);
+    }
+
+    /// An NT's cost is measured from timed batches. One batch during which the thread lost its
+    /// core for 6 ms (timed as the NT's: 1,200 times the 5 µs of the batch's 32 packets) moves
+    /// the estimate by at most 1.75×; a cost that really rose tenfold is reached in a few
+    /// epochs all the same.
+    #[test]
+    fn a_batch_that_lost_its_core_does_not_read_an_nts_cost_far_high() {
+        let mut m = Meter::new(FairConfig { epoch: EPOCH, ..FairConfig::default() }, Instant::ZERO, 10e9, 0, 1000, 8);
+        let mut s = Scheduler::<u32>::new(SchedConfig::default());
+        m.add_chain(&["fw"]);
+        let c = s.add_chain(1);
+        let i = s.add_instance(c, 1 << 20).unwrap();
+        m.add_instance(c, i, &[None], false);
+        let mut f = Fake { tenants: vec![TenantCounters::default(); 8], store: vec![0; 8], ..Fake::default() };
+        let mut now = Instant::ZERO;
+        let mut epoch = |m: &mut Meter, f: &mut Fake, per_packet_ns: u64, extra_ns: u64| {
+            f.nt = (f.nt.0 + 32 * per_packet_ns + extra_ns, f.nt.1 + 32);
+            now = now + EPOCH;
+            m.end_epoch(now, &mut s, f);
+            m.chain_cost_ns(c)
+        };
+        for _ in 0..20 {
+            epoch(&mut m, &mut f, 5_000, 0);
+        }
+        assert!((epoch(&mut m, &mut f, 5_000, 0) - 5_000.0).abs() < 1.0);
+        let stalled = epoch(&mut m, &mut f, 5_000, 6_000_000);
+        assert!(stalled <= 1.75 * 5_000.0 + 1.0, "one stalled batch read the cost as {stalled} ns");
+        let mut cost = stalled;
+        for _ in 0..15 {
+            cost = epoch(&mut m, &mut f, 5_000, 0);
+        }
+        assert!(cost < 5_200.0, "back to the NT's cost: {cost}");
+        let mut epochs = 0;
+        while cost < 45_000.0 {
+            cost = epoch(&mut m, &mut f, 50_000, 0);
+            epochs += 1;
+            assert!(epochs <= 12, "a tenfold rise is followed: {cost} after {epochs} epochs");
+        }
     }
 
     #[test]

@@ -69,3 +69,28 @@ fn without_limits_a_shared_nt_still_splits_by_weight() {
     let r = run(&o).unwrap();
     assert!(r.weight_error < 0.10, "{r:?}");
 }
+
+/// Other work on the machine takes the node's core for half of every period (3 of 6 ms, 6 of
+/// 12, 12 of 24: a CPU hog under the kernel's scheduler): tenants offering a fifth of what the
+/// node can then carry lose no packet, and none waits much longer than a stall. (At 3x and 10x
+/// the weights do not hold yet under stalls: issue 49.)
+#[test]
+fn tenants_within_their_share_lose_nothing_when_the_node_loses_its_core_for_milliseconds() {
+    use snic_perf::testbed::isolation::{Machine, Stalls, Timing};
+    use std::time::Duration;
+    for (every, off) in [(6, 3), (12, 6), (24, 12)] {
+        let stalls = Stalls { every: Duration::from_millis(every), off: Duration::from_millis(off) };
+        for b in Bottleneck::ALL {
+            let mut o = Overload::virtual_run(b, &WEIGHTS, 0.2);
+            o.timing = Timing::Virtual(Machine { stalls: Some(stalls), ..Machine::default() });
+            let r = run(&o).unwrap();
+            for t in &r.tenants {
+                assert!(t.drops.is_empty() && t.ring_drops == 0, "{} with {stalls:?}: {r:?}", b.name());
+                // (Packets that arrive early in a stall wait most of it: the stalls happened.)
+                let p99 = t.p99_ns;
+                assert!(p99 > off * 500_000 && p99 < (off + 1) * 1_000_000, "{} with {stalls:?}: p99 {p99} ns: {r:?}", b.name());
+                assert!((t.delivered_pps - t.offered_pps).abs() <= 0.02 * t.offered_pps, "{} with {stalls:?}: {r:?}", b.name());
+            }
+        }
+    }
+}

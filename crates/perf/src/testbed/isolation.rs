@@ -170,6 +170,26 @@ pub struct Machine {
     pub engine_ns: u64,
     /// See `engine_ns`.
     pub engine_ps_per_byte: u64,
+    /// The node's core taken away by other work on the machine, if it is (see [`Stalls`]).
+    pub stalls: Option<Stalls>,
+}
+
+/// Other work on the machine takes the node's core for `off` at the start of every `every` of
+/// virtual time (a CPU hog sharing the core under the kernel's scheduler: slices of a few
+/// milliseconds each). Arrivals go on meanwhile and wait in the receive rings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stalls {
+    /// The period.
+    pub every: Duration,
+    /// How long of each period the node does not run.
+    pub off: Duration,
+}
+
+impl Stalls {
+    /// The share of the core the node keeps.
+    pub fn duty(&self) -> f64 {
+        1.0 - self.off.as_secs_f64() / self.every.as_secs_f64()
+    }
 }
 
 impl Default for Machine {
@@ -177,7 +197,13 @@ impl Default for Machine {
     /// and `snic bench crypto`): receiving a packet 40 ns, the rest of its way 20 ns; AES-GCM
     /// 50 ns + 0.25 ns a byte (32 Gbit/s at 1400 B); an empty poll 1 µs.
     fn default() -> Self {
-        Machine { io: IoCost { rx_ns: 50, tx_ns: 20 }, idle_poll: Duration::from_micros(1), engine_ns: 50, engine_ps_per_byte: 250 }
+        Machine {
+            io: IoCost { rx_ns: 50, tx_ns: 20 },
+            idle_poll: Duration::from_micros(1),
+            engine_ns: 50,
+            engine_ps_per_byte: 250,
+            stalls: None,
+        }
     }
 }
 
@@ -437,8 +463,28 @@ impl RunClock {
 /// Drives a node on virtual clock `clock` for `d`: polls, and moves time on by `idle` whenever
 /// a poll finds nothing to do (the node's work moves it otherwise).
 pub fn run_virtual<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, clock: &ManualClock, d: Duration, idle: Duration) {
+    run_virtual_stalled(node, clock, d, idle, None);
+}
+
+/// [`run_virtual`] on a core that other work takes away as `stalls` says: during a stall the
+/// node does not poll and time moves on.
+pub fn run_virtual_stalled<B: snic_dataplane::backend::Backend>(
+    node: &mut Node<B>,
+    clock: &ManualClock,
+    d: Duration,
+    idle: Duration,
+    stalls: Option<Stalls>,
+) {
     let end = clock.now() + d;
     while clock.now() < end {
+        if let Some(s) = stalls {
+            let (every, off) = (s.every.as_nanos() as u64, s.off.as_nanos() as u64);
+            let phase = clock.now().as_nanos() % every.max(1);
+            if phase < off {
+                clock.advance(Duration::from_nanos(off - phase));
+                continue;
+            }
+        }
         if node.poll() == 0 {
             clock.advance(idle);
         }

@@ -16,9 +16,9 @@
 //! measured time (converged limits move little once the load is steady).
 //!
 //! On a virtual clock with the [`Machine`] model, exact and the same on any machine: what the
-//! tests assert on; on the real clock, what `snic bench overload` reports.
+//! tests assert on; with real senders through the daemon, `scripts/bench-overload.sh`.
 
-use super::isolation::{run_virtual, Machine, Timing};
+use super::isolation::{run_virtual_stalled, Machine, Timing};
 use super::{dag_rule, datagram, spin, TestbedError};
 use crate::paced::{IoCost, Paced, StreamSpec};
 use snic_core::dag::{DagRoute, NtMask, Step};
@@ -136,7 +136,8 @@ impl Overload {
             Timing::Real => Machine::default(),
         };
         let ns = self.bottleneck.nt_ns() + m.io.rx_ns + m.io.tx_ns;
-        FairConfig::default().core_target * 1e9 / ns as f64
+        let duty = m.stalls.map_or(1.0, |s| s.duty());
+        duty * FairConfig::default().core_target * 1e9 / ns as f64
     }
 }
 
@@ -200,11 +201,11 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
         link_bps: 400e9,
         ..Default::default()
     };
-    let (clock_box, virtual_clock, io): (Box<dyn Clock>, Option<(ManualClock, Duration)>, IoCost) = match o.timing {
+    let (clock_box, virtual_clock, io): (Box<dyn Clock>, Option<(ManualClock, Machine)>, IoCost) = match o.timing {
         Timing::Real => (Box::new(MonotonicClock::default()), None, IoCost::default()),
         Timing::Virtual(m) => {
             let c = ManualClock::default();
-            (Box::new(c.clone()), Some((c, m.idle_poll)), o.bottleneck.machine(m).io)
+            (Box::new(c.clone()), Some((c, m)), o.bottleneck.machine(m).io)
         }
     };
     let node_clock: Box<dyn Clock> = match &virtual_clock {
@@ -245,7 +246,7 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
     }
     node.mat_handle().store(Arc::new(mat));
     let drive = |node: &mut Node<Paced>, d: Duration| match &virtual_clock {
-        Some((c, idle)) => run_virtual(node, c, d, *idle),
+        Some((c, m)) => run_virtual_stalled(node, c, d, m.idle_poll, m.stalls),
         None => {
             spin(node, d);
         }
