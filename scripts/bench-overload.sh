@@ -27,7 +27,8 @@ cost=${COST_NS:-100000}
 # on CPU NODE and the senders and receivers on CPU PEERS: the kernel's sending and receiving
 # paths for a veth run on the sender's CPU, so the node's core is its own, as on a node with
 # dedicated cores. Unpinned, the senders take a share of the node's core that grows with the
-# offered load (dispatcher_waiting).
+# offered load (dispatcher_waiting). NICE=N runs the node at that niceness (e.g. -20, as
+# docs/operations.md advises for a node that shares its machine).
 pin=${PIN-$([ "$(nproc)" -ge 2 ] && echo 0:1)}
 pin_node= pin_peers=
 if [ -n "$pin" ]; then pin_node="taskset -c ${pin%%:*}"; pin_peers="taskset -c ${pin#*:}"; fi
@@ -87,7 +88,7 @@ spec: {vni: $vni, vtep: '192.168.$((10 + i)).2:4789', flood: true}
 ---
 Y
 done
-$pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
+${NICE:+nice -n $NICE} $pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
 node_pid=$!
 wait_for "node up" ip netns exec "$P-node" "$snic" status
 ip netns exec "$P-node" "$snic" apply -f "$manifest" >/dev/null

@@ -575,14 +575,18 @@ fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
 /// with its own 100 µs NT on the dispatcher's core, iperf3 UDP from kernel VXLAN endpoints at 3x
 /// and 10x the node's capacity (measured first). The node delivers each its weighted max-min fair
 /// share — within 15% at 3x; within 30% at 10x, where on this two-core machine the senders and
-/// the kernel's receive path take the node's core from it (BENCHMARKS.md, "Weights at
-/// overload") — and no packet waits long. Ratios and bounds only: no rate is asserted.
+/// the kernel's receive path take the node's core from it (BENCHMARKS.md, "Weights, goodput and
+/// latency at overload") — and no packet waits long. Ratios and bounds only: no rate is
+/// asserted. The node
+/// runs at `nice -20`, as docs/operations.md says to run one that shares its machine: beside
+/// CPU hogs a node at the default priority loses its core for milliseconds at a time, and its
+/// weights drift (issue 49, open; docs/fairness.md "Limits"), which this test does not claim.
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn weights_hold_for_three_real_senders_at_3x_and_10x_capacity() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
-    let (rows, stdout) = bench_script("bench-overload.sh", &["3", "3", "10"], &[]);
+    let (rows, stdout) = bench_script("bench-overload.sh", &["3", "3", "10"], &[("NICE", "-20")]);
     assert_eq!(rows.len(), 2, "{stdout}");
     for (row, within) in rows.iter().zip([0.15, 0.30]) {
         eprintln!("{row}");
