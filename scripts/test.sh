@@ -98,7 +98,8 @@ fi
 # the step's own line, not in the totals: they are the same tests.)
 step "wasm NTs on both engines (cargo feature wasmtime)"
 cargo clippy --locked -p snic-nt --features wasmtime --all-targets -- -D warnings || fail "lint (wasmtime)"
-cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples 2>&1 | tail -n 4
+# (Each binary's result line, and a failing test's name and panic: the log says which.)
+cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples 2>&1 | grep -E -A3 '^test .*FAILED|panicked at|^test result|^error'
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests (wasmtime)"
 
 if [ "$fuzz_seconds" -gt 0 ]; then

@@ -83,11 +83,16 @@ impl Topo {
         t
     }
 
-    /// Starts the node in its namespace and applies `manifest` once it answers.
+    /// Starts the node in its namespace and applies `manifest` once it answers. The node runs at
+    /// `nice -20`, as docs/operations.md says to run one that shares its machine with other
+    /// work ("Give the data plane its core"): these tests check isolation and fairness through
+    /// the daemon as deployed, and CI runs them beside CPU hogs. A node that loses its core for
+    /// milliseconds does not keep a within-share tenant unlimited beside a flood (issue 49,
+    /// open; docs/fairness.md "Limits"), which these tests do not claim.
     fn start_node(&mut self, manifest: &str) {
         let state = self.state.to_str().unwrap().to_string();
         let bin = env!("CARGO_BIN_EXE_snic");
-        self.spawn("node", &[bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state]);
+        self.spawn("node", &["nice", "-n", "-20", bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state]);
         wait_for("the node comes up", Duration::from_secs(10), || self.exec_status("node", &[bin, "status"]).status.code() == Some(0));
         self.apply("node", manifest);
     }
@@ -137,7 +142,8 @@ impl Topo {
     /// Starts `args` in namespace `n`; its index among the children, for `kill`. The stderr
     /// of snic (a node, the ToR's health checker) is kept for a failure's report.
     fn spawn(&mut self, n: &str, args: &[&str]) -> usize {
-        let err = if args.first() == Some(&env!("CARGO_BIN_EXE_snic")) {
+        // (The node's log is kept, also when it runs under `nice`.)
+        let err = if args.iter().take(4).any(|a| *a == env!("CARGO_BIN_EXE_snic")) {
             let log = self.state.with_extension(format!("{n}.{}.log", self.children.len()));
             let f = std::fs::File::create(&log).unwrap();
             self.logs.push(log);

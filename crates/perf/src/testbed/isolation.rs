@@ -436,14 +436,14 @@ fn setup(s: Scenario, timing: Timing, wasm_bound: (u64, u64)) -> Setup {
 /// The clock a run is on, and how it moves.
 enum RunClock {
     Real(MonotonicClock),
-    Virtual(ManualClock, Duration),
+    Virtual(ManualClock, Duration, Option<Stalls>),
 }
 
 impl RunClock {
     fn boxed(&self) -> Box<dyn Clock> {
         match self {
             RunClock::Real(c) => Box::new(*c),
-            RunClock::Virtual(c, _) => Box::new(c.clone()),
+            RunClock::Virtual(c, ..) => Box::new(c.clone()),
         }
     }
 
@@ -451,9 +451,9 @@ impl RunClock {
     fn drive<B: snic_dataplane::backend::Backend>(&self, node: &mut Node<B>, d: Duration) -> Duration {
         match self {
             RunClock::Real(_) => spin(node, d),
-            RunClock::Virtual(c, idle) => {
+            RunClock::Virtual(c, idle, stalls) => {
                 let t0 = c.now();
-                run_virtual(node, c, d, *idle);
+                run_virtual_stalled(node, c, d, *idle, *stalls);
                 c.now().saturating_since(t0)
             }
         }
@@ -517,7 +517,7 @@ pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
     };
     let (clock, io) = match p.timing {
         Timing::Real => (RunClock::Real(MonotonicClock::default()), IoCost::default()),
-        Timing::Virtual(machine) => (RunClock::Virtual(ManualClock::default(), machine.idle_poll), machine.io),
+        Timing::Virtual(machine) => (RunClock::Virtual(ManualClock::default(), machine.idle_poll, machine.stalls), machine.io),
     };
     let backend =
         if m == Mode::Queues { Paced::with_queues(streams, p.ring, clock.boxed()) } else { Paced::new(streams, p.ring, clock.boxed()) }
