@@ -143,7 +143,7 @@ impl Topo {
     /// of snic (a node, the ToR's health checker) is kept for a failure's report.
     fn spawn(&mut self, n: &str, args: &[&str]) -> usize {
         // (The node's log is kept, also when it runs under `nice`.)
-        let err = if args.iter().take(4).any(|a| *a == env!("CARGO_BIN_EXE_snic")) {
+        let err = if args.contains(&env!("CARGO_BIN_EXE_snic")) {
             let log = self.state.with_extension(format!("{n}.{}.log", self.children.len()));
             let f = std::fs::File::create(&log).unwrap();
             self.logs.push(log);
