@@ -98,20 +98,31 @@ for i in 1 2 3; do
 done
 
 status() { ip netns exec "$P-node" "$snic" status -o json; }
-# send PPS SECONDS: each sender offers PPS packets/s of 64-byte UDP for SECONDS (their PIDs in
-# `senders`; `stop_senders` ends them).
+# send PPS: each sender offers PPS packets/s of 64-byte UDP until `stop_senders` ends it (their
+# PIDs in `senders`; a sender still runs at most 600 s). Senders run until stopped, not for a
+# fixed time, so that a measurement window that takes longer than planned (status answers
+# slowly on a loaded machine) still lies wholly inside the time all three send: a window that
+# outlasted the senders, who start one after another, read the tail in which only some still
+# sent as if the node split its capacity that way (the loaded CI run of 3f61673).
 # Every phase has its own one-test iperf3 servers on a port of its own: a server whose last test
 # has not ended (its control connection's packets queued or lost at an overloaded node) would
 # turn the next phase's sender away as busy.
 senders=()
+clients=()
 port=5200
 send() {
   local bps=$(( $1 * 64 * 8 ))
   port=$(( port + 1 ))
   for i in 1 2 3; do
-    $pin_peers ip netns exec "$P-r$i" timeout -s KILL $(( $2 + 20 )) iperf3 -s -1 -p $port >/dev/null 2>&1 & pids+=($!); senders+=($!)
+    $pin_peers ip netns exec "$P-r$i" timeout -s KILL 620 iperf3 -s -1 -p $port >/dev/null 2>&1 & pids+=($!); senders+=($!)
     wait_for "iperf3 server $i" sh -c "[ -n \"\$(ip netns exec $P-r$i ss -Hltn 'sport = :$port')\" ]"
-    $pin_peers ip netns exec "$P-s$i" timeout -s KILL $(( $2 + 10 )) iperf3 -c 10.$i.0.2 -p $port -u -b "$bps" -l 64 -t "$2" >/dev/null 2>&1 & pids+=($!); senders+=($!)
+    $pin_peers ip netns exec "$P-s$i" timeout -s KILL 610 iperf3 -c 10.$i.0.2 -p $port -u -b "$bps" -l 64 -t 600 >"$work/client$i.log" 2>&1 & pids+=($!); senders+=($!); clients[$i]=$!
+  done
+}
+# still_sending: fails, naming it, if a sender has ended (its iperf3 log says why).
+still_sending() {
+  for i in 1 2 3; do
+    kill -0 "${clients[$i]}" 2>/dev/null || { echo "sender $i stopped before the window ended: $(tail -n 3 "$work/client$i.log")" >&2; return 1; }
   done
 }
 stop_senders() {
@@ -134,10 +145,12 @@ sent() {
 window() {
   local snaps=$work/snaps.json
   : > "$snaps"
-  local n=$(( $1 * 4 ))
+  local end=$(( $(date +%s%N) + $1 * 1000000000 ))
   sent > "$work/sent0"
-  for k in $(seq "$n"); do status >> "$snaps"; echo >> "$snaps"; [ "$k" = "$n" ] || sleep 0.25; done
+  # Snapshots every 0.25 s until SECONDS have passed (fewer when status answers slowly).
+  while status >> "$snaps" && echo >> "$snaps" && [ "$(date +%s%N)" -lt "$end" ]; do sleep 0.25; done
   sent > "$work/sent1"
+  still_sending
   python3 - "$snaps" "$2" "$3" "$work/sent0" "$work/sent1" <<'PY'
 import json, sys
 text = open(sys.argv[1]).read()
@@ -188,14 +201,14 @@ PY
 
 # Capacity: all three flat out (each 2x what the NT allows the whole node).
 nominal=$(( 800000000 / cost ))
-send $(( 2 * nominal )) $(( secs + 3 ))
+send $(( 2 * nominal ))
 sleep 2
 cap=$(window "$secs" 0 0 | python3 -c 'import json,sys; print(json.load(sys.stdin)["goodput_pps"])')
 stop_senders
 sleep 1
 for m in $multiples; do
   each=$(python3 -c "print(max(1, round($m * $cap / 3)))")
-  send "$each" $(( secs + 3 ))
+  send "$each"
   sleep 2
   window "$secs" "$m" "$cap"
   stop_senders
