@@ -701,6 +701,11 @@ impl Meter {
             keep
         });
         let inflate = if offered_all > 0 { (offered_all + lost_now) as f64 / offered_all as f64 } else { 1.0 };
+        // Every tenant that sent counts, also one whose packets are sparser than epochs: a
+        // flood refused alone, epoch after epoch, while a tenant at 2.5 kpps sent one packet
+        // every fourth epoch, cut the node to its least scale, and the small tenant, its
+        // share cut with it, was limited and lost packets (issue 49).
+        let active = active.max(self.recent.len());
         self.adjust_cores(refused_tenants >= 2 || (refused_tenants > 0 && refused_tenants >= active));
         for &tid in &self.visit {
             let t = tid.index();
@@ -929,8 +934,22 @@ mod tests {
             assert_eq!(epoch(&mut m, &mut c, &[2]), 1.0, "tenant 2's own refusals");
         }
         assert!(epoch(&mut m, &mut c, &[1, 2]) < 1.0, "both refused: the cores gave less");
-        // Alone, a tenant's refusals do scale (no one else to protect; its limit follows).
+        for _ in 0..2000 {
+            epoch(&mut m, &mut c, &[]);
+        }
+        assert_eq!(m.core_scale(), 1.0);
+        // Tenant 1 sends in one epoch of four (as one at 2.5 kpps does on 100 µs epochs): in the three between,
+        // tenant 2's refusals are still its own.
+        for k in 0..200 {
+            c.touched = if k % 4 == 0 { two.clone() } else { vec![TenantId(2)] };
+            assert_eq!(epoch(&mut m, &mut c, &[2]), 1.0, "tenant 2's own refusals, tenant 1 sparse (epoch {k})");
+        }
+        // Alone (nothing from tenant 1 for longer than SHARING_HOLD), a tenant's refusals do
+        // scale (no one else to protect; its limit follows).
         c.touched = vec![TenantId(2)];
+        for _ in 0..SHARING_HOLD.as_nanos() / EPOCH.as_nanos() {
+            epoch(&mut m, &mut c, &[]);
+        }
         let before = m.core_scale();
         assert!(epoch(&mut m, &mut c, &[2]) < before);
     }
