@@ -176,6 +176,10 @@ struct Window {
     admitted: u64,
     epochs: u32,
     secs: f64,
+    /// The offered rate the variable part of the demand was measured at: smoothed with it,
+    /// window by window, so that the two agree (a limit is the variable part's share over
+    /// what it costs a packet, their ratio; see `Fairness::end_epoch`).
+    var_pps: f64,
 }
 
 /// The fixed use and offered packets observed since they were last folded (see [`Window`]).
@@ -504,6 +508,9 @@ impl Fairness {
                 };
                 s.demand[k] = if s.fixed[k] + var < tiny { s.fixed[k] } else { s.fixed[k] + var };
             }
+            if fold && !blind && w.secs > 0.0 {
+                w.var_pps += aw * (w.offered.max(w.admitted) as f64 / w.secs - w.var_pps);
+            }
             if fold {
                 w.amounts.iter_mut().for_each(|x| *x = 0.0);
                 (w.offered, w.admitted, w.epochs, w.secs) = (0, 0, 0, 0.0);
@@ -562,7 +569,12 @@ impl Fairness {
                     .map(|(((d, f), al), _)| ((al - f) / (d - f)).clamp(0.0, 1.0))
                     .fold(1.0, f64::min)
             };
-            let target = (admit < 1.0 - 1e-6).then_some(admit * s.offered_pps);
+            // The limit is what the allocation pays for: the variable part's share (`admit`)
+            // of the rate that part was measured at. (Of `offered_pps`, smoothed over other
+            // windows, it was off by their ratio: a tenant at 2.5 kpps whose offered window
+            // had just folded a quiet stretch was limited to a few packets a second, issue 49.)
+            let pps = if s.window.var_pps > 0.0 { s.window.var_pps } else { s.offered_pps };
+            let target = (admit < 1.0 - 1e-6).then_some(admit * pps);
             s.limit_pps = match (s.limit_pps, target) {
                 // A limit moves toward its target by at most LIMIT_SLEW of the larger of the two an
                 // epoch: the target carries the demand estimate's noise (windows of a few dozen

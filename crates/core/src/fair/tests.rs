@@ -380,3 +380,53 @@ fn a_resource_with_room_left_does_not_limit() {
     assert!(x.fraction < 0.5 && x.allocation[0] < x.fixed[0], "{x:?}");
     assert_eq!(x.limit_pps, None, "{x:?}");
 }
+
+/// A tenant whose packets come in bursts with quiet stretches between them (a sender that
+/// loses its own core to other work) is over its share: its limit is what its allocation pays
+/// for at its cost per packet. The offered rate smoothed over the offered side's windows —
+/// the last of which may have just folded a quiet stretch and read almost nothing — would put
+/// it at a few packets a second (issue 49: such a tenant's queue, shrunk to its limit, lost
+/// its packets).
+#[test]
+fn a_bursty_tenants_limit_is_what_its_allocation_pays_for() {
+    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
+    f.set_resources(vec![rate("cpu", 0.5)]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    let secs = EPOCH_NS as f64 / 1e9;
+    // Tenant 1: bursts of 24 packets every 41st epoch (5,850 pkt/s), 50 µs each: 0.29 core.
+    // Tenant 2: a flood of 1 Mpps at 1 µs. Each is owed 0.25 core: tenant 1 5,000 pkt/s.
+    let (mut t, mut tokens, mut lows) = (0, 32.0f64, Vec::new());
+    for e in 0..20_000u64 {
+        let limit = f.shares()[0].limit_pps;
+        let offered: f64 = if e % 41 == 0 { 24.0 } else { 0.0 };
+        let admitted = match limit {
+            Some(l) => {
+                tokens = (tokens + l * secs).min(32.0);
+                let a = offered.min(tokens.floor());
+                tokens -= a;
+                a
+            }
+            None => offered,
+        };
+        let flood_limit = f.shares()[1].limit_pps;
+        t += EPOCH_NS;
+        f.end_epoch(Instant(t), |id, o| {
+            if id == TenantId(1) {
+                (o.offered_packets, o.admitted_packets) = (offered as u64, admitted as u64);
+                o.amounts[0] = admitted * 50e-6;
+            } else {
+                let offered = 1e6 * secs;
+                let admitted = flood_limit.map_or(offered, |l| offered.min(l * secs));
+                (o.offered_packets, o.admitted_packets) = (offered as u64, admitted as u64);
+                o.amounts[0] = admitted * 1e-6;
+            }
+        });
+        if e > 2_000 {
+            lows.extend(f.shares()[0].limit_pps);
+        }
+    }
+    assert!(!lows.is_empty(), "tenant 1 is over its share and limited");
+    let least = lows.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(least > 2_500.0, "tenant 1 limited to {least} pkt/s; its allocation pays for 5,000");
+}
