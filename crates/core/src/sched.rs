@@ -498,7 +498,7 @@ impl<T: Copy> Scheduler<T> {
     #[inline(always)]
     fn enqueue_run(&mut self, id: InstanceId, tenant: TenantId, items: &[T], bound: usize) -> usize {
         let qi = self.tenant_queue(id, tenant);
-        let bound = self.bound_in_time(id, bound);
+        let bound = self.bound_in_time(id, qi, bound);
         let inst = &mut self.instances[id.index()];
         let q = &mut inst.queues[qi].q;
         let room = bound.saturating_sub(q.len()).min(items.len());
@@ -510,13 +510,28 @@ impl<T: Copy> Scheduler<T> {
         room
     }
 
-    /// A tenant's queue bound at instance `id`: `bound` packets, and no more than
-    /// [`SchedConfig::max_queue_ns`] of the instance's measured work (at least [`MIN_QUEUE`]).
+    /// The bound of queue `qi` at instance `id`: `bound` packets, and no more than the
+    /// tenant is served in [`SchedConfig::max_queue_ns`] (at least [`MIN_QUEUE`]): that much of
+    /// the instance's measured work, times the tenant's part of the instance by weight among
+    /// the tenants waiting there. Every tenant's queue then holds the same time, and a tenant
+    /// of weight 1 beside one of weight 3 at a shared NT queues a third of what the other
+    /// does. Bounded in the instance's time alone, both queued alike: after a stall (a
+    /// preemption, a burst) both were full, the heavier drained three times as fast, and the
+    /// lighter then had the instance to itself, so the split drifted toward equal (issue 49:
+    /// weights 1:3 delivered 1:1.5–1.9 beside CPU hogs).
     #[inline(always)]
-    fn bound_in_time(&self, id: InstanceId, bound: usize) -> usize {
-        let cost = self.instances[id.index()].cost_ns;
+    fn bound_in_time(&self, id: InstanceId, qi: usize, bound: usize) -> usize {
+        let inst = &self.instances[id.index()];
+        let cost = inst.cost_ns;
         if self.cfg.max_queue_ns > 0.0 && cost > 0.0 {
-            bound.min(((self.cfg.max_queue_ns / cost) as usize).max(MIN_QUEUE))
+            let mut part = 1.0;
+            if inst.queues.len() > 1 {
+                let weight = |q: &TenantQueue<T>| self.weights.get(q.tenant.index()).copied().unwrap_or(1);
+                let own = weight(&inst.queues[qi]);
+                let others: u32 = inst.queues.iter().enumerate().filter(|(i, q)| *i != qi && !q.q.is_empty()).map(|(_, q)| weight(q)).sum();
+                part = own as f64 / (own + others) as f64;
+            }
+            bound.min(((self.cfg.max_queue_ns * part / cost) as usize).max(MIN_QUEUE))
         } else {
             bound
         }
@@ -558,12 +573,13 @@ impl<T: Copy> Scheduler<T> {
     #[inline(always)]
     fn enqueue(&mut self, id: InstanceId, tenant: TenantId, item: T, bound: usize) -> Result<(), Reject> {
         let qi = self.tenant_queue(id, tenant);
-        let bound = self.bound_in_time(id, bound);
-        let inst = &mut self.instances[id.index()];
-        let q = &mut inst.queues[qi].q;
-        if q.len() >= bound {
+        // (Under MIN_QUEUE there is room whatever the bound in time: not worth computing.)
+        let len = self.instances[id.index()].queues[qi].q.len();
+        if len >= bound.min(MIN_QUEUE) && len >= self.bound_in_time(id, qi, bound) {
             return Err(Reject::QueueFull);
         }
+        let inst = &mut self.instances[id.index()];
+        let q = &mut inst.queues[qi].q;
         q.push_back(item);
         inst.queued += 1;
         self.wake(id);
