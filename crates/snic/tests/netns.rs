@@ -36,7 +36,7 @@ impl Drop for Topo {
             let _ = Command::new("ip").args(["netns", "del", n]).status();
         }
         for log in &self.logs {
-            if std::thread::panicking() {
+            if std::thread::panicking() || std::env::var_os("KEEP_LOGS").is_some() {
                 // What the node said (a dead data plane says so there).
                 eprintln!("{}:\n{}", log.display(), std::fs::read_to_string(log).unwrap_or_default());
             }
