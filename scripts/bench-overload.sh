@@ -4,10 +4,15 @@
 # dispatcher's core: the dispatcher is the bottleneck), each sending small UDP datagrams from
 # iperf3 through a kernel VXLAN endpoint at the same rate. The node's capacity is measured first
 # (all three flat out, its delivered rate); then the senders offer 1x, 3x and 10x of it, split
-# evenly. One JSON line per multiple: each tenant's offered rate (counted at its sender), its
-# delivered rate, and that over its weighted max-min fair share of what was delivered in all
-# (water-filling: a tenant that offers less than its weight's part keeps what it offers, the
-# rest is split by weight), its p99 and its drops by reason, the total goodput, how far each
+# evenly. One JSON line per multiple: each tenant's offered rate (counted at its sender), the
+# rate that reached the node (what it received, plus what it dropped at its ingress: over the
+# limit, its own receive queue full, no buffer), its delivered rate, and that over its weighted
+# max-min fair share of what was delivered in all given what reached the node (water-filling:
+# a tenant that sends less than its weight's part keeps what it sends, the rest is split by
+# weight), its p99 and its drops by reason, the total goodput, the datagrams the kernel dropped
+# before any socket (`/proc/net/softnet_stat`, all CPUs: its per-CPU backlog overflows when the
+# CPU that runs a veth's receive path is busy with other work; snic never sees those, and no
+# policy of its can share them), how far each
 # tenant's ingress limit ranged over the status snapshots (every 250 ms; (max - min) / max), and
 # the share of a core the dispatcher thread got and the share it spent runnable but waiting for
 # one (its schedstat: on this machine the senders and the kernel's receive path share its cores).
@@ -130,11 +135,15 @@ stop_senders() {
   for p in "${senders[@]}"; do wait "$p" 2>/dev/null || true; done
   senders=()
 }
-# sent: the time, each sender's VXLAN transmit count and the dispatcher thread's schedstat (ns
-# on a CPU, ns runnable but waiting for one), on one line.
+# sent: the time, each sender's VXLAN transmit count, the kernel's backlog drops (all CPUs)
+# and the dispatcher thread's schedstat (ns on a CPU, ns runnable but waiting for one), on one
+# line.
 sent() {
   local line; line=$(date +%s.%N)
   for i in 1 2 3; do line+=" $(ip netns exec "$P-s$i" cat /sys/class/net/vx0/statistics/tx_packets)"; done
+  local backlog=0 _a b _rest
+  while read -r _a b _rest; do backlog=$(( backlog + 0x$b )); done < /proc/net/softnet_stat
+  line+=" $backlog"
   local task
   for task in /proc/$node_pid/task/*; do
     if [ "$(cat "$task/comm")" = snic-dataplane ]; then line+=" $(cut -d' ' -f1,2 "$task/schedstat")"; fi
@@ -167,20 +176,29 @@ weights = {"t1": 1, "t2": 2, "t3": 5}
 s0, s1 = (open(f).read().split() for f in sys.argv[4:6])
 dt = float(s1[0]) - float(s0[0])
 offered = {n: (int(s1[k + 1]) - int(s0[k + 1])) / dt for k, n in enumerate(weights)}
+backlog = (int(s1[4]) - int(s0[4])) / dt
 # How much of a core the dispatcher got, and how long it waited for one, over the window.
-cpu, waiting = ((int(s1[k]) - int(s0[k])) / 1e9 / dt for k in (4, 5))
+cpu, waiting = ((int(s1[k]) - int(s0[k])) / 1e9 / dt for k in (5, 6))
 deliv = {n: (t(last, n)["stats"]["tx_packets"] - t(first, n)["stats"]["tx_packets"]) / dt for n in weights}
+# What reached the node: received, or dropped at its ingress (nothing else is dropped before a
+# packet is counted received).
+AT_INGRESS = ("rate_limit", "rx_queue_full", "store_full")
+def ingress(v, n):
+    st = t(v, n)["stats"]
+    return st["rx_packets"] + sum(c for r, c in st["drops"] if r in AT_INGRESS)
+reached = {n: (ingress(last, n) - ingress(first, n)) / dt for n in weights}
 total = sum(deliv.values()) or 1
-# Weighted max-min fair shares of `total` for what each offered (water-filling).
+# Weighted max-min fair shares of `total` for what reached the node (water-filling).
 fair, left, open_ = {}, total, set(weights)
 while open_:
     unit = left / sum(weights[n] for n in open_)
-    sat = [n for n in open_ if offered[n] <= unit * weights[n]]
+    sat = [n for n in open_ if reached[n] <= unit * weights[n]]
     if not sat:
         for n in open_: fair[n] = unit * weights[n]
         break
-    for n in sat: fair[n] = offered[n]; left -= offered[n]; open_.discard(n)
+    for n in sat: fair[n] = reached[n]; left -= reached[n]; open_.discard(n)
 out = {"bench": "overload", "multiple": mult, "capacity_pps": round(cap), "goodput_pps": round(total),
+       "kernel_backlog_drops_pps": round(backlog),
        "dispatcher_cpu": round(cpu, 2), "dispatcher_waiting": round(waiting, 2),
        "dispatcher_capacity": [round(f(r["capacity"] for s in snaps for r in s["fairness"]["resources"] if r["name"] == "dispatcher"), 2) for f in (min, max)],
        "tenants": []}
@@ -192,7 +210,7 @@ for n, w in weights.items():
     for r, c in t(last, n)["stats"]["drops"]:
         before = dict(t(first, n)["stats"]["drops"]).get(r, 0)
         if c - before: drops[r] = c - before
-    out["tenants"].append({"name": n, "weight": w, "offered_pps": round(offered[n]), "delivered_pps": round(deliv[n]),
+    out["tenants"].append({"name": n, "weight": w, "offered_pps": round(offered[n]), "reached_pps": round(reached[n]), "delivered_pps": round(deliv[n]),
         "over_fair_share": round(deliv[n] / fair[n], 3) if fair.get(n) else None,
         "p99_ms": round(t(last, n)["stats"]["latency_p99_ns"] / 1e6, 2), "limit_range": round(spread, 2), "drops": drops})
 print(json.dumps(out))
