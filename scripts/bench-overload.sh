@@ -9,10 +9,10 @@
 # limit, its own receive queue full, no buffer), its delivered rate, and that over its weighted
 # max-min fair share of what was delivered in all given what reached the node (water-filling:
 # a tenant that sends less than its weight's part keeps what it sends, the rest is split by
-# weight), its p99 and its drops by reason, the total goodput, the datagrams the kernel dropped
-# before any socket (`/proc/net/softnet_stat`, all CPUs: its per-CPU backlog overflows when the
-# CPU that runs a veth's receive path is busy with other work; snic never sees those, and no
-# policy of its can share them), how far each
+# weight), its p99 and its drops by reason, the total goodput, the datagrams the kernel's
+# per-CPU backlog dropped (`/proc/net/softnet_stat`, all CPUs; only one of the places where a
+# packet can be lost before the node: offered minus reached counts them all, and snic can share
+# none of them), how far each
 # tenant's ingress limit ranged over the status snapshots (every 250 ms; (max - min) / max), and
 # the share of a core the dispatcher thread got and the share it spent runnable but waiting for
 # one (its schedstat: on this machine the senders and the kernel's receive path share its cores).

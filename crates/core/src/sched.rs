@@ -56,6 +56,18 @@ impl Default for SchedConfig {
     }
 }
 
+/// `tenant`'s weight at shared instances (1 if unset).
+#[inline(always)]
+fn weight_of(weights: &[u32], tenant: TenantId) -> u32 {
+    weights.get(tenant.index()).copied().unwrap_or(1)
+}
+
+/// The summed weight of the tenants with items waiting in `queues` (one instance's).
+#[inline(always)]
+fn waiting_weight<T>(weights: &[u32], queues: &[TenantQueue<T>]) -> u32 {
+    queues.iter().filter(|q| !q.q.is_empty()).map(|q| weight_of(weights, q.tenant)).sum()
+}
+
 /// Packets a tenant may always queue at an instance, however costly the instance's packets:
 /// enough for a batch.
 pub const MIN_QUEUE: usize = 32;
@@ -526,9 +538,9 @@ impl<T: Copy> Scheduler<T> {
         if self.cfg.max_queue_ns > 0.0 && cost > 0.0 {
             let mut part = 1.0;
             if inst.queues.len() > 1 {
-                let weight = |q: &TenantQueue<T>| self.weights.get(q.tenant.index()).copied().unwrap_or(1);
-                let own = weight(&inst.queues[qi]);
-                let others: u32 = inst.queues.iter().enumerate().filter(|(i, q)| *i != qi && !q.q.is_empty()).map(|(_, q)| weight(q)).sum();
+                let q = &inst.queues[qi];
+                let own = weight_of(&self.weights, q.tenant);
+                let others = waiting_weight(&self.weights, &inst.queues) - if q.q.is_empty() { 0 } else { own };
                 part = own as f64 / (own + others) as f64;
             }
             bound.min(((self.cfg.max_queue_ns * part / cost) as usize).max(MIN_QUEUE))
@@ -559,7 +571,7 @@ impl<T: Copy> Scheduler<T> {
             _ => match inst.queues.iter().position(|q| q.tenant == tenant) {
                 Some(q) => q,
                 None => {
-                    let w = self.weights.get(tenant.index()).copied().unwrap_or(1);
+                    let w = weight_of(&self.weights, tenant);
                     inst.queues.push(TenantQueue { tenant, q: VecDeque::new(), pre: 0, turn: w });
                     inst.queues.len() - 1
                 }
@@ -606,8 +618,7 @@ impl<T: Copy> Scheduler<T> {
                 // more is admitted than the cores take (the limits lag a change, or overshoot),
                 // chains still share time by their tenants' weights, not equally (issue 49: three
                 // tenants of weights 1, 2 and 5, each with its own chain, got 1 : 1.3 : 1.3).
-                let w: u32 =
-                    inst.queues.iter().filter(|q| !q.q.is_empty()).map(|q| self.weights.get(q.tenant.index()).copied().unwrap_or(1)).sum();
+                let w = waiting_weight(&self.weights, &inst.queues);
                 inst.deficit += self.cfg.quantum_ns * w.max(1) as f64;
                 if inst.deficit < inst.cost_ns && (skips < self.ready.len() || self.cfg.quantum_alone) {
                     // Not enough credit of time for one item yet: the next instance's turn, or,
@@ -676,7 +687,7 @@ impl<T: Copy> Scheduler<T> {
                     }
                     // Its turn is over (or it has nothing): the next one's, and its next turn
                     // is a whole one.
-                    tq.turn = weights.get(tq.tenant.index()).copied().unwrap_or(1);
+                    tq.turn = weight_of(weights, tq.tenant);
                     inst.rr += 1;
                     if inst.rr == n {
                         inst.rr = 0;

@@ -87,8 +87,7 @@ impl Topo {
     /// `nice -20`, as docs/operations.md says to run one that shares its machine with other
     /// work ("Give the data plane its core"): these tests check isolation and fairness through
     /// the daemon as deployed, and CI runs them beside CPU hogs. A node that loses its core for
-    /// milliseconds does not keep a within-share tenant unlimited beside a flood (issue 49,
-    /// open; docs/fairness.md "Limits"), which these tests do not claim.
+    /// long stretches is not what these tests claim for (docs/fairness.md "Limits").
     fn start_node(&mut self, manifest: &str) {
         let state = self.state.to_str().unwrap().to_string();
         let bin = env!("CARGO_BIN_EXE_snic");
@@ -587,7 +586,7 @@ fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
 /// asserted. The node
 /// runs at `nice -20`, as docs/operations.md says to run one that shares its machine: beside
 /// CPU hogs a node at the default priority loses its core for milliseconds at a time, and its
-/// weights drift (issue 49, open; docs/fairness.md "Limits"), which this test does not claim.
+/// weights drift (docs/fairness.md "Limits"), which this test does not claim.
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn weights_hold_for_three_real_senders_at_3x_and_10x_capacity() {
