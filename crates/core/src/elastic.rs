@@ -23,6 +23,7 @@
 use crate::autoscale::{AutoscaleConfig, Autoscaler, LoadSmoother, Scale};
 use crate::ids::ChainId;
 use crate::launcher::{Decision, Launcher, LauncherConfig, RegionState};
+pub use crate::launcher::{EndpointFallback, PeerRoom};
 use crate::rechain::{DagView, Rechainer, Switch};
 use crate::time::Instant;
 use core::time::Duration;
@@ -113,7 +114,7 @@ pub struct Elasticity {
     /// Per chain: its load as auto-scaling watches it (instances' worth).
     load: Vec<LoadSmoother>,
     /// Per chain: the tenant's endpoint can run it.
-    endpoint: Vec<bool>,
+    endpoint: Vec<EndpointFallback>,
     /// Per chain: its NTs' state cannot be split between instances (a cache, writes waiting
     /// for replicas): it never scales out.
     single: Vec<bool>,
@@ -200,11 +201,11 @@ impl Elasticity {
         let c = chain.index();
         if self.load.len() <= c {
             self.load.resize(c + 1, LoadSmoother::default());
-            self.endpoint.resize(c + 1, false);
+            self.endpoint.resize(c + 1, EndpointFallback::Never);
             self.single.resize(c + 1, false);
         }
         self.load[c] = LoadSmoother::default();
-        self.endpoint[c] = false;
+        self.endpoint[c] = EndpointFallback::Never;
         self.single[c] = false;
         self.scaler.forget(chain);
     }
@@ -225,9 +226,9 @@ impl Elasticity {
 
     /// Declares whether the tenant's endpoint can run `chain` itself (its packets are then sent
     /// on unprocessed when no region can be found, before resorting to a context switch).
-    pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
+    pub fn set_endpoint_fallback(&mut self, chain: ChainId, fallback: EndpointFallback) {
         if let Some(e) = self.endpoint.get_mut(chain.index()) {
-            *e = yes;
+            *e = fallback;
         }
     }
 
@@ -318,9 +319,9 @@ impl Elasticity {
 
     /// Packets need `chain`, which has no active instance: the paper's on-demand order (share
     /// or resume what is loaded, a free region, the pool, the tenant's endpoint, last a context
-    /// switch), applied to the regions. `remote`: a peer has room for it.
-    pub fn on_demand(&mut self, chain: ChainId, now: Instant, remote: bool) -> Decision {
-        let endpoint = self.endpoint.get(chain.index()).copied().unwrap_or(false);
+    /// switch), applied to the regions. `remote`: whether a peer has room for it.
+    pub fn on_demand(&mut self, chain: ChainId, now: Instant, remote: PeerRoom) -> Decision {
+        let endpoint = self.endpoint.get(chain.index()).copied().unwrap_or_default();
         let room = self.launcher.has_room();
         let decision = self.launcher.place(chain, now, remote, endpoint);
         match decision {
@@ -570,7 +571,7 @@ mod tests {
         // the chain is not stopped before it has been idle a whole period while running.
         for ready in 1..30u64 {
             let mut e = elastic(1);
-            assert_eq!(e.on_demand(A, Instant::ZERO, false), Decision::Launch { region: 0 });
+            assert_eq!(e.on_demand(A, Instant::ZERO, PeerRoom::None), Decision::Launch { region: 0 });
             let mut acts = Vec::new();
             for t in 0..ready + 5 {
                 if t == ready {
@@ -602,17 +603,17 @@ mod tests {
     #[test]
     fn on_demand_counts_a_shortfall_only_when_no_region_is_free_and_honours_the_endpoint() {
         let mut e = elastic(1);
-        assert_eq!(e.on_demand(A, Instant::ZERO, false), Decision::Launch { region: 0 });
+        assert_eq!(e.on_demand(A, Instant::ZERO, PeerRoom::None), Decision::Launch { region: 0 });
         e.running(0);
         assert_eq!(e.shortfalls(), 0);
-        e.set_endpoint_fallback(B, true);
-        assert_eq!(e.on_demand(B, Instant(MS), false), Decision::Endpoint);
+        e.set_endpoint_fallback(B, EndpointFallback::Allowed);
+        assert_eq!(e.on_demand(B, Instant(MS), PeerRoom::None), Decision::Endpoint);
         assert_eq!(e.shortfalls(), 1);
-        assert_eq!(e.on_demand(B, Instant(MS), true), Decision::Remote, "a peer with room comes before the endpoint");
-        e.set_endpoint_fallback(B, false);
+        assert_eq!(e.on_demand(B, Instant(MS), PeerRoom::Available), Decision::Remote, "a peer with room comes before the endpoint");
+        e.set_endpoint_fallback(B, EndpointFallback::Never);
         // A stops no earlier than a MONITOR_PERIOD after it started: the packets wait till then.
-        assert_eq!(e.on_demand(B, Instant(2 * MS), false), Decision::Busy);
-        assert_eq!(e.on_demand(B, Instant(5 * MS), false), Decision::ContextSwitch { region: 0, evicted: A });
+        assert_eq!(e.on_demand(B, Instant(2 * MS), PeerRoom::None), Decision::Busy);
+        assert_eq!(e.on_demand(B, Instant(5 * MS), PeerRoom::None), Decision::ContextSwitch { region: 0, evicted: A });
         assert_eq!(e.shortfalls(), 4);
     }
 
@@ -630,7 +631,7 @@ mod tests {
             e.tick(now);
             for (i, c) in [A, B].into_iter().enumerate() {
                 if e.instances(c) == 0 {
-                    e.on_demand(c, now, false);
+                    e.on_demand(c, now, PeerRoom::None);
                 }
                 if matches!(e.regions()[0], RegionState::Running { chain, .. } if chain == c) {
                     ran[i] += 1;

@@ -58,6 +58,38 @@ pub enum RegionState {
     },
 }
 
+/// Whether a pool peer has room for a chain this node cannot place (its last load report said
+/// so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRoom {
+    /// A peer has a free region.
+    Available,
+    /// No peer has (or this node has no pool).
+    None,
+}
+
+/// Whether the tenant's endpoint can run a chain itself ([`crate::elastic::Elasticity::set_endpoint_fallback`]):
+/// its packets are then sent on unprocessed when no region can be found, before a context switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EndpointFallback {
+    /// The endpoint runs the chain's NTs itself when the node cannot.
+    Allowed,
+    /// The node runs them or the packets wait (the default).
+    #[default]
+    Never,
+}
+
+impl From<bool> for EndpointFallback {
+    /// The manifest's `endpoint_fallback: true|false`.
+    fn from(yes: bool) -> Self {
+        if yes {
+            EndpointFallback::Allowed
+        } else {
+            EndpointFallback::Never
+        }
+    }
+}
+
 /// What to do for a chain that packets need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -174,7 +206,7 @@ impl Launcher {
     /// regions (a launch or context switch occupies the region until the driver reports it
     /// running). `remote`: the pool has room for it elsewhere; `endpoint`: the tenant can run it
     /// itself.
-    pub fn place(&mut self, chain: ChainId, now: Instant, remote: bool, endpoint: bool) -> Decision {
+    pub fn place(&mut self, chain: ChainId, now: Instant, remote: PeerRoom, endpoint: EndpointFallback) -> Decision {
         let find = |f: &dyn Fn(&RegionState) -> bool| self.regions.iter().position(f);
         // 1. Share a running instance with spare bandwidth (the least loaded one).
         let share = self
@@ -203,10 +235,10 @@ impl Launcher {
             return Decision::ContextSwitch { region, evicted };
         }
         // 4, 5. Elsewhere.
-        if remote {
+        if remote == PeerRoom::Available {
             return Decision::Remote;
         }
-        if endpoint {
+        if endpoint == EndpointFallback::Allowed {
             return Decision::Endpoint;
         }
         // 6. Stop-and-launch: the least-loaded running chain (a victim made way at step 3) of
@@ -329,45 +361,51 @@ mod tests {
         let mut l = launcher(2);
         let t = Instant(0);
         // 3: a free region.
-        assert_eq!(l.place(A, t, false, false), Decision::Launch { region: 0 });
+        assert_eq!(l.place(A, t, PeerRoom::None, EndpointFallback::Never), Decision::Launch { region: 0 });
         // While it launches, more packets for A wait for it.
-        assert_eq!(l.place(A, Instant(MS), false, false), Decision::Wait { region: 0 });
+        assert_eq!(l.place(A, Instant(MS), PeerRoom::None, EndpointFallback::Never), Decision::Wait { region: 0 });
         // 1: once it runs with spare bandwidth, it is shared.
         l.tick(Instant(5 * MS));
         l.set_load(0, 0.3);
-        assert_eq!(l.place(A, Instant(6 * MS), false, false), Decision::Share { region: 0 });
+        assert_eq!(l.place(A, Instant(6 * MS), PeerRoom::None, EndpointFallback::Never), Decision::Share { region: 0 });
         // Loaded past the threshold: not shared; the free region gets a second instance.
         l.set_load(0, 0.95);
-        assert_eq!(l.place(A, Instant(6 * MS), false, false), Decision::Launch { region: 1 });
+        assert_eq!(l.place(A, Instant(6 * MS), PeerRoom::None, EndpointFallback::Never), Decision::Launch { region: 1 });
         l.tick(Instant(11 * MS));
         l.set_load(1, 0.5);
         // No free region for B: 4, remote if the pool has room; 5, else the endpoint if it can.
-        assert_eq!(l.place(B, Instant(12 * MS), true, true), Decision::Remote);
-        assert_eq!(l.place(B, Instant(12 * MS), false, true), Decision::Endpoint);
+        assert_eq!(l.place(B, Instant(12 * MS), PeerRoom::Available, EndpointFallback::Allowed), Decision::Remote);
+        assert_eq!(l.place(B, Instant(12 * MS), PeerRoom::None, EndpointFallback::Allowed), Decision::Endpoint);
         // 6: else stop-and-launch in the least-loaded running region.
-        assert_eq!(l.place(B, Instant(12 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: A });
+        assert_eq!(
+            l.place(B, Instant(12 * MS), PeerRoom::None, EndpointFallback::Never),
+            Decision::ContextSwitch { region: 1, evicted: A }
+        );
         assert_eq!(l.regions()[1], RegionState::Launching { chain: B, ready_at: Instant(17 * MS) });
     }
 
     #[test]
     fn a_victim_hit_avoids_a_launch_and_victims_go_first_when_evicting() {
         let mut l = launcher(2);
-        l.place(A, Instant(0), false, false);
-        l.place(B, Instant(0), false, false);
+        l.place(A, Instant(0), PeerRoom::None, EndpointFallback::Never);
+        l.place(B, Instant(0), PeerRoom::None, EndpointFallback::Never);
         l.tick(Instant(5 * MS));
         // A is no longer needed: it stays loaded as a victim.
         l.deschedule(0, Instant(6 * MS));
-        assert_eq!(l.place(A, Instant(7 * MS), false, false), Decision::Resume { region: 0 }, "no launch");
+        assert_eq!(l.place(A, Instant(7 * MS), PeerRoom::None, EndpointFallback::Never), Decision::Resume { region: 0 }, "no launch");
         assert!(matches!(l.regions()[0], RegionState::Running { chain: A, .. }));
         // With A a victim again, a new chain C evicts the victim, not the running B.
         l.deschedule(0, Instant(8 * MS));
         l.set_load(1, 0.0);
-        assert_eq!(l.place(C, Instant(9 * MS), false, false), Decision::ContextSwitch { region: 0, evicted: A });
+        assert_eq!(l.place(C, Instant(9 * MS), PeerRoom::None, EndpointFallback::Never), Decision::ContextSwitch { region: 0, evicted: A });
         // Now A is gone: it needs a launch again (here, a context switch of the least loaded).
         l.tick(Instant(14 * MS));
         l.set_load(0, 0.9);
         l.set_load(1, 0.2);
-        assert_eq!(l.place(A, Instant(15 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+        assert_eq!(
+            l.place(A, Instant(15 * MS), PeerRoom::None, EndpointFallback::Never),
+            Decision::ContextSwitch { region: 1, evicted: B }
+        );
     }
 
     #[test]
@@ -391,8 +429,8 @@ mod tests {
         assert_eq!(l.scale_out(A, Instant(11 * MS)), Some(Decision::ContextSwitch { region: 1, evicted: B }));
         // All launching: an on-demand request cannot be decided yet.
         let mut l = launcher(1);
-        l.place(A, Instant(0), false, false);
-        assert_eq!(l.place(B, Instant(MS), false, false), Decision::Busy);
+        l.place(A, Instant(0), PeerRoom::None, EndpointFallback::Never);
+        assert_eq!(l.place(B, Instant(MS), PeerRoom::None, EndpointFallback::Never), Decision::Busy);
     }
 
     #[test]
@@ -401,28 +439,31 @@ mod tests {
         // chain may be decided first at that very instant. The region's chain is not running
         // yet: evicting it would leave the driver's instance running untracked.
         let mut l = launcher(2);
-        assert_eq!(l.place(A, Instant(0), false, false), Decision::Launch { region: 0 });
-        assert_eq!(l.place(B, Instant(0), false, false), Decision::Launch { region: 1 });
+        assert_eq!(l.place(A, Instant(0), PeerRoom::None, EndpointFallback::Never), Decision::Launch { region: 0 });
+        assert_eq!(l.place(B, Instant(0), PeerRoom::None, EndpointFallback::Never), Decision::Launch { region: 1 });
         l.set_running(1);
         l.set_load(1, 0.5);
         // At 5 ms A's launch is due but not reported running: C evicts B, the running chain.
-        assert_eq!(l.place(C, Instant(5 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+        assert_eq!(l.place(C, Instant(5 * MS), PeerRoom::None, EndpointFallback::Never), Decision::ContextSwitch { region: 1, evicted: B });
         assert!(matches!(l.regions()[0], RegionState::Launching { chain: A, .. }));
         // Reported running, A is a candidate like any other.
         l.set_running(0);
-        assert_eq!(l.place(B, Instant(6 * MS), false, false), Decision::ContextSwitch { region: 0, evicted: A });
+        assert_eq!(l.place(B, Instant(6 * MS), PeerRoom::None, EndpointFallback::Never), Decision::ContextSwitch { region: 0, evicted: A });
     }
 
     #[test]
     fn the_least_recent_victim_is_evicted_first() {
         let mut l = launcher(3);
         for c in [A, B, C] {
-            l.place(c, Instant(0), false, false);
+            l.place(c, Instant(0), PeerRoom::None, EndpointFallback::Never);
         }
         l.tick(Instant(5 * MS));
         l.deschedule(1, Instant(6 * MS));
         l.deschedule(2, Instant(7 * MS));
         l.deschedule(0, Instant(8 * MS));
-        assert_eq!(l.place(ChainId(9), Instant(9 * MS), false, false), Decision::ContextSwitch { region: 1, evicted: B });
+        assert_eq!(
+            l.place(ChainId(9), Instant(9 * MS), PeerRoom::None, EndpointFallback::Never),
+            Decision::ContextSwitch { region: 1, evicted: B }
+        );
     }
 }

@@ -37,7 +37,7 @@ use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::join::JoinTable;
 use crate::meter::{Arrivals, Counters, Meter};
-use crate::placement::{Move, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
+use crate::placement::{Move, Moving, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
 use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
@@ -344,15 +344,15 @@ impl NodeCore {
     }
 
     /// Where the running instances should run, looked at once every
-    /// [`PLACEMENT_PERIOD`] (and not while `moving`: the move under way finishes first), with
+    /// [`PLACEMENT_PERIOD`] (and not while a move is under way: it finishes first), with
     /// automatic placement on and `workers` worker threads; `at[i]` is where instance `i`'s
     /// region runs now (missing: on the dispatcher's thread). Returns the one move to make now,
     /// if any, which the driver carries out and then reports with [`NodeCore::placed`]. Each
     /// instance's cost and load are the demand model's of the last epoch (its chain's load
     /// split evenly over the chain's instances).
-    pub fn handle_placement(&mut self, now: Instant, at: &[Place], workers: usize, moving: bool) -> Option<Move> {
+    pub fn handle_placement(&mut self, now: Instant, at: &[Place], workers: usize, moving: Moving) -> Option<Move> {
         let sched = &self.sched;
-        if !self.auto_place || workers == 0 || moving || now < self.next_look {
+        if !self.auto_place || workers == 0 || moving == Moving::UnderWay || now < self.next_look {
             return None;
         }
         self.next_look = now + PLACEMENT_PERIOD;
@@ -478,9 +478,9 @@ mod tests {
             now = now + epoch;
             counters.n += 300;
             core.handle_epoch(now, &counters, 2, |_| true);
-            assert_eq!(core.handle_placement(now, &at, 1, true), None, "no look while a move is under way");
+            assert_eq!(core.handle_placement(now, &at, 1, Moving::UnderWay), None, "no look while a move is under way");
             let before = core.next_look;
-            moved = core.handle_placement(now, &at, 1, false);
+            moved = core.handle_placement(now, &at, 1, Moving::None);
             if core.next_look != before {
                 looks += 1;
                 assert!(looks == 1 || core.next_look == before + PLACEMENT_PERIOD, "a look once a period");
@@ -489,9 +489,9 @@ mod tests {
         assert_eq!(moved, Some(Move { id: insts[0], to: Place::Worker(0) }), "the long instance goes to the worker");
         assert_eq!(looks, 3, "after `hold` looks in a row");
         // Without workers or with automatic placement off, nothing is proposed.
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &at, 0, false), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &at, 0, Moving::None), None);
         core.auto_place = false;
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &at, 1, false), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &at, 1, Moving::None), None);
     }
 
     #[test]

@@ -75,6 +75,16 @@ pub struct Move {
     pub to: Place,
 }
 
+/// Whether the driver is carrying out a move (one at a time: while one is under way the policy
+/// does not look).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moving {
+    /// No move under way.
+    None,
+    /// A move waits for its instance's batches, or its region is moving.
+    UnderWay,
+}
+
 /// The placement policy's state: each instance's class and how long it has kept it.
 #[derive(Debug, Default)]
 pub struct Placer {

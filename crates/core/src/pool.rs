@@ -29,7 +29,7 @@ pub use agent::{AgentConfig, PoolAct, PoolAgent};
 pub use membership::{Heard, Incarnations, MemberEvent, MemberId, Membership, MembershipConfig};
 pub use report::{ChainKey, ChainSpare, LoadReport};
 
-use crate::elastic::Elasticity;
+use crate::elastic::{Elasticity, PeerRoom};
 use crate::ids::ChainId;
 use crate::launcher::Decision;
 use crate::time::Instant;
@@ -55,7 +55,8 @@ pub enum Placement {
 pub fn on_demand(elastic: &mut Elasticity, agent: &PoolAgent, chain: ChainId, key: ChainKey, now: Instant) -> Placement {
     let load = elastic.smoothed_load(chain).max(0.1);
     let peer = agent.remote_for(now, key, load);
-    match elastic.on_demand(chain, now, peer.is_some()) {
+    let room = if peer.is_some() { PeerRoom::Available } else { PeerRoom::None };
+    match elastic.on_demand(chain, now, room) {
         Decision::Remote => peer.map_or(Placement::Here(Decision::Busy), Placement::Peer),
         d => Placement::Here(d),
     }
@@ -64,7 +65,7 @@ pub fn on_demand(elastic: &mut Elasticity, agent: &PoolAgent, chain: ChainId, ke
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elastic::ElasticConfig;
+    use crate::elastic::{ElasticConfig, EndpointFallback};
     use crate::pool::report::ChainSpare;
     use core::time::Duration;
 
@@ -92,9 +93,9 @@ mod tests {
             peer,
             LoadReport { gen: 1, seq: 2, free_regions: 0, chains: vec![ChainSpare { key: ka, spare: 0.9 }], ..Default::default() },
         );
-        e.set_endpoint_fallback(b, true);
+        e.set_endpoint_fallback(b, EndpointFallback::Allowed);
         assert_eq!(on_demand(&mut e, &agent, b, kb, now), Placement::Here(Decision::Endpoint));
-        e.set_endpoint_fallback(b, false);
+        e.set_endpoint_fallback(b, EndpointFallback::Never);
         // (Once a's region has held it a MONITOR_PERIOD.)
         let later = now + Duration::from_secs(1);
         agent.handle_report(

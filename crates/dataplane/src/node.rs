@@ -26,7 +26,7 @@ use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
 use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
 pub use snic_core::placement::Place;
-use snic_core::placement::PlacementConfig;
+use snic_core::placement::{Moving, PlacementConfig};
 use snic_core::pool::owner::Slots as StateSlots;
 use snic_core::pool::AgentConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
@@ -94,6 +94,16 @@ fn flow_hash(buf: &[u8], inner: &Option<layout::InnerLayout>, off: usize, len: u
             u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
         }
     }
+}
+
+/// Where a received datagram comes from, as [`Node::ingress`] treats it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A tenant's endpoint (or a peer that redirected one of a chain's packets here).
+    Endpoint,
+    /// A peer in a pool behind a switch, to this node as the packet's state's owner: it goes no
+    /// further in the pool.
+    Owner,
 }
 
 /// Node configuration.
@@ -709,7 +719,7 @@ impl<B: Backend> Node<B> {
             || self.dags.switching()
             || self.dags.retiring()
             || self.life.retiring()
-            || self.placement.moving();
+            || self.placement.moving() == Moving::UnderWay;
         let tick = self
             .region_counters
             .iter()
@@ -761,7 +771,7 @@ impl<B: Backend> Node<B> {
         }
         for i in 0..n {
             let (idx, m) = (self.rx_idx[i], self.rx_meta[i]);
-            self.ingress(idx, m, now, &mat, false);
+            self.ingress(idx, m, now, &mat, Source::Endpoint);
         }
         if !self.arriving.is_empty() {
             self.enter_arrivals(now);
@@ -789,7 +799,7 @@ impl<B: Backend> Node<B> {
         if self.dags.switching() {
             self.advance_switches(now);
         }
-        if self.placement.moving() {
+        if self.placement.moving() == Moving::UnderWay {
             self.advance_move(now);
         }
         if self.core.due(now) {
@@ -1013,12 +1023,11 @@ impl<B: Backend> Node<B> {
         self.store.free_charged(idx, t);
     }
 
-    /// A received datagram; `from_peer`: a peer forwarded it to this node as its state's owner
-    /// (it goes no further in the pool). Inlined at both of its calls: left to itself, the
+    /// A received datagram, from `source`. Inlined at both of its calls: left to itself, the
     /// compiler kept it out of line once it had two, at ~20% more instructions a packet
     /// (callgrind, dummy 64 B).
     #[inline(always)]
-    fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat, from_peer: bool) {
+    fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat, source: Source) {
         // SAFETY: the dispatcher owns `idx` (just received, not yet handed to a worker).
         let (buf, d) = unsafe { self.slots.get(idx) };
         if m.truncated {
@@ -1104,7 +1113,7 @@ impl<B: Backend> Node<B> {
             return self.egress(idx);
         };
         // In a pool behind a switch: a packet whose state another node holds goes there.
-        if self.core.owners.on() && !from_peer {
+        if self.core.owners.on() && source == Source::Endpoint {
             self.stats.count_rx(tenant, 1, len as u64);
             return self.arrive_pooled(idx, uid, now);
         }

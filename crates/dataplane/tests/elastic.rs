@@ -5,7 +5,7 @@
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
-use snic_core::launcher::RegionState;
+use snic_core::launcher::{EndpointFallback, RegionState};
 use snic_core::mat::Mat;
 use snic_core::pool::{LoadReport, MemberEvent};
 use snic_dataplane::backend::mem::MemPort;
@@ -306,7 +306,7 @@ fn a_chain_hosted_for_a_peer_takes_a_victims_region_but_never_a_running_chains()
 #[test]
 fn endpoint_fallback_comes_before_a_context_switch() {
     let mut b = Bed::new(cfg(1, 0), vec![vec![engine(1_000_000)]; 2], true);
-    b.node.set_endpoint_fallback(ChainId(1), true);
+    b.node.set_endpoint_fallback(ChainId(1), EndpointFallback::Allowed);
     b.run(0, 10, 2, 2);
     b.run(1, 10, 2, 2);
     // Chain 1 had no region: its packets went out unprocessed, for the endpoint to process.
@@ -314,7 +314,7 @@ fn endpoint_fallback_comes_before_a_context_switch() {
     assert_eq!(b.node.elastic().stats().endpoint_packets, 20);
     assert_eq!(b.node.elastic().stats().context_switches, 0);
     // Without the fallback, the last resort: stop-and-launch.
-    b.node.set_endpoint_fallback(ChainId(1), false);
+    b.node.set_endpoint_fallback(ChainId(1), EndpointFallback::Never);
     b.run(1, 10, 2, 2);
     assert_eq!(b.node.elastic().stats().context_switches, 1);
     assert_eq!(b.lost(1), 0);

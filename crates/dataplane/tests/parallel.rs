@@ -4,6 +4,7 @@
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
+use snic_core::launcher::EndpointFallback;
 use snic_core::mat::{Mat, PortRange};
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
@@ -151,7 +152,7 @@ fn one_region_and_a_branch_for_the_endpoint(skipped: usize) -> Node<MemPort> {
         steps.push(Step { chain: c, mask: NtMask::all(1) });
     }
     node.launch(chains[1 - skipped]).unwrap();
-    node.set_endpoint_fallback(chains[skipped], true);
+    node.set_endpoint_fallback(chains[skipped], EndpointFallback::Allowed);
     serve(&mut node, DagRoute::with_groups(steps, &[(0, 2)]).unwrap());
     node
 }

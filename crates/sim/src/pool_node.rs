@@ -35,7 +35,7 @@ use rand_pcg::Pcg64;
 use snic_core::elastic::{Act, ElasticConfig};
 use snic_core::fair::FairConfig;
 use snic_core::ids::ChainId;
-use snic_core::launcher::{Decision, RegionState};
+use snic_core::launcher::{Decision, PeerRoom, RegionState};
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
 use snic_core::pool::report::ChainSpare;
@@ -506,7 +506,7 @@ impl PoolSim {
                     let key = node.core.meter.chain_key(chain);
                     node.core.place(chain, key, now)
                 } else {
-                    Placement::Here(node.core.elastic.on_demand(chain, now, false))
+                    Placement::Here(node.core.elastic.on_demand(chain, now, PeerRoom::None))
                 };
                 match placement {
                     Placement::Here(d) => self.launched(Some(d), victims),

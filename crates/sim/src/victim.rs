@@ -18,7 +18,7 @@ use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
 use snic_core::elastic::{Act, ElasticConfig, Elasticity};
 use snic_core::ids::ChainId;
-use snic_core::launcher::{Decision, RegionState};
+use snic_core::launcher::{Decision, PeerRoom, RegionState};
 use snic_core::time::Instant;
 use std::time::Duration;
 
@@ -215,7 +215,7 @@ impl VictimSpec {
                 let backlog = queue[c].backlog;
                 let chain = ChainId(c as u16);
                 if (a > 0.0 || backlog > 0.0) && l.instances(chain) == 0 {
-                    match l.on_demand(chain, now, false) {
+                    match l.on_demand(chain, now, PeerRoom::None) {
                         Decision::Resume { .. } => resumes += 1,
                         Decision::Launch { .. } | Decision::ContextSwitch { .. } => launches += 1,
                         _ => {}

@@ -55,7 +55,7 @@ pub fn deploy<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<Vec
 pub fn add_chain<B: Backend>(node: &mut Node<B>, i: usize, c: &ChainPlan) -> anyhow::Result<Deployed> {
     let id = node.add_chain(c.specs.clone());
     node.label_chain(id, &c.nts);
-    node.set_endpoint_fallback(id, c.endpoint_fallback);
+    node.set_endpoint_fallback(id, c.endpoint_fallback.into());
     match node.launch(id) {
         Ok(inst) => Ok((id, Some(inst))),
         Err(LaunchError::NoFreeRegion) => Ok((id, None)),

@@ -4,7 +4,7 @@
 use super::{Backend, LaunchError, Node, Place};
 use crate::elastic::{Elastic, Event, EventKind, Launched, Pending, SAVED_PER_CHAIN};
 use crate::region::Region;
-use snic_core::elastic::Act;
+use snic_core::elastic::{Act, EndpointFallback};
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
 use snic_core::sched::InstanceState;
@@ -36,10 +36,11 @@ impl<B: Backend> Node<B> {
         &self.core.elastic
     }
 
-    /// Declares that the tenant's endpoint can run `chain` itself: when no region can be found
-    /// for it (and before resorting to a context switch), its packets are sent on unprocessed.
-    pub fn set_endpoint_fallback(&mut self, chain: ChainId, yes: bool) {
-        self.core.elastic.set_endpoint_fallback(chain, yes);
+    /// Declares whether the tenant's endpoint can run `chain` itself: when it can and no region
+    /// can be found for it (and before resorting to a context switch), its packets are sent on
+    /// unprocessed.
+    pub fn set_endpoint_fallback(&mut self, chain: ChainId, fallback: EndpointFallback) {
+        self.core.elastic.set_endpoint_fallback(chain, fallback);
     }
 
     pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {

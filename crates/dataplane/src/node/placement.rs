@@ -14,6 +14,7 @@ use super::{Backend, Node, Place};
 use crate::elastic::EventKind;
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
+use snic_core::placement::Moving as MoveState;
 use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use std::sync::mpsc;
@@ -53,10 +54,14 @@ struct Moving {
 }
 
 impl Placement {
-    /// True while a move waits for the instance's batches.
+    /// Whether a move waits for the instance's batches.
     #[inline]
-    pub(super) fn moving(&self) -> bool {
-        self.moving.is_some()
+    pub(super) fn moving(&self) -> MoveState {
+        if self.moving.is_some() {
+            MoveState::UnderWay
+        } else {
+            MoveState::None
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use super::{Backend, Node};
 use crate::elastic::EventKind;
 use crate::node::elastic::OnDemand;
 use snic_core::ids::{ChainId, DagUid};
+use snic_core::launcher::PeerRoom;
 use snic_core::pool::redirect::SHARE_ALL;
 use snic_core::pool::spill::Phase;
 use snic_core::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct};
@@ -224,7 +225,7 @@ impl<B: Backend> Node<B> {
             let key = self.chain_key(chain);
             self.core.place(chain, key, now)
         } else {
-            Placement::Here(self.core.elastic.on_demand(chain, now, false))
+            Placement::Here(self.core.elastic.on_demand(chain, now, PeerRoom::None))
         };
         let peer = match placement {
             Placement::Here(d) => return Ok(d),

@@ -9,7 +9,7 @@
 //! it is read. Datagram framing (UDP sockets, the daemon's backend) only: with Ethernet framing
 //! the node neither redirects nor accepts redirected packets.
 
-use super::Node;
+use super::{Node, Source};
 use crate::backend::{Backend, Framing, RxMeta};
 use crate::fdb::Route;
 use crate::store::Peer;
@@ -454,7 +454,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn ingress_owned(&mut self, now: Instant, mat: &Mat) {
         let mut owned = std::mem::take(&mut self.owned_rx);
         for &(idx, m) in &owned {
-            self.ingress(idx, m, now, mat, true);
+            self.ingress(idx, m, now, mat, Source::Owner);
         }
         owned.clear();
         self.owned_rx = owned;
