@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn a_retired_chain_stops_once_unrouted_and_unlaunched_and_its_id_is_reused_once_gone() {
-        let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+        let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::plain());
         let mut l = ChainLife::new();
         let c = s.add_chain(1);
         l.declared(c);

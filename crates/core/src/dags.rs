@@ -549,7 +549,7 @@ mod tests {
     }
 
     fn setup() -> (DagTable<u32>, Scheduler<u32>) {
-        let mut s = Scheduler::new(SchedConfig::default());
+        let mut s = Scheduler::new(SchedConfig::plain());
         for _ in 0..3 {
             s.add_chain(1);
         }

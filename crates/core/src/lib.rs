@@ -39,7 +39,7 @@
 //!
 //! ```
 //! use snic_core::{dag::{DagRoute, Step, NtMask}, ids::*, sched::{Scheduler, SchedConfig}, time::Instant};
-//! let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+//! let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::plain());
 //! let chain = s.add_chain(2);                 // a chain of two NTs
 //! let inst = s.add_instance(chain, 4).unwrap(); // one instance (one region) with 4 credits
 //! s.set_dag(DagUid(7), DagRoute::new(vec![Step { chain, mask: NtMask::all(2) }]));

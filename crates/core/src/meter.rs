@@ -890,7 +890,7 @@ mod tests {
     fn node() -> (Meter, Scheduler<u32>) {
         let cfg = FairConfig { epoch: EPOCH, smoothing: 1.0, ..FairConfig::default() };
         let mut m = Meter::new(cfg, Instant::ZERO, 10e9, 0, 1000, 8);
-        let mut s = Scheduler::new(SchedConfig::default());
+        let mut s = Scheduler::new(SchedConfig::plain());
         m.add_chain(&["nat"]);
         let c = s.add_chain(1);
         let i = s.add_instance(c, 1 << 20).unwrap();
@@ -961,7 +961,7 @@ mod tests {
     #[test]
     fn a_batch_that_lost_its_core_does_not_read_an_nts_cost_far_high() {
         let mut m = Meter::new(FairConfig { epoch: EPOCH, ..FairConfig::default() }, Instant::ZERO, 10e9, 0, 1000, 8);
-        let mut s = Scheduler::<u32>::new(SchedConfig::default());
+        let mut s = Scheduler::<u32>::new(SchedConfig::plain());
         m.add_chain(&["fw"]);
         let c = s.add_chain(1);
         let i = s.add_instance(c, 1 << 20).unwrap();

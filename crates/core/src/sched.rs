@@ -48,11 +48,32 @@ pub struct SchedConfig {
     /// quantum of work, so the caller gets back to receiving within it (for a caller whose
     /// other tenants' packets may still be waiting in receive queues it has not read).
     pub quantum_alone: bool,
+    /// Credits a driver gives each instance it adds: the descriptors its region may hold at
+    /// once ([`Scheduler::add_instance`]).
+    pub credits: u32,
 }
 
+/// The node's defaults (the data plane's and the simulator's alike: one set): a tenant's queue
+/// at an instance bounded at 1,024 packets and 5 ms of the instance's work, a 10 µs quantum,
+/// 256 credits an instance.
 impl Default for SchedConfig {
     fn default() -> Self {
-        SchedConfig { max_queue_per_tenant: 4096, max_queue_ns: 0.0, quantum_ns: 0.0, max_held: 4096, quantum_alone: false }
+        SchedConfig {
+            max_queue_per_tenant: 1024,
+            max_queue_ns: 5e6,
+            quantum_ns: 10_000.0,
+            max_held: 4 * 1024,
+            quantum_alone: false,
+            credits: 256,
+        }
+    }
+}
+
+impl SchedConfig {
+    /// Plain round robin between instances, queues bounded in packets only (4,096): the
+    /// scheduler without its time-based rules, as a baseline and for tests of the rest.
+    pub fn plain() -> Self {
+        SchedConfig { max_queue_per_tenant: 4096, max_queue_ns: 0.0, quantum_ns: 0.0, max_held: 4096, ..SchedConfig::default() }
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::backend::{Backend, Framing, RxMeta, TxReq};
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 use crate::egress;
-use crate::elastic::{Elastic, ElasticConfig};
+use crate::elastic::Elastic;
 use crate::fdb::{Fdb, FdbConfig, PeerId, Route};
 use crate::region::Region;
 use crate::stats::Stats;
@@ -20,15 +20,12 @@ use arc_swap::ArcSwap;
 use snic_core::chains::ChainLife;
 use snic_core::dags::{DagAct, DagTable};
 use snic_core::dwrr::Dwrr;
-use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
 use snic_core::meter::{Counters, Meter, TenantCounters};
 use snic_core::node::{NodeCore, NodeCoreConfig};
+use snic_core::placement::Moving;
 pub use snic_core::placement::Place;
-use snic_core::placement::{Moving, PlacementConfig};
-use snic_core::pool::owner::Slots as StateSlots;
-use snic_core::pool::AgentConfig;
 use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
 use snic_core::time::Instant;
 use snic_core::walk::{Entered, Ran, Skip, Walk};
@@ -106,24 +103,24 @@ enum Source {
     Owner,
 }
 
-/// Node configuration.
+/// Node configuration: the node's policy (the core's configuration tree) and what only the data
+/// plane has.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Packet buffers in the store.
-    pub store_buffers: usize,
+    /// The node's policy, with its one set of defaults ([`NodeCoreConfig::default`]: node.yaml's
+    /// where node.yaml has the setting): fair sharing (epoch, smoothing, bursts, enforcement),
+    /// the link's speed (the capacity of the ingress and egress resources, bit/s), worker
+    /// threads for regions (0: regions run on the dispatcher's thread), packet buffers,
+    /// elasticity (regions, launches, victims, auto-scaling; off by default), the pool agent,
+    /// this node's state slot in a pool behind a switch, automatic placement of regions on
+    /// cores and its thresholds, the scheduler's queue bounds, quantum and credits, PANIC-style
+    /// scheduling. The node sets the core's `max_tenants` ([`MAX_TENANTS`]) and `join_slots`
+    /// (half the packet buffers) itself.
+    pub core: NodeCoreConfig,
     /// Receive and dispatch batch size (at most [`MAX_BATCH`]).
     pub batch: usize,
-    /// Credits per chain instance: descriptors a region may hold at once.
-    pub credits: u32,
-    /// Most packets one tenant may queue for one instance.
-    pub max_queue_per_tenant: usize,
-    /// ... and most work, in time at the instance's measured cost per packet (at least 32
-    /// packets): a tenant's queue is bounded in time, not only in packets.
-    pub max_queue_time: Duration,
     /// This node's VTEP (outer source for frame backends).
     pub local: Peer,
-    /// Worker threads for regions; 0 runs regions on the dispatcher thread.
-    pub workers: usize,
     /// Pin the dispatcher and workers to cores.
     pub pin_cores: bool,
     /// The forwarding table's learning bounds (in all and per tenant) and aging.
@@ -131,64 +128,34 @@ pub struct NodeConfig {
     /// The UDP port learned peers listen on: `Some(4789)` for kernel VXLAN endpoints (they send
     /// from an entropy port), `None` to reply to the datagram's source port.
     pub vtep_port: Option<u16>,
-    /// Fair sharing: epoch length, smoothing, limiter bursts, enforcement on or off.
-    pub fair: FairConfig,
-    /// The link's speed in bits per second: the capacity of the ingress and egress resources.
-    pub link_bps: f64,
-    /// The time quantum of the deficit round robin between chain instances (while several have
-    /// packets waiting): each turn an instance earns this much time and dispatches the packets
-    /// it pays for at its chain's measured cost, so a costly chain gets as much time, not as many
-    /// packets, and cannot hold other tenants' packets back for long.
-    pub dispatch_quantum: Duration,
     /// Per-tenant token buckets in front of engine NTs shared by several tenants (FairNIC).
     pub engine_buckets: bool,
-    /// Regions, launches, victims, auto-scaling (off by default: no region limit).
-    pub elastic: ElasticConfig,
-    /// PANIC-style scheduling, for comparison (paper Fig. 14): a packet returns to the central
-    /// scheduler after every NT, and waits for a credit again, instead of crossing its chain in
-    /// one region visit.
-    pub panic_mode: bool,
-    /// With worker threads: move regions between cores on their own so that long chains (a
-    /// packet costs ≥ 5 µs and 10× the cheapest) run apart from short ones, never on the
-    /// dispatcher's thread ([`snic_core::placement`]). Off: regions stay where launched.
-    pub auto_place: bool,
-    /// The thresholds of `auto_place`.
-    pub placement: PlacementConfig,
-    /// The pool agent's settings: how old a peer's load report may be and still count (the
-    /// pool's links are given with [`Node::set_pool_links`]).
-    pub pool: AgentConfig,
-    /// This node's state slot in a pool behind a switch: its NATs allocate ports from its
-    /// block only, and return traffic for another node's block goes there
-    /// ([`snic_core::pool::owner`]). `None`: the pool is not split.
-    pub slots: Option<StateSlots>,
 }
 
 impl Default for NodeConfig {
-    /// node.yaml's defaults (`snic_core::config`) where node.yaml has the setting.
+    /// The core's defaults, and node.yaml's where node.yaml has a data-plane setting.
     fn default() -> Self {
-        let file = snic_core::config::NodeSettings::default();
         NodeConfig {
-            store_buffers: file.store_buffers,
+            core: NodeCoreConfig::default(),
             batch: 32,
-            credits: 256,
-            max_queue_per_tenant: 1024,
-            max_queue_time: Duration::from_millis(5),
             local: Peer::default(),
-            workers: file.workers,
             pin_cores: false,
             fdb: FdbConfig::default(),
-            vtep_port: file.vtep_port,
-            fair: FairConfig::default(),
-            link_bps: file.fairness.link_gbps * 1e9,
-            dispatch_quantum: Duration::from_micros(10),
+            vtep_port: snic_core::config::NodeSettings::default().vtep_port,
             engine_buckets: true,
-            elastic: ElasticConfig::default(),
-            panic_mode: false,
-            auto_place: file.auto_place,
-            placement: PlacementConfig::default(),
-            pool: AgentConfig::default(),
-            slots: None,
         }
+    }
+}
+
+impl NodeConfig {
+    /// The default configuration with the core's `core`.
+    pub fn with_core(core: NodeCoreConfig) -> Self {
+        NodeConfig { core, ..NodeConfig::default() }
+    }
+
+    /// The most time a tenant's queue at an instance holds, at the instance's cost.
+    fn max_queue_time(&self) -> Duration {
+        Duration::from_nanos(self.core.sched.max_queue_ns as u64)
     }
 }
 
@@ -408,13 +375,13 @@ impl<B: Backend> Node<B> {
     /// A node on `backend`, with worker threads spawned if configured.
     pub fn new(mut cfg: NodeConfig, backend: B, clock: Box<dyn Clock>) -> Result<Self, WorkerError> {
         cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
-        let store = Store::new(cfg.store_buffers, cfg.batch);
+        let store = Store::new(cfg.core.store_buffers, cfg.batch);
         let slots = store.slots().clone();
         let work_timer = clock.work_timer();
         let mut workers = Vec::new();
-        if cfg.workers > 0 {
+        if cfg.core.workers > 0 {
             let cores = if cfg.pin_cores { process_cores().to_vec() } else { Vec::new() };
-            for w in 0..cfg.workers {
+            for w in 0..cfg.core.workers {
                 // The dispatcher keeps the first core; workers take the next ones.
                 let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
                 // On a virtual clock each worker is a virtual core of its own.
@@ -429,31 +396,16 @@ impl<B: Backend> Node<B> {
         let queues = backend.rx_queues().max(1);
         let core = NodeCore::new(
             NodeCoreConfig {
-                fair: cfg.fair,
-                link_bps: cfg.link_bps,
-                workers: cfg.workers,
-                store_buffers: cfg.store_buffers,
                 max_tenants: MAX_TENANTS,
-                elastic: cfg.elastic,
-                pool: cfg.pool,
-                slots: cfg.slots,
-                auto_place: cfg.auto_place,
-                placement: cfg.placement,
-                sched: SchedConfig {
-                    max_queue_per_tenant: cfg.max_queue_per_tenant,
-                    max_queue_ns: cfg.max_queue_time.as_nanos() as f64,
-                    quantum_ns: cfg.dispatch_quantum.as_nanos() as f64,
-                    max_held: 4 * cfg.max_queue_per_tenant,
-                    // Set each epoch by the core: while several tenants send, their packets
-                    // wait unread while a batch runs — in their own receive queues, or behind it
-                    // in the one all share — and a batch's work is bounded to a quantum even
-                    // with one instance ready (issue 49: with one shared queue, a tenant's
-                    // module cut at 100 µs a packet ran batches of 5 ms alone, and its
-                    // neighbour lost 7-10 % of its packets at the full queue, p99 20 ms).
-                    quantum_alone: false,
-                },
-                join_slots: cfg.store_buffers / 2,
-                panic: cfg.panic_mode,
+                join_slots: cfg.core.store_buffers / 2,
+                // Set each epoch by the core: while several tenants send, their packets
+                // wait unread while a batch runs — in their own receive queues, or behind it
+                // in the one all share — and a batch's work is bounded to a quantum even
+                // with one instance ready (issue 49: with one shared queue, a tenant's
+                // module cut at 100 µs a packet ran batches of 5 ms alone, and its
+                // neighbour lost 7-10 % of its packets at the full queue, p99 20 ms).
+                sched: SchedConfig { quantum_alone: false, ..cfg.core.sched },
+                ..cfg.core
             },
             clock.now(),
         );
@@ -485,7 +437,7 @@ impl<B: Backend> Node<B> {
             core,
             polls: 0,
             sample_nt_ns: 0,
-            elastic: Elastic::new(cfg.elastic.regions, cfg.workers),
+            elastic: Elastic::new(cfg.core.elastic.regions, cfg.core.workers),
             deferred: Vec::with_capacity(64),
             dags: DagTable::new(),
             dag_acts: Vec::new(),
@@ -653,7 +605,7 @@ impl<B: Backend> Node<B> {
         }
         let nts = self.build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
-        let inst = self.core.sched.add_instance(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.sched.add_instance(chain, self.cfg.core.sched.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         self.install(chain, inst, nts, place)?;
         Ok(inst)
     }
@@ -962,7 +914,7 @@ impl<B: Backend> Node<B> {
     }
 
     /// Bounds each limited tenant's own receive queue in time ([`snic_core::fair::rx_depth`]):
-    /// a packet waits there no longer than [`NodeConfig::max_queue_time`]. A depth that moved
+    /// a packet waits there no longer than the scheduler's `max_queue_ns`. A depth that moved
     /// less than a quarter is left as it is (a socket option per change, not per epoch).
     fn bound_rx_queues(&mut self) {
         if self.rx_queues.tenant.len() < 2 {
@@ -970,7 +922,7 @@ impl<B: Backend> Node<B> {
         }
         for q in 0..self.rx_queues.tenant.len() {
             let Some(t) = self.rx_queues.tenant[q] else { continue };
-            let want = snic_core::fair::rx_depth(self.core.meter.limit(t), self.cfg.max_queue_time);
+            let want = snic_core::fair::rx_depth(self.core.meter.limit(t), self.cfg.max_queue_time());
             let had = self.rx_queues.depth[q];
             let moved = match (had, want) {
                 (Some(a), Some(b)) => a.abs_diff(b) * 4 > a.max(b),
@@ -1000,7 +952,7 @@ impl<B: Backend> Node<B> {
             Place::Worker(k) if active(sched, i) => Some(*k),
             _ => None,
         }));
-        snic_core::placement::inflight_caps(&e.on_worker, self.cfg.dispatch_quantum.as_nanos() as f64, &mut e.caps);
+        snic_core::placement::inflight_caps(&e.on_worker, self.cfg.core.sched.quantum_ns, &mut e.caps);
         for (i, (cap, p)) in self.exec.caps.iter().zip(&self.exec.placement).enumerate() {
             if matches!(p, Place::Worker(_)) {
                 self.core.sched.set_inflight_cap(InstanceId(i as u16), *cap);
@@ -1301,7 +1253,7 @@ impl<B: Backend> Node<B> {
                     };
                     return self.entered(idx, e, now);
                 }
-                OnDemand::Wait if self.elastic.waiting.len() < 4 * self.cfg.max_queue_per_tenant => {
+                OnDemand::Wait if self.elastic.waiting.len() < 4 * self.cfg.core.sched.max_queue_per_tenant => {
                     return self.elastic.waiting.push_back(idx);
                 }
                 OnDemand::Wait | OnDemand::Nothing => return self.refuse(idx, Drop::Sched(Reject::NoInstance), now),

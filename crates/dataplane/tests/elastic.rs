@@ -7,6 +7,7 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::launcher::{EndpointFallback, RegionState};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
 use snic_core::pool::{LoadReport, MemberEvent};
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
@@ -67,7 +68,11 @@ impl Bed {
     }
 
     fn with_workers(elastic: ElasticConfig, chains: Vec<Vec<NtSpec>>, prelaunch: bool, workers: usize) -> Self {
-        Self::with_config(NodeConfig { elastic, workers, ..Default::default() }, chains, prelaunch)
+        Self::with_config(
+            NodeConfig { core: NodeCoreConfig { elastic, workers, ..NodeCoreConfig::default() }, ..Default::default() },
+            chains,
+            prelaunch,
+        )
     }
 
     fn with_config(cfg: NodeConfig, chains: Vec<Vec<NtSpec>>, prelaunch: bool) -> Self {
@@ -644,7 +649,11 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     use snic_core::pool::AgentConfig;
     let pool = AgentConfig { flow_idle: Duration::from_millis(50), ..Default::default() };
     let elastic = ElasticConfig { regions: 1, autoscale: true, ..cfg(1, 0) };
-    let mut b = Bed::with_config(NodeConfig { elastic, pool, ..Default::default() }, vec![vec![engine(10_000), nat()]], true);
+    let mut b = Bed::with_config(
+        NodeConfig { core: NodeCoreConfig { elastic, pool, ..NodeCoreConfig::default() }, ..Default::default() },
+        vec![vec![engine(10_000), nat()]],
+        true,
+    );
     b.node.set_pool_secret(Some(b"a pool secret of 32 bytes, more!"));
     let m1 = member(1);
     b.node.pool_member(MemberEvent::Up(m1.0));

@@ -3,6 +3,7 @@
 
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::TenantId;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::{Drop, NodeConfig};
 use snic_perf::testbed::Fig7;
 use std::time::Duration;
@@ -14,7 +15,7 @@ const STEP: Duration = Duration::from_micros(50);
 fn fig7(enforce: bool) -> Fig7 {
     // Rates here are thousands of packets per second: bursts of a few packets, not 256.
     let fair = FairConfig { epoch: EPOCH, enforce, min_burst_packets: 4.0, ..FairConfig::default() };
-    Fig7::new(NodeConfig { fair, ..Default::default() }, UNIT).unwrap()
+    Fig7::new(NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT).unwrap()
 }
 
 fn drive(f: &mut Fig7, load: [f64; 2], dur: Duration) -> [u64; 2] {
@@ -100,7 +101,11 @@ fn engine_buckets_hold_a_flooding_tenant_to_the_rest_of_a_shared_engine() {
 
     let clock = ManualClock::default();
     let fair = FairConfig { enforce: false, ..FairConfig::default() };
-    let cfg = NodeConfig { vtep_port: None, fair, store_buffers: 65536, ..Default::default() };
+    let cfg = NodeConfig {
+        core: NodeCoreConfig { fair, store_buffers: 65536, ..NodeCoreConfig::default() },
+        vtep_port: None,
+        ..Default::default()
+    };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
     let engine = SyntheticConfig { cost_ps_per_byte: 1000, engine: true, ..SyntheticConfig::costing(50) };
     let c = node.add_chain(vec![NtSpec::Synthetic(engine)]);
@@ -176,7 +181,12 @@ fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
         }
         .with_io_cost(IoCost { rx_ns: 50, tx_ns: 20 });
         let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
-        let mut node = Node::new(NodeConfig { vtep_port: None, fair, ..Default::default() }, backend, Box::new(clock.clone())).unwrap();
+        let mut node = Node::new(
+            NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() },
+            backend,
+            Box::new(clock.clone()),
+        )
+        .unwrap();
         let mut mat = Mat::new();
         for t in [1u16, 2] {
             let c = node.add_chain(vec![snic_nt::NtSpec::Dummy]);
@@ -204,7 +214,8 @@ fn receive_queue_losses_are_charged_to_the_queues_tenant_only() {
 fn the_cores_handed_out_follow_core_target() {
     for (target, workers) in [(0.8, 0), (0.6, 0), (0.6, 2)] {
         let fair = FairConfig { epoch: EPOCH, core_target: target, ..FairConfig::default() };
-        let f = Fig7::new(NodeConfig { fair, workers, ..Default::default() }, UNIT).unwrap();
+        let f = Fig7::new(NodeConfig { core: NodeCoreConfig { fair, workers, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT)
+            .unwrap();
         let res = f.node.meter().fairness().resources();
         let cap = |name: &str| res.iter().find(|r| r.name == name).map(|r| r.capacity);
         assert_eq!(cap("dispatcher"), Some(target));
@@ -237,7 +248,7 @@ impl LowRate {
         use snic_nt::NtSpec;
         use snic_perf::testbed::dag_rule;
         let clock = ManualClock::default();
-        let cfg = NodeConfig { vtep_port: None, fair, ..Default::default() };
+        let cfg = NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
         let mut node = snic_dataplane::Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
         let c = node.add_chain(vec![NtSpec::Synthetic(SyntheticConfig::declared(capacity_pps, true))]);
         node.launch(c).unwrap();

@@ -3,6 +3,7 @@
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::{Action, Mat, PortRange, Rule};
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Framing;
@@ -60,7 +61,7 @@ fn fw_nat() -> Vec<NtSpec> {
 /// A node with tenant 1 on VNI 100 (firewall → NAT) and tenant 2 on VNI 200 (counter), both
 /// endpoints A and B in each VNI's flood list.
 fn two_tenant_node(workers: usize) -> Node<MemPort> {
-    let cfg = NodeConfig { workers, vtep_port: None, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { workers, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
     let c1 = node.add_chain(fw_nat());
     let c2 = node.add_chain(vec![NtSpec::Counter]);
@@ -149,7 +150,8 @@ fn firewall_nat_isolation_worker_thread() {
 
 #[test]
 fn flow_order_kept_across_two_instances_on_two_workers() {
-    let cfg = NodeConfig { workers: 2, vtep_port: None, batch: 8, ..Default::default() };
+    let cfg =
+        NodeConfig { core: NodeCoreConfig { workers: 2, ..NodeCoreConfig::default() }, vtep_port: None, batch: 8, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
     let c = node.add_chain(vec![NtSpec::Counter, NtSpec::Dummy]);
     node.launch(c).unwrap();
@@ -519,8 +521,12 @@ fn a_backlogged_link_is_shared_by_bytes_not_packets() {
     let link = NarrowLink { rx: Default::default(), budget: 4000, left: 0, sent_bytes: [0; 2] };
     // Ingress limits off: this loop keeps the core busy, and the link alone is under test.
     let fair = snic_core::fair::FairConfig { enforce: false, ..Default::default() };
-    let mut node =
-        Node::new(NodeConfig { vtep_port: None, fair, ..Default::default() }, link, Box::new(MonotonicClock::default())).unwrap();
+    let mut node = Node::new(
+        NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() },
+        link,
+        Box::new(MonotonicClock::default()),
+    )
+    .unwrap();
     let c = node.add_chain(vec![NtSpec::Counter]);
     node.launch(c).unwrap();
     let mut mat = Mat::new();

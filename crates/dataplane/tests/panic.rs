@@ -3,6 +3,8 @@
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
+use snic_core::sched::SchedConfig;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::node::MonotonicClock;
@@ -18,7 +20,15 @@ use std::time::Duration;
 /// Runs 100 packets through a chain of counter, dummy, counter whose DAG skips the dummy;
 /// returns (region visits, per-NT packets, delivered).
 fn run(panic_mode: bool) -> (u64, Vec<u64>, usize) {
-    let cfg = NodeConfig { vtep_port: None, panic_mode, credits: 8, ..Default::default() };
+    let cfg = NodeConfig {
+        core: NodeCoreConfig {
+            panic: panic_mode,
+            sched: SchedConfig { credits: 8, ..SchedConfig::default() },
+            ..NodeCoreConfig::default()
+        },
+        vtep_port: None,
+        ..Default::default()
+    };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
     let c = node.add_chain(vec![NtSpec::Counter, NtSpec::Dummy, NtSpec::Counter]);
     let inst = node.launch(c).unwrap();

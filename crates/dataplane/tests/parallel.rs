@@ -6,6 +6,7 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::launcher::EndpointFallback;
 use snic_core::mat::{Mat, PortRange};
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::node::MonotonicClock;
@@ -41,7 +42,7 @@ fn remap(from: u32, to: u32) -> NtSpec {
 
 /// A node whose DAG runs `group` (one chain per NT) in parallel, then a counter; VNI 100 in.
 fn node(group: Vec<NtSpec>, workers: usize) -> Node<MemPort> {
-    let cfg = NodeConfig { vtep_port: None, workers, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { workers, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
     let mut steps = Vec::new();
     for spec in group.into_iter().chain([NtSpec::Counter]) {
@@ -142,7 +143,7 @@ fn writes_of_two_branches_are_merged() {
 /// the only region.
 fn one_region_and_a_branch_for_the_endpoint(skipped: usize) -> Node<MemPort> {
     let elastic = snic_dataplane::elastic::ElasticConfig { regions: 1, launch_delay: Duration::ZERO, ..Default::default() };
-    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { elastic, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default())).unwrap();
     let mut steps = Vec::new();
     let mut chains = Vec::new();

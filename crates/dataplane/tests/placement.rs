@@ -8,6 +8,7 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::FairConfig;
 use snic_core::ids::{DagUid, InstanceId, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind};
@@ -51,7 +52,11 @@ impl Bed {
         // Fair sharing measures (the placement policy reads its costs) but does not limit: the
         // test counts every packet.
         let fair = FairConfig { enforce: false, ..FairConfig::default() };
-        let cfg = NodeConfig { workers, vtep_port: None, auto_place, fair, elastic, ..Default::default() };
+        let cfg = NodeConfig {
+            core: NodeCoreConfig { workers, auto_place, fair, elastic, ..NodeCoreConfig::default() },
+            vtep_port: None,
+            ..Default::default()
+        };
         let clock = ManualClock::default();
         let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
         let c1 = node.add_chain(vec![snat()]);

@@ -4,6 +4,7 @@
 
 use snic_core::fair::FairConfig;
 use snic_core::ids::TenantId;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::NodeConfig;
 use snic_perf::testbed::Fig7;
 use std::time::Duration;
@@ -46,7 +47,9 @@ fn simulator_and_node_agree_when_the_link_binds() {
     assert!((sim[0] - (link_units - 2.0)).abs() < 0.05 && (sim[1] - 2.0).abs() < 0.05, "{sim:?}, link {link_units} units");
 
     let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
-    let mut f = Fig7::new(NodeConfig { fair, link_bps: 0.8e9, ..Default::default() }, UNIT).unwrap();
+    let mut f =
+        Fig7::new(NodeConfig { core: NodeCoreConfig { fair, link_bps: 0.8e9, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT)
+            .unwrap();
     let step = Duration::from_micros(10);
     f.drive([8.0, 2.0], Duration::from_millis(24), step, |_| {});
     let got = f.drive([8.0, 2.0], Duration::from_millis(6), step, |_| {});
@@ -58,7 +61,7 @@ fn simulator_and_node_agree_when_the_link_binds() {
 
 fn node_allocation(sim: &[f64]) -> Result<(), String> {
     let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
-    let mut f = Fig7::new(NodeConfig { fair, ..Default::default() }, UNIT).unwrap();
+    let mut f = Fig7::new(NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT).unwrap();
     let step = Duration::from_micros(10);
     f.drive([8.0, 2.0], Duration::from_millis(30), step, |_| {});
     f.drive([8.0, 6.0], Duration::from_millis(20), step, |_| {});
@@ -137,7 +140,7 @@ epoch_us = 100
         (0..2).map(|i| StreamSpec { datagram: datagram(100 * (i as u32 + 1), 1000, 64), pps: offered[i] * UNIT, src }).collect::<Vec<_>>();
     let backend = Paced::new(streams, 1024, Box::new(clock.clone())).with_io_cost(IoCost { rx_ns: RX_NS, tx_ns: TX_NS });
     let fair = FairConfig { epoch: Duration::from_micros(100), ..FairConfig::default() };
-    let cfg = NodeConfig { vtep_port: None, fair, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, backend, Box::new(clock.clone())).unwrap();
     let mut mat = Mat::new();
     for t in 1..=2u16 {

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use std::collections::{HashMap, VecDeque};
 
 fn one_chain(credits: &[u32]) -> (Scheduler<(u16, u64, u32)>, Vec<InstanceId>) {
-    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 8, ..SchedConfig::default() });
+    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 8, ..SchedConfig::plain() });
     let c = s.add_chain(3);
     let ids = credits.iter().map(|&k| s.add_instance(c, k).unwrap()).collect();
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b101) }]));
@@ -75,7 +75,7 @@ fn tenants_served_round_robin() {
 /// weights, whatever the batch size (a turn may span dispatches).
 #[test]
 fn a_shared_instance_serves_backlogged_tenants_by_weight() {
-    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 1000, ..SchedConfig::default() });
+    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 1000, ..SchedConfig::plain() });
     let c = s.add_chain(1);
     let id = s.add_instance(c, 5).unwrap();
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b1) }]));
@@ -112,7 +112,7 @@ fn a_shared_instance_serves_backlogged_tenants_by_weight() {
 /// alike (250 each), the heavier drained first and the lighter then had the instance alone.
 #[test]
 fn queues_at_a_shared_instance_hold_each_tenant_the_same_time() {
-    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 4096, max_queue_ns: 5e6, ..SchedConfig::default() });
+    let mut s = Scheduler::new(SchedConfig { max_queue_per_tenant: 4096, max_queue_ns: 5e6, ..SchedConfig::plain() });
     let c = s.add_chain(1);
     let id = s.add_instance(c, 1000).unwrap();
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask(0b1) }]));
@@ -170,7 +170,7 @@ fn arrivals_are_drained_once_per_dag_that_had_them() {
 
 #[test]
 fn no_instance_rejected() {
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::plain());
     let c = s.add_chain(1);
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
     assert_eq!(s.handle_packet(Instant::ZERO, TenantId(0), DagUid(1), 0, 0, 1), Err(Reject::NoInstance));
@@ -298,7 +298,7 @@ fn arrivals_count_intended_load_with_or_without_credit() {
 #[test]
 fn instances_share_by_time_while_others_wait() {
     // A 10 us quantum.
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig { quantum_ns: 10_000.0, ..SchedConfig::default() });
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig { quantum_ns: 10_000.0, ..SchedConfig::plain() });
     let (c1, c2) = (s.add_chain(1), s.add_chain(1));
     let (i1, i2) = (s.add_instance(c1, 1000).unwrap(), s.add_instance(c2, 1000).unwrap());
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
@@ -344,7 +344,7 @@ fn one_instance_with_ten_items(cfg: SchedConfig, credits: u32, cost_ns: f64) -> 
 
 #[test]
 fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
-    let cfg = SchedConfig { quantum_ns: 10_000.0, quantum_alone: true, ..SchedConfig::default() };
+    let cfg = SchedConfig { quantum_ns: 10_000.0, quantum_alone: true, ..SchedConfig::plain() };
     let (mut s, i) = one_instance_with_ten_items(cfg, 1000, 4_000.0);
     let mut out = Vec::new();
     // 10 us of 4 us items: two, then the deficit carries over (2 us + 10 us: three).
@@ -369,7 +369,7 @@ fn with_quantum_alone_a_lone_instance_gets_a_quantum_of_work_per_batch() {
 
 #[test]
 fn without_quantum_alone_a_lone_instance_takes_its_batch() {
-    let cfg = SchedConfig { quantum_ns: 10_000.0, quantum_alone: false, ..SchedConfig::default() };
+    let cfg = SchedConfig { quantum_ns: 10_000.0, quantum_alone: false, ..SchedConfig::plain() };
     let (mut s, i) = one_instance_with_ten_items(cfg, 1000, 50_000.0);
     let mut out = Vec::new();
     assert_eq!(s.poll_dispatch(&mut out, 32), Some(i));
@@ -379,7 +379,7 @@ fn without_quantum_alone_a_lone_instance_takes_its_batch() {
 
 #[test]
 fn an_inflight_cap_bounds_dispatched_work_until_completions_return() {
-    let (mut s, i) = one_instance_with_ten_items(SchedConfig::default(), 256, 20_000.0);
+    let (mut s, i) = one_instance_with_ten_items(SchedConfig::plain(), 256, 20_000.0);
     s.set_inflight_cap(i, 40_000.0);
     let mut out = Vec::new();
     // 40 us of 20 us items: two in flight, then nothing until one completes.
@@ -430,7 +430,7 @@ proptest! {
     /// launched and drained, every accepted item has completed exactly once.
     #[test]
     fn instance_changes_lose_and_reorder_nothing(first_launching in any::<bool>(), ops in proptest::collection::vec(life_strategy(), 1..300)) {
-        let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig { max_queue_per_tenant: 1 << 20, max_held: 1 << 20, ..SchedConfig::default() });
+        let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig { max_queue_per_tenant: 1 << 20, max_held: 1 << 20, ..SchedConfig::plain() });
         let c = s.add_chain(1);
         s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
         let credits = 3;
@@ -503,7 +503,7 @@ proptest! {
 
 #[test]
 fn a_moving_flow_waits_for_its_old_instance_and_others_do_not() {
-    let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig::default());
+    let mut s: Scheduler<(u64, u32)> = Scheduler::new(SchedConfig::plain());
     let c = s.add_chain(1);
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
     let a = s.add_instance(c, 8).unwrap();
@@ -538,7 +538,7 @@ fn a_moving_flow_waits_for_its_old_instance_and_others_do_not() {
 
 #[test]
 fn a_launching_instance_buffers_then_serves_its_packets_first_and_a_stopped_one_parks() {
-    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::default());
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::plain());
     let (c1, c2) = (s.add_chain(1), s.add_chain(1));
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c1, mask: NtMask::all(1) }]));
     s.set_dag(DagUid(2), DagRoute::new(vec![Step { chain: c2, mask: NtMask::all(1) }]));
@@ -651,12 +651,12 @@ fn a_run_goes_packet_by_packet_where_the_step_is_not_plain() {
     assert!(s.handle_run(Instant::ZERO, TenantId(0), DagUid(1), 0, &[], |i| i.1, &mut refused).is_none());
     assert_eq!(s.queued(ids[0]), 0);
     // No instance: the driver's on-demand path answers, packet by packet.
-    let mut s: Scheduler<(u16, u64, u32)> = Scheduler::new(SchedConfig::default());
+    let mut s: Scheduler<(u16, u64, u32)> = Scheduler::new(SchedConfig::plain());
     let c = s.add_chain(1);
     s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
     assert!(s.handle_run(Instant::ZERO, TenantId(0), DagUid(1), 0, &items, |i| i.1, &mut refused).is_none());
     // A first step that starts a parallel group: each packet forks.
-    let mut s: Scheduler<(u16, u64, u32)> = Scheduler::new(SchedConfig::default());
+    let mut s: Scheduler<(u16, u64, u32)> = Scheduler::new(SchedConfig::plain());
     let steps: Vec<Step> = (0..2)
         .map(|_| {
             let c = s.add_chain(1);

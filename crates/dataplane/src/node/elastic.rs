@@ -64,7 +64,7 @@ impl<B: Backend> Node<B> {
 
     /// A live chain's NTs, freshly built from its specs.
     pub(super) fn build_nts(&self, chain: ChainId) -> Result<Vec<Box<dyn Nt>>, LaunchError> {
-        let slots = self.cfg.slots;
+        let slots = self.cfg.core.slots;
         let build = |spec: &NtSpec| match slots {
             // In a pool behind a switch: a SNAT allocates from this node's block of ports.
             Some(s) => snic_nt::build(&*spec.in_slot(s)?),
@@ -137,7 +137,7 @@ impl<B: Backend> Node<B> {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
-        let inst = self.core.sched.add_launching(chain, self.cfg.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.sched.add_launching(chain, self.cfg.core.sched.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
         let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at: now, evict: None, requested: now };
         self.start(p, EventKind::Prelaunch, build);
         Ok(Some(inst))
@@ -228,7 +228,7 @@ impl<B: Backend> Node<B> {
             self.core.elastic.free(region);
             return OnDemand::Nothing;
         };
-        let Ok(inst) = self.core.sched.add_launching(chain, self.cfg.credits) else {
+        let Ok(inst) = self.core.sched.add_launching(chain, self.cfg.core.sched.credits) else {
             self.elastic.saved[chain.index()].push(nts);
             return OnDemand::Nothing;
         };
@@ -286,7 +286,7 @@ impl<B: Backend> Node<B> {
             let inst = match planned {
                 Some(inst) => inst,
                 // A scale-out joins the chain's instances now that it can run.
-                None => match self.core.sched.add_instance(chain, self.cfg.credits) {
+                None => match self.core.sched.add_instance(chain, self.cfg.core.sched.credits) {
                     Ok(inst) => inst,
                     Err(_) => {
                         i += 1;

@@ -101,7 +101,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn hold(&mut self, idx: u32, uid: DagUid) {
-        if let Err((idx, why)) = self.dags.hold(uid, idx, self.cfg.max_queue_per_tenant) {
+        if let Err((idx, why)) = self.dags.hold(uid, idx, self.cfg.core.sched.max_queue_per_tenant) {
             self.drop_held(idx, Drop::Sched(why));
         }
     }

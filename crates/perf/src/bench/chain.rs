@@ -11,6 +11,7 @@ use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
@@ -73,7 +74,8 @@ fn case(a: &ChainArgs, n: usize, mode: &'static str) -> anyhow::Result<ChainResu
     let clock = MonotonicClock::default();
     let src = "192.0.2.1:4789".parse()?;
     let streams = vec![StreamSpec { datagram: datagram(100, 1000, 64), pps: a.pps, src }];
-    let cfg = NodeConfig { vtep_port: None, panic_mode: mode == "panic", ..Default::default() };
+    let cfg =
+        NodeConfig { core: NodeCoreConfig { panic: mode == "panic", ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, Paced::new(streams, 1024, Box::new(clock)), Box::new(clock))?;
     let mut steps = Vec::new();
     for &k in &sizes {

@@ -28,6 +28,7 @@ use clap::Args;
 use serde::Serialize;
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::TenantId;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::{Node, NodeConfig};
 use std::time::Duration;
 
@@ -252,7 +253,7 @@ fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
     const UNIT: f64 = 100_000.0;
     let epoch = Duration::from_micros(a.epoch_us);
     let fair = FairConfig { epoch, ..FairConfig::default() };
-    let mut f = Fig7::new(NodeConfig { fair, ..Default::default() }, UNIT)?;
+    let mut f = Fig7::new(NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT)?;
     let step = Duration::from_micros(10);
     let ten = Duration::from_millis(10);
     f.drive([8.0, 2.0], Duration::from_millis(20), step, |_| {});

@@ -21,6 +21,7 @@ use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
 use snic_core::rechain::Form;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
@@ -101,7 +102,7 @@ fn split_node(chain: &str, delay_ms: f64) -> anyhow::Result<Node<MemPort>> {
     // The switches are the bench's, not the policy's.
     let elastic =
         ElasticConfig { regions: specs.len(), launch_delay: Duration::from_secs_f64(delay_ms / 1e3), rechain: false, ..Default::default() };
-    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { elastic, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default()))?;
     let steps = specs.iter().map(|s| Step { chain: node.add_chain(vec![s.clone()]), mask: NtMask::all(1) }).collect();
     node.set_dag(DagUid(1), DagRoute::new(steps));
@@ -147,7 +148,7 @@ fn report(json: bool, case: &'static str, chain: &'static str, nts: usize, mut t
 /// chain 1, both tenant 1), nothing launched.
 fn elastic_node(chain: &str, regions: usize, delay_ms: f64) -> anyhow::Result<(Node<MemPort>, [ChainId; 2])> {
     let elastic = ElasticConfig { regions, launch_delay: Duration::from_secs_f64(delay_ms / 1e3), ..Default::default() };
-    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { elastic, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(MonotonicClock::default()))?;
     let mut mat = Mat::new();
     let mut ids = [ChainId(0); 2];

@@ -20,6 +20,7 @@ use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::TenantId;
 use snic_core::mat::PortRange;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::node::{Clock, MonotonicClock};
 use snic_dataplane::store::Peer;
@@ -584,7 +585,13 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) ->
     let wire = headers[0].len() + payload.len();
     let gen = Generator::new(Framing::Ethernet, headers, payload, "192.0.2.10:4789".parse()?, u64::MAX).with_writes(a.rx_writes);
     let local = Peer { addr: "192.0.2.1:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 1]) };
-    let cfg = NodeConfig { workers: a.workers, local, pin_cores: a.workers > 0, batch: a.batch, ..Default::default() };
+    let cfg = NodeConfig {
+        core: NodeCoreConfig { workers: a.workers, ..NodeCoreConfig::default() },
+        local,
+        pin_cores: a.workers > 0,
+        batch: a.batch,
+        ..Default::default()
+    };
     // Counted runs (`--packets`, under callgrind) tell time by packets sent; timed runs by the
     // machine's clock.
     let packet_time = PacketClock::default();

@@ -13,6 +13,7 @@ use anyhow::bail;
 use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::node::{MonotonicClock, Place};
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
@@ -87,7 +88,8 @@ fn case(a: &ParallelArgs, n: usize, mode: &'static str) -> anyhow::Result<Parall
     let clock = MonotonicClock::default();
     let src = "192.0.2.1:4789".parse()?;
     let streams = vec![StreamSpec { datagram: datagram(100, 1000, 64), pps: a.pps, src }];
-    let cfg = NodeConfig { vtep_port: None, workers: a.workers, ..Default::default() };
+    let cfg =
+        NodeConfig { core: NodeCoreConfig { workers: a.workers, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, Paced::new(streams, 1024, Box::new(clock)), Box::new(clock))?;
     // Region k runs on the dispatcher (k = 0 mod workers+1) or on a worker.
     let mut next = 0usize;

@@ -13,6 +13,7 @@ use clap::Args;
 use serde::Serialize;
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::ChainId;
+use snic_core::node::NodeCoreConfig;
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
@@ -132,7 +133,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         victims: !a.no_victims,
         ..Default::default()
     };
-    let cfg = NodeConfig { vtep_port: None, elastic, ..Default::default() };
+    let cfg = NodeConfig { core: NodeCoreConfig { elastic, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
     let mut node = Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone()))?;
     let nt = NtSpec::Synthetic(SyntheticConfig::declared(a.capacity_pps, true));
     let chain = node.add_chain(vec![nt]);

@@ -39,6 +39,8 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
+use snic_core::sched::SchedConfig;
 use snic_dataplane::node::ManualClock;
 use snic_dataplane::node::{Clock, MonotonicClock, Place};
 use snic_dataplane::store::Peer;
@@ -502,17 +504,20 @@ pub fn run(s: Scenario, m: Mode, p: &Params) -> Result<Outcome, TestbedError> {
     ];
     let fair = FairConfig { epoch: p.epoch, enforce: m.enforce(), core_target: p.core_target, ..FairConfig::default() };
     let cfg = NodeConfig {
+        core: NodeCoreConfig {
+            fair,
+            // The in-memory "link" is the memory bus: far faster than a NIC's.
+            link_bps: 400e9,
+            workers: p.workers,
+            auto_place: p.auto_place,
+            // Nothing enforced: the chains' instances take turns by packets, not by time.
+            sched: if m == Mode::Off { SchedConfig { quantum_ns: 0.0, ..SchedConfig::default() } } else { SchedConfig::default() },
+            ..NodeCoreConfig::default()
+        },
         vtep_port: None,
-        fair,
-        // The in-memory "link" is the memory bus: far faster than a NIC's.
-        link_bps: 400e9,
         engine_buckets: m.enforce() || m == Mode::Buckets,
-        // Nothing enforced: the chains' instances take turns by packets, not by time.
-        dispatch_quantum: if m == Mode::Off { Duration::ZERO } else { NodeConfig::default().dispatch_quantum },
-        workers: p.workers,
         // Pinning is for the real clock's measurements; virtual cores need no core.
         pin_cores: p.workers > 0 && p.timing == Timing::Real,
-        auto_place: p.auto_place,
         ..Default::default()
     };
     let (clock, io) = match p.timing {

@@ -25,6 +25,7 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::fair::FairConfig;
 use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::NodeCoreConfig;
 use snic_dataplane::node::{Clock, ManualClock, MonotonicClock};
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Node, NodeConfig};
@@ -196,9 +197,12 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
     let streams: Vec<StreamSpec> =
         (0..n).map(|i| StreamSpec { datagram: datagram(100 * (i as u32 + 1), 1000 + i as u16, 64), pps: per_tenant, src }).collect();
     let cfg = NodeConfig {
+        core: NodeCoreConfig {
+            fair: FairConfig { epoch: o.epoch, enforce: o.enforce, ..FairConfig::default() },
+            link_bps: 400e9,
+            ..NodeCoreConfig::default()
+        },
         vtep_port: None,
-        fair: FairConfig { epoch: o.epoch, enforce: o.enforce, ..FairConfig::default() },
-        link_bps: 400e9,
         ..Default::default()
     };
     let (clock_box, virtual_clock, io): (Box<dyn Clock>, Option<(ManualClock, Machine)>, IoCost) = match o.timing {

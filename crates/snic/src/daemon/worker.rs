@@ -17,6 +17,7 @@ use anyhow::Context;
 use serde::Serialize;
 use snic_control::plan::{HostRequest, Plan, RoutePlan, TenantPlan};
 use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::node::NodeCoreConfig;
 use snic_core::pool::{AgentConfig, LoadReport, MemberEvent};
 use snic_core::sched::InstanceState;
 use snic_dataplane::backend::udp::UdpBackend;
@@ -464,20 +465,23 @@ pub struct DataPlane {
 fn node_config(cfg: &Config) -> NodeConfig {
     let s = &cfg.settings;
     NodeConfig {
-        store_buffers: s.store_buffers,
-        workers: s.workers,
-        auto_place: s.auto_place,
+        core: NodeCoreConfig {
+            store_buffers: s.store_buffers,
+            workers: s.workers,
+            auto_place: s.auto_place,
+            fair: cfg.fair,
+            link_bps: cfg.link_bps,
+            elastic: cfg.elastic,
+            pool: cfg.pool.as_ref().map_or_else(AgentConfig::default, |p| AgentConfig {
+                report_ttl: p.gossip_period * 10,
+                flow_idle: p.flow_idle,
+                spill_flows: p.spill_flows,
+                ..AgentConfig::default()
+            }),
+            slots: cfg.pool.as_ref().and_then(|p| p.slots),
+            ..NodeCoreConfig::default()
+        },
         vtep_port: s.vtep_port,
-        fair: cfg.fair,
-        link_bps: cfg.link_bps,
-        elastic: cfg.elastic,
-        pool: cfg.pool.as_ref().map_or_else(AgentConfig::default, |p| AgentConfig {
-            report_ttl: p.gossip_period * 10,
-            flow_idle: p.flow_idle,
-            spill_flows: p.spill_flows,
-            ..AgentConfig::default()
-        }),
-        slots: cfg.pool.as_ref().and_then(|p| p.slots),
         fdb: snic_dataplane::fdb::FdbConfig {
             max_learned: s.limits.fdb_macs,
             per_tenant: s.limits.fdb_macs_per_tenant,
