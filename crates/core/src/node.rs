@@ -47,6 +47,7 @@ use crate::time::Instant;
 use std::net::SocketAddr;
 
 pub mod packets;
+pub mod setup;
 
 /// What a node's core is built from (its validated configuration's sections, and the node's
 /// sizes).
@@ -133,8 +134,9 @@ impl PacketPath for Scheduler<u32> {
 /// One node's epoch-time policy. See the module docs.
 #[derive(Debug)]
 pub struct NodeCore {
-    /// Demand, fair shares and ingress limits.
-    pub meter: Meter,
+    /// Demand, fair shares and ingress limits (read: [`NodeCore::meter`]; changed through the
+    /// verbs of [`setup`]).
+    meter: Meter,
     /// Regions, launches, scale events, victims, rechaining.
     pub elastic: Elasticity,
     /// Where chains run when this node has no room: its peers.

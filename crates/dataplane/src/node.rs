@@ -23,6 +23,7 @@ use snic_core::dwrr::Dwrr;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
 use snic_core::meter::{Counters, Meter, TenantCounters};
+use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::placement::Moving;
 pub use snic_core::placement::Place;
@@ -504,7 +505,7 @@ impl<B: Backend> Node<B> {
 
     /// Resets counters and the latency histogram.
     pub fn reset_stats(&mut self) {
-        let tracked: Vec<TenantId> = self.core.meter.fairness().shares().iter().map(|s| s.tenant).collect();
+        let tracked: Vec<TenantId> = self.core.meter().fairness().shares().iter().map(|s| s.tenant).collect();
         self.stats = Stats::default();
         for t in tracked {
             self.stats.track_latency(t, true);
@@ -525,22 +526,16 @@ impl<B: Backend> Node<B> {
     /// [`Node::remove_chain`] took away and that has gone.
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
-        let single = specs.iter().any(NtSpec::single_instance);
+        let instances = if specs.iter().any(NtSpec::single_instance) { Instances::One } else { Instances::Many };
         if let Some(id) = self.life.reusable() {
-            if self.core.sched.reuse_chain(id, specs.len()) {
-                // (Its elastic state was forgotten when it was removed.)
-                self.core.meter.reuse_chain(id, &kinds);
-                self.core.elastic.set_single_instance(id, single);
+            if self.core.reuse_chain(id, &kinds, instances) {
                 self.chains[id.index()] = specs;
                 self.life.declared(id);
                 return id;
             }
         }
-        let id = self.core.sched.add_chain(specs.len());
-        self.core.meter.add_chain(&kinds);
+        let id = self.core.add_chain(&kinds, instances);
         self.elastic.add_chain();
-        self.core.elastic.add_chain(id);
-        self.core.elastic.set_single_instance(id, single);
         self.chains.push(specs);
         self.life.declared(id);
         id
@@ -548,31 +543,30 @@ impl<B: Backend> Node<B> {
 
     /// Names a chain's NTs in fair-sharing reports (by default `chainC.I:kind`).
     pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
-        self.core.meter.label_chain(chain, names);
+        self.core.label_chain(chain, names);
     }
 
     /// Registers a tenant for fair sharing with its weight (or changes the weight).
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
-        self.core.meter.set_tenant(t, weight);
+        self.core.set_tenant(t, weight);
         self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
-        self.core.sched.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
     }
 
     /// Tenant `t`'s NTs hold `bytes` of memory: its demand on the `memory` resource.
     pub fn set_tenant_memory(&mut self, t: TenantId, bytes: f64) {
-        self.core.meter.set_memory(t, bytes);
+        self.core.set_tenant_memory(t, bytes);
     }
 
     /// Forgets a tenant for fair sharing and lifts its ingress limit.
     pub fn remove_tenant(&mut self, t: TenantId) {
-        self.core.meter.remove_tenant(t);
+        self.core.remove_tenant(t);
         self.stats.track_latency(t, false);
     }
 
     /// Fair sharing: resources, demands, allocations, limits.
     pub fn meter(&self) -> &Meter {
-        &self.core.meter
+        self.core.meter()
     }
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
@@ -743,7 +737,7 @@ impl<B: Backend> Node<B> {
             let (t0, t1, rx) = (now.as_nanos(), rx_start.as_nanos(), rx_end.as_nanos());
             let half = self.cfg.batch / 2;
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
-            self.core.meter.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
+            self.core.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
         if !self.elastic.pending.is_empty() || self.core.sched.has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
@@ -809,7 +803,7 @@ impl<B: Backend> Node<B> {
             let mut want = self.rx_idx.len() - n;
             let mut capped = None;
             if let Some(t) = self.rx_queues.tenant[queue] {
-                if let Some(b) = self.core.meter.budget(t, now) {
+                if let Some(b) = self.core.budget(t, now) {
                     if (b as usize) < want {
                         (want, capped) = (b as usize, Some(t));
                     }
@@ -822,7 +816,7 @@ impl<B: Backend> Node<B> {
             };
             if let Some(t) = capped.filter(|_| got == want) {
                 // Its limit, not its queue, stopped the read: it wants more than it is admitted.
-                self.core.meter.held_back(t);
+                self.core.held_back(t);
             }
             n += got;
             if n == self.rx_idx.len() {
@@ -922,7 +916,7 @@ impl<B: Backend> Node<B> {
         }
         for q in 0..self.rx_queues.tenant.len() {
             let Some(t) = self.rx_queues.tenant[q] else { continue };
-            let want = snic_core::fair::rx_depth(self.core.meter.limit(t), self.cfg.max_queue_time());
+            let want = snic_core::fair::rx_depth(self.core.meter().limit(t), self.cfg.max_queue_time());
             let had = self.rx_queues.depth[q];
             let moved = match (had, want) {
                 (Some(a), Some(b)) => a.abs_diff(b) * 4 > a.max(b),
@@ -1035,7 +1029,7 @@ impl<B: Backend> Node<B> {
                 SourceCheck::WrongInterface => return self.drop_uncharged(idx, tenant, Drop::SpoofedVtep),
             }
         }
-        if self.core.meter.any_limited() && !self.core.meter.admit(tenant, now) {
+        if !self.core.admit(tenant, now) {
             return self.drop_uncharged(idx, tenant, Drop::RateLimit);
         }
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
@@ -1149,7 +1143,7 @@ impl<B: Backend> Node<B> {
         len: usize,
         now: Instant,
     ) -> bool {
-        let why = if core.meter.any_limited() && !core.meter.admit(tenant, now) {
+        let why = if !core.admit(tenant, now) {
             Drop::RateLimit
         } else {
             match store.charge(idx, tenant, HEADROOM..HEADROOM + stored) {

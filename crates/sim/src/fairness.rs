@@ -14,6 +14,7 @@ use snic_core::elastic::ElasticConfig;
 use snic_core::fair::jain;
 use snic_core::ids::{ChainId, InstanceId, TenantId};
 use snic_core::meter::{Arrivals, Counters, TenantCounters};
+use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig, PacketPath};
 use snic_core::time::Instant;
 
@@ -196,12 +197,13 @@ impl FairnessSpec {
         // Each NT is a chain of one, with one instance of its declared throughput.
         for (i, n) in self.nts.iter().enumerate() {
             let c = ChainId(i as u16);
-            core.meter.add_chain(&["nt"]);
-            core.meter.label_chain(c, std::slice::from_ref(&n.name));
-            core.meter.add_instance(c, InstanceId(i as u16), &[Some(n.capacity * self.unit_pps)], false);
+            let id = core.add_chain(&["nt"], Instances::Many);
+            debug_assert_eq!(id, c);
+            core.label_chain(c, std::slice::from_ref(&n.name));
+            core.instance_installed(c, InstanceId(i as u16), &[Some(n.capacity * self.unit_pps)], false);
         }
         for (i, t) in self.tenants.iter().enumerate() {
-            core.meter.set_tenant(TenantId(i as u16 + 1), t.weight);
+            core.set_tenant(TenantId(i as u16 + 1), t.weight);
         }
         let paths: Vec<Vec<usize>> = self
             .tenants
@@ -220,7 +222,7 @@ impl FairnessSpec {
         let mut now = Instant::ZERO;
         for k in 0..epochs {
             let s = k as f64 * dt;
-            let limits: Vec<Option<f64>> = core.meter.fairness().shares().iter().map(|x| x.limit_pps).collect();
+            let limits: Vec<Option<f64>> = core.meter().fairness().shares().iter().map(|x| x.limit_pps).collect();
             let offered: Vec<f64> = self.tenants.iter().map(|t| Self::load_at(t, s) * self.unit_pps * dt).collect();
             // Everything offered reaches the node (`[node.fairness]`'s `link_gbps` is the
             // link's capacity as fair sharing counts it: the limits keep tenants within it); the
@@ -249,7 +251,7 @@ impl FairnessSpec {
             if self.rx_ns > 0.0 || self.rest_ns > 0.0 {
                 // The node times its polls; here one poll per epoch, at the model's costs.
                 let (r, a) = (received.iter().sum::<f64>(), admitted.iter().sum::<f64>());
-                core.meter.sample_poll(
+                core.sample_poll(
                     (r * self.rx_ns).round() as u64,
                     r.round() as usize,
                     1,
@@ -260,7 +262,7 @@ impl FairnessSpec {
             let mut arrivals = FluidArrivals { routes: &routes, admitted: &node.arrived, counts: Vec::new() };
             core.handle_fluid_epoch(now, &mut arrivals, &node, 0, |_| false);
         }
-        let f = core.meter.fairness();
+        let f = core.meter().fairness();
         let resource = |d: usize| f.resources()[d].name.clone();
         let avg = |xs: &[f64]| if xs.is_empty() { 0.0 } else { xs.iter().sum::<f64>() / xs.len() as f64 };
         let step_epoch = ((last_step / dt).round() as usize).min(epochs as usize);

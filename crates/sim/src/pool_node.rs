@@ -36,6 +36,7 @@ use snic_core::elastic::{Act, ElasticConfig};
 use snic_core::fair::FairConfig;
 use snic_core::ids::ChainId;
 use snic_core::launcher::{Decision, PeerRoom, RegionState};
+use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
 use snic_core::pool::report::ChainSpare;
@@ -328,9 +329,9 @@ impl PoolSim {
     fn new_local(&mut self, n: usize, w: usize) -> ChainId {
         let node = &mut self.nodes[n];
         let c = ChainId(node.chains.len() as u16);
-        node.core.meter.add_chain(&["nt"]);
-        node.core.meter.label_chain(c, &[format!("w{w}")]);
-        node.core.elastic.add_chain(c);
+        let id = node.core.add_chain(&["nt"], Instances::Many);
+        debug_assert_eq!(id, c, "the core numbers chains as the simulator does");
+        node.core.label_chain(c, &[format!("w{w}")]);
         node.chains.push(Local { work: w, queue: 0.0, arrived: 0.0, live: true, asked: false, leaving: false, away: None });
         c
     }
@@ -414,7 +415,7 @@ impl PoolSim {
             return;
         }
         node.core.redirects.set(chain, Redirect { peer: addr(peer), share: SHARE_ALL });
-        let key = node.core.meter.chain_key(chain);
+        let key = node.core.meter().chain_key(chain);
         node.core.pool.placed(now, key, addr(peer));
         self.counts.placements += 1;
         // What waited for the answer goes there first.
@@ -431,7 +432,7 @@ impl PoolSim {
                 .filter(|&c| node.chains[c].live && !node.chains[c].leaving)
                 .filter_map(|c| {
                     let chain = ChainId(c as u16);
-                    ChainSpare::of(node.core.meter.chain_key(chain), e.instances(chain), e.smoothed_load(chain))
+                    ChainSpare::of(node.core.meter().chain_key(chain), e.instances(chain), e.smoothed_load(chain))
                 })
                 .collect();
             let report = LoadReport {
@@ -503,7 +504,7 @@ impl PoolSim {
                 }
                 let victims = node.core.elastic.regions().iter().any(|r| matches!(r, RegionState::Victim { .. }));
                 let placement = if self.setup.pooled {
-                    let key = node.core.meter.chain_key(chain);
+                    let key = node.core.meter().chain_key(chain);
                     node.core.place(chain, key, now)
                 } else {
                     Placement::Here(node.core.elastic.on_demand(chain, now, PeerRoom::None))
@@ -646,7 +647,8 @@ impl PoolSim {
             PoolAct::MoveBack { key, peer } | PoolAct::Lost { key, peer } => {
                 let Some(p) = self.node_of(peer) else { return };
                 let node = &mut self.nodes[n];
-                let Some(c) = (0..node.chains.len()).find(|&c| node.chains[c].live && node.core.meter.chain_key(ChainId(c as u16)) == key)
+                let Some(c) =
+                    (0..node.chains.len()).find(|&c| node.chains[c].live && node.core.meter().chain_key(ChainId(c as u16)) == key)
                 else {
                     return;
                 };

@@ -80,7 +80,7 @@ impl<B: Backend> Node<B> {
             self.region_counters.resize(inst.index() + 1, None);
         }
         self.region_counters[inst.index()] = Some(region.counters());
-        self.core.meter.add_instance(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
+        self.core.instance_installed(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
         let e = &mut self.exec;
         match place {
             Place::Dispatcher => e.put_inline(inst.index(), region),
@@ -110,7 +110,7 @@ impl<B: Backend> Node<B> {
                 self.exported_nts(chain, r.into_nts());
             }
         }
-        self.core.meter.set_active(inst, false);
+        self.core.set_instance_active(inst, false);
         let _ = self.core.sched.remove_instance(inst);
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
@@ -242,7 +242,7 @@ impl<B: Backend> Node<B> {
     fn stop_for_eviction(&mut self, old: InstanceId) {
         match self.core.sched.state(old) {
             // Refused only while its chain's instances are changing: retried as launches advance.
-            InstanceState::Running if self.core.sched.stop_instance(old).is_ok() => self.core.meter.set_active(old, false),
+            InstanceState::Running if self.core.sched.stop_instance(old).is_ok() => self.core.set_instance_active(old, false),
             InstanceState::Parked => self.teardown(old),
             _ => {}
         }
@@ -365,7 +365,7 @@ impl<B: Backend> Node<B> {
         if self.core.sched.resume_instance(inst).is_err() {
             return false;
         }
-        self.core.meter.set_active(inst, true);
+        self.core.set_instance_active(inst, true);
         self.record(now, chain, Some(region), EventKind::Resume, 0);
         if scaling {
             self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
@@ -390,7 +390,7 @@ impl<B: Backend> Node<B> {
         if self.core.sched.stop_instance(inst).is_err() {
             return;
         }
-        self.core.meter.set_active(inst, false);
+        self.core.set_instance_active(inst, false);
         self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
         self.advance_elastic(now);
     }

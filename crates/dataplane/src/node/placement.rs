@@ -140,7 +140,7 @@ impl<B: Backend> Node<B> {
             }
         }
         self.exec.placement[i] = to;
-        self.core.meter.set_on_worker(self.core.sched.chain_of(inst), to != Place::Dispatcher);
+        self.core.set_chain_on_worker(self.core.sched.chain_of(inst), to != Place::Dispatcher);
         self.core.placed(inst);
         Ok(())
     }

@@ -211,7 +211,7 @@ impl<B: Backend> Node<B> {
 
     /// `chain`'s pool-wide key (its NTs' names).
     pub(super) fn chain_key(&self, chain: ChainId) -> ChainKey {
-        self.core.meter.chain_key(chain)
+        self.core.meter().chain_key(chain)
     }
 
     /// The whole launch order for `chain`, which packets on `route` need at step `pos`: this

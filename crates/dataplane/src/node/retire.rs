@@ -18,7 +18,7 @@ impl<B: Backend> Node<B> {
         }
         // No saved state, no endpoint fallback, no load, no scaling history.
         self.elastic.forget_chain(chain);
-        self.core.elastic.add_chain(chain);
+        self.core.forget_chain(chain);
         self.advance_retired();
     }
 
@@ -56,7 +56,7 @@ impl<B: Backend> Node<B> {
             self.stop_chain(chain);
             if self.life.settle(chain, &self.core.sched) {
                 self.chains[chain.index()] = Vec::new();
-                self.core.meter.remove_chain(chain);
+                self.core.remove_chain(chain);
             }
         }
     }
@@ -68,7 +68,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn stop_chain(&mut self, chain: ChainId) {
         for inst in self.core.sched.instances_of(chain).to_vec() {
             if self.core.sched.state(inst) == InstanceState::Running && self.core.sched.stop_instance(inst).is_ok() {
-                self.core.meter.set_active(inst, false);
+                self.core.set_instance_active(inst, false);
             }
         }
         let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())

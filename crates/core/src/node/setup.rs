@@ -1,0 +1,138 @@
+//! What a node is made of — chains, their instances, tenants — set up and torn down through
+//! its core. Each verb keeps the machines that know about the thing in step (the scheduler, the
+//! demand model, the elasticity policy), so that no driver does it by hand: three drivers did,
+//! each its own way, and the simulators' nodes lacked what the data plane's had.
+
+use super::NodeCore;
+use crate::elastic::Elasticity;
+use crate::ids::{ChainId, InstanceId, TenantId};
+use crate::meter::Meter;
+use crate::sched::Scheduler;
+use crate::time::Instant;
+
+/// How many instances a chain may run at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Instances {
+    /// As many as its load needs (auto-scaling's call).
+    Many,
+    /// One at most: an NT of it keeps state that cannot be split between instances (a cache,
+    /// a replication log).
+    One,
+}
+
+impl NodeCore {
+    /// The demand model and fairness controller, read-only.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// The packet path's scheduler, read-only.
+    pub fn sched(&self) -> &Scheduler<u32> {
+        &self.sched
+    }
+
+    /// The elasticity policy, read-only.
+    pub fn elastic(&self) -> &Elasticity {
+        &self.elastic
+    }
+
+    /// A new chain of NTs of `kinds` (no instance yet): its id, the same in the scheduler, the
+    /// demand model and the elasticity policy.
+    pub fn add_chain(&mut self, kinds: &[&str], instances: Instances) -> ChainId {
+        let id = self.sched.add_chain(kinds.len());
+        self.meter.add_chain(kinds);
+        self.elastic.add_chain(id);
+        self.elastic.set_single_instance(id, instances == Instances::One);
+        id
+    }
+
+    /// Declares `chain` again — an id whose chain [`NodeCore::remove_chain`] took away and whose
+    /// instances have all gone — with NTs of `kinds`. False (nothing changed) if the scheduler
+    /// still holds something of the old chain.
+    pub fn reuse_chain(&mut self, chain: ChainId, kinds: &[&str], instances: Instances) -> bool {
+        if !self.sched.reuse_chain(chain, kinds.len()) {
+            return false;
+        }
+        // (Its elastic state was forgotten when it was removed.)
+        self.meter.reuse_chain(chain, kinds);
+        self.elastic.set_single_instance(chain, instances == Instances::One);
+        true
+    }
+
+    /// `chain` is being removed: the elasticity policy forgets it (no saved state, no endpoint
+    /// fallback, no load, no scaling history) while its instances drain.
+    pub fn forget_chain(&mut self, chain: ChainId) {
+        self.elastic.add_chain(chain);
+    }
+
+    /// `chain`'s instances have all gone: its NTs and instances no longer count for fair
+    /// sharing.
+    pub fn remove_chain(&mut self, chain: ChainId) {
+        self.meter.remove_chain(chain);
+    }
+
+    /// Names a chain's NTs in fair-sharing reports (by default `chainC.I:kind`): its manifest's
+    /// names, which also make its pool-wide key.
+    pub fn label_chain(&mut self, chain: ChainId, names: &[String]) {
+        self.meter.label_chain(chain, names);
+    }
+
+    /// A new running instance `inst` of `chain` was installed, on a worker thread or the
+    /// dispatcher's; `capacity_pps`: its NTs' declared throughput, if any.
+    pub fn instance_installed(&mut self, chain: ChainId, inst: InstanceId, capacity_pps: &[Option<f64>], on_worker: bool) {
+        self.meter.add_instance(chain, inst, capacity_pps, on_worker);
+    }
+
+    /// Instance `inst` stopped (`false`) or runs again (`true`): its NTs' capacity follows.
+    pub fn set_instance_active(&mut self, inst: InstanceId, active: bool) {
+        self.meter.set_active(inst, active);
+    }
+
+    /// `chain`'s regions now run on a worker thread (`true`) or on the dispatcher's.
+    pub fn set_chain_on_worker(&mut self, chain: ChainId, on_worker: bool) {
+        self.meter.set_on_worker(chain, on_worker);
+    }
+
+    /// Registers tenant `t` with its weight, or changes the weight: its share of every resource,
+    /// and its turn at instances it shares with other tenants (the weight rounded, at least 1).
+    pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
+        self.meter.set_tenant(t, weight);
+        self.sched.set_weight(t, weight.round().max(1.0) as u32);
+    }
+
+    /// Tenant `t`'s NTs hold `bytes` of memory: its demand on the `memory` resource from the next
+    /// epoch.
+    pub fn set_tenant_memory(&mut self, t: TenantId, bytes: f64) {
+        self.meter.set_memory(t, bytes);
+    }
+
+    /// Forgets tenant `t` for fair sharing and lifts its ingress limit.
+    pub fn remove_tenant(&mut self, t: TenantId) {
+        self.meter.remove_tenant(t);
+    }
+
+    /// Asks `t`'s ingress limiter for a packet at `now`; false: over its limit (the driver drops
+    /// it as `rate_limit`, which the demand model reads back as offered load).
+    #[inline]
+    pub fn admit(&mut self, t: TenantId, now: Instant) -> bool {
+        !self.meter.any_limited() || self.meter.admit(t, now)
+    }
+
+    /// Packets `t` may still be admitted at `now` (`None`: no limit).
+    #[inline]
+    pub fn budget(&mut self, t: TenantId, now: Instant) -> Option<u32> {
+        self.meter.budget(t, now)
+    }
+
+    /// `t`'s own receive queue was read only up to its limit: packets were left waiting.
+    #[inline]
+    pub fn held_back(&mut self, t: TenantId) {
+        self.meter.held_back(t);
+    }
+
+    /// A timed poll of the dispatcher (see [`Meter::sample_poll`]).
+    #[inline]
+    pub fn sample_poll(&mut self, rx_ns: u64, rx: usize, min: usize, rest_ns: u64, dispatched: usize) {
+        self.meter.sample_poll(rx_ns, rx, min, rest_ns, dispatched);
+    }
+}
