@@ -152,8 +152,13 @@ pub struct NodeCore {
     pub pooled: bool,
     /// The packet path's scheduler: instances, DAG routes, queues and credits. Packets go
     /// through [`NodeCore::handle_arrival`] and the other packet methods; the driver sets
-    /// instances up and down through it as it carries out [`Act`]s.
+    /// instances up and down through the verbs of [`setup`] as it carries out [`Act`]s (read:
+    /// [`NodeCore::sched`]). Public only for the data plane's DAG table
+    /// ([`crate::dags::DagTable`]), which takes it to install routes: that table moves into the
+    /// core next (issue 50), and this field becomes private.
     pub sched: Scheduler<u32>,
+    /// Credits each new instance gets ([`SchedConfig::credits`]).
+    credits: u32,
     /// The synchronization buffer of parallel groups.
     joins: JoinTable<u32>,
     panic: bool,
@@ -177,6 +182,7 @@ impl NodeCore {
             owners: Owners::new(cfg.slots),
             pooled: false,
             sched: Scheduler::new(cfg.sched),
+            credits: cfg.sched.credits,
             joins: JoinTable::new(cfg.join_slots),
             panic: cfg.panic,
             acts: Vec::new(),

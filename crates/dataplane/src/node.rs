@@ -149,11 +149,6 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
-    /// The default configuration with the core's `core`.
-    pub fn with_core(core: NodeCoreConfig) -> Self {
-        NodeConfig { core, ..NodeConfig::default() }
-    }
-
     /// The most time a tenant's queue at an instance holds, at the instance's cost.
     fn max_queue_time(&self) -> Duration {
         Duration::from_nanos(self.core.sched.max_queue_ns as u64)
@@ -490,7 +485,7 @@ impl<B: Backend> Node<B> {
 
     /// The scheduler, read-only.
     pub fn sched(&self) -> &Scheduler<u32> {
-        &self.core.sched
+        self.core.sched()
     }
 
     /// Counters.
@@ -599,7 +594,7 @@ impl<B: Backend> Node<B> {
         }
         let nts = self.build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
-        let inst = self.core.sched.add_instance(chain, self.cfg.core.sched.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.add_instance(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
         self.install(chain, inst, nts, place)?;
         Ok(inst)
     }
@@ -650,7 +645,7 @@ impl<B: Backend> Node<B> {
     /// away, DAGs switching forms, a move, launches under way); otherwise `None`: only
     /// traffic or a control command needs it.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        if self.exec.workers.iter().any(|w| w.outstanding() > 0) || self.core.sched.has_ready() {
+        if self.exec.workers.iter().any(|w| w.outstanding() > 0) || self.core.sched().has_ready() {
             return Some(Duration::ZERO);
         }
         if self.tx_backlogged || !self.txq.is_empty() {
@@ -739,7 +734,7 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.core.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
-        if !self.elastic.pending.is_empty() || self.core.sched.has_parked() || !self.elastic.waiting.is_empty() {
+        if !self.elastic.pending.is_empty() || self.core.sched().has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
         }
         if self.dags.switching() {
@@ -949,7 +944,7 @@ impl<B: Backend> Node<B> {
         snic_core::placement::inflight_caps(&e.on_worker, self.cfg.core.sched.quantum_ns, &mut e.caps);
         for (i, (cap, p)) in self.exec.caps.iter().zip(&self.exec.placement).enumerate() {
             if matches!(p, Place::Worker(_)) {
-                self.core.sched.set_inflight_cap(InstanceId(i as u16), *cap);
+                self.core.set_inflight_cap(InstanceId(i as u16), *cap);
             }
         }
     }
@@ -1234,7 +1229,7 @@ impl<B: Backend> Node<B> {
         loop {
             // SAFETY: the dispatcher owns `idx`.
             let (_, d) = unsafe { slots.get(idx) };
-            let Some(chain) = self.core.sched.chain_at(d.walk.dag, d.walk.pos) else {
+            let Some(chain) = self.core.sched().chain_at(d.walk.dag, d.walk.pos) else {
                 return self.refuse(idx, Drop::Sched(Reject::UnknownDag), now);
             };
             match self.on_demand(chain, d.walk.dag.0, d.walk.pos, now) {
@@ -1285,7 +1280,7 @@ impl<B: Backend> Node<B> {
             let Some(inst) = self.core.poll_dispatch(&mut batch, max) else {
                 // Nothing to dispatch, or the ready instances still gather the time of an item:
                 // another turn gives them a quantum each (within this poll's turns).
-                if self.core.sched.has_ready() {
+                if self.core.sched().has_ready() {
                     continue;
                 }
                 break;

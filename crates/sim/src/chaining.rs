@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use snic_core::dag::{DagRoute, NtMask, Step, MAX_BRANCHES};
 use snic_core::ids::{DagUid, InstanceId, TenantId};
 use snic_core::join::JoinId;
+use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::sched::SchedConfig;
 use snic_core::time::Instant;
@@ -318,7 +319,7 @@ impl Run {
                 max_tenants: tenants + 1,
                 elastic: Default::default(),
                 auto_place: false,
-                sched: SchedConfig { max_queue_per_tenant: spec.queue, ..SchedConfig::default() },
+                sched: SchedConfig { max_queue_per_tenant: spec.queue, credits: spec.credits, ..SchedConfig::default() },
                 join_slots: spec.queue * regions,
                 panic: mode == Mode::Panic,
                 ..NodeCoreConfig::default()
@@ -327,9 +328,10 @@ impl Run {
         );
         let mut steps = Vec::new();
         for &k in &sizes {
-            let c = core.sched.add_chain(k);
+            // (Each NT is a `synthetic` one in the demand model: only its kind's name shows.)
+            let c = core.add_chain(&vec!["synthetic"; k], Instances::Many);
             for _ in 0..k {
-                core.sched.add_instance(c, spec.credits).expect("a new chain takes instances");
+                core.add_instance(c).expect("a new chain takes instances");
             }
             steps.push(Step { chain: c, mask: NtMask::all(k) });
         }
@@ -337,7 +339,7 @@ impl Run {
             Mode::HalfParallel | Mode::Parallel => DagRoute::with_groups(steps, &[(0, sizes.len())]).expect("2..=8 branches"),
             _ => DagRoute::new(steps),
         };
-        core.sched.set_dag(DAG, route);
+        core.set_dag(DAG, route);
         Run {
             nts: n,
             mode,
@@ -407,7 +409,7 @@ impl Run {
             return;
         };
         let p = self.pkts[i as usize];
-        let k = if p.back_to.is_some() { 1 } else { self.core.sched.fork_at(DAG, p.walk.pos).0.max(1) as u64 };
+        let k = if p.back_to.is_some() { 1 } else { self.core.sched().fork_at(DAG, p.walk.pos).0.max(1) as u64 };
         let t = k as f64 * spec.sched_ns;
         self.sched_busy += t;
         self.visits += k;

@@ -4,10 +4,12 @@
 //! each its own way, and the simulators' nodes lacked what the data plane's had.
 
 use super::NodeCore;
+use crate::dag::DagRoute;
 use crate::elastic::Elasticity;
+use crate::ids::DagUid;
 use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::meter::Meter;
-use crate::sched::Scheduler;
+use crate::sched::{Change, Scheduler};
 use crate::time::Instant;
 
 /// How many instances a chain may run at once.
@@ -83,9 +85,64 @@ impl NodeCore {
         self.meter.add_instance(chain, inst, capacity_pps, on_worker);
     }
 
-    /// Instance `inst` stopped (`false`) or runs again (`true`): its NTs' capacity follows.
-    pub fn set_instance_active(&mut self, inst: InstanceId, active: bool) {
-        self.meter.set_active(inst, active);
+    /// A new running instance of `chain` in the scheduler, with the configured credits (in a free
+    /// slot if one was removed earlier); the driver installs its region next
+    /// ([`NodeCore::instance_installed`]).
+    pub fn add_instance(&mut self, chain: ChainId) -> Result<InstanceId, Change> {
+        self.sched.add_instance(chain, self.credits)
+    }
+
+    /// A new instance of `chain` that is still launching: it takes packets, and runs them once
+    /// [`NodeCore::set_running`] says so.
+    pub fn add_launching(&mut self, chain: ChainId) -> Result<InstanceId, Change> {
+        self.sched.add_launching(chain, self.credits)
+    }
+
+    /// A launching instance runs: what waited for it is dispatched first.
+    pub fn set_running(&mut self, inst: InstanceId) -> Result<(), Change> {
+        self.sched.set_running(inst)
+    }
+
+    /// Stops a running instance: it takes no new packets, finishes what it has (then
+    /// [`NodeCore::take_parked`] reports it), and its NTs' capacity no longer counts.
+    pub fn stop_instance(&mut self, inst: InstanceId) -> Result<(), Change> {
+        self.sched.stop_instance(inst)?;
+        self.meter.set_active(inst, false);
+        Ok(())
+    }
+
+    /// A parked (or still draining) instance runs again, with whatever state its region kept.
+    pub fn resume_instance(&mut self, inst: InstanceId) -> Result<(), Change> {
+        self.sched.resume_instance(inst)?;
+        self.meter.set_active(inst, true);
+        Ok(())
+    }
+
+    /// A parked instance's region was taken down: its slot is free (its id may be reused).
+    pub fn remove_instance(&mut self, inst: InstanceId) -> Result<(), Change> {
+        self.meter.set_active(inst, false);
+        self.sched.remove_instance(inst)
+    }
+
+    /// A stopped instance that has finished everything it had, if any (each reported once).
+    pub fn take_parked(&mut self) -> Option<InstanceId> {
+        self.sched.take_parked()
+    }
+
+    /// Holds dispatch to `inst` (`true`: its packets keep queueing) while its region moves, or
+    /// lets it go on.
+    pub fn pause_instance(&mut self, inst: InstanceId, paused: bool) {
+        self.sched.set_paused(inst, paused);
+    }
+
+    /// Most work, ns, `inst` may have in flight on its worker thread.
+    pub fn set_inflight_cap(&mut self, inst: InstanceId, ns: f64) {
+        self.sched.set_inflight_cap(inst, ns);
+    }
+
+    /// The route of DAG `uid` through the node's chains (replacing an earlier one).
+    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+        self.sched.set_dag(uid, route);
     }
 
     /// `chain`'s regions now run on a worker thread (`true`) or on the dispatcher's.

@@ -96,7 +96,7 @@ impl<B: Backend> Node<B> {
     /// Takes a parked instance's region away; its NTs' state is saved for the chain's next
     /// launch, and its region is empty.
     pub(super) fn teardown(&mut self, inst: InstanceId) {
-        let chain = self.core.sched.chain_of(inst);
+        let chain = self.core.sched().chain_of(inst);
         let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher) {
             Place::Dispatcher => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
@@ -110,8 +110,7 @@ impl<B: Backend> Node<B> {
                 self.exported_nts(chain, r.into_nts());
             }
         }
-        self.core.set_instance_active(inst, false);
-        let _ = self.core.sched.remove_instance(inst);
+        let _ = self.core.remove_instance(inst);
         if let Some(s) = self.elastic.slot_of(inst) {
             self.elastic.slots[s].0 = None;
         }
@@ -137,7 +136,7 @@ impl<B: Backend> Node<B> {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
-        let inst = self.core.sched.add_launching(chain, self.cfg.core.sched.credits).map_err(|_| LaunchError::UnknownChain(chain))?;
+        let inst = self.core.add_launching(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
         let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at: now, evict: None, requested: now };
         self.start(p, EventKind::Prelaunch, build);
         Ok(Some(inst))
@@ -228,7 +227,7 @@ impl<B: Backend> Node<B> {
             self.core.elastic.free(region);
             return OnDemand::Nothing;
         };
-        let Ok(inst) = self.core.sched.add_launching(chain, self.cfg.core.sched.credits) else {
+        let Ok(inst) = self.core.add_launching(chain) else {
             self.elastic.saved[chain.index()].push(nts);
             return OnDemand::Nothing;
         };
@@ -240,9 +239,11 @@ impl<B: Backend> Node<B> {
     /// Stop-and-launch, stop part: the running chain takes no new packets and finishes what it
     /// has (a victim has nothing and goes at once).
     fn stop_for_eviction(&mut self, old: InstanceId) {
-        match self.core.sched.state(old) {
+        match self.core.sched().state(old) {
             // Refused only while its chain's instances are changing: retried as launches advance.
-            InstanceState::Running if self.core.sched.stop_instance(old).is_ok() => self.core.set_instance_active(old, false),
+            InstanceState::Running => {
+                let _ = self.core.stop_instance(old);
+            }
             InstanceState::Parked => self.teardown(old),
             _ => {}
         }
@@ -253,9 +254,9 @@ impl<B: Backend> Node<B> {
     /// start running. Called every poll while any is pending.
     pub(super) fn advance_elastic(&mut self, now: Instant) {
         let mut ran = false;
-        while let Some(p) = self.core.sched.take_parked() {
+        while let Some(p) = self.core.take_parked() {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
-            let live = self.is_live(self.core.sched.chain_of(p));
+            let live = self.is_live(self.core.sched().chain_of(p));
             match self.elastic.slot_of(p) {
                 Some(slot) if !evicting => {
                     if !self.core.elastic.stopped(slot, now, live) {
@@ -286,7 +287,7 @@ impl<B: Backend> Node<B> {
             let inst = match planned {
                 Some(inst) => inst,
                 // A scale-out joins the chain's instances now that it can run.
-                None => match self.core.sched.add_instance(chain, self.cfg.core.sched.credits) {
+                None => match self.core.add_instance(chain) {
                     Ok(inst) => inst,
                     Err(_) => {
                         i += 1;
@@ -303,7 +304,7 @@ impl<B: Backend> Node<B> {
             }
             self.elastic.slots[slot].0 = Some(inst);
             if p.inst.is_some() {
-                let _ = self.core.sched.set_running(inst);
+                let _ = self.core.set_running(inst);
             }
             self.core.elastic.running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
@@ -324,7 +325,7 @@ impl<B: Backend> Node<B> {
         for idx in all {
             // SAFETY: the dispatcher owns waiting packets.
             let (_, d) = unsafe { self.slots.get(idx) };
-            let at = self.core.sched.chain_at(d.walk.dag, d.walk.pos);
+            let at = self.core.sched().chain_at(d.walk.dag, d.walk.pos);
             let stays = match chain {
                 Some(_) => at != chain,
                 // (A chain a peer is asked to host waits for the answer, one coming home for
@@ -362,10 +363,9 @@ impl<B: Backend> Node<B> {
     /// The victim in `region` runs again (on demand, or `scaling` out); false if it cannot.
     fn resume(&mut self, chain: ChainId, region: usize, now: Instant, scaling: bool) -> bool {
         let Some(inst) = self.elastic.slots[region].0 else { return false };
-        if self.core.sched.resume_instance(inst).is_err() {
+        if self.core.resume_instance(inst).is_err() {
             return false;
         }
-        self.core.set_instance_active(inst, true);
         self.record(now, chain, Some(region), EventKind::Resume, 0);
         if scaling {
             self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
@@ -387,10 +387,9 @@ impl<B: Backend> Node<B> {
     /// The instance of `chain` in `region` stops; its flows move to the others.
     fn scale_in(&mut self, chain: ChainId, region: usize, last: bool, now: Instant) {
         let Some(inst) = self.elastic.slots[region].0 else { return };
-        if self.core.sched.stop_instance(inst).is_err() {
+        if self.core.stop_instance(inst).is_err() {
             return;
         }
-        self.core.set_instance_active(inst, false);
         self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
         self.advance_elastic(now);
     }

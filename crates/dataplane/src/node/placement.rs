@@ -79,7 +79,7 @@ impl<B: Backend> Node<B> {
         if self.placement.moving.is_some() {
             return Err(MoveError::Busy);
         }
-        if inst.index() >= self.core.sched.instance_count() || self.core.sched.state(inst) != InstanceState::Running {
+        if inst.index() >= self.core.sched().instance_count() || self.core.sched().state(inst) != InstanceState::Running {
             return Err(MoveError::NotRunning(inst));
         }
         if let Place::Worker(w) = to {
@@ -90,7 +90,7 @@ impl<B: Backend> Node<B> {
         if self.place_of(inst) == Some(to) {
             return Err(MoveError::Already(inst));
         }
-        self.core.sched.set_paused(inst, true);
+        self.core.pause_instance(inst, true);
         self.placement.moving = Some(Moving { inst, to, since: self.clock.now() });
         Ok(())
     }
@@ -98,17 +98,17 @@ impl<B: Backend> Node<B> {
     /// Each poll during a move: once the instance has nothing in flight, moves its region.
     pub(super) fn advance_move(&mut self, now: Instant) {
         let Some(m) = self.placement.moving else { return };
-        if self.core.sched.state(m.inst) != InstanceState::Running {
+        if self.core.sched().state(m.inst) != InstanceState::Running {
             // Stopped meanwhile (its chain descheduled or switched): it must drain where it is.
             self.placement.moving = None;
-            self.core.sched.set_paused(m.inst, false);
+            self.core.pause_instance(m.inst, false);
             return;
         }
-        if self.core.sched.inflight(m.inst) > 0 {
+        if self.core.sched().inflight(m.inst) > 0 {
             return;
         }
         self.placement.moving = None;
-        let chain = self.core.sched.chain_of(m.inst);
+        let chain = self.core.sched().chain_of(m.inst);
         match self.transfer(m.inst, m.to, now) {
             Ok(()) => {
                 let kind = EventKind::Moved { instance: m.inst, to: m.to };
@@ -117,7 +117,7 @@ impl<B: Backend> Node<B> {
             // A worker thread died: the region went with it.
             Err(_) => self.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
         }
-        self.core.sched.set_paused(m.inst, false);
+        self.core.pause_instance(m.inst, false);
     }
 
     /// Moves an idle region (an error means a worker thread died).
@@ -140,7 +140,7 @@ impl<B: Backend> Node<B> {
             }
         }
         self.exec.placement[i] = to;
-        self.core.set_chain_on_worker(self.core.sched.chain_of(inst), to != Place::Dispatcher);
+        self.core.set_chain_on_worker(self.core.sched().chain_of(inst), to != Place::Dispatcher);
         self.core.placed(inst);
         Ok(())
     }

@@ -291,8 +291,8 @@ impl<B: Backend> Node<B> {
     fn spill(&mut self, chain: ChainId, peer: SocketAddr, share: u16, now: Instant) {
         // The DAG whose arrivals reach the chain, and the step they reach it at.
         let found = self.dags.arrivals().find_map(|(dag, route)| {
-            let steps = self.core.sched.route(DagUid(route))?.steps().len();
-            (0..steps as u8).find(|&pos| self.core.sched.chain_at(DagUid(route), pos) == Some(chain)).map(|pos| (dag, route, pos))
+            let steps = self.core.sched().route(DagUid(route))?.steps().len();
+            (0..steps as u8).find(|&pos| self.core.sched().chain_at(DagUid(route), pos) == Some(chain)).map(|pos| (dag, route, pos))
         });
         let Some((dag, route, pos)) = found else {
             self.core.spill_failed(now, chain, peer);

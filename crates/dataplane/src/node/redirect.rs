@@ -235,7 +235,7 @@ impl<B: Backend> Node<B> {
         if d.walk.join_at != 0 {
             return false;
         }
-        let Some(chain) = self.core.sched.chain_at(d.walk.dag, d.walk.pos) else { return false };
+        let Some(chain) = self.core.sched().chain_at(d.walk.dag, d.walk.pos) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         // (From here the packet goes: the target counts it as sent.)

@@ -66,14 +66,14 @@ impl<B: Backend> Node<B> {
     /// next launch if it is live (see [`Node::teardown`]). Instances still draining are taken
     /// down once parked.
     pub(super) fn stop_chain(&mut self, chain: ChainId) {
-        for inst in self.core.sched.instances_of(chain).to_vec() {
-            if self.core.sched.state(inst) == InstanceState::Running && self.core.sched.stop_instance(inst).is_ok() {
-                self.core.set_instance_active(inst, false);
+        for inst in self.core.sched().instances_of(chain).to_vec() {
+            if self.core.sched().state(inst) == InstanceState::Running {
+                let _ = self.core.stop_instance(inst);
             }
         }
         let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
             .filter_map(|(s, r)| r.0.map(|i| (s, i)))
-            .filter(|&(_, i)| self.core.sched.chain_of(i) == chain && self.core.sched.state(i) == InstanceState::Parked)
+            .filter(|&(_, i)| self.core.sched().chain_of(i) == chain && self.core.sched().state(i) == InstanceState::Parked)
             .collect();
         for (slot, inst) in parked {
             self.teardown(inst);
