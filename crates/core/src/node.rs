@@ -47,6 +47,7 @@ use crate::time::Instant;
 use std::net::SocketAddr;
 
 pub mod packets;
+pub mod regions;
 pub mod setup;
 
 /// What a node's core is built from (its validated configuration's sections, and the node's
@@ -137,8 +138,9 @@ pub struct NodeCore {
     /// Demand, fair shares and ingress limits (read: [`NodeCore::meter`]; changed through the
     /// verbs of [`setup`]).
     meter: Meter,
-    /// Regions, launches, scale events, victims, rechaining.
-    pub elastic: Elasticity,
+    /// Regions, launches, scale events, victims, rechaining (read: [`NodeCore::elastic`];
+    /// told what the driver carried out through the verbs of [`regions`]).
+    elastic: Elasticity,
     /// Where chains run when this node has no room: its peers.
     pub pool: PoolAgent,
     /// Which packets go to a peer (per chain, and per flow for a chain that spills).

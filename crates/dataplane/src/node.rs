@@ -571,7 +571,7 @@ impl<B: Backend> Node<B> {
     /// free region or fails with [`LaunchError::NoFreeRegion`], and the instance runs after the
     /// emulated launch delay.
     pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
-        if self.core.elastic.on() {
+        if self.core.elastic().on() {
             return self.prelaunch(chain)?.ok_or(LaunchError::NoFreeRegion);
         }
         let place = if self.exec.workers.is_empty() {

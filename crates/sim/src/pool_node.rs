@@ -35,7 +35,7 @@ use rand_pcg::Pcg64;
 use snic_core::elastic::{Act, ElasticConfig};
 use snic_core::fair::FairConfig;
 use snic_core::ids::ChainId;
-use snic_core::launcher::{Decision, PeerRoom, RegionState};
+use snic_core::launcher::{Decision, RegionState};
 use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
@@ -130,8 +130,8 @@ struct SimNode {
 
 /// Frees the regions `chain` holds on `core`'s node (running, launching or kept as a victim).
 fn free_regions(core: &mut NodeCore, chain: ChainId) {
-    let held: Vec<usize> = (0..core.elastic.regions().len())
-        .filter(|&r| match core.elastic.regions()[r] {
+    let held: Vec<usize> = (0..core.elastic().regions().len())
+        .filter(|&r| match core.elastic().regions()[r] {
             RegionState::Running { chain: x, .. } | RegionState::Launching { chain: x, .. } | RegionState::Victim { chain: x, .. } => {
                 x == chain
             }
@@ -139,7 +139,7 @@ fn free_regions(core: &mut NodeCore, chain: ChainId) {
         })
         .collect();
     for r in held {
-        core.elastic.free(r);
+        core.region_freed(r);
     }
 }
 
@@ -306,7 +306,7 @@ impl PoolSim {
         let now = Instant::ZERO + self.setup.bin * self.bin as u32;
         self.deliver(now);
         for n in &mut self.nodes {
-            n.core.elastic.tick(now);
+            n.core.launches_due(now);
         }
         if self.setup.pooled && self.bin.is_multiple_of(self.setup.gossip_bins.max(1) as u64) {
             self.report();
@@ -363,10 +363,10 @@ impl PoolSim {
                 }
                 Msg::Host { home, chain, work, spill } => {
                     // A region a launch can take without stopping a running chain, or no.
-                    let fits = self.nodes[to].chains.len() < u16::MAX as usize && self.nodes[to].core.elastic.has_room();
+                    let fits = self.nodes[to].chains.len() < u16::MAX as usize && self.nodes[to].core.elastic().has_room();
                     let answer = if fits {
                         let hosted = self.new_local(to, work);
-                        let d = self.nodes[to].core.elastic.host(hosted, now);
+                        let d = self.nodes[to].core.host(hosted, now);
                         self.launched(d, true);
                         Msg::Hosted { chain, peer: to, hosted, spill, gen: self.nodes[to].gen }
                     } else {
@@ -427,7 +427,7 @@ impl PoolSim {
         self.seq += 1;
         for i in 0..self.nodes.len() {
             let node = &self.nodes[i];
-            let e = &node.core.elastic;
+            let e = node.core.elastic();
             let chains = (0..node.chains.len())
                 .filter(|&c| node.chains[c].live && !node.chains[c].leaving)
                 .filter_map(|c| {
@@ -499,15 +499,15 @@ impl PoolSim {
                 let chain = ChainId(c as u16);
                 let node = &mut self.nodes[n];
                 let l = &node.chains[c];
-                if !l.live || l.asked || l.queue <= 0.0 || node.core.elastic.instances(chain) > 0 {
+                if !l.live || l.asked || l.queue <= 0.0 || node.core.elastic().instances(chain) > 0 {
                     continue;
                 }
-                let victims = node.core.elastic.regions().iter().any(|r| matches!(r, RegionState::Victim { .. }));
+                let victims = node.core.elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { .. }));
                 let placement = if self.setup.pooled {
                     let key = node.core.meter().chain_key(chain);
                     node.core.place(chain, key, now)
                 } else {
-                    Placement::Here(node.core.elastic.on_demand(chain, now, PeerRoom::None))
+                    Placement::Here(node.core.place_here(chain, now))
                 };
                 match placement {
                     Placement::Here(d) => self.launched(Some(d), victims),
@@ -556,7 +556,7 @@ impl PoolSim {
         for (n, node) in self.nodes.iter_mut().enumerate() {
             let mut running = vec![0usize; node.chains.len()];
             let mut any = false;
-            for r in node.core.elastic.regions() {
+            for r in node.core.elastic().regions() {
                 match *r {
                     RegionState::Running { chain, .. } => {
                         running[chain.index()] += 1;
@@ -580,7 +580,7 @@ impl PoolSim {
                 if *own > 1e-12 && l.queue > 1e-12 {
                     return true;
                 }
-                node.core.elastic.stopped(*region, now, l.live);
+                node.core.region_stopped(*region, now, l.live);
                 false
             });
             node.stopping = stopping;
@@ -625,7 +625,7 @@ impl PoolSim {
                         if node.stopping.iter().any(|s| s.0 == region) {
                             continue;
                         }
-                        let instances = node.core.elastic.instances(chain).max(1) as f64;
+                        let instances = node.core.elastic().instances(chain).max(1) as f64;
                         let own = node.chains[chain.index()].queue / instances;
                         node.stopping.push((region, chain, own));
                     }
@@ -768,7 +768,7 @@ mod tests {
         }
         assert!(pool.nodes[0].core.spills.is_empty() && !pool.nodes[0].core.redirects.active());
         assert!(pool.nodes[1].chains.iter().all(|l| !l.live), "the peer hosts nothing");
-        assert!(pool.nodes[1].core.elastic.regions().iter().all(|r| *r == RegionState::Free));
+        assert!(pool.nodes[1].core.elastic().regions().iter().all(|r| *r == RegionState::Free));
     }
 
     /// Issue 49: a peer that restarts faster than failure detection (here, in no time: the

@@ -33,14 +33,14 @@ impl<B: Backend> Node<B> {
     /// Elasticity, the policy's side: the regions as it sees them, MONITOR_PERIOD, the
     /// measured build time.
     pub fn elasticity(&self) -> &snic_core::elastic::Elasticity {
-        &self.core.elastic
+        self.core.elastic()
     }
 
     /// Declares whether the tenant's endpoint can run `chain` itself: when it can and no region
     /// can be found for it (and before resorting to a context switch), its packets are sent on
     /// unprocessed.
     pub fn set_endpoint_fallback(&mut self, chain: ChainId, fallback: EndpointFallback) {
-        self.core.elastic.set_endpoint_fallback(chain, fallback);
+        self.core.set_endpoint_fallback(chain, fallback);
     }
 
     pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
@@ -58,7 +58,7 @@ impl<B: Backend> Node<B> {
         let t0 = self.work_timer.now_ns();
         let nts = self.build_nts(chain)?;
         let ns = self.work_timer.now_ns().saturating_sub(t0);
-        self.core.elastic.built(ns);
+        self.core.chain_built(ns);
         Ok((nts, ns))
     }
 
@@ -132,7 +132,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
-        let Some(slot) = self.core.elastic.prelaunch(chain, now) else {
+        let Some(slot) = self.core.prelaunch(chain, now) else {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
@@ -148,11 +148,11 @@ impl<B: Backend> Node<B> {
     /// with neither it fails with [`LaunchError::NoFreeRegion`]. Without elasticity, as
     /// [`Node::launch`].
     pub fn launch_for_peer(&mut self, chain: ChainId) -> Result<(), LaunchError> {
-        if !self.core.elastic.on() {
+        if !self.core.elastic().on() {
             return self.launch(chain).map(|_| ());
         }
         let now = self.clock.now();
-        let done = match self.core.elastic.host(chain, now) {
+        let done = match self.core.host(chain, now) {
             Some(Decision::Launch { region }) => self.launch_into(chain, region, None, now, EventKind::Launch),
             Some(Decision::ContextSwitch { region, evicted }) => {
                 let old = self.elastic.slots[region].0;
@@ -175,7 +175,7 @@ impl<B: Backend> Node<B> {
             self.stop_for_eviction(old);
         }
         let now = p.requested;
-        p.ready_at = now + self.core.elastic.config().launch_delay;
+        p.ready_at = now + self.core.elastic().config().launch_delay;
         self.record(now, p.chain, Some(p.slot), kind, build);
         self.elastic.pending.push(p);
         self.advance_elastic(now);
@@ -186,7 +186,7 @@ impl<B: Backend> Node<B> {
     /// [`super::pool`]), the tenant's endpoint, and last a context switch.
     #[cold]
     pub(super) fn on_demand(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> OnDemand {
-        if !self.core.elastic.on() || !self.is_live(chain) {
+        if !self.core.elastic().on() || !self.is_live(chain) {
             return OnDemand::Nothing;
         }
         let decision = match self.place(chain, route, pos, now) {
@@ -224,7 +224,7 @@ impl<B: Backend> Node<B> {
     /// instance), stopping `evict` first if the region holds it.
     fn launch_into(&mut self, chain: ChainId, region: usize, evict: Option<InstanceId>, now: Instant, kind: EventKind) -> OnDemand {
         let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.core.elastic.free(region);
+            self.core.region_freed(region);
             return OnDemand::Nothing;
         };
         let Ok(inst) = self.core.add_launching(chain) else {
@@ -259,7 +259,7 @@ impl<B: Backend> Node<B> {
             let live = self.is_live(self.core.sched().chain_of(p));
             match self.elastic.slot_of(p) {
                 Some(slot) if !evicting => {
-                    if !self.core.elastic.stopped(slot, now, live) {
+                    if !self.core.region_stopped(slot, now, live) {
                         self.teardown(p);
                     }
                 }
@@ -299,14 +299,14 @@ impl<B: Backend> Node<B> {
             let place = self.elastic.slots[slot].1;
             if self.install(chain, inst, p.nts, place).is_err() {
                 // A worker that does not answer: the instance cannot run anywhere.
-                self.core.elastic.free(slot);
+                self.core.region_freed(slot);
                 continue;
             }
             self.elastic.slots[slot].0 = Some(inst);
             if p.inst.is_some() {
                 let _ = self.core.set_running(inst);
             }
-            self.core.elastic.running(slot);
+            self.core.region_running(slot);
             let took = now.saturating_since(p.requested).as_nanos() as u64;
             self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
             ran = true;
@@ -343,7 +343,7 @@ impl<B: Backend> Node<B> {
     /// Carries out what the elasticity policy decided at the epoch's end
     /// ([`snic_core::node::NodeCore::handle_epoch`]), then looks at the DAGs' forms.
     pub(super) fn elastic_epoch(&mut self, now: Instant) {
-        if !self.core.elastic.on() {
+        if !self.core.elastic().on() {
             return;
         }
         let mut acts = std::mem::take(&mut self.elastic.acts);
@@ -376,7 +376,7 @@ impl<B: Backend> Node<B> {
     /// One more instance of `chain`, launched into `region` (after the victim it holds, if any).
     fn scale_out(&mut self, chain: ChainId, region: usize, now: Instant) {
         let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.core.elastic.free(region);
+            self.core.region_freed(region);
             return;
         };
         let evict = self.elastic.slots[region].0;

@@ -21,7 +21,6 @@ use super::{Backend, Node};
 use crate::elastic::EventKind;
 use crate::node::elastic::OnDemand;
 use snic_core::ids::{ChainId, DagUid};
-use snic_core::launcher::PeerRoom;
 use snic_core::pool::redirect::SHARE_ALL;
 use snic_core::pool::spill::Phase;
 use snic_core::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct};
@@ -225,7 +224,7 @@ impl<B: Backend> Node<B> {
             let key = self.chain_key(chain);
             self.core.place(chain, key, now)
         } else {
-            Placement::Here(self.core.elastic.on_demand(chain, now, PeerRoom::None))
+            Placement::Here(self.core.place_here(chain, now))
         };
         let peer = match placement {
             Placement::Here(d) => return Ok(d),

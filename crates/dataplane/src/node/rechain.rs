@@ -78,14 +78,14 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let started = self.begin_switch(uid, to, now);
         if started {
-            self.core.elastic.switched(now);
+            self.core.switched(now);
         }
         started
     }
 
     fn begin_switch(&mut self, uid: DagUid, to: Form, now: Instant) -> bool {
         // Chains come and go only with elasticity on (regions as a pool).
-        if !self.core.elastic.on() {
+        if !self.core.elastic().on() {
             return false;
         }
         let mut acts = std::mem::take(&mut self.dag_acts);
@@ -124,7 +124,7 @@ impl<B: Backend> Node<B> {
     /// Each poll while a DAG switches: the table completes switches whose old route has
     /// emptied and abandons those past their time.
     pub(super) fn advance_switches(&mut self, now: Instant) {
-        let timeout = self.core.elastic.switch_timeout();
+        let timeout = self.core.elastic().switch_timeout();
         let (store, elastic, sched) = (&self.store, &self.elastic, &self.core.sched);
         let mut acts = std::mem::take(&mut self.dag_acts);
         self.dags.advance(now, timeout, |r| store.in_route(r) as usize, |c| elastic.launching(sched, c), &mut acts);
@@ -189,13 +189,13 @@ impl<B: Backend> Node<B> {
     /// One epoch of the policy: region shortfalls since the last, unused regions, and the
     /// DAGs that can switch.
     pub(super) fn rechain_epoch(&mut self, now: Instant) {
-        if !self.core.elastic.config().rechain || !self.dags.any_compact() {
+        if !self.core.elastic().config().rechain || !self.dags.any_compact() {
             return;
         }
         let mut views = std::mem::take(&mut self.dag_views);
-        let elastic = &self.core.elastic;
+        let elastic = self.core.elastic();
         self.dags.views(&self.core.sched, self.chains.len(), |c| elastic.smoothed_load(c), &mut views);
-        if let Some(s) = self.core.elastic.rechain(now, &views) {
+        if let Some(s) = self.core.rechain(now, &views) {
             self.begin_switch(s.dag, s.to, now);
         }
         self.dag_views = views;

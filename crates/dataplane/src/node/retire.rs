@@ -77,7 +77,7 @@ impl<B: Backend> Node<B> {
             .collect();
         for (slot, inst) in parked {
             self.teardown(inst);
-            self.core.elastic.free(slot);
+            self.core.region_freed(slot);
         }
     }
 }
