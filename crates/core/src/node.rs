@@ -46,6 +46,7 @@ use crate::sched::{InstanceState, SchedConfig, Scheduler};
 use crate::time::Instant;
 use std::net::SocketAddr;
 
+pub mod dags;
 pub mod packets;
 pub mod regions;
 pub mod setup;
@@ -155,10 +156,11 @@ pub struct NodeCore {
     /// The packet path's scheduler: instances, DAG routes, queues and credits. Packets go
     /// through [`NodeCore::handle_arrival`] and the other packet methods; the driver sets
     /// instances up and down through the verbs of [`setup`] as it carries out [`Act`]s (read:
-    /// [`NodeCore::sched`]). Public only for the data plane's DAG table
-    /// ([`crate::dags::DagTable`]), which takes it to install routes: that table moves into the
-    /// core next (issue 50), and this field becomes private.
-    pub sched: Scheduler<u32>,
+    /// [`NodeCore::sched`]).
+    sched: Scheduler<u32>,
+    /// The DAG table: the routes DAGs' arrivals take, switches between forms, routes hosted
+    /// for peers ([`dags`]).
+    dags: crate::dags::DagTable<u32>,
     /// Credits each new instance gets ([`SchedConfig::credits`]).
     credits: u32,
     /// The synchronization buffer of parallel groups.
@@ -185,6 +187,7 @@ impl NodeCore {
             pooled: false,
             sched: Scheduler::new(cfg.sched),
             credits: cfg.sched.credits,
+            dags: crate::dags::DagTable::new(),
             joins: JoinTable::new(cfg.join_slots),
             panic: cfg.panic,
             acts: Vec::new(),

@@ -18,7 +18,7 @@ use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
 use snic_core::chains::ChainLife;
-use snic_core::dags::{DagAct, DagTable};
+use snic_core::dags::DagAct;
 use snic_core::dwrr::Dwrr;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
@@ -254,7 +254,6 @@ pub struct Node<B: Backend> {
     /// Batches for regions on the dispatcher's thread, run after the workers got theirs.
     deferred: Vec<Work>,
     /// The deployed DAGs: their routes per chain candidate, and switches under way.
-    dags: DagTable<u32>,
     /// Scratch for what the DAG table returns, and for the rechaining policy's views.
     dag_acts: Vec<DagAct<u32>>,
     dag_views: Vec<snic_core::rechain::DagView>,
@@ -435,7 +434,6 @@ impl<B: Backend> Node<B> {
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.core.elastic.regions, cfg.core.workers),
             deferred: Vec::with_capacity(64),
-            dags: DagTable::new(),
             dag_acts: Vec::new(),
             dag_views: Vec::new(),
             rx_queues: RxQueues {
@@ -657,8 +655,8 @@ impl<B: Backend> Node<B> {
         let busy = self.core.wants_epoch()
             || !self.stats.touched().is_empty()
             || !self.elastic.waiting.is_empty()
-            || self.dags.switching()
-            || self.dags.retiring()
+            || self.core.dags().switching()
+            || self.core.dags().retiring()
             || self.life.retiring()
             || self.placement.moving() == Moving::UnderWay;
         let tick = self
@@ -737,7 +735,7 @@ impl<B: Backend> Node<B> {
         if !self.elastic.pending.is_empty() || self.core.sched().has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
         }
-        if self.dags.switching() {
+        if self.core.dags().switching() {
             self.advance_switches(now);
         }
         if self.placement.moving() == Moving::UnderWay {
@@ -935,7 +933,7 @@ impl<B: Backend> Node<B> {
         let active = |s: &Scheduler<u32>, i: usize| {
             matches!(s.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
         };
-        let (sched, e) = (&self.core.sched, &mut self.exec);
+        let (sched, e) = (self.core.sched(), &mut self.exec);
         e.on_worker.clear();
         e.on_worker.extend(e.placement.iter().enumerate().map(|(i, p)| match p {
             Place::Worker(k) if active(sched, i) => Some(*k),
@@ -1060,7 +1058,7 @@ impl<B: Backend> Node<B> {
         }
         // The route its arrivals take now (node-internal UID), unless the DAG is switching
         // between chain candidates or unknown.
-        let Some(route) = self.dags.arriving(uid) else {
+        let Some(route) = self.core.dags().arriving(uid) else {
             self.stats.count_rx(tenant, 1, len as u64);
             return self.hold(idx, uid);
         };
@@ -1113,7 +1111,7 @@ impl<B: Backend> Node<B> {
         if self.send_to_owner(idx, uid) {
             return;
         }
-        let Some(route) = self.dags.arriving(uid) else { return self.hold(idx, uid) };
+        let Some(route) = self.core.dags().arriving(uid) else { return self.hold(idx, uid) };
         // SAFETY: the dispatcher owns `idx`.
         let (_, d) = unsafe { self.slots.get(idx) };
         d.walk = Walk::start(DagUid(route));
@@ -1246,7 +1244,7 @@ impl<B: Backend> Node<B> {
                     return self.elastic.waiting.push_back(idx);
                 }
                 OnDemand::Wait | OnDemand::Nothing => return self.refuse(idx, Drop::Sched(Reject::NoInstance), now),
-                OnDemand::Endpoint => match d.walk.skip(&self.core.sched) {
+                OnDemand::Endpoint => match d.walk.skip(self.core.sched()) {
                     Skip::Fork { branches } => {
                         // Its copies run the group's other branches; it joins them.
                         self.fork(idx, branches, now);

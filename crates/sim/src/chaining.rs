@@ -339,7 +339,7 @@ impl Run {
             Mode::HalfParallel | Mode::Parallel => DagRoute::with_groups(steps, &[(0, sizes.len())]).expect("2..=8 branches"),
             _ => DagRoute::new(steps),
         };
-        core.set_dag(DAG, route);
+        core.set_route(DAG, route);
         Run {
             nts: n,
             mode,

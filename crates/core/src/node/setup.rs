@@ -140,8 +140,10 @@ impl NodeCore {
         self.sched.set_inflight_cap(inst, ns);
     }
 
-    /// The route of DAG `uid` through the node's chains (replacing an earlier one).
-    pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
+    /// Route `uid` through the node's chains, straight into the scheduler (replacing an earlier
+    /// one), for a driver that keeps no DAG table: the chaining simulator's one fixed DAG. A
+    /// node's DAGs go through [`NodeCore::set_dag`], which holds arrivals while a route changes.
+    pub fn set_route(&mut self, uid: DagUid, route: DagRoute) {
         self.sched.set_dag(uid, route);
     }
 

@@ -230,7 +230,7 @@ impl<B: Backend> Node<B> {
             Placement::Here(d) => return Ok(d),
             Placement::Peer(peer) => peer,
         };
-        let Some(dag) = self.dags.uid_arriving_as(route) else { return Err(OnDemand::Nothing) };
+        let Some(dag) = self.core.dags().uid_arriving_as(route) else { return Err(OnDemand::Nothing) };
         self.pool.place.placing.push(Asked { chain, route, spill: false });
         self.pool.place.requests.push_back(PoolRequest::Place { chain, route, dag, pos, peer });
         self.record(now, chain, None, EventKind::PlaceAsked { peer }, 0);
@@ -289,7 +289,7 @@ impl<B: Backend> Node<B> {
     /// ask it to host the DAG the chain serves.
     fn spill(&mut self, chain: ChainId, peer: SocketAddr, share: u16, now: Instant) {
         // The DAG whose arrivals reach the chain, and the step they reach it at.
-        let found = self.dags.arrivals().find_map(|(dag, route)| {
+        let found = self.core.dags().arrivals().find_map(|(dag, route)| {
             let steps = self.core.sched().route(DagUid(route))?.steps().len();
             (0..steps as u8).find(|&pos| self.core.sched().chain_at(DagUid(route), pos) == Some(chain)).map(|pos| (dag, route, pos))
         });

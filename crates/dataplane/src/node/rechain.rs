@@ -30,7 +30,7 @@ impl<B: Backend> Node<B> {
         let claims = route.steps().iter().flat_map(|s| &self.chains[s.chain.index()]).filter_map(NtSpec::claim).collect();
         self.core.owners.set_claims(uid, claims);
         let (now, store, mut acts) = (self.clock.now(), &self.store, std::mem::take(&mut self.dag_acts));
-        self.dags.set_dag(&mut self.core.sched, uid, route, now, |r| store.in_route(r) as usize, &mut acts);
+        self.core.set_dag(uid, route, now, |r| store.in_route(r) as usize, &mut acts);
         self.apply_dag_acts(acts, now);
     }
 
@@ -39,7 +39,7 @@ impl<B: Backend> Node<B> {
     pub fn remove_dag(&mut self, uid: DagUid) {
         self.core.owners.set_claims(uid, Vec::new());
         let mut acts = std::mem::take(&mut self.dag_acts);
-        self.dags.remove_dag(uid, &mut acts);
+        self.core.remove_dag(uid, &mut acts);
         self.apply_dag_acts(acts, self.clock.now());
     }
 
@@ -47,28 +47,28 @@ impl<B: Backend> Node<B> {
     /// NTs in route order (each planned chain once). The node may then switch the DAG between
     /// its forms at run time (with elasticity on). Idempotent for the same specs.
     pub fn set_compact_form(&mut self, uid: DagUid, specs: Vec<NtSpec>, names: &[String]) -> Result<ChainId, CompactError> {
-        let (chains, sched) = (&self.chains, &self.core.sched);
-        if let Some(c) = self.dags.check_compact(uid, specs.len(), |c| sched.chain_len(c), |c| chains[c.index()] == specs)? {
+        let chains = &self.chains;
+        if let Some(c) = self.core.check_compact(uid, specs.len(), |c| chains[c.index()] == specs)? {
             return Ok(c);
         }
         let mut acts = std::mem::take(&mut self.dag_acts);
-        self.dags.forget_compact(uid, &mut acts);
+        self.core.forget_compact(uid, &mut acts);
         self.apply_dag_acts(acts, self.clock.now());
         let n = specs.len();
         let chain = self.add_chain(specs);
         self.label_chain(chain, names);
-        self.dags.set_compact(&mut self.core.sched, uid, chain, n);
+        self.core.set_compact(uid, chain, n);
         Ok(chain)
     }
 
     /// The form DAG `uid` runs as (while switching: the one it is leaving).
     pub fn dag_form(&self, uid: DagUid) -> Option<Form> {
-        self.dags.form(uid)
+        self.core.dags().form(uid)
     }
 
     /// True while DAG `uid` is switching forms.
     pub fn dag_switching(&self, uid: DagUid) -> bool {
-        self.dags.is_switching(uid)
+        self.core.dags().is_switching(uid)
     }
 
     /// Starts switching DAG `uid` to `to` (the policy does this by itself; operators and tests
@@ -89,7 +89,7 @@ impl<B: Backend> Node<B> {
             return false;
         }
         let mut acts = std::mem::take(&mut self.dag_acts);
-        let started = self.dags.begin_switch(uid, to, now, &mut acts);
+        let started = self.core.begin_switch(uid, to, now, &mut acts);
         self.apply_dag_acts(acts, now);
         if started {
             self.advance_switches(now);
@@ -101,7 +101,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn hold(&mut self, idx: u32, uid: DagUid) {
-        if let Err((idx, why)) = self.dags.hold(uid, idx, self.cfg.core.sched.max_queue_per_tenant) {
+        if let Err((idx, why)) = self.core.hold_arrival(uid, idx, self.cfg.core.sched.max_queue_per_tenant) {
             self.drop_held(idx, Drop::Sched(why));
         }
     }
@@ -125,9 +125,9 @@ impl<B: Backend> Node<B> {
     /// emptied and abandons those past their time.
     pub(super) fn advance_switches(&mut self, now: Instant) {
         let timeout = self.core.elastic().switch_timeout();
-        let (store, elastic, sched) = (&self.store, &self.elastic, &self.core.sched);
+        let (store, elastic) = (&self.store, &self.elastic);
         let mut acts = std::mem::take(&mut self.dag_acts);
-        self.dags.advance(now, timeout, |r| store.in_route(r) as usize, |c| elastic.launching(sched, c), &mut acts);
+        self.core.advance_switches(now, timeout, |r| store.in_route(r) as usize, |sched, c| elastic.launching(sched, c), &mut acts);
         self.apply_dag_acts(acts, now);
     }
 
@@ -189,12 +189,11 @@ impl<B: Backend> Node<B> {
     /// One epoch of the policy: region shortfalls since the last, unused regions, and the
     /// DAGs that can switch.
     pub(super) fn rechain_epoch(&mut self, now: Instant) {
-        if !self.core.elastic().config().rechain || !self.dags.any_compact() {
+        if !self.core.elastic().config().rechain || !self.core.dags().any_compact() {
             return;
         }
         let mut views = std::mem::take(&mut self.dag_views);
-        let elastic = self.core.elastic();
-        self.dags.views(&self.core.sched, self.chains.len(), |c| elastic.smoothed_load(c), &mut views);
+        self.core.dag_views(self.chains.len(), &mut views);
         if let Some(s) = self.core.rechain(now, &views) {
             self.begin_switch(s.dag, s.to, now);
         }

@@ -159,7 +159,7 @@ impl<B: Backend> Node<B> {
     /// redirected packets of `dag` name it. False if `dag` is not deployed here (or is
     /// switching between forms: ask again).
     pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32, gen: u64) -> bool {
-        let Some(route) = self.dags.arriving(dag) else { return false };
+        let Some(route) = self.core.dags().arriving(dag) else { return false };
         self.core.redirects.set_route(route, peer, hosted, gen);
         true
     }
@@ -199,7 +199,7 @@ impl<B: Backend> Node<B> {
     /// there, are charged to local tenant `tenant` and take `route` from the step they name.
     /// Its number, for the peer's redirected packets.
     pub fn host_dag(&mut self, home: SocketAddr, tenant: TenantId, route: DagRoute) -> u32 {
-        let r = self.dags.add_hosted(&mut self.core.sched, route);
+        let r = self.core.add_hosted(route);
         self.pool.hosted.insert(r, Hosted { home, tenant, since: self.clock.now(), packets: 0 });
         r
     }
@@ -215,7 +215,7 @@ impl<B: Backend> Node<B> {
     /// it finishes.
     pub fn unhost_dag(&mut self, route: u32) -> Option<Hosted> {
         let h = self.pool.hosted.remove(route)?;
-        self.dags.remove_hosted(route);
+        self.core.remove_hosted(route);
         Some(h)
     }
 

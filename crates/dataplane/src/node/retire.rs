@@ -44,17 +44,17 @@ impl<B: Backend> Node<B> {
     /// uses any more stop, and are gone once their instances are.
     pub(super) fn advance_retired(&mut self) {
         let store = &self.store;
-        self.dags.free_routes(&mut self.core.sched, |r| store.in_route(r) as usize);
+        self.core.free_routes(|r| store.in_route(r) as usize);
         if !self.life.retiring() {
             return;
         }
         // A launch under way (or one evicting the chain's instance) finishes first.
-        let (elastic, sched) = (&self.elastic, &self.core.sched);
+        let (elastic, sched) = (&self.elastic, self.core.sched());
         let stop: Vec<ChainId> = self.life.to_stop(sched, |c| elastic.launching(sched, c)).collect();
         for chain in stop {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
-            if self.life.settle(chain, &self.core.sched) {
+            if self.life.settle(chain, self.core.sched()) {
                 self.chains[chain.index()] = Vec::new();
                 self.core.remove_chain(chain);
             }
