@@ -454,6 +454,24 @@ pub fn build(spec: &NtSpec) -> Result<Box<dyn Nt>, SpecError> {
 mod tests {
     use super::*;
 
+    /// The words in backticks in `line`.
+    fn backticked(line: &str) -> std::collections::BTreeSet<String> {
+        line.split('`').skip(1).step_by(2).map(str::to_owned).collect()
+    }
+
+    /// docs/concepts.md names every NT kind a manifest accepts, and no other: its list is
+    /// checked against the schema itself (the kinds serde reports for an unknown one).
+    #[test]
+    fn concepts_md_lists_exactly_the_nt_kinds_a_manifest_accepts() {
+        let err = serde_json::from_str::<NtSpec>(r#"{"kind": "no_such_kind"}"#).unwrap_err().to_string();
+        let (_, expected) = err.split_once("expected one of").unwrap_or_else(|| panic!("serde's error lists the kinds: {err}"));
+        let schema = backticked(expected);
+        assert!(schema.contains("firewall") && schema.contains("wasm"), "the schema's kinds, read from {err:?}: {schema:?}");
+        let concepts = include_str!("../../../docs/concepts.md");
+        let row = concepts.lines().find(|l| l.starts_with("| NT |")).expect("concepts.md has a row for NT");
+        assert_eq!(backticked(row), schema, "docs/concepts.md's NT row and the manifest schema differ");
+    }
+
     #[test]
     fn a_snat_in_a_split_pool_takes_its_slots_block_and_claims_the_whole_range() {
         let nat: NtSpec =
