@@ -48,6 +48,7 @@ use std::net::SocketAddr;
 
 pub mod dags;
 pub mod packets;
+pub mod peers;
 pub mod regions;
 pub mod setup;
 
@@ -133,6 +134,15 @@ impl PacketPath for Scheduler<u32> {
     }
 }
 
+/// Whether a node can send packets to its peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolReach {
+    /// No pool, or no way to redirect packets (no pool key, or a frame backend).
+    Alone,
+    /// Packets can go to peers: a chain overloaded here may spill a share of its flows.
+    Peers,
+}
+
 /// One node's epoch-time policy. See the module docs.
 #[derive(Debug)]
 pub struct NodeCore {
@@ -143,16 +153,16 @@ pub struct NodeCore {
     /// told what the driver carried out through the verbs of [`regions`]).
     elastic: Elasticity,
     /// Where chains run when this node has no room: its peers.
-    pub pool: PoolAgent,
+    pool: PoolAgent,
     /// Which packets go to a peer (per chain, and per flow for a chain that spills).
-    pub redirects: Redirects,
+    redirects: Redirects,
     /// Chains that spill a share of their flows to a peer, or may.
-    pub spills: Spills,
+    spills: Spills,
     /// In a pool behind a switch, which node holds a flow's state.
-    pub owners: Owners,
-    /// This node can redirect packets to its peers (a pool key, datagram framing): the driver
-    /// says so.
-    pub pooled: bool,
+    owners: Owners,
+    /// Whether this node can redirect packets to its peers (a pool key, datagram framing): the
+    /// driver says so ([`NodeCore::set_pool_reach`]).
+    reach: PoolReach,
     /// The packet path's scheduler: instances, DAG routes, queues and credits. Packets go
     /// through [`NodeCore::handle_arrival`] and the other packet methods; the driver sets
     /// instances up and down through the verbs of [`setup`] as it carries out [`Act`]s (read:
@@ -184,7 +194,7 @@ impl NodeCore {
             redirects: Redirects::new(),
             spills: Spills::new(),
             owners: Owners::new(cfg.slots),
-            pooled: false,
+            reach: PoolReach::Alone,
             sched: Scheduler::new(cfg.sched),
             credits: cfg.sched.credits,
             dags: crate::dags::DagTable::new(),
@@ -282,7 +292,7 @@ impl NodeCore {
                 self.elastic.epoch(now, chain, load, &mut self.acts);
                 // A chain that runs as one instance does not spill its new flows to a peer's
                 // instance either (each would keep its own state).
-                if self.pooled && !self.elastic.is_single_instance(chain) {
+                if self.reach == PoolReach::Peers && !self.elastic.is_single_instance(chain) {
                     let look = Look {
                         over_since: self.elastic.over_since(chain),
                         room: self.elastic.has_room(),

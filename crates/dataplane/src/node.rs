@@ -1052,7 +1052,7 @@ impl<B: Backend> Node<B> {
             return self.egress(idx);
         };
         // In a pool behind a switch: a packet whose state another node holds goes there.
-        if self.core.owners.on() && source == Source::Endpoint {
+        if self.core.owners().on() && source == Source::Endpoint {
             self.stats.count_rx(tenant, 1, len as u64);
             return self.arrive_pooled(idx, uid, now);
         }

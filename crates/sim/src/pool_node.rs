@@ -37,7 +37,7 @@ use snic_core::fair::FairConfig;
 use snic_core::ids::ChainId;
 use snic_core::launcher::{Decision, RegionState};
 use snic_core::node::setup::Instances;
-use snic_core::node::{NodeCore, NodeCoreConfig};
+use snic_core::node::{NodeCore, NodeCoreConfig, PoolReach};
 use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
 use snic_core::pool::report::ChainSpare;
 use snic_core::pool::spill::Phase;
@@ -221,13 +221,13 @@ impl PoolSim {
                 },
                 Instant::ZERO,
             );
-            core.pooled = setup.pooled;
+            core.set_pool_reach(if setup.pooled { PoolReach::Peers } else { PoolReach::Alone });
             if setup.pooled {
                 for j in (0..setup.nodes).filter(|&j| j != i) {
                     core.handle_member(Instant::ZERO, MemberEvent::Up(addr(j)), &mut acts);
                 }
                 if !links.is_empty() {
-                    core.pool.set_links(addr(i), &links);
+                    core.set_pool_links(addr(i), &links);
                 }
             }
             nodes.push(SimNode { core, gen: 1, heard: Incarnations::new(), chains: Vec::new(), stopping: Vec::new(), busy_bins: 0 });
@@ -382,7 +382,7 @@ impl PoolSim {
                     if spill {
                         node.core.spill_failed(now, chain, addr(peer));
                     } else {
-                        node.core.pool.refused(addr(peer));
+                        node.core.pool_refused(addr(peer));
                     }
                 }
                 Msg::Unhost { hosted } => {
@@ -402,21 +402,21 @@ impl PoolSim {
         let node = &mut self.nodes[n];
         let l = &mut node.chains[chain.index()];
         l.asked = false;
-        let wanted = l.live && (!spill || matches!(node.core.spills.phase(chain), Some(Phase::Asked { peer: p, .. }) if p == addr(peer)));
+        let wanted = l.live && (!spill || matches!(node.core.spills().phase(chain), Some(Phase::Asked { peer: p, .. }) if p == addr(peer)));
         if !wanted {
             self.mail.push((peer, Msg::Unhost { hosted }));
             return;
         }
-        node.core.redirects.set_route(route, addr(peer), hosted.index() as u32, gen);
+        node.core.redirect_route(route, addr(peer), hosted.index() as u32, gen);
         node.chains[chain.index()].away = Some((peer, hosted));
         if spill {
             node.core.spill_placed(now, chain, addr(peer));
             self.counts.spills += 1;
             return;
         }
-        node.core.redirects.set(chain, Redirect { peer: addr(peer), share: SHARE_ALL });
+        node.core.redirect_chain(chain, Redirect { peer: addr(peer), share: SHARE_ALL });
         let key = node.core.meter().chain_key(chain);
-        node.core.pool.placed(now, key, addr(peer));
+        node.core.pool_placed(now, key, addr(peer));
         self.counts.placements += 1;
         // What waited for the answer goes there first.
         let q = std::mem::take(&mut node.chains[chain.index()].queue);
@@ -466,8 +466,8 @@ impl PoolSim {
                 let (mut n, mut chain) = (self.work[w].home, self.work[w].chain);
                 for _ in 0..MAX_HOPS {
                     let node = &mut self.nodes[n];
-                    let to = if node.core.redirects.active() {
-                        node.core.redirects.target(chain, chain.index() as u32, hash, now)
+                    let to = if node.core.redirects().active() {
+                        node.core.redirect_target(chain, chain.index() as u32, hash, now)
                     } else {
                         None
                     };
@@ -478,7 +478,7 @@ impl PoolSim {
                         n = usize::MAX;
                         break;
                     }
-                    self.passed_hops += per * self.nodes[n].core.pool.hops(t.peer).clamp(1, MAX_HOPS as u32) as f64;
+                    self.passed_hops += per * self.nodes[n].core.pool().hops(t.peer).clamp(1, MAX_HOPS as u32) as f64;
                     (n, chain) = (p, ChainId(t.route as u16));
                 }
                 if n == usize::MAX {
@@ -653,11 +653,11 @@ impl PoolSim {
                     return;
                 };
                 let chain = ChainId(c as u16);
-                node.core.redirects.clear_route(chain.index() as u32, addr(p));
-                node.core.redirects.clear(chain);
+                node.core.clear_redirect_route(chain.index() as u32, addr(p));
+                node.core.stop_redirect(chain);
                 let hosted = node.chains[c].away.take().filter(|a| a.0 == p).map(|a| a.1);
                 if matches!(act, PoolAct::MoveBack { .. }) {
-                    node.core.pool.home(key);
+                    node.core.pool_home(key);
                     self.counts.moves_back += 1;
                 }
                 if let (Some(h), PoolAct::MoveBack { .. }) = (hosted, act) {
@@ -676,7 +676,7 @@ impl PoolSim {
             PoolAct::Unspill { chain, peer, .. } => {
                 let Some(p) = self.node_of(peer) else { return };
                 let node = &mut self.nodes[n];
-                node.core.redirects.clear_route(chain.index() as u32, addr(p));
+                node.core.clear_redirect_route(chain.index() as u32, addr(p));
                 if let Some((_, h)) = node.chains[chain.index()].away.take().filter(|a| a.0 == p) {
                     self.mail.push((p, Msg::Unhost { hosted: h }));
                 }
@@ -766,7 +766,7 @@ mod tests {
         for _ in 0..200 {
             pool.step(&[0.0]);
         }
-        assert!(pool.nodes[0].core.spills.is_empty() && !pool.nodes[0].core.redirects.active());
+        assert!(pool.nodes[0].core.spills().is_empty() && !pool.nodes[0].core.redirects().active());
         assert!(pool.nodes[1].chains.iter().all(|l| !l.live), "the peer hosts nothing");
         assert!(pool.nodes[1].core.elastic().regions().iter().all(|r| *r == RegionState::Free));
     }

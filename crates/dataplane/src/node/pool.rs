@@ -122,7 +122,7 @@ impl<B: Backend> Node<B> {
     /// redirect to a peer with no link to this node goes through the nodes between
     /// ([`snic_core::pool::PoolAgent::via`]), which pass it on.
     pub fn set_pool_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
-        self.core.pool.set_links(me, links);
+        self.core.set_pool_links(me, links);
     }
 
     /// A member's load report (`from`: its pool address).
@@ -155,7 +155,7 @@ impl<B: Backend> Node<B> {
 
     /// The pool agent, as the node's core has it (peers, their reports, what runs where).
     pub fn pool_agent(&self) -> &snic_core::pool::PoolAgent {
-        &self.core.pool
+        self.core.pool()
     }
 
     /// The peer at pool address `peer` (data address `data`), of generation `gen`, hosts
@@ -164,24 +164,24 @@ impl<B: Backend> Node<B> {
     pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32, gen: u64) {
         let now = self.clock.now();
         let spill = self.pool.place.answered(chain, route).unwrap_or(false);
-        if !self.is_live(chain) || (spill && !matches!(self.core.spills.phase(chain), Some(Phase::Asked { .. }))) {
+        if !self.is_live(chain) || (spill && !matches!(self.core.spills().phase(chain), Some(Phase::Asked { .. }))) {
             // It went away meanwhile (or no longer spills): the peer need not host it.
             self.pool.place.requests.push_back(PoolRequest::Unhost { peer, hosted });
             return;
         }
-        self.core.redirects.set_route(route, data, hosted, gen);
+        self.core.redirect_route(route, data, hosted, gen);
         self.pool.place.placed.push(PlacedDag { chain, route, peer, data, hosted, spill });
         self.elastic.stats.remote_launches += 1;
         if spill {
             self.core.spill_placed(now, chain, data);
-            let share = self.core.redirects.get(chain).map_or(0, |r| r.share);
+            let share = self.core.redirects().get(chain).map_or(0, |r| r.share);
             self.update_pool_on();
             self.record(now, chain, None, EventKind::Spilled { peer: data, share }, 0);
             return;
         }
         self.redirect_chain(chain, data, SHARE_ALL);
         let key = self.chain_key(chain);
-        self.core.pool.placed(now, key, peer);
+        self.core.pool_placed(now, key, peer);
         self.record(now, chain, None, EventKind::Placed { peer: data }, 0);
         self.release_waiting(Some(chain), now);
     }
@@ -198,7 +198,7 @@ impl<B: Backend> Node<B> {
             self.core.spill_failed(now, chain, peer);
             return;
         }
-        self.core.pool.refused(peer);
+        self.core.pool_refused(peer);
         self.release_waiting(Some(chain), now);
     }
 
@@ -265,7 +265,7 @@ impl<B: Backend> Node<B> {
                 .partition(|p| p.peer == peer && (with_spills || !p.spill) && self.chain_key(p.chain) == key);
             self.pool.place.placed = kept;
             for p in went {
-                let sent = self.core.redirects.clear_route(p.route, p.data).unwrap_or(0);
+                let sent = self.core.clear_redirect_route(p.route, p.data).unwrap_or(0);
                 if !self.pool.place.placed.iter().any(|q| q.chain == p.chain) {
                     self.stop_redirect(p.chain);
                 }
@@ -280,7 +280,7 @@ impl<B: Backend> Node<B> {
                 self.record(now, p.chain, None, kind, 0);
             }
             if matches!(act, PoolAct::MoveBack { .. }) {
-                self.core.pool.home(key);
+                self.core.pool_home(key);
             }
         }
     }
@@ -308,7 +308,7 @@ impl<B: Backend> Node<B> {
             std::mem::take(&mut self.pool.place.placed).into_iter().partition(|p| p.chain == chain && p.spill);
         self.pool.place.placed = kept;
         for p in went {
-            self.core.redirects.clear_route(p.route, p.data);
+            self.core.clear_redirect_route(p.route, p.data);
             self.pool.place.requests.push_back(PoolRequest::Unhost { peer: p.peer, hosted: p.hosted });
             self.record(now, chain, None, EventKind::Unspilled { peer: p.data }, 0);
         }

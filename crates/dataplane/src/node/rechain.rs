@@ -28,7 +28,7 @@ impl<B: Backend> Node<B> {
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
         // What its stateful NTs claim of return traffic, in a pool behind a switch.
         let claims = route.steps().iter().flat_map(|s| &self.chains[s.chain.index()]).filter_map(NtSpec::claim).collect();
-        self.core.owners.set_claims(uid, claims);
+        self.core.set_claims(uid, claims);
         let (now, store, mut acts) = (self.clock.now(), &self.store, std::mem::take(&mut self.dag_acts));
         self.core.set_dag(uid, route, now, |r| store.in_route(r) as usize, &mut acts);
         self.apply_dag_acts(acts, now);
@@ -37,7 +37,7 @@ impl<B: Backend> Node<B> {
     /// Removes a DAG; its packets already on a route finish it, those held by a switch are
     /// dropped. Its compact form's chain goes too.
     pub fn remove_dag(&mut self, uid: DagUid) {
-        self.core.owners.set_claims(uid, Vec::new());
+        self.core.set_claims(uid, Vec::new());
         let mut acts = std::mem::take(&mut self.dag_acts);
         self.core.remove_dag(uid, &mut acts);
         self.apply_dag_acts(acts, self.clock.now());

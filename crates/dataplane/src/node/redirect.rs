@@ -18,6 +18,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use snic_core::dag::DagRoute;
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
+use snic_core::node::PoolReach;
 use snic_core::pool::redirect::{HostTable, Hosted, NotRun, Redirect};
 use snic_core::time::Instant;
 use snic_core::walk::Walk;
@@ -143,15 +144,16 @@ impl<B: Backend> Node<B> {
     }
 
     pub(super) fn update_pool_on(&mut self) {
-        self.core.pooled = self.pooled();
-        self.pool.on = self.core.pooled && self.core.redirects.active();
+        let reach = if self.pooled() { PoolReach::Peers } else { PoolReach::Alone };
+        self.core.set_pool_reach(reach);
+        self.pool.on = reach == PoolReach::Peers && self.core.redirects().active();
     }
 
     /// Sends chain `chain`'s packets — `share` of its flows, in 1/1024ths of all
     /// ([`snic_core::pool::redirect::SHARE_ALL`]: all) — to the peer whose data address is
     /// `peer`, for the routes that peer hosts ([`Node::redirect_route`]); the others stay here.
     pub fn redirect_chain(&mut self, chain: ChainId, peer: SocketAddr, share: u16) {
-        self.core.redirects.set(chain, Redirect { peer, share });
+        self.core.redirect_chain(chain, Redirect { peer, share });
         self.update_pool_on();
     }
 
@@ -160,13 +162,13 @@ impl<B: Backend> Node<B> {
     /// switching between forms: ask again).
     pub fn redirect_route(&mut self, dag: DagUid, peer: SocketAddr, hosted: u32, gen: u64) -> bool {
         let Some(route) = self.core.dags().arriving(dag) else { return false };
-        self.core.redirects.set_route(route, peer, hosted, gen);
+        self.core.redirect_route(route, peer, hosted, gen);
         true
     }
 
     /// Stops redirecting `chain`: its packets run here again (launched on demand if need be).
     pub fn stop_redirect(&mut self, chain: ChainId) -> Option<Redirect> {
-        let r = self.core.redirects.clear(chain);
+        let r = self.core.stop_redirect(chain);
         self.update_pool_on();
         r
     }
@@ -174,20 +176,20 @@ impl<B: Backend> Node<B> {
     /// Forgets what `peer` hosts (it died or left): the chains redirected to it, which now run
     /// here again.
     pub fn forget_peer(&mut self, peer: SocketAddr) -> Vec<ChainId> {
-        let chains = self.core.redirects.forget_peer(peer);
+        let chains = self.core.forget_peer(peer);
         self.update_pool_on();
         chains
     }
 
     /// The chains this node redirects.
     pub fn redirects(&self) -> impl Iterator<Item = (ChainId, Redirect)> + '_ {
-        self.core.redirects.iter()
+        self.core.redirects().iter()
     }
 
     /// The flows `chain` records while it spills ([`snic_core::pool::spill`]): their count at
     /// home and on the peer, and the packets of new flows that found the table full.
     pub fn spill_flows(&self, chain: ChainId) -> Option<((usize, usize), u64)> {
-        self.core.redirects.paths(chain).map(|p| (p.flows(), p.unpinned()))
+        self.core.redirects().paths(chain).map(|p| (p.flows(), p.unpinned()))
     }
 
     /// Packets of `chain` sent to a peer so far (they count as transmitted too).
@@ -239,7 +241,7 @@ impl<B: Backend> Node<B> {
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         // (From here the packet goes: the target counts it as sent.)
-        let Some(t) = self.core.redirects.target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
+        let Some(t) = self.core.redirect_target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         // Where the home node would deliver it: the peer delivers there.
         let delivery = match self.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
             Route::Unicast(p) => Some(self.fdb.peer(p).addr),
@@ -271,25 +273,25 @@ impl<B: Backend> Node<B> {
 
     /// Behind a switch: the state slots, and the packets sent to and received as owners.
     pub fn owners(&self) -> &snic_core::pool::owner::Owners {
-        &self.core.owners
+        self.core.owners()
     }
 
     /// The draining peer at data address `owner` holds the state of these flows (by hash):
     /// their packets go back to it ([`snic_core::pool::owner`], "Draining").
     pub fn pool_pins(&mut self, owner: SocketAddr, hashes: &[u64]) {
         let now = self.clock.now();
-        self.core.owners.pin(now, owner, hashes);
+        self.core.pin_owner(now, owner, hashes);
     }
 
     /// Starts draining (`true`) or stops: while it drains, the driver names the flows whose
     /// state this node holds ([`Node::flow_hashes`]) to its peers, which bring them back here.
     pub fn set_draining(&mut self, on: bool) {
-        self.core.owners.set_draining(on);
+        self.core.set_draining(on);
     }
 
     /// True while the node drains.
     pub fn draining(&self) -> bool {
-        self.core.owners.draining()
+        self.core.owners().draining()
     }
 
     /// The flows whose state this node's running NTs hold, by hash, both directions of each
@@ -312,7 +314,7 @@ impl<B: Backend> Node<B> {
     /// its header names when that is a pass-through node (the pool's links join the two only
     /// through others): `(peer, None)` when it goes straight there.
     fn route_to(&self, peer: SocketAddr) -> (SocketAddr, Option<SocketAddr>) {
-        match self.core.pool.via(peer) {
+        match self.core.pool().via(peer) {
             Some(next) => (next, Some(peer)),
             None => (peer, None),
         }
@@ -405,7 +407,7 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx`.
         let (buf, d) = unsafe { self.slots.get(idx) };
         let Some(inner) = d.meta.inner.as_ref() else { return false };
-        let Some(owner) = self.core.owners.owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
+        let Some(owner) = self.core.owners().owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
         let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
         let (to, destination) = self.route_to(owner);
@@ -424,7 +426,7 @@ impl<B: Backend> Node<B> {
             owner: true,
         };
         let start = put_header(key, buf, off, len, &repr);
-        self.core.owners.forwarded += 1;
+        self.core.owner_forwarded();
         self.queue_tx(idx, start, len + HEADER_LEN, to);
         true
     }
@@ -443,7 +445,7 @@ impl<B: Backend> Node<B> {
         let stored = m.len as usize;
         // Where a received datagram starts (the header is read: its bytes go).
         buf.copy_within(HEADROOM + HEADER_LEN..HEADROOM + stored, HEADROOM);
-        self.core.owners.received += 1;
+        self.core.owner_received();
         self.owned_rx.push((idx, RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m }));
     }
 
@@ -479,7 +481,7 @@ impl<B: Backend> Node<B> {
         if let Err(why) = self.store.charge(idx, own, HEADROOM..HEADROOM + stored) {
             return self.drop_unattributed(idx, why);
         }
-        let next = self.core.pool.via(dest);
+        let next = self.core.pool().via(dest);
         self.pool.counter += 1;
         (h.sender, h.counter, h.hops) = (self.pool.sender, self.pool.counter, h.hops + 1);
         h.destination = next.map(|_| dest);
