@@ -89,7 +89,7 @@ is_root && niceness=19
 perl -e 'setpgrp(0, 0); exec @ARGV or die "exec: $!"' -- nice -n "$niceness" \
   bash -c "$(declare -f prebuild); $(declare -p wasmtime_target fuzz_flags fuzz_seconds); prebuild" >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
-trap 'kill -- -"$prebuild_pid" 2>/dev/null; rm -f "$test_log" "$root_log" "$prebuild_log"' EXIT
+trap '[ -z "$prebuild_pid" ] || { kill -- -"$prebuild_pid"; kill -CONT -- -"$prebuild_pid"; } 2>/dev/null; rm -f "$test_log" "$root_log" "$prebuild_log"' EXIT
 prebuild_join() {
   [ -n "$prebuild_pid" ] || return 0
   renice -n 0 -g "$prebuild_pid" >/dev/null 2>&1 || true
@@ -115,10 +115,19 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
 
 # (--workspace, as the build above: with -p the features of shared dependencies unify
 # differently, and half the workspace would build again.)
+# The tests whose claim is how a node shares its core among tenants (weights_hold_*: real
+# senders against a real daemon) run with the background builds stopped. Beside two CPU-bound
+# processes and the builds (at nice 19) both missed in the one run of 887d85d (1:1.31 where
+# DRF gives 1:3): the node measured its dispatcher a quarter busy while its receive queues
+# overflowed — it had lost its core, which says nothing about how it shares one.
 if is_root; then
   step "tests that need root (network namespaces, kernel VXLAN endpoints, iperf3)"
-  cargo test --workspace --locked --test netns -- --ignored 2>&1 | tee "$root_log"
+  cargo test --workspace --locked --test netns -- --ignored --skip weights_hold 2>&1 | tee "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests"
+  [ -z "$prebuild_pid" ] || kill -STOP -- -"$prebuild_pid" 2>/dev/null
+  cargo test --workspace --locked --test netns -- --ignored weights_hold 2>&1 | tee -a "$root_log"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests (weights, the background builds stopped)"
+  [ -z "$prebuild_pid" ] || kill -CONT -- -"$prebuild_pid" 2>/dev/null
 else
   skip "tests that need root (crates/snic/tests/netns.rs)" "not root"
 fi
