@@ -38,11 +38,6 @@ impl NodeCore {
         self.reach = reach;
     }
 
-    /// Whether this node can redirect packets to its peers.
-    pub fn pool_reach(&self) -> PoolReach {
-        self.reach
-    }
-
     /// The pool's links (a ring's, or a switch's): hops to each peer.
     pub fn set_pool_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
         self.pool.set_links(me, links);
