@@ -28,7 +28,7 @@
 //! The pool's agent ([`PoolAgent`]) is part of it: [`NodeCore::place`] is the whole on-demand
 //! launch order (local room, then the pool, then the endpoint and a context switch), and each
 //! epoch tells the agent whether this node has room, so that a chain placed on a peer comes
-//! home once room has lasted ([`NodeCore::pool_acts`]). So is the spill policy
+//! home once room has lasted ([`NodeCore::pool_epoch`]). So is the spill policy
 //! ([`crate::pool::spill`]): a chain overloaded here with no room sends a share of its new
 //! flows to a peer, and each epoch sees its whole load, home's and the peer's share.
 
@@ -41,7 +41,7 @@ use crate::placement::{Move, Moving, Place, PlacementConfig, Placer, View, PLACE
 use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
-use crate::pool::{ChainKey, LoadReport, MemberEvent, Placement, PoolAct, PoolAgent};
+use crate::pool::{LoadReport, MemberEvent, PoolAct, PoolAgent};
 use crate::sched::{InstanceState, SchedConfig, Scheduler};
 use crate::time::Instant;
 use std::net::SocketAddr;
@@ -49,6 +49,7 @@ use std::net::SocketAddr;
 pub mod dags;
 pub mod packets;
 pub mod peers;
+pub mod placing;
 pub mod regions;
 pub mod setup;
 
@@ -171,6 +172,8 @@ pub struct NodeCore {
     /// The DAG table: the routes DAGs' arrivals take, switches between forms, routes hosted
     /// for peers ([`dags`]).
     dags: crate::dags::DagTable<u32>,
+    /// The declared chains' lives: live, going away, gone ([`setup`]).
+    life: crate::chains::ChainLife,
     /// Credits each new instance gets ([`SchedConfig::credits`]).
     credits: u32,
     /// The synchronization buffer of parallel groups.
@@ -178,6 +181,14 @@ pub struct NodeCore {
     panic: bool,
     acts: Vec<Act>,
     pool_acts: Vec<PoolAct>,
+    /// A buffer for the pool's decisions being carried out.
+    pool_acts_out: Vec<PoolAct>,
+    /// Placements on peers: asked, placed, coming home; the requests for them ([`placing`]).
+    placements: crate::pool::placements::Placements,
+    /// The generation each member was last heard with ([`NodeCore::pool_heard`]).
+    incarnations: crate::pool::Incarnations,
+    /// The pool's requests and notes, kept for a test ([`NodeCore::trace_pool`]).
+    trace: Option<Vec<placing::PoolTraced>>,
     placer: Placer,
     auto_place: bool,
     next_look: Instant,
@@ -198,10 +209,15 @@ impl NodeCore {
             sched: Scheduler::new(cfg.sched),
             credits: cfg.sched.credits,
             dags: crate::dags::DagTable::new(),
+            life: crate::chains::ChainLife::new(),
             joins: JoinTable::new(cfg.join_slots),
             panic: cfg.panic,
             acts: Vec::new(),
             pool_acts: Vec::new(),
+            pool_acts_out: Vec::new(),
+            placements: Default::default(),
+            incarnations: Default::default(),
+            trace: None,
             placer: Placer::new(cfg.placement),
             auto_place: cfg.auto_place,
             next_look: Instant::ZERO,
@@ -232,15 +248,17 @@ impl NodeCore {
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
-    /// The epoch ends at `now`: `counters` are the node's (cumulative), `live` says which of
-    /// its `chains` chain ids are in use. The demand model drains the scheduler's arrivals, and
+    /// The epoch ends at `now`: `counters` are the node's (cumulative). The demand model drains the scheduler's arrivals, and
     /// the scheduler is given the NTs' measured costs. Returns what the elasticity policy
     /// decided, for the driver to carry out (and the pool agent's decisions wait in
-    /// [`NodeCore::pool_acts`]).
-    pub fn handle_epoch(&mut self, now: Instant, counters: &impl Counters, chains: usize, live: impl Fn(ChainId) -> bool) -> &[Act] {
+    /// [`NodeCore::pool_epoch`]).
+    pub fn handle_epoch(&mut self, now: Instant, counters: &impl Counters) -> &[Act] {
         Self::measure(&mut self.meter, &mut self.sched, now, counters);
         self.sched.set_quantum_alone(self.meter.sharing());
-        self.handle_loads(now, chains, Meter::chain_load, live)
+        let life = std::mem::take(&mut self.life);
+        self.handle_loads(now, life.len(), Meter::chain_load, |c| life.is_live(c));
+        self.life = life;
+        &self.acts
     }
 
     /// [`NodeCore::handle_epoch`] for a node whose packet path is not the scheduler (a
@@ -320,13 +338,9 @@ impl NodeCore {
 
     /// The pool agent's decisions since the last call (chains to bring home, chains whose peer
     /// died), moved into `out`.
-    pub fn pool_acts(&mut self, out: &mut Vec<PoolAct>) {
-        out.append(&mut self.pool_acts);
-    }
-
     /// A membership change: a peer that went down loses what it ran for this node, whole
     /// chains and spilled flows ([`PoolAct::Lost`]), and the state slot it held.
-    pub fn handle_member(&mut self, now: Instant, event: MemberEvent, acts: &mut Vec<PoolAct>) {
+    fn handle_member(&mut self, now: Instant, event: MemberEvent, acts: &mut Vec<PoolAct>) {
         if let MemberEvent::Down(peer) = event {
             let meter = &self.meter;
             let key = |c: ChainId| meter.chain_key(c);
@@ -348,22 +362,11 @@ impl NodeCore {
 
     /// The peer asked to take a share of `chain`'s flows ([`PoolAct::Spill`]) hosts its DAG at
     /// data address `data`: new flows in the share go there from now.
-    pub fn spill_placed(&mut self, now: Instant, chain: ChainId, data: SocketAddr) {
-        self.spills.placed(now, chain, data, &mut self.redirects);
-    }
-
     /// The peer asked to take a share of `chain`'s flows refused (or did not answer): it is not
     /// asked again until it reports anew, and the next epoch may choose another.
-    pub fn spill_failed(&mut self, now: Instant, chain: ChainId, peer: SocketAddr) {
+    fn spill_failed(&mut self, now: Instant, chain: ChainId, peer: SocketAddr) {
         self.pool.refused(peer);
         self.spills.failed(now, chain);
-    }
-
-    /// Packets need `chain` (pool-wide `key`), which has no active instance here: the whole
-    /// on-demand launch order, this node's regions and then its peers
-    /// ([`crate::pool::on_demand`]).
-    pub fn place(&mut self, chain: ChainId, key: ChainKey, now: Instant) -> Placement {
-        crate::pool::on_demand(&mut self.elastic, &self.pool, chain, key, now)
     }
 
     /// Where the running instances should run, looked at once every
@@ -458,7 +461,7 @@ mod tests {
         let mut step = |core: &mut NodeCore, counters: &mut Count| {
             now = now + epoch;
             counters.rx += 10;
-            core.handle_epoch(now, counters, 0, |_| true);
+            core.handle_epoch(now, counters);
             core.sched.config().quantum_alone
         };
         assert!(!step(&mut core, &mut counters), "the first epoch only reads the counters");
@@ -487,8 +490,7 @@ mod tests {
         // Chain 0 costs 20 µs a packet, chain 1 100 ns: both on the dispatcher's thread.
         let mut insts = Vec::new();
         for name in ["long", "short"] {
-            let chain = core.sched.add_chain(1);
-            core.meter.add_chain(&[name]);
+            let chain = core.add_chain(&[name], setup::Instances::Many);
             let inst = core.sched.add_instance(chain, 64).unwrap();
             core.meter.add_instance(chain, inst, &[None], false);
             insts.push(inst);
@@ -500,7 +502,7 @@ mod tests {
         while now < Instant::ZERO + PLACEMENT_PERIOD * 10 && moved.is_none() {
             now = now + epoch;
             counters.n += 300;
-            core.handle_epoch(now, &counters, 2, |_| true);
+            core.handle_epoch(now, &counters);
             assert_eq!(core.handle_placement(now, &at, 1, Moving::UnderWay), None, "no look while a move is under way");
             let before = core.next_look;
             moved = core.handle_placement(now, &at, 1, Moving::None);
@@ -531,12 +533,10 @@ mod tests {
             ..NodeCoreConfig::default()
         };
         let mut core = NodeCore::new(cfg, Instant::ZERO);
-        let chain = core.sched.add_chain(1);
-        core.meter.add_chain(&["nt"]);
+        let chain = core.add_chain(&["nt"], setup::Instances::Many);
         // One instance of 100 kpps, running in region 0.
         let inst = core.sched.add_instance(chain, 64).unwrap();
         core.meter.add_instance(chain, inst, &[Some(100_000.0)], false);
-        core.elastic.add_chain(chain);
         let region = core.elastic.prelaunch(chain, Instant::ZERO).unwrap();
         core.elastic.running(region);
         core.meter.set_tenant(TenantId(1), 1.0);
@@ -556,7 +556,7 @@ mod tests {
             rx += 150;
             let now = Instant::ZERO + epoch * e as u32;
             let counters = Count { rx, touched: vec![TenantId(1)], ..Count::default() };
-            let acts = core.handle_epoch(now, &counters, 1, |_| true);
+            let acts = core.handle_epoch(now, &counters);
             if let Some(a) = acts.first() {
                 launched = Some((e, *a));
                 break;

@@ -20,6 +20,7 @@ pub mod agent;
 pub mod health;
 pub mod membership;
 pub mod owner;
+pub mod placements;
 pub mod redirect;
 pub mod report;
 pub mod spill;

@@ -212,6 +212,9 @@ pub struct ElasticStats {
     pub remote_launches: u64,
     /// Remote launches a peer refused or did not answer.
     pub remote_refusals: u64,
+    /// Answers to remote launches not taken: from a peer that was not asked, or for a chain
+    /// that no longer wanted it (a peer that hosted was told to stop).
+    pub answers_ignored: u64,
     /// Chains that came home from a peer.
     pub moves_back: u64,
     /// Chains that began sending a share of their new flows to a peer.

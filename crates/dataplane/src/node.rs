@@ -17,7 +17,6 @@ use crate::store::{Peer, Slots, Store, MAX_TENANTS};
 use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
-use snic_core::chains::ChainLife;
 use snic_core::dags::DagAct;
 use snic_core::dwrr::Dwrr;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
@@ -210,8 +209,6 @@ pub struct Node<B: Backend> {
     mat: Arc<ArcSwap<Mat>>,
     fdb: Fdb,
     chains: Vec<Vec<NtSpec>>,
-    /// Per chain: live, going away, or gone (its id free for the next [`Node::add_chain`]).
-    life: ChainLife,
     exec: Exec,
     stats: Stats,
     rx_idx: Vec<u32>,
@@ -412,7 +409,6 @@ impl<B: Backend> Node<B> {
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.fdb),
             chains: Vec::new(),
-            life: ChainLife::new(),
             exec,
             stats: Stats::default(),
             rx_idx: Vec::with_capacity(MAX_BATCH),
@@ -520,17 +516,14 @@ impl<B: Backend> Node<B> {
     pub fn add_chain(&mut self, specs: Vec<NtSpec>) -> ChainId {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
         let instances = if specs.iter().any(NtSpec::single_instance) { Instances::One } else { Instances::Many };
-        if let Some(id) = self.life.reusable() {
-            if self.core.reuse_chain(id, &kinds, instances) {
-                self.chains[id.index()] = specs;
-                self.life.declared(id);
-                return id;
-            }
-        }
         let id = self.core.add_chain(&kinds, instances);
-        self.elastic.add_chain();
-        self.chains.push(specs);
-        self.life.declared(id);
+        if id.index() < self.chains.len() {
+            // A gone chain's id, reused.
+            self.chains[id.index()] = specs;
+        } else {
+            self.elastic.add_chain();
+            self.chains.push(specs);
+        }
         id
     }
 
@@ -657,7 +650,7 @@ impl<B: Backend> Node<B> {
             || !self.elastic.waiting.is_empty()
             || self.core.dags().switching()
             || self.core.dags().retiring()
-            || self.life.retiring()
+            || self.core.chains_retiring()
             || self.placement.moving() == Moving::UnderWay;
         let tick = self
             .region_counters
@@ -886,8 +879,7 @@ impl<B: Backend> Node<B> {
             own: &self.rx_queues.lost,
             queues: if self.rx_queues.tenant.len() > 1 { &self.rx_queues.tenant } else { &[] },
         };
-        let life = &self.life;
-        let acts = self.core.handle_epoch(now, &counters, life.len(), |c| life.is_live(c));
+        let acts = self.core.handle_epoch(now, &counters);
         self.elastic.acts.clear();
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();

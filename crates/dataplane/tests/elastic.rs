@@ -571,7 +571,8 @@ fn report(seq: u64, free: u16) -> LoadReport {
 /// asked; it hosts, and the waiting packets are redirected to it, none lost, in order. While
 /// home has no room the chain stays there; chain 0 going idle gives room, and a whole
 /// MONITOR_PERIOD later chain 1 comes home (the peer told to unhost), its packets run here,
-/// none lost. Placed again, its peer dies: it runs here again.
+/// none lost. Chain 0, placed in its turn, takes only the answer it asked for (the house's one
+/// rule, in the core); its peer dies: it runs here again.
 #[test]
 fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_lasts() {
     let mut b = Bed::new(ElasticConfig { regions: 1, autoscale: true, ..cfg(1, 0) }, vec![vec![engine(1_000_000)]; 2], true);
@@ -621,18 +622,27 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     assert_eq!(b.lost(1), 0, "none lost moving back");
     assert!(b.delivered[&101] > b.redirected[&m1.1], "chain 1 runs at home");
     assert!(b.redirected[&m1.1] >= at_peer);
-    // 5. Chain 0 comes back and takes the region (chain 1 idles into a victim, which makes
-    // way); chain 1 is placed again, then its peer dies: it runs here again.
+    // 5. Chain 0's traffic again: chain 1 holds the region now, so chain 0 is placed on the
+    // member with a free region. An answer for chain 1, which nobody asked for (nor of m2), is
+    // not taken: the peer is told it need not host it. Then chain 0's peer dies: it runs here
+    // again.
     b.run(0, 10, 2, 20);
     b.node.pool_report(m1.0, report(2, 1));
     b.node.pool_report(m2.0, report(2, 0));
     b.run(1, 5, 2, 1);
-    let Some(PoolRequest::Place { route, peer, .. }) = b.node.poll_pool() else { panic!("placed again") };
-    assert_eq!(peer, m1.0, "the member with a free region");
-    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 6, 1);
-    b.run(1, 5, 2, 2);
+    let Some(PoolRequest::Place { chain, route, peer, .. }) = b.node.poll_pool() else { panic!("placed again") };
+    assert_eq!((chain, peer), (ChainId(0), m1.0), "the chain without the region, on the member with a free region");
+    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 7, 1);
+    b.node.pool_placed(chain, route, m2.0, m2.1, 8, 1);
+    assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 7 }), "not asked: told to stop");
+    assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m2.0, hosted: 8 }), "not asked of m2: told to stop");
+    assert_eq!(b.node.elastic().stats().answers_ignored, 2);
+    assert!(b.node.redirects().next().is_none(), "nothing redirected on an answer not asked for");
+    b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
+    assert!(b.kinds().contains(&(0, EventKind::Placed { peer: m1.1 })));
+    b.run(0, 10, 2, 2);
     b.node.pool_member(MemberEvent::Down(m1.0));
-    assert!(b.kinds().contains(&(1, EventKind::PeerLost { peer: m1.1 })));
+    assert!(b.kinds().contains(&(0, EventKind::PeerLost { peer: m1.1 })), "{:?}", b.kinds());
     assert!(b.node.redirects().next().is_none(), "no redirect to a dead peer");
 }
 

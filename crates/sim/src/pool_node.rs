@@ -32,16 +32,19 @@
 use crate::pool::addr;
 use rand::{Rng, SeedableRng};
 use rand_pcg::Pcg64;
+use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::elastic::{Act, ElasticConfig};
 use snic_core::fair::FairConfig;
-use snic_core::ids::ChainId;
+use snic_core::ids::{ChainId, DagUid};
 use snic_core::launcher::{Decision, RegionState};
+use snic_core::node::placing::OnDemand;
+use snic_core::node::placing::PoolTraced;
 use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig, PoolReach};
-use snic_core::pool::redirect::{runs_here, Redirect, SHARE_ALL};
+use snic_core::pool::placements::{HostAnswer, PoolNote, PoolRequest};
+use snic_core::pool::redirect::runs_here;
 use snic_core::pool::report::ChainSpare;
-use snic_core::pool::spill::Phase;
-use snic_core::pool::{AgentConfig, Heard, Incarnations, LoadReport, MemberEvent, Placement, PoolAct};
+use snic_core::pool::{AgentConfig, Heard, LoadReport, MemberEvent};
 use snic_core::time::Instant;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -107,20 +110,14 @@ struct Local {
     /// Gbit that arrived this bin.
     arrived: f64,
     live: bool,
-    /// A peer was asked to host it and has not answered.
-    asked: bool,
     /// Given back (moved home, or its spill ended): no new bytes; it goes once empty.
     leaving: bool,
-    /// The peer that runs it (or a share of its flows) for this node, and its id there.
-    away: Option<(usize, ChainId)>,
 }
 
 struct SimNode {
     core: NodeCore,
     /// Its generation: new at every restart.
     gen: u64,
-    /// The generation each peer was last heard with.
-    heard: Incarnations,
     chains: Vec<Local>,
     /// Instances told to stop, finishing what they hold: region, chain, Gbit left to serve.
     stopping: Vec<(usize, ChainId, f64)>,
@@ -146,13 +143,11 @@ fn free_regions(core: &mut NodeCore, chain: ChainId) {
 /// A message between nodes, delivered next bin.
 #[derive(Debug, Clone)]
 enum Msg {
-    /// Host workload chain `work` for node `home` (its chain `chain`): all of it, or a share
-    /// of its flows.
-    Host { home: usize, chain: ChainId, work: usize, spill: bool },
-    /// `peer`, of generation `gen`, hosts `chain` as its chain `hosted`.
-    Hosted { chain: ChainId, peer: usize, hosted: ChainId, spill: bool, gen: u64 },
-    /// `peer` did not host `chain`.
-    Refused { chain: ChainId, peer: usize, spill: bool },
+    /// Host workload chain `work` for node `home` (its chain `chain`, on its route `route`).
+    Host { home: usize, chain: ChainId, route: u32, work: usize },
+    /// `peer` (of generation `gen`) answers the request for `chain` on `route`: it hosts it as
+    /// its chain `hosted`, or refused.
+    Answer { chain: ChainId, route: u32, peer: usize, hosted: Option<ChainId>, gen: u64 },
     /// The home no longer sends chain `hosted` anything: it goes once what it has is run.
     Unhost { hosted: ChainId },
     /// Node `from`'s load.
@@ -184,7 +179,7 @@ pub struct PoolSim {
     bin: u64,
     seq: u64,
     acts: Vec<Act>,
-    pool_acts: Vec<PoolAct>,
+    notes: Vec<PoolNote>,
     /// What the nodes did.
     pub counts: PoolCounts,
     /// Gbit served by each node.
@@ -196,6 +191,11 @@ pub struct PoolSim {
     /// Gbit lost to restarts: what a restarted node held for its peers, and what reached it
     /// named for its earlier incarnation.
     pub lost: f64,
+    /// Gbit sent to peers outside the simulated pool ([`PoolSim::outside`]).
+    pub sent_outside: f64,
+    /// Requests to peers outside the simulated pool, for the caller to answer: the asking
+    /// node and the request.
+    outside: Vec<(usize, PoolRequest)>,
 }
 
 impl PoolSim {
@@ -204,7 +204,7 @@ impl PoolSim {
     pub fn new(setup: PoolSetup) -> Self {
         let links: Vec<[SocketAddr; 2]> = setup.links.iter().map(|&[a, b]| [addr(a), addr(b)]).collect();
         let mut nodes = Vec::with_capacity(setup.nodes);
-        let mut acts = Vec::new();
+        let mut notes = Vec::new();
         for i in 0..setup.nodes {
             let mut core = NodeCore::new(
                 NodeCoreConfig {
@@ -224,13 +224,13 @@ impl PoolSim {
             core.set_pool_reach(if setup.pooled { PoolReach::Peers } else { PoolReach::Alone });
             if setup.pooled {
                 for j in (0..setup.nodes).filter(|&j| j != i) {
-                    core.handle_member(Instant::ZERO, MemberEvent::Up(addr(j)), &mut acts);
+                    core.pool_member(Instant::ZERO, MemberEvent::Up(addr(j)), &mut notes);
                 }
                 if !links.is_empty() {
                     core.set_pool_links(addr(i), &links);
                 }
             }
-            nodes.push(SimNode { core, gen: 1, heard: Incarnations::new(), chains: Vec::new(), stopping: Vec::new(), busy_bins: 0 });
+            nodes.push(SimNode { core, gen: 1, chains: Vec::new(), stopping: Vec::new(), busy_bins: 0 });
         }
         let served = vec![0.0; setup.nodes];
         let rng = Pcg64::seed_from_u64(setup.seed ^ 0x9001);
@@ -243,13 +243,60 @@ impl PoolSim {
             bin: 0,
             seq: 0,
             acts: Vec::new(),
-            pool_acts: acts,
+            notes,
             counts: PoolCounts::default(),
             served,
             served_away: 0.0,
             passed_hops: 0.0,
             lost: 0.0,
+            sent_outside: 0.0,
+            outside: Vec::new(),
         }
+    }
+
+    /// Requests the nodes made of peers outside the simulated pool (addresses no node of it
+    /// has) since the last call: a test's scripted peers, which answer through
+    /// [`PoolSim::answer`], [`PoolSim::returned`], [`PoolSim::hear_report`] and [`PoolSim::member`].
+    pub fn outside(&mut self) -> Vec<(usize, PoolRequest)> {
+        std::mem::take(&mut self.outside)
+    }
+
+    /// Peer `peer`'s answer to node `n`'s request to host `chain` on `route`.
+    pub fn answer(&mut self, n: usize, chain: ChainId, route: u32, peer: SocketAddr, answer: HostAnswer) {
+        let now = self.now();
+        self.with_notes(n, |core, notes| core.host_answer(now, chain, route, peer, answer, notes));
+    }
+
+    /// The state of node `n`'s `chain`, coming home from a peer outside, has arrived (a fluid
+    /// chain keeps none).
+    pub fn returned(&mut self, n: usize, chain: ChainId) {
+        self.nodes[n].core.pool_returned(chain);
+    }
+
+    /// Node `n` hears member `from`'s load report now.
+    pub fn hear_report(&mut self, n: usize, from: SocketAddr, report: LoadReport) {
+        self.report_to(self.now(), n, from, report);
+    }
+
+    /// A membership change at node `n`.
+    pub fn member(&mut self, n: usize, event: MemberEvent) {
+        let now = self.now();
+        self.with_notes(n, |core, notes| core.pool_member(now, event, notes));
+    }
+
+    /// Keeps (from now) a trace of node `n`'s pool requests and notes.
+    pub fn trace_pool(&mut self, n: usize) {
+        self.nodes[n].core.trace_pool(true);
+    }
+
+    /// Node `n`'s pool trace.
+    pub fn pool_trace(&self, n: usize) -> &[PoolTraced] {
+        self.nodes[n].core.pool_trace()
+    }
+
+    /// The start of the current bin.
+    fn now(&self) -> Instant {
+        Instant::ZERO + self.setup.bin * self.bin as u32
     }
 
     /// Node `n` restarts now, in no time: a new generation, and nothing of what it hosted for
@@ -267,6 +314,7 @@ impl PoolSim {
             self.lost += std::mem::take(&mut l.queue);
             l.live = false;
             free_regions(&mut node.core, ChainId(c as u16));
+            node.core.retire_chain(ChainId(c as u16));
         }
         node.stopping.retain(|s| node.chains[s.1.index()].live);
     }
@@ -303,7 +351,7 @@ impl PoolSim {
     /// One bin: `offered[w]` Gbit arrive for each workload chain, the nodes run, then each ends
     /// its epoch.
     pub fn step(&mut self, offered: &[f64]) {
-        let now = Instant::ZERO + self.setup.bin * self.bin as u32;
+        let now = self.now();
         self.deliver(now);
         for n in &mut self.nodes {
             n.core.launches_due(now);
@@ -332,7 +380,12 @@ impl PoolSim {
         let id = node.core.add_chain(&["nt"], Instances::Many);
         debug_assert_eq!(id, c, "the core numbers chains as the simulator does");
         node.core.label_chain(c, &[format!("w{w}")]);
-        node.chains.push(Local { work: w, queue: 0.0, arrived: 0.0, live: true, asked: false, leaving: false, away: None });
+        // A DAG of the one chain, so that a peer can be asked to host it; its route is the
+        // chain's number (the simulator neither removes nor switches DAGs).
+        let route = DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]);
+        node.core.set_dag(DagUid(c.index() as u32), route, Instant::ZERO, |_| 0, &mut Vec::new());
+        debug_assert_eq!(node.core.dags().arriving(DagUid(c.index() as u32)), Some(c.index() as u32));
+        node.chains.push(Local { work: w, queue: 0.0, arrived: 0.0, live: true, leaving: false });
         c
     }
 
@@ -343,47 +396,24 @@ impl PoolSim {
     fn deliver(&mut self, now: Instant) {
         for (to, msg) in std::mem::take(&mut self.mail) {
             match msg {
-                Msg::Report { from, report } => {
-                    // The pool's rule: a peer heard with a newer generation restarted, and what
-                    // its earlier incarnation ran for this node is gone.
-                    match self.nodes[to].heard.observe(addr(from), report.gen) {
-                        Heard::Stale => continue,
-                        Heard::Restarted => {
-                            let mut acts = Vec::new();
-                            for e in [MemberEvent::Down(addr(from)), MemberEvent::Up(addr(from))] {
-                                self.nodes[to].core.handle_member(now, e, &mut acts);
-                            }
-                            for act in acts {
-                                self.pool_act(now, to, act);
-                            }
-                        }
-                        Heard::Known => {}
-                    }
-                    self.nodes[to].core.handle_report(now, addr(from), report)
-                }
-                Msg::Host { home, chain, work, spill } => {
+                Msg::Report { from, report } => self.report_to(now, to, addr(from), report),
+                Msg::Host { home, chain, route, work } => {
                     // A region a launch can take without stopping a running chain, or no.
                     let fits = self.nodes[to].chains.len() < u16::MAX as usize && self.nodes[to].core.elastic().has_room();
-                    let answer = if fits {
+                    let hosted = fits.then(|| {
                         let hosted = self.new_local(to, work);
                         let d = self.nodes[to].core.host(hosted, now);
                         self.launched(d, true);
-                        Msg::Hosted { chain, peer: to, hosted, spill, gen: self.nodes[to].gen }
-                    } else {
-                        Msg::Refused { chain, peer: to, spill }
-                    };
-                    self.mail.push((home, answer));
+                        hosted
+                    });
+                    self.mail.push((home, Msg::Answer { chain, route, peer: to, hosted, gen: self.nodes[to].gen }));
                 }
-                Msg::Hosted { chain, peer, hosted, spill, gen } => self.hosted(now, to, chain, peer, hosted, spill, gen),
-                Msg::Refused { chain, peer, spill } => {
-                    self.counts.refusals += 1;
-                    let node = &mut self.nodes[to];
-                    node.chains[chain.index()].asked = false;
-                    if spill {
-                        node.core.spill_failed(now, chain, addr(peer));
-                    } else {
-                        node.core.pool_refused(addr(peer));
-                    }
+                Msg::Answer { chain, route, peer, hosted, gen } => {
+                    let answer = match hosted {
+                        Some(h) => HostAnswer::Hosted { data: addr(peer), hosted: h.index() as u32, gen },
+                        None => HostAnswer::Refused,
+                    };
+                    self.with_notes(to, |core, notes| core.host_answer(now, chain, route, addr(peer), answer, notes));
                 }
                 Msg::Unhost { hosted } => {
                     if let Some(l) = self.nodes[to].chains.get_mut(hosted.index()) {
@@ -394,33 +424,71 @@ impl PoolSim {
         }
     }
 
-    /// Node `n`'s chain `chain` is hosted by `peer` (of generation `gen`) as `hosted` (the
-    /// answer to its request).
-    #[allow(clippy::too_many_arguments)] // one message's fields
-    fn hosted(&mut self, now: Instant, n: usize, chain: ChainId, peer: usize, hosted: ChainId, spill: bool, gen: u64) {
-        let route = chain.index() as u32;
-        let node = &mut self.nodes[n];
-        let l = &mut node.chains[chain.index()];
-        l.asked = false;
-        let wanted = l.live && (!spill || matches!(node.core.spills().phase(chain), Some(Phase::Asked { peer: p, .. }) if p == addr(peer)));
-        if !wanted {
-            self.mail.push((peer, Msg::Unhost { hosted }));
-            return;
+    /// Node `to` hears member `from`'s load report. The pool's rule first: a peer heard with a
+    /// newer generation restarted, and what its earlier incarnation ran for this node is gone.
+    fn report_to(&mut self, now: Instant, to: usize, from: SocketAddr, report: LoadReport) {
+        if self.with_notes(to, |core, notes| core.pool_heard(now, from, report.gen, notes)) != Heard::Stale {
+            self.nodes[to].core.handle_report(now, from, report);
         }
-        node.core.redirect_route(route, addr(peer), hosted.index() as u32, gen);
-        node.chains[chain.index()].away = Some((peer, hosted));
-        if spill {
-            node.core.spill_placed(now, chain, addr(peer));
-            self.counts.spills += 1;
-            return;
+    }
+
+    /// Has node `n`'s core do `decide`, then carries out what it noted and asked of its peers.
+    fn with_notes<T>(&mut self, n: usize, decide: impl FnOnce(&mut NodeCore, &mut Vec<PoolNote>) -> T) -> T {
+        let out = decide(&mut self.nodes[n].core, &mut self.notes);
+        self.carry_out(n);
+        out
+    }
+
+    /// Carries out what node `n`'s core noted and asked of its peers (as the data plane does,
+    /// in a fluid world: no packet waits, no state moves).
+    fn carry_out(&mut self, n: usize) {
+        loop {
+            for note in std::mem::take(&mut self.notes) {
+                match note {
+                    PoolNote::Placed { chain, .. } => {
+                        self.counts.placements += 1;
+                        // What waited for the answer goes there first.
+                        let placed = self.nodes[n].core.placements().placed();
+                        let at = placed.iter().find(|p| p.chain == chain && !p.spill).map(|p| (p.peer, p.hosted));
+                        let q = std::mem::take(&mut self.nodes[n].chains[chain.index()].queue);
+                        match at.map(|(peer, h)| (self.node_of(peer), h)) {
+                            Some((Some(p), hosted)) => self.nodes[p].chains[hosted as usize].queue += q,
+                            Some((None, _)) => self.sent_outside += q,
+                            None => self.nodes[n].chains[chain.index()].queue = q,
+                        }
+                    }
+                    PoolNote::Spilled { .. } => self.counts.spills += 1,
+                    PoolNote::Refused { .. } => self.counts.refusals += 1,
+                    PoolNote::MovingBack { .. } => self.counts.moves_back += 1,
+                    _ => {}
+                }
+            }
+            let Some(r) = self.nodes[n].core.poll_pool_request() else { return };
+            let nodes = self.nodes.len();
+            let to = |peer| (0..nodes).find(|&j| addr(j) == peer);
+            match r {
+                PoolRequest::Place { chain, route, peer, .. } => {
+                    let work = self.nodes[n].chains[chain.index()].work;
+                    match to(peer) {
+                        Some(p) => self.mail.push((p, Msg::Host { home: n, chain, route, work })),
+                        None => self.outside.push((n, r)),
+                    }
+                }
+                PoolRequest::Return { chain, peer, hosted, .. } => match to(peer) {
+                    Some(p) => {
+                        // A fluid chain keeps no state: it runs here at once, and the peer's
+                        // copy goes once it has run what it holds.
+                        self.nodes[n].core.pool_returned(chain);
+                        self.mail.push((p, Msg::Unhost { hosted: ChainId(hosted as u16) }));
+                    }
+                    None => self.outside.push((n, r)),
+                },
+                PoolRequest::Unhost { peer, hosted } => match to(peer) {
+                    Some(p) => self.mail.push((p, Msg::Unhost { hosted: ChainId(hosted as u16) })),
+                    None => self.outside.push((n, r)),
+                },
+            }
         }
-        node.core.redirect_chain(chain, Redirect { peer: addr(peer), share: SHARE_ALL });
-        let key = node.core.meter().chain_key(chain);
-        node.core.pool_placed(now, key, addr(peer));
-        self.counts.placements += 1;
-        // What waited for the answer goes there first.
-        let q = std::mem::take(&mut node.chains[chain.index()].queue);
-        self.nodes[peer].chains[hosted.index()].queue += q;
     }
 
     fn report(&mut self) {
@@ -472,7 +540,10 @@ impl PoolSim {
                         None
                     };
                     let Some(t) = to else { break };
-                    let Some(p) = self.node_of(t.peer) else { break };
+                    let Some(p) = self.node_of(t.peer) else {
+                        n = usize::MAX - 1;
+                        break;
+                    };
                     if !runs_here(self.nodes[p].gen, t.incarnation) {
                         // Named for an incarnation of the peer that is gone: not run there.
                         n = usize::MAX;
@@ -483,6 +554,11 @@ impl PoolSim {
                 }
                 if n == usize::MAX {
                     self.lost += per;
+                    continue;
+                }
+                if n == usize::MAX - 1 {
+                    // To a peer outside the simulated pool (a test's scripted one).
+                    self.sent_outside += per;
                     continue;
                 }
                 let l = &mut self.nodes[n].chains[chain.index()];
@@ -497,26 +573,14 @@ impl PoolSim {
         for n in 0..self.nodes.len() {
             for c in 0..self.nodes[n].chains.len() {
                 let chain = ChainId(c as u16);
-                let node = &mut self.nodes[n];
+                let node = &self.nodes[n];
                 let l = &node.chains[c];
-                if !l.live || l.asked || l.queue <= 0.0 || node.core.elastic().instances(chain) > 0 {
+                if !l.live || l.queue <= 0.0 || node.core.elastic().instances(chain) > 0 {
                     continue;
                 }
                 let victims = node.core.elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { .. }));
-                let placement = if self.setup.pooled {
-                    let key = node.core.meter().chain_key(chain);
-                    node.core.place(chain, key, now)
-                } else {
-                    Placement::Here(node.core.place_here(chain, now))
-                };
-                match placement {
-                    Placement::Here(d) => self.launched(Some(d), victims),
-                    Placement::Peer(p) => {
-                        let Some(peer) = self.node_of(p) else { continue };
-                        let work = self.nodes[n].chains[c].work;
-                        self.nodes[n].chains[c].asked = true;
-                        self.mail.push((peer, Msg::Host { home: n, chain, work, spill: false }));
-                    }
+                if let OnDemand::Here(d) = self.with_notes(n, |core, notes| core.place_on_demand(now, chain, c as u32, 0, notes)) {
+                    self.launched(Some(d), victims);
                 }
             }
         }
@@ -606,6 +670,7 @@ impl PoolSim {
                 if l.live && l.leaving && l.queue <= 0.0 {
                     l.live = false;
                     free_regions(&mut node.core, ChainId(c as u16));
+                    node.core.retire_chain(ChainId(c as u16));
                 }
             }
             let loads: Vec<f64> = node.chains.iter_mut().map(|l| std::mem::take(&mut l.arrived) / per_instance).collect();
@@ -632,55 +697,7 @@ impl PoolSim {
                 }
             }
             self.acts = acts;
-            let mut pool_acts = std::mem::take(&mut self.pool_acts);
-            self.nodes[n].core.pool_acts(&mut pool_acts);
-            for act in pool_acts.drain(..) {
-                self.pool_act(now, n, act);
-            }
-            self.pool_acts = pool_acts;
-        }
-    }
-
-    /// Carries out one of node `n`'s pool decisions, as the data plane does.
-    fn pool_act(&mut self, now: Instant, n: usize, act: PoolAct) {
-        match act {
-            PoolAct::MoveBack { key, peer } | PoolAct::Lost { key, peer } => {
-                let Some(p) = self.node_of(peer) else { return };
-                let node = &mut self.nodes[n];
-                let Some(c) =
-                    (0..node.chains.len()).find(|&c| node.chains[c].live && node.core.meter().chain_key(ChainId(c as u16)) == key)
-                else {
-                    return;
-                };
-                let chain = ChainId(c as u16);
-                node.core.clear_redirect_route(chain.index() as u32, addr(p));
-                node.core.stop_redirect(chain);
-                let hosted = node.chains[c].away.take().filter(|a| a.0 == p).map(|a| a.1);
-                if matches!(act, PoolAct::MoveBack { .. }) {
-                    node.core.pool_home(key);
-                    self.counts.moves_back += 1;
-                }
-                if let (Some(h), PoolAct::MoveBack { .. }) = (hosted, act) {
-                    self.mail.push((p, Msg::Unhost { hosted: h }));
-                }
-            }
-            PoolAct::Spill { chain, peer, .. } => {
-                let Some(p) = self.node_of(peer) else {
-                    self.nodes[n].core.spill_failed(now, chain, peer);
-                    return;
-                };
-                let work = self.nodes[n].chains[chain.index()].work;
-                self.mail.push((p, Msg::Host { home: n, chain, work, spill: true }));
-            }
-            PoolAct::SpillShare { .. } => {}
-            PoolAct::Unspill { chain, peer, .. } => {
-                let Some(p) = self.node_of(peer) else { return };
-                let node = &mut self.nodes[n];
-                node.core.clear_redirect_route(chain.index() as u32, addr(p));
-                if let Some((_, h)) = node.chains[chain.index()].away.take().filter(|a| a.0 == p) {
-                    self.mail.push((p, Msg::Unhost { hosted: h }));
-                }
-            }
+            self.with_notes(n, |core, notes| core.pool_epoch(now, notes));
         }
     }
 }

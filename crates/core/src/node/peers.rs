@@ -8,7 +8,7 @@ use crate::ids::{ChainId, DagUid};
 use crate::pool::owner::{Claim, Owners};
 use crate::pool::redirect::{Redirect, Redirects, Target};
 use crate::pool::spill::Spills;
-use crate::pool::{ChainKey, PoolAgent};
+use crate::pool::PoolAgent;
 use crate::time::Instant;
 use std::net::SocketAddr;
 
@@ -41,22 +41,6 @@ impl NodeCore {
     /// The pool's links (a ring's, or a switch's): hops to each peer.
     pub fn set_pool_links(&mut self, me: SocketAddr, links: &[[SocketAddr; 2]]) {
         self.pool.set_links(me, links);
-    }
-
-    /// `chain` (of pool-wide `key`) runs on `peer` from `now`: it comes home once room has
-    /// lasted here.
-    pub fn pool_placed(&mut self, now: Instant, key: ChainKey, peer: SocketAddr) {
-        self.pool.placed(now, key, peer);
-    }
-
-    /// The chain of `key` came home (or stopped): no longer remote.
-    pub fn pool_home(&mut self, key: ChainKey) {
-        self.pool.home(key);
-    }
-
-    /// `peer` refused to host a chain (or did not answer): not asked again until it reports anew.
-    pub fn pool_refused(&mut self, peer: SocketAddr) {
-        self.pool.refused(peer);
     }
 
     /// Redirects `chain`'s packets (a share of its flows) to a peer, replacing what it had.

@@ -38,39 +38,74 @@ impl NodeCore {
         &self.elastic
     }
 
-    /// A new chain of NTs of `kinds` (no instance yet): its id, the same in the scheduler, the
-    /// demand model and the elasticity policy.
+    /// Declares a chain of NTs of `kinds` (no instance yet): its id, the same in the scheduler,
+    /// the demand model and the elasticity policy — that of a chain [`NodeCore::retire_chain`]
+    /// took away and that has gone, if the scheduler agrees, else a new one
+    /// ([`NodeCore::chain_count`] grows).
     pub fn add_chain(&mut self, kinds: &[&str], instances: Instances) -> ChainId {
+        if let Some(id) = self.life.reusable() {
+            if self.sched.reuse_chain(id, kinds.len()) {
+                // (Its elastic state was forgotten when it was taken away.)
+                self.meter.reuse_chain(id, kinds);
+                self.elastic.set_single_instance(id, instances == Instances::One);
+                self.life.declared(id);
+                return id;
+            }
+        }
         let id = self.sched.add_chain(kinds.len());
         self.meter.add_chain(kinds);
         self.elastic.add_chain(id);
         self.elastic.set_single_instance(id, instances == Instances::One);
+        self.life.declared(id);
         id
     }
 
-    /// Declares `chain` again — an id whose chain [`NodeCore::remove_chain`] took away and whose
-    /// instances have all gone — with NTs of `kinds`. False (nothing changed) if the scheduler
-    /// still holds something of the old chain.
-    pub fn reuse_chain(&mut self, chain: ChainId, kinds: &[&str], instances: Instances) -> bool {
-        if !self.sched.reuse_chain(chain, kinds.len()) {
+    /// Chain ids declared so far (live, going away or gone).
+    pub fn chain_count(&self) -> usize {
+        self.life.len()
+    }
+
+    /// True while `chain` is declared and not being taken away.
+    #[inline]
+    pub fn is_live(&self, chain: ChainId) -> bool {
+        self.life.is_live(chain)
+    }
+
+    /// Chains declared and not being taken away.
+    pub fn live_chains(&self) -> usize {
+        self.life.live_count()
+    }
+
+    /// True while some chain is going away.
+    pub fn chains_retiring(&self) -> bool {
+        self.life.retiring()
+    }
+
+    /// Takes `chain` away (false if it was not live): it launches no more, the elasticity
+    /// policy forgets it (no saved state, no endpoint fallback, no load, no scaling history),
+    /// and its instances finish what routes still bring them ([`NodeCore::chains_to_stop`]).
+    pub fn retire_chain(&mut self, chain: ChainId) -> bool {
+        if !self.life.retire(chain) {
             return false;
         }
-        // (Its elastic state was forgotten when it was removed.)
-        self.meter.reuse_chain(chain, kinds);
-        self.elastic.set_single_instance(chain, instances == Instances::One);
+        self.elastic.add_chain(chain);
         true
     }
 
-    /// `chain` is being removed: the elasticity policy forgets it (no saved state, no endpoint
-    /// fallback, no load, no scaling history) while its instances drain.
-    pub fn forget_chain(&mut self, chain: ChainId) {
-        self.elastic.add_chain(chain);
+    /// The chains going away whose instances should stop now: no route uses them and no launch
+    /// of them is under way (`launching(sched, c)`).
+    pub fn chains_to_stop(&self, launching: impl Fn(&Scheduler<u32>, ChainId) -> bool) -> Vec<ChainId> {
+        self.life.to_stop(&self.sched, |c| launching(&self.sched, c)).collect()
     }
 
-    /// `chain`'s instances have all gone: its NTs and instances no longer count for fair
-    /// sharing.
-    pub fn remove_chain(&mut self, chain: ChainId) {
+    /// A chain going away with no route and no instance left is gone (true if it just went):
+    /// its NTs and instances no longer count for fair sharing, and its id is free.
+    pub fn settle_chain(&mut self, chain: ChainId) -> bool {
+        if !self.life.settle(chain, &self.sched) {
+            return false;
+        }
         self.meter.remove_chain(chain);
+        true
     }
 
     /// Names a chain's NTs in fair-sharing reports (by default `chainC.I:kind`): its manifest's

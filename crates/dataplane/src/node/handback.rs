@@ -35,25 +35,12 @@ pub struct ChainState {
     pub instances: Vec<Vec<Option<Vec<u8>>>>,
 }
 
-/// Chains whose state is being collected (the peer's side), and chains coming home that wait
-/// for theirs (home's).
+/// Chains whose state is being collected (the peer's side; the chains coming home that wait
+/// for theirs are the core's: [`snic_core::pool::placements::Placements::returning`]).
 #[derive(Default)]
 pub(crate) struct Handback {
     exporting: Vec<(ChainId, ChainState)>,
     exported: VecDeque<(ChainId, ChainState)>,
-    /// Coming home: the chain, the peer's pool and data addresses, since when.
-    returning: Vec<(ChainId, SocketAddr, SocketAddr, Instant)>,
-}
-
-impl Handback {
-    /// True while `chain` comes home and waits for its state.
-    pub(crate) fn returning(&self, chain: ChainId) -> bool {
-        self.returning.iter().any(|r| r.0 == chain)
-    }
-
-    pub(super) fn start_return(&mut self, chain: ChainId, peer: SocketAddr, data: SocketAddr, now: Instant) {
-        self.returning.push((chain, peer, data, now));
-    }
 }
 
 fn save_all(nts: &[Box<dyn Nt>], now: Instant) -> Vec<Option<Vec<u8>>> {
@@ -111,23 +98,18 @@ impl<B: Backend> Node<B> {
     /// a chain not coming home (it was answered already, or its peer died) is ignored.
     pub fn pool_returned(&mut self, chain: ChainId, result: Result<Vec<ChainState>, String>) {
         let now = self.clock.now();
-        let h = &mut self.pool.handback;
-        let Some(i) = h.returning.iter().position(|r| r.0 == chain) else { return };
-        let (_, _, data, since) = h.returning.swap_remove(i);
+        let Some((data, since)) = self.core.pool_returned(chain) else { return };
         let restored = result.ok().map(|states| self.restore(chain, &states, now));
+        self.came_home(chain, data, since, restored, now);
+    }
+
+    /// `chain` came home from the peer at data address `data`, coming since `since`, with
+    /// `restored` entries of its state (`None`: none came): its waiting packets go on.
+    pub(super) fn came_home(&mut self, chain: ChainId, data: SocketAddr, since: Instant, restored: Option<u32>, now: Instant) {
         self.elastic.stats.moves_back += 1;
         let took = now.saturating_since(since).as_nanos() as u64;
         self.record(now, chain, None, EventKind::MovedBack { peer: data, restored }, took);
         self.release_waiting(Some(chain), now);
-    }
-
-    /// The peer at pool address `peer` died: chains coming home from it do not wait for their
-    /// state any more.
-    pub(super) fn returns_lost(&mut self, peer: SocketAddr) {
-        let lost: Vec<ChainId> = self.pool.handback.returning.iter().filter(|r| r.1 == peer).map(|r| r.0).collect();
-        for chain in lost {
-            self.pool_returned(chain, Err(format!("peer {peer} died")));
-        }
     }
 
     /// Builds `chain`'s NTs and restores into them every instance's state of `states` for its

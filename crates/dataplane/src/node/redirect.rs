@@ -45,8 +45,8 @@ pub(crate) struct PoolLink {
     /// Redirected packets forwarded toward the node that runs them (this node a pass-through
     /// node on the way), and their bytes.
     pass_through: (u64, u64),
-    /// Placements the pool agent decided: asked, done.
-    pub(super) place: super::pool::Placements,
+    /// A buffer for what the core notes of the pool ([`snic_core::pool::placements::PoolNote`]).
+    pub(super) notes: Vec<snic_core::pool::placements::PoolNote>,
     /// Chains coming home with their state, and state collected for peers.
     pub(super) handback: super::handback::Handback,
     /// The per-packet check runs: a key, datagram framing, and a chain redirected.

@@ -13,23 +13,21 @@ impl<B: Backend> Node<B> {
     /// replaced or removed first: until they are, and until their packets have finished, it
     /// keeps running.
     pub fn remove_chain(&mut self, chain: ChainId) {
-        if !self.life.retire(chain) {
+        if !self.core.retire_chain(chain) {
             return;
         }
-        // No saved state, no endpoint fallback, no load, no scaling history.
         self.elastic.forget_chain(chain);
-        self.core.forget_chain(chain);
         self.advance_retired();
     }
 
     /// True while `chain` is declared and not being taken away.
     pub fn is_live(&self, chain: ChainId) -> bool {
-        self.life.is_live(chain)
+        self.core.is_live(chain)
     }
 
     /// Chains declared and not taken away.
     pub fn live_chains(&self) -> usize {
-        self.life.live_count()
+        self.core.live_chains()
     }
 
     /// A live chain's NT specs.
@@ -45,18 +43,17 @@ impl<B: Backend> Node<B> {
     pub(super) fn advance_retired(&mut self) {
         let store = &self.store;
         self.core.free_routes(|r| store.in_route(r) as usize);
-        if !self.life.retiring() {
+        if !self.core.chains_retiring() {
             return;
         }
         // A launch under way (or one evicting the chain's instance) finishes first.
-        let (elastic, sched) = (&self.elastic, self.core.sched());
-        let stop: Vec<ChainId> = self.life.to_stop(sched, |c| elastic.launching(sched, c)).collect();
+        let elastic = &self.elastic;
+        let stop = self.core.chains_to_stop(|sched, c| elastic.launching(sched, c));
         for chain in stop {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
-            if self.life.settle(chain, self.core.sched()) {
+            if self.core.settle_chain(chain) {
                 self.chains[chain.index()] = Vec::new();
-                self.core.remove_chain(chain);
             }
         }
     }

@@ -1206,6 +1206,7 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("moves", st.moves),
             ("remote_launches", st.remote_launches),
             ("remote_refusals", st.remote_refusals),
+            ("answers_ignored", st.answers_ignored),
             ("moves_back", st.moves_back),
             ("spills", st.spills),
         ],
