@@ -32,8 +32,9 @@ cost=${COST_NS:-100000}
 # on CPU NODE and the senders and receivers on CPU PEERS: the kernel's sending and receiving
 # paths for a veth run on the sender's CPU, so the node's core is its own, as on a node with
 # dedicated cores. Unpinned, the senders take a share of the node's core that grows with the
-# offered load (dispatcher_waiting). NICE=N runs the node at that niceness (e.g. -20, as
-# docs/operations.md advises for a node that shares its machine).
+# offered load (dispatcher_waiting). NICE=N runs the node at that niceness, in a session of
+# its own whose scheduling autogroup gets it too (e.g. -20, as docs/operations.md advises for a
+# node that shares its machine).
 pin=${PIN-$([ "$(nproc)" -ge 2 ] && echo 0:1)}
 pin_node= pin_peers=
 if [ -n "$pin" ]; then pin_node="taskset -c ${pin%%:*}"; pin_peers="taskset -c ${pin#*:}"; fi
@@ -93,8 +94,18 @@ spec: {vni: $vni, vtep: '192.168.$((10 + i)).2:4789', flood: true}
 ---
 Y
 done
-${NICE:+nice -n $NICE} $pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
+# With NICE, the node gets a session of its own (setsid execs in place: the PID stays the
+# node's) and that session's scheduling autogroup the same nice value: where the kernel groups
+# processes by session, nice alone counts only against this script's own processes.
+${NICE:+nice -n $NICE setsid} $pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
 node_pid=$!
+if [ -n "${NICE:-}" ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then
+  for _ in $(seq 100); do
+    [ "$(awk '{print $6}' /proc/$node_pid/stat 2>/dev/null)" = "$node_pid" ] && break
+    sleep 0.05
+  done
+  echo "$NICE" > /proc/$node_pid/autogroup
+fi
 wait_for "node up" ip netns exec "$P-node" "$snic" status
 ip netns exec "$P-node" "$snic" apply -f "$manifest" >/dev/null
 for i in 1 2 3; do
