@@ -248,6 +248,16 @@ impl NodeCore {
             || (self.elastic.on() && (0..sched.instance_count()).any(|i| sched.state(InstanceId(i as u16)) == InstanceState::Running))
     }
 
+    /// When the core next needs the driver to call it if nothing arrives meanwhile (as
+    /// smoltcp's `Interface::poll_at`): the end of the epoch while one has anything to look
+    /// after ([`NodeCore::wants_epoch`]) or the node's tables change (a DAG switching forms, a
+    /// route or a chain going away); `None`: only traffic or a command needs it. The driver
+    /// merges it with its own deadlines (launches it emulates, batches held by threads).
+    pub fn poll_at(&self) -> Option<Instant> {
+        let busy = self.wants_epoch() || self.dags.switching() || self.dags.retiring() || self.life.retiring();
+        busy.then(|| self.meter.next_epoch())
+    }
+
     /// The epoch ends at `now`: `counters` are the node's (cumulative). The demand model drains the scheduler's arrivals, and
     /// the scheduler is given the NTs' measured costs. Returns what the elasticity policy
     /// decided, for the driver to carry out (and the pool agent's decisions wait in

@@ -8,6 +8,7 @@ mod launch;
 mod parallel;
 mod redirect;
 mod scale;
+mod wake;
 mod wasm;
 
 use crate::alloc_count;
@@ -72,6 +73,9 @@ pub enum BenchCmd {
     /// A tenant's own NT: the same firewall built in and as a wasm module (examples/wasm,
     /// compiled with clang) through the full in-memory path, and what launching a module costs.
     Wasm(wasm::WasmArgs),
+    /// How late the node's idle wait wakes: the UDP backend's sleep for 50 µs … 1 ms, timed to
+    /// the nanosecond (epoll_pwait2, the node's way) and in whole milliseconds (the fallback).
+    Wake(wake::WakeArgs),
 }
 
 /// Options of `snic bench drf`.
@@ -196,6 +200,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Kv(a) => kv::run(&a),
         BenchCmd::KvPolicy(a) => kv::run_policy(&a),
         BenchCmd::Wasm(a) => wasm::run(&a),
+        BenchCmd::Wake(a) => wake::run(&a),
     }
 }
 
