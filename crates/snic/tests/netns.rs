@@ -24,6 +24,21 @@ struct Topo {
     /// The nodes' stderr, shown when the test fails.
     logs: Vec<std::path::PathBuf>,
     state: std::path::PathBuf,
+    /// How the node is given its core.
+    priority: Priority,
+}
+
+/// How a test's node is given its core beside other work.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Priority {
+    /// `nice -20` in the test's session: ahead of the test's own processes (its senders), not
+    /// of CPU hogs started elsewhere where the kernel groups processes by session.
+    InSession,
+    /// A session of its own whose scheduling autogroup is at nice -20 too (docs/operations.md):
+    /// ahead of other sessions' hogs as well — for the tests of how it shares its core, which
+    /// say nothing of a node that loses it. (Not for every test: the suite's background builds
+    /// would lose the CPU to every node for nothing.)
+    OwnGroup,
 }
 
 impl Drop for Topo {
@@ -67,13 +82,20 @@ impl Topo {
             children: Vec::new(),
             logs: Vec::new(),
             state: std::env::temp_dir().join(format!("snic-netns-{tag}{id}")),
+            priority: Priority::InSession,
         }
     }
 
     /// The node and endpoints A, B on VNI 100 (10.1.0.1 and .2) and C, D on VNI 200 (the same
     /// inner addresses), each in every flood list of its VNI, running `manifest`.
     fn four_endpoints(tag: &str, manifest: &str) -> Topo {
+        Self::four_endpoints_at(tag, manifest, Priority::InSession)
+    }
+
+    /// [`Topo::four_endpoints`] with the node at `priority`.
+    fn four_endpoints_at(tag: &str, manifest: &str, priority: Priority) -> Topo {
         let mut t = Topo::new(tag);
+        t.priority = priority;
         t.add_ns("node");
         t.endpoint("a", 1, 100, "10.1.0.1/24");
         t.endpoint("b", 2, 100, "10.1.0.2/24");
@@ -85,21 +107,25 @@ impl Topo {
 
     /// Starts the node in its namespace and applies `manifest` once it answers. The node runs at
     /// `nice -20`, as docs/operations.md says to run one that shares its machine with other
-    /// work ("Give the data plane its core"): these tests check isolation and fairness through
-    /// the daemon as deployed, and CI runs them beside CPU hogs. A node that loses its core for
-    /// long stretches is not what these tests claim for (docs/fairness.md "Limits").
+    /// work ("Give the data plane its core"), and for the tests of how it shares its core
+    /// ([`Priority::OwnGroup`]) in a session of its own.
     fn start_node(&mut self, manifest: &str) {
         let state = self.state.to_str().unwrap().to_string();
         let bin = env!("CARGO_BIN_EXE_snic");
-        // A session of its own (`setsid` execs in place: the PID stays the node's), whose
-        // scheduling autogroup gets the nice value too: where the kernel groups processes by
-        // session, `nice` alone counts only against this test's own processes, not against CPU
-        // hogs started elsewhere (docs/operations.md).
-        let i = self.spawn(
-            "node",
-            &["setsid", "nice", "-n", "-20", bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state],
-        );
-        let pid = self.children[i].id();
+        let run = [bin, "run", "--data", "0.0.0.0:4789", "--api", "127.0.0.1:7878", "--state-dir", &state];
+        let own = self.priority == Priority::OwnGroup;
+        let args: Vec<&str> = own.then_some("setsid").into_iter().chain(["nice", "-n", "-20"]).chain(run).collect();
+        let i = self.spawn("node", &args);
+        if own {
+            self.own_group(self.children[i].id());
+        }
+        wait_for("the node comes up", Duration::from_secs(10), || self.exec_status("node", &[bin, "status"]).status.code() == Some(0));
+        self.apply("node", manifest);
+    }
+
+    /// Gives process `pid` (started under `setsid`, which execs in place) its session's
+    /// scheduling autogroup at nice -20, once it has its session.
+    fn own_group(&self, pid: u32) {
         wait_for("the node has its own session", Duration::from_secs(10), || {
             std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
                 // Fields after the command's ")": state, ppid, pgrp, session.
@@ -107,8 +133,6 @@ impl Topo {
             })
         });
         set_autogroup_nice(pid, -20);
-        wait_for("the node comes up", Duration::from_secs(10), || self.exec_status("node", &[bin, "status"]).status.code() == Some(0));
-        self.apply("node", manifest);
     }
 
     /// Applies `manifest` to the node in namespace `n`.
@@ -561,7 +585,7 @@ spec: {vni: 200, action: {dag: green-path}}
 fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
-    let mut t = Topo::four_endpoints("w", WEIGHTED);
+    let mut t = Topo::four_endpoints_at("w", WEIGHTED, Priority::OwnGroup);
     t.spawn("b", &["iperf3", "-s", "-p", "5201"]);
     t.spawn("d", &["iperf3", "-s", "-p", "5201"]);
     t.listening("b", &[5201]);
