@@ -8,6 +8,7 @@ use super::worker::{chain_name, HostedSnap};
 use snic_control::plan::{HostRequest, Plan, TenantPlan};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::pool::redirect::{Fence, FenceState};
+use snic_core::pool::MemberEvent;
 use snic_core::time::Instant;
 use snic_dataplane::backend::udp::UdpBackend;
 use snic_dataplane::backend::Waker;
@@ -60,6 +61,8 @@ pub(super) struct PoolWork {
     waker: Option<Waker>,
     hosted: Vec<Hosted>,
     link: Option<PoolLink>,
+    /// The members up, as membership said: a node built anew (a rebuild) is told them again.
+    members: std::collections::BTreeSet<SocketAddr>,
     placing: Vec<Placing>,
     returning: Vec<Returning>,
     fenced: Vec<Fenced>,
@@ -78,6 +81,34 @@ impl PoolWork {
             n.set_pool_generation(link.gen);
         }
         self.link = Some(link);
+    }
+
+    /// A membership change, for the node's pool agent (and kept for a node built anew).
+    pub(super) fn member(&mut self, node: Option<&mut Node<UdpBackend>>, event: MemberEvent) {
+        match event {
+            MemberEvent::Up(a) => {
+                self.members.insert(a);
+            }
+            MemberEvent::Down(a) => {
+                self.members.remove(&a);
+            }
+            MemberEvent::Rejoined => {}
+        }
+        if let Some(n) = node {
+            n.pool_member(event);
+        }
+    }
+
+    /// `node` replaces the one the pool knew (a rebuild): it takes the pool's generation (peers
+    /// name it in what they redirect here) and learns the members that are up; their load
+    /// reports come with the next gossip.
+    pub(super) fn attach(&self, node: &mut Node<UdpBackend>) {
+        if let Some(l) = &self.link {
+            node.set_pool_generation(l.gen);
+        }
+        for &m in &self.members {
+            node.pool_member(MemberEvent::Up(m));
+        }
     }
 
     /// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the entry step's
@@ -401,5 +432,36 @@ fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
         store_buffers: req.store_buffers,
         vnis: req.vnis.clone(),
         fdb_macs: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use snic_dataplane::node::MonotonicClock;
+    use snic_dataplane::NodeConfig;
+
+    fn node() -> Node<UdpBackend> {
+        let backend = UdpBackend::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        Node::new(NodeConfig::default(), backend, Box::new(MonotonicClock::default())).unwrap()
+    }
+
+    /// A data plane built anew (a rebuild after a change failed half way) is told the members
+    /// that are up: without them its pool agent would place nothing on a peer until membership
+    /// next changed.
+    #[test]
+    fn a_node_built_anew_learns_the_members_up() {
+        let (a, b): (SocketAddr, SocketAddr) = ("192.0.2.1:7946".parse().unwrap(), "192.0.2.2:7946".parse().unwrap());
+        let mut first = node();
+        let mut work = PoolWork::default();
+        for e in [MemberEvent::Up(a), MemberEvent::Up(b), MemberEvent::Down(a)] {
+            work.member(Some(&mut first), e);
+        }
+        let up = |n: &Node<UdpBackend>| n.pool_agent().peers(n.now()).map(|(p, _)| p).collect::<Vec<_>>();
+        assert_eq!(up(&first), vec![b]);
+        let mut rebuilt = node();
+        assert!(up(&rebuilt).is_empty());
+        work.attach(&mut rebuilt);
+        assert_eq!(up(&rebuilt), vec![b], "the rebuilt node knows the member up, not the one gone");
     }
 }

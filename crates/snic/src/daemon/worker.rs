@@ -819,11 +819,7 @@ fn run(
                         }
                         let _ = ack.send(());
                     }
-                    Cmd::Member(e) => {
-                        if let Some(n) = node.as_mut() {
-                            n.pool_member(e);
-                        }
-                    }
+                    Cmd::Member(e) => pool.member(node.as_mut(), e),
                     Cmd::SetPool(link) => pool.set_link(node.as_mut(), link),
                     Cmd::Unhost(home, route) => {
                         if let Some(n) = node.as_mut() {
@@ -904,7 +900,8 @@ fn apply(
     let mut old_node = slot.take().context("no data plane")?;
     old_node.drain(Duration::from_millis(200));
     pool.rebuilt(&old_node);
-    let (n, r) = build(cfg, old_node.into_backend(), old)?;
+    let (mut n, r) = build(cfg, old_node.into_backend(), old)?;
+    pool.attach(&mut n);
     *ids = r.context("restoring the previous deployment")?;
     *slot = Some(n);
     *rebuilds += 1;
