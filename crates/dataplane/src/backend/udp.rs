@@ -275,7 +275,8 @@ impl UdpBackend {
     }
 
     /// Waits up to `timeout` for a readable queue, timed as [`UdpBackend::wait_clock`] says (a
-    /// kernel without `epoll_pwait2` turns it to [`WaitClock::Millis`] for good).
+    /// kernel or a seccomp filter that refuses `epoll_pwait2` turns it to [`WaitClock::Millis`]
+    /// for good).
     fn epoll_wait_for(&mut self, timeout: Duration) -> i32 {
         if self.wait_clock == WaitClock::Fine {
             if !self.slack_set {
@@ -299,7 +300,10 @@ impl UdpBackend {
                     0usize,
                 )
             } as i32;
-            if k >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+            // A kernel without it says ENOSYS; a seccomp filter that does not know it may say
+            // EPERM (older container runtimes) — any error but an interrupted wait would make
+            // every wait return at once, a busy loop: wait in whole milliseconds from then on.
+            if k >= 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 return k;
             }
             self.wait_clock = WaitClock::Millis;
