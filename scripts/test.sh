@@ -70,9 +70,17 @@ fi
 # again, which then only check that everything is fresh and report what failed, in place.
 wasmtime_target=target/wasmtime
 fuzz_flags=(-s none)
-prebuild() {
+# The wasmtime feature's lint, and its tests (arguments: `--no-run` to build only), written once
+# for the background build and the step that needs them.
+wasmtime_lint() {
   cargo clippy --locked -p snic-nt --features wasmtime --all-targets --target-dir "$wasmtime_target" -- -D warnings
-  cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --no-run --target-dir "$wasmtime_target"
+}
+wasmtime_tests() {
+  cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --target-dir "$wasmtime_target" "$@"
+}
+prebuild() {
+  wasmtime_lint
+  wasmtime_tests --no-run
   if [ "$fuzz_seconds" -gt 0 ]; then
     command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
     (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build "${fuzz_flags[@]}")
@@ -87,7 +95,7 @@ root_log=$(mktemp)
 niceness=0
 is_root && niceness=19
 perl -e 'setpgrp(0, 0); exec @ARGV or die "exec: $!"' -- nice -n "$niceness" \
-  bash -c "$(declare -f prebuild); $(declare -p wasmtime_target fuzz_flags fuzz_seconds); prebuild" >"$prebuild_log" 2>&1 &
+  bash -c "$(declare -f prebuild wasmtime_lint wasmtime_tests); $(declare -p wasmtime_target fuzz_flags fuzz_seconds); prebuild" >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 trap '[ -z "$prebuild_pid" ] || { kill -- -"$prebuild_pid"; kill -CONT -- -"$prebuild_pid"; } 2>/dev/null; rm -f "$test_log" "$root_log" "$prebuild_log"' EXIT
 prebuild_join() {
@@ -147,9 +155,9 @@ fi
 # the step's own line, not in the totals: they are the same tests.)
 step "wasm NTs on both engines (cargo feature wasmtime)"
 prebuild_join
-cargo clippy --locked -p snic-nt --features wasmtime --all-targets --target-dir "$wasmtime_target" -- -D warnings || fail "lint (wasmtime)"
+wasmtime_lint || fail "lint (wasmtime)"
 # (Each binary's result line, and a failing test's name and panic: the log says which.)
-cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --target-dir "$wasmtime_target" 2>&1 | grep -E -A3 '^test .*FAILED|panicked at|^test result|^error'
+wasmtime_tests 2>&1 | grep -E -A3 '^test .*FAILED|panicked at|^test result|^error'
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests (wasmtime)"
 
 if [ "$fuzz_seconds" -gt 0 ]; then
