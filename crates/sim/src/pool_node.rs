@@ -464,17 +464,15 @@ impl PoolSim {
                 }
             }
             let Some(r) = self.nodes[n].core.poll_pool_request() else { return };
-            let nodes = self.nodes.len();
-            let to = |peer| (0..nodes).find(|&j| addr(j) == peer);
             match r {
                 PoolRequest::Place { chain, route, peer, .. } => {
                     let work = self.nodes[n].chains[chain.index()].work;
-                    match to(peer) {
+                    match self.node_of(peer) {
                         Some(p) => self.mail.push((p, Msg::Host { home: n, chain, route, work })),
                         None => self.outside.push((n, r)),
                     }
                 }
-                PoolRequest::Return { chain, peer, hosted, .. } => match to(peer) {
+                PoolRequest::Return { chain, peer, hosted, .. } => match self.node_of(peer) {
                     Some(p) => {
                         // A fluid chain keeps no state: it runs here at once, and the peer's
                         // copy goes once it has run what it holds.
@@ -483,7 +481,7 @@ impl PoolSim {
                     }
                     None => self.outside.push((n, r)),
                 },
-                PoolRequest::Unhost { peer, hosted } => match to(peer) {
+                PoolRequest::Unhost { peer, hosted } => match self.node_of(peer) {
                     Some(p) => self.mail.push((p, Msg::Unhost { hosted: ChainId(hosted as u16) })),
                     None => self.outside.push((n, r)),
                 },

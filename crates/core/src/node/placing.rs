@@ -150,10 +150,10 @@ impl NodeCore {
     /// again (or on another peer), and the state slot it held.
     pub fn pool_member(&mut self, now: Instant, event: MemberEvent, notes: &mut Vec<PoolNote>) {
         if let MemberEvent::Down(peer) = event {
-            let (lost, kept) = std::mem::take(&mut self.placements.returning).into_iter().partition(|r| r.peer == peer);
+            let (lost, kept): (Vec<Returning>, Vec<Returning>) =
+                std::mem::take(&mut self.placements.returning).into_iter().partition(|r| r.peer == peer);
             self.placements.returning = kept;
             for r in lost {
-                let r: Returning = r;
                 self.note(PoolNote::ReturnLost { chain: r.chain, data: r.data, since: r.since }, notes);
             }
         }

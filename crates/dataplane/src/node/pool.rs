@@ -50,7 +50,7 @@ impl<B: Backend> Node<B> {
     /// here again (or on another peer).
     pub fn pool_member(&mut self, event: MemberEvent) {
         let now = self.clock.now();
-        self.carry_out(|core, notes| core.pool_member(now, event, notes));
+        self.carry_out(now, |core, notes| core.pool_member(now, event, notes));
     }
 
     /// Member `from` (pool address) spoke with generation `gen`: one newer than the one known
@@ -58,9 +58,7 @@ impl<B: Backend> Node<B> {
     /// ([`snic_core::node::NodeCore::pool_heard`]). `Heard::Stale`: ignore what it said.
     pub fn pool_heard(&mut self, from: SocketAddr, gen: u64) -> Heard {
         let now = self.clock.now();
-        let mut heard = Heard::Known;
-        self.carry_out(|core, notes| heard = core.pool_heard(now, from, gen, notes));
-        heard
+        self.carry_out(now, |core, notes| core.pool_heard(now, from, gen, notes))
     }
 
     /// Keeps (`true`) or stops keeping a trace of the pool's requests and notes (a test's).
@@ -98,7 +96,7 @@ impl<B: Backend> Node<B> {
     pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32, gen: u64) {
         let now = self.clock.now();
         let answer = HostAnswer::Hosted { data, hosted, gen };
-        self.carry_out(|core, notes| core.host_answer(now, chain, route, peer, answer, notes));
+        self.carry_out(now, |core, notes| core.host_answer(now, chain, route, peer, answer, notes));
     }
 
     /// The peer at pool address `peer` did not host `route`'s DAG for `chain` (it refused, or
@@ -106,7 +104,7 @@ impl<B: Backend> Node<B> {
     /// that waited take the next step of the launch order (a spill looks for another peer).
     pub fn pool_place_failed(&mut self, chain: ChainId, route: u32, peer: SocketAddr) {
         let now = self.clock.now();
-        self.carry_out(|core, notes| core.host_answer(now, chain, route, peer, HostAnswer::Refused, notes));
+        self.carry_out(now, |core, notes| core.host_answer(now, chain, route, peer, HostAnswer::Refused, notes));
     }
 
     /// True while `chain`'s packets wait for the pool: a peer is asked to host it, or it comes
@@ -124,11 +122,7 @@ impl<B: Backend> Node<B> {
     /// node's regions, then (with the pool's key and datagram framing) a peer, which is asked
     /// to host the DAG while the packets wait.
     pub(super) fn place(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> Result<snic_core::launcher::Decision, OnDemand> {
-        let mut notes = std::mem::take(&mut self.pool.notes);
-        let placing = self.core.place_on_demand(now, chain, route, pos, &mut notes);
-        self.act_on(&mut notes, now);
-        self.pool.notes = notes;
-        match placing {
+        match self.carry_out(now, |core, notes| core.place_on_demand(now, chain, route, pos, notes)) {
             Placing::Here(d) => Ok(d),
             Placing::Wait => Err(OnDemand::Wait),
             Placing::Nothing => Err(OnDemand::Nothing),
@@ -138,19 +132,20 @@ impl<B: Backend> Node<B> {
     /// The epoch's pool decisions (after the elasticity policy's).
     pub(super) fn pool_epoch(&mut self) {
         let now = self.clock.now();
-        self.carry_out(|core, notes| core.pool_epoch(now, notes));
+        self.carry_out(now, |core, notes| core.pool_epoch(now, notes));
     }
 
-    /// Has the core do `decide`, then acts on what it noted (in a buffer kept between calls).
-    fn carry_out(&mut self, decide: impl FnOnce(&mut snic_core::node::NodeCore, &mut Vec<PoolNote>)) {
-        let now = self.clock.now();
+    /// Has the core do `decide` at `now`, then acts on what it noted (in a buffer kept between
+    /// calls); what `decide` gave.
+    fn carry_out<T>(&mut self, now: Instant, decide: impl FnOnce(&mut snic_core::node::NodeCore, &mut Vec<PoolNote>) -> T) -> T {
         let mut notes = std::mem::take(&mut self.pool.notes);
-        decide(&mut self.core, &mut notes);
+        let out = decide(&mut self.core, &mut notes);
         // (The core may have begun or stopped recording a chain's flows, or redirected one:
         // packets released next must see it.)
         self.update_pool_on();
         self.act_on(&mut notes, now);
         self.pool.notes = notes;
+        out
     }
 
     /// The driver's part of what the core did: counters, the event log, waiting packets
