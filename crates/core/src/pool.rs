@@ -2,6 +2,7 @@
 //!
 //! - [`membership`]: who is in the pool (SWIM, with `foca`), and who died;
 //! - [`report`]: what each node tells the others about its load;
+//! - [`message`]: the pool's messages and their versioned codec (how two versions interoperate);
 //! - [`redirect`]: which packets go to a peer, and what a node runs for its peers;
 //! - [`agent`]: where a chain runs when its home node has no room (a peer that runs it with
 //!   spare bandwidth, else the nearest peer with a free region), and when it comes home;
@@ -19,6 +20,7 @@
 pub mod agent;
 pub mod health;
 pub mod membership;
+pub mod message;
 pub mod owner;
 pub mod placements;
 pub mod redirect;

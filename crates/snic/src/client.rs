@@ -452,7 +452,7 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     if p.is_object() {
         let n = |k: &str| p[k].as_u64().unwrap_or(0);
         println!(
-            "pool: {} (generation {}); datagrams in {}, out {}; dropped: {} malformed, {} unauthenticated, {} replayed, {} invalid",
+            "pool: {} (generation {}); datagrams in {}, out {}; dropped: {} malformed, {} unauthenticated, {} replayed, {} of another version, {} invalid",
             p["me"].as_str().unwrap_or("?"),
             n("generation"),
             n("datagrams_in"),
@@ -460,23 +460,25 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
             n("refused_malformed"),
             n("refused_unauthenticated"),
             n("refused_replayed"),
+            n("refused_version"),
             n("refused_invalid")
         );
         println!(
-            "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}",
-            "MEMBER", "HOPS", "REPORT ms", "FREE REGIONS", "MEM MiB", "PORT Gb/s", "CHAINS"
+            "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7} {:>8}",
+            "MEMBER", "HOPS", "REPORT ms", "FREE REGIONS", "MEM MiB", "PORT Gb/s", "CHAINS", "PROTOCOL"
         );
         let opt = |x: &Value| x.as_f64().map_or("-".to_string(), |f| format!("{f:.0}"));
         for m in p["members"].as_array().into_iter().flatten() {
             println!(
-                "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7}",
+                "  {:<24} {:>5} {:>10} {:>12} {:>10} {:>12} {:>7} {:>8}",
                 m["addr"].as_str().unwrap_or("?"),
                 opt(&m["hops"]),
                 opt(&m["report_age_ms"]),
                 opt(&m["free_regions"]),
                 opt(&m["mem_free_mib"]),
                 m["port_spare_gbps"].as_f64().map_or("-".to_string(), |f| format!("{f:.1}")),
-                m["chains"].as_array().map_or(0, Vec::len)
+                m["chains"].as_array().map_or(0, Vec::len),
+                opt(&m["version"])
             );
         }
     }

@@ -41,13 +41,25 @@ fn start_with(dir: &std::path::Path, extra: &str) -> Daemon {
 
 /// A daemon as [`start_with`], with more `snic run` arguments and its stderr going to `stderr`.
 fn launch(dir: &std::path::Path, extra: &str, args: &[&str], stderr: Stdio) -> Daemon {
+    launch_bin(env!("CARGO_BIN_EXE_snic").as_ref(), dir, extra, args, stderr)
+}
+
+/// The binary a test's node `name` runs: this build's, or the one the environment variable
+/// `SNIC_TEST_BIN_<NAME>` names — another release's, to try a rolling upgrade
+/// (`scripts/upgrade-check.sh`: two adjacent versions of the pool protocol interoperate).
+fn bin_of(name: &str) -> std::path::PathBuf {
+    std::env::var_os(format!("SNIC_TEST_BIN_{name}")).map_or_else(|| env!("CARGO_BIN_EXE_snic").into(), Into::into)
+}
+
+/// [`launch`] with the binary `bin`.
+fn launch_bin(bin: &std::path::Path, dir: &std::path::Path, extra: &str, args: &[&str], stderr: Stdio) -> Daemon {
     let cfg = dir.join("node.yaml");
     std::fs::write(
         &cfg,
         format!("data: 127.0.0.1:0\napi: 127.0.0.1:0\nstate_dir: {}\nvtep_port: null\n{extra}", dir.join("state").display()),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_snic"))
+    let mut child = Command::new(bin)
         .args(["run", "--config", cfg.to_str().unwrap()])
         .args(args)
         .stdout(Stdio::piped())
@@ -837,8 +849,18 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     let mut forged = b"SNP\x04\x01".to_vec();
     forged.extend_from_slice(&[7u8; 60]);
     s.send_to(&forged, pool_a).unwrap();
+    // A datagram sealed with the pool's secret in a version no node speaks (the pool protocol's
+    // frame, snic_core::pool::message::Header): refused for its version.
+    let mut future = Vec::new();
+    snic_core::pool::message::Header { version: snic_core::pool::message::NEWEST + 1, kind: 1, gen: 1, counter: 1 }.write(&mut future);
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, b"a pool secret of 32 characters..");
+    let tag = ring::hmac::sign(&key, &future);
+    future.extend_from_slice(tag.as_ref());
+    s.send_to(&future, pool_a).unwrap();
     let refused = |v: &serde_json::Value| {
-        v["pool"]["refused_malformed"].as_u64() >= Some(1) && v["pool"]["refused_unauthenticated"].as_u64() >= Some(1)
+        v["pool"]["refused_malformed"].as_u64() >= Some(1)
+            && v["pool"]["refused_unauthenticated"].as_u64() >= Some(1)
+            && v["pool"]["refused_version"].as_u64() >= Some(1)
     };
     let v = status_within(&a.api, Duration::from_secs(30), refused);
     assert!(refused(&v), "{}", v["pool"]);
@@ -847,6 +869,7 @@ fn three_daemons_form_a_pool_refuse_strangers_and_see_a_killed_one_down() {
     let m = agent.get(format!("{}/metrics", a.api)).call().unwrap().body_mut().read_to_string().unwrap();
     assert!(m.contains("snic_pool_members 2"), "{m}");
     assert!(m.contains(r#"snic_pool_datagrams_total{direction="dropped",reason="unauthenticated"} 1"#), "{m}");
+    assert!(m.contains(r#"snic_pool_datagrams_total{direction="dropped",reason="version"} 1"#), "{m}");
     // C dies without a word.
     let pool_c = c.pool.unwrap().to_string();
     c.child.kill().unwrap();
@@ -1025,11 +1048,21 @@ fn a_short_and_b_roomy(tag: &str, pool: &str) -> (Vec<TempDir>, Daemon, Daemon) 
     let dirs: Vec<TempDir> = (0..2).map(|i| TempDir::new(&format!("{tag}{i}"))).collect();
     let section = pool_section(&dirs[0].0);
     let elastic = "elastic: {enabled: true, autoscale: true, monitor_period_ms: 1000}\n";
-    let a = start_with(&dirs[0].0, &format!("regions: 1\n{elastic}{}{pool}", section("")));
-    let b = start_with(&dirs[1].0, &format!("regions: 4\n{elastic}{}{pool}", section(&a.pool.unwrap().to_string())));
+    let node = |name: &str, dir: &std::path::Path, cfg: &str| launch_bin(&bin_of(name), dir, cfg, &[], Stdio::inherit());
+    let a = node("A", &dirs[0].0, &format!("regions: 1\n{elastic}{}{pool}", section("")));
+    let b = node("B", &dirs[1].0, &format!("regions: 4\n{elastic}{}{pool}", section(&a.pool.unwrap().to_string())));
     let knows_b = |v: &serde_json::Value| v["pool"]["members"][0]["free_regions"].as_u64() >= Some(1);
     let v = status_within(&a.api, Duration::from_secs(30), knows_b);
     assert!(knows_b(&v), "{}", v["pool"]);
+    // The pool protocol's version A speaks to B: the newest both speak, once they have greeted
+    // each other (`SNIC_TEST_PROTOCOL` when B runs another release; not known when A does).
+    if std::env::var_os("SNIC_TEST_BIN_A").is_none() {
+        let want =
+            std::env::var("SNIC_TEST_PROTOCOL").ok().and_then(|v| v.parse().ok()).unwrap_or(u64::from(snic_core::pool::message::NEWEST));
+        let speaks = |v: &serde_json::Value| v["pool"]["members"][0]["version"].as_u64() == Some(want);
+        let v = status_within(&a.api, Duration::from_secs(30), speaks);
+        assert!(speaks(&v), "A speaks version {want} to B: {}", v["pool"]);
+    }
     (dirs, a, b)
 }
 

@@ -21,6 +21,7 @@ use super::worker::DpLink;
 use anyhow::Context;
 use ring::hmac;
 use serde::{Deserialize, Serialize};
+use snic_core::pool::message::{self, Header};
 use snic_dataplane::backend::Waker;
 use snic_dataplane::node::ChainState;
 use std::collections::VecDeque;
@@ -76,7 +77,8 @@ fn now_ms() -> u64 {
 
 fn write_frame(s: &mut impl Write, key: &hmac::Key, kind: u8, payload: &[u8]) -> std::io::Result<()> {
     let mut buf = Vec::with_capacity(payload.len() + 64);
-    seal(key, kind, 0, 0, payload, &mut buf);
+    // (Their payloads are the same in every version spoken: sealed in the oldest.)
+    seal(key, Header { version: message::OLDEST, kind, gen: 0, counter: 0 }, payload, &mut buf);
     s.write_all(&(buf.len() as u32).to_le_bytes())?;
     s.write_all(&buf)
 }
@@ -92,8 +94,8 @@ fn read_frame(s: &mut impl Read, key: &hmac::Key, kind: u8, max: usize) -> Resul
     let mut buf = vec![0u8; len];
     s.read_exact(&mut buf).map_err(|e| format!("reading: {e}"))?;
     match open(key, &buf) {
-        Ok(o) if o.kind == kind => Ok(o.payload.to_vec()),
-        Ok(o) => Err(format!("a message of kind {}, not {kind}", o.kind)),
+        Ok(o) if o.header.kind == kind => Ok(o.payload.to_vec()),
+        Ok(o) => Err(format!("a message of kind {}, not {kind}", o.header.kind)),
         Err(e) => Err(format!("refused: {e:?}")),
     }
 }

@@ -146,6 +146,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
             ("malformed", p.refused_malformed),
             ("unauthenticated", p.refused_unauthenticated),
             ("replayed", p.refused_replayed),
+            ("version", p.refused_version),
             ("invalid", p.refused_invalid),
         ] {
             dg.get_or_create(&l(&[("direction", "dropped"), ("reason", reason)])).inc_by(n);

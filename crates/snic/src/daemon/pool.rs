@@ -5,22 +5,24 @@
 //!
 //! The decisions — which peer hosts a chain this node has no room for, when it comes home — are
 //! the data plane's pool agent's (in the node's core): this thread hands it every member's load
-//! report and every member change, and carries its remote launches. (It keeps the reports too,
-//! in an agent of its own, for `snic status` only.)
+//! report and every member change, and carries its remote launches. What `snic status` shows of
+//! the members' reports is that agent's, as the data plane last published it.
 //!
-//! Every pool datagram is authenticated with the pool's secret: `SNP`, a version byte, a kind
-//! byte (0 membership, 1 load report, 2/3 remote launch and its answer, 4 unhost; 5/6, over
-//! TCP, a DAG given back with its state: [`super::handback`]), the sender's generation and a counter (8 bytes each,
-//! little-endian), the payload, and its HMAC-SHA256 under the secret (32 bytes). A
-//! datagram that is not one, or whose tag does not verify, or that was seen before (a replay:
-//! per sender, an older generation, or a counter already seen or older than the last 64), is
-//! dropped and counted; nothing in it reaches the core.
+//! Every pool datagram is a frame of the core's pool protocol (`snic_core::pool::message`: the
+//! header, the messages and their codec in each version it speaks) sealed with the pool's
+//! secret: its HMAC-SHA256 (32 bytes) follows the payload. (5/6, over TCP, a DAG given back with
+//! its state: [`super::handback`].) A datagram that is not one, or whose tag does not verify,
+//! or that was seen before (a replay: per sender, an older generation, or a counter already
+//! seen or older than the last 64), or of a version this node does not speak, is dropped and
+//! counted; nothing in it reaches the core. Each member is sent the version the core's
+//! `Versions` chooses for it, and greeted in the newest while it has not been heard in it.
 
 use ring::hmac;
 use serde::Serialize;
 use snic_control::plan::HostRequest;
 use snic_core::config::PoolConfig;
-use snic_core::pool::{AgentConfig, ChainKey, ChainSpare, Heard, Incarnations, LoadReport, MemberEvent, MemberId, Membership, PoolAgent};
+use snic_core::pool::message::{self, CodecError, Header, HostAsk, HostedAnswer, Pins, Versions};
+use snic_core::pool::{ChainKey, ChainSpare, Heard, Incarnations, LoadReport, MemberEvent, MemberId, Membership};
 use snic_core::time::Instant;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,52 +32,16 @@ use std::time::Duration;
 
 use super::worker::{DpLink, Snapshot};
 
-const MAGIC: &[u8; 3] = b"SNP";
-const VERSION: u8 = 4;
 /// HMAC-SHA256, whole (checked by the library's own constant-time verification).
 const TAG: usize = 32;
-/// Magic, version, kind, generation, counter.
-const HEADER: usize = 3 + 1 + 1 + 8 + 8;
-/// Kinds of pool datagram.
-const MEMBERSHIP: u8 = 0;
-const LOAD: u8 = 1;
-/// Remote launch: a request to host a DAG, and its answer (JSON).
-const HOST: u8 = 2;
-const HOSTED: u8 = 3;
-/// The home node no longer needs a DAG hosted (JSON: its number at the peer).
-const UNHOST: u8 = 4;
-/// A draining node names flows whose state it holds (postcard [`Pins`]): bring them to it.
-const PINS: u8 = 5;
 /// Flow hashes per PINS datagram (8 bytes each: the datagram stays under 1,200 bytes).
 const PINS_PER_DATAGRAM: usize = 140;
-
-/// What a PINS datagram carries.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Pins {
-    /// The draining node's data address (unspecified IP: the datagram's source).
-    data: SocketAddr,
-    flows: Vec<u64>,
-}
+/// A pool message: its request to host a DAG is the control plane's.
+type Message = message::Message<HostRequest>;
 /// How long a remote launch may take, request to answer.
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Remote launches waiting for their answer, at most.
 const MAX_PENDING: usize = 64;
-
-/// A request to host a DAG, on the wire.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct HostMsg {
-    id: u64,
-    /// The home node's data address (unspecified IP: the datagram's source IP).
-    data: SocketAddr,
-    request: HostRequest,
-}
-
-/// Its answer: the peer's data address and its number for the DAG, or why not.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct HostedMsg {
-    id: u64,
-    result: Result<(SocketAddr, u32), String>,
-}
 
 /// Where a peer hosts a DAG: its data address, its number for the DAG, and its generation (the
 /// incarnation that gave the number: redirected packets name it).
@@ -158,15 +124,10 @@ pub(super) fn reachable(a: SocketAddr, ip: std::net::IpAddr) -> SocketAddr {
 /// Largest pool datagram accepted.
 const MAX_DATAGRAM: usize = 65_000;
 
-/// Seals `payload` of `kind` into a pool datagram, from a sender of generation `gen`, its
-/// `counter`-th.
-pub(super) fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &[u8], out: &mut Vec<u8>) {
+/// Seals `payload` under `header` into a pool datagram.
+pub(super) fn seal(key: &hmac::Key, header: Header, payload: &[u8], out: &mut Vec<u8>) {
     out.clear();
-    out.extend_from_slice(MAGIC);
-    out.push(VERSION);
-    out.push(kind);
-    out.extend_from_slice(&gen.to_le_bytes());
-    out.extend_from_slice(&counter.to_le_bytes());
+    header.write(out);
     out.extend_from_slice(payload);
     let tag = hmac::sign(key, out);
     out.extend_from_slice(tag.as_ref());
@@ -175,30 +136,31 @@ pub(super) fn seal(key: &hmac::Key, kind: u8, gen: u64, counter: u64, payload: &
 /// Why a datagram was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refused {
-    /// Not a pool datagram of this version.
+    /// Not a pool datagram.
     Malformed,
     /// Its tag does not verify: not from a member of this pool.
     Unauthenticated,
+    /// From a member, in a version this node does not speak.
+    Version(u8),
 }
 
 /// An opened datagram.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Opened<'a> {
-    pub(super) kind: u8,
-    gen: u64,
-    counter: u64,
+    pub(super) header: Header,
     pub(super) payload: &'a [u8],
 }
 
-/// Opens a pool datagram.
+/// Opens a pool datagram: authenticated first (the frame is the same in every version), then
+/// its version checked.
 pub(super) fn open<'a>(key: &hmac::Key, d: &'a [u8]) -> Result<Opened<'a>, Refused> {
-    if d.len() < HEADER + TAG || &d[..3] != MAGIC || d[3] != VERSION {
-        return Err(Refused::Malformed);
-    }
-    let (body, tag) = d.split_at(d.len() - TAG);
+    let (body, tag) = d.split_at(d.len().saturating_sub(TAG));
+    let (header, payload) = Header::read(body).filter(|_| tag.len() == TAG).ok_or(Refused::Malformed)?;
     hmac::verify(key, body, tag).map_err(|_| Refused::Unauthenticated)?;
-    let word = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap_or_default());
-    Ok(Opened { kind: body[4], gen: word(5), counter: word(13), payload: &body[HEADER..] })
+    if !message::speaks(header.version) {
+        return Err(Refused::Version(header.version));
+    }
+    Ok(Opened { header, payload })
 }
 
 /// Anti-replay, per sender (as IPsec's): its generation, and the window of its counters.
@@ -242,6 +204,8 @@ pub struct PoolSnap {
     pub refused_unauthenticated: u64,
     /// Dropped: seen before (a replayed datagram).
     pub refused_replayed: u64,
+    /// Dropped: from a member, in a version this node does not speak.
+    pub refused_version: u64,
     /// Load reports that could not be decoded, or membership messages the protocol refused.
     pub refused_invalid: u64,
     /// Member changes seen: (when, ms since start; `up` or `down`; address).
@@ -271,6 +235,8 @@ pub struct MemberSnap {
     pub hops: Option<u32>,
     /// The chains it runs with spare capacity: (key, spare in instances' worth).
     pub chains: Vec<(u64, f32)>,
+    /// The pool protocol's version this node speaks to it.
+    pub version: u8,
 }
 
 /// Member events kept for status.
@@ -323,8 +289,6 @@ impl Pool {
         let stats = PoolSnap { me: addr.to_string(), generation: gen, ..Default::default() };
         let snapshot = Arc::new(Mutex::new(stats.clone()));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut agent = PoolAgent::new(AgentConfig { report_ttl: cfg.gossip_period * 10, ..Default::default() });
-        agent.set_links(cfg.listen, &cfg.links);
         let server = super::handback::StateServer::start(listener, key.clone(), link.clone())?;
         let (cmds, cmd_rx) = mpsc::channel();
         let wake = sock.try_clone()?;
@@ -338,10 +302,11 @@ impl Pool {
             next_id: 0,
             partners: std::collections::HashMap::new(),
             heard: Incarnations::new(),
+            versions: Versions::new(),
+            refused_versions: std::collections::BTreeSet::new(),
             sock,
             key: key.clone(),
             membership,
-            agent,
             hops: cfg.hops.iter().map(|(a, h)| (*a, (*h).min(u8::MAX as u32) as u8)).collect(),
             slot: cfg.slots.map(|s| s.slot),
             gossip: cfg.gossip_period,
@@ -416,10 +381,13 @@ struct Thread {
     /// The generation each member was last heard with: the pool's rule that tells a restarted
     /// member from the one this node knew (`snic_core::pool::Incarnations`).
     heard: Incarnations,
+    /// The version each member is spoken to in.
+    versions: Versions,
+    /// (Member, version) refusals already logged (bounded: each is logged once).
+    refused_versions: std::collections::BTreeSet<(SocketAddr, u8)>,
     sock: UdpSocket,
     key: hmac::Key,
     membership: Membership,
-    agent: PoolAgent,
     /// Its hop distance to each peer the links reach (reported).
     hops: Vec<(SocketAddr, u8)>,
     /// Its state slot, behind a switch (reported).
@@ -475,7 +443,7 @@ impl Thread {
                     PoolCmd::Place(peer, req, reply) => self.ask(peer, *req, reply),
                     PoolCmd::Unhost(peer, hosted) => {
                         if self.is_member(peer) {
-                            self.send(peer, UNHOST, &hosted.to_le_bytes());
+                            self.send(peer, &Message::Unhost(hosted));
                         }
                     }
                 }
@@ -514,73 +482,75 @@ impl Thread {
 
     fn datagram(&mut self, d: &[u8], from: SocketAddr) {
         self.stats.datagrams_in += 1;
-        let (kind, gen, payload) = match open(&self.key, d) {
-            Ok(o) if self.windows.entry(from).or_default().accept(o.gen, o.counter) => (o.kind, o.gen, o.payload),
+        let (h, payload) = match open(&self.key, d) {
+            Ok(o) if self.windows.entry(from).or_default().accept(o.header.gen, o.header.counter) => (o.header, o.payload),
             Ok(_) => return self.stats.refused_replayed += 1,
             Err(Refused::Malformed) => return self.stats.refused_malformed += 1,
             Err(Refused::Unauthenticated) => return self.stats.refused_unauthenticated += 1,
+            Err(Refused::Version(v)) => return self.refused_version(from, v),
         };
         // (An older generation never gets here: the replay window refused it above.)
-        if self.heard.observe(from, gen) == Heard::Restarted {
+        if self.heard.observe(from, h.gen) == Heard::Restarted {
             self.restarted(from);
         }
+        self.versions.heard(from, h.gen, h.version);
+        let m = match Message::decode(h.version, h.kind, payload) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(from = %from, error = %e, "pool: refused a message");
+                return self.stats.refused_invalid += 1;
+            }
+        };
         let now = self.now();
-        let ok = match kind {
-            MEMBERSHIP => self.membership.handle_data(now, payload).is_ok(),
-            // A report counts only from a member: membership says who is in the pool.
-            LOAD => match LoadReport::decode(payload) {
-                Some(mut r) if self.is_member(from) => {
-                    r.data = r.data.map(|d| reachable(d, from.ip()));
-                    self.link.pool_report(from, r.clone());
-                    self.agent.handle_report(now, from, r);
-                    true
-                }
-                Some(_) => true,
-                None => false,
-            },
-            // Remote launch: only between members, as load reports.
-            HOST | HOSTED | UNHOST if !self.is_member(from) => false,
-            HOST => match serde_json::from_slice::<HostMsg>(payload) {
-                Ok(m) => {
-                    self.host(m, from);
-                    true
-                }
-                Err(_) => false,
-            },
-            HOSTED => match serde_json::from_slice::<HostedMsg>(payload) {
-                Ok(m) => {
-                    if let Some((_, reply)) = self.pending.remove(&m.id) {
-                        let result = m.result.map(|(data, r)| (reachable(data, from.ip()), r, gen));
-                        if let Ok((data, _, _)) = result {
-                            self.partners.insert(from, data);
-                        }
-                        let _ = reply.send(result);
-                        self.link.wake();
+        let member = self.is_member(from);
+        let ok = match m {
+            Message::Membership(bytes) => self.membership.handle_data(now, &bytes).is_ok(),
+            // Everything else only from a member: membership says who is in the pool.
+            _ if !member => false,
+            Message::Load(mut r) => {
+                r.data = r.data.map(|d| reachable(d, from.ip()));
+                self.link.pool_report(from, r);
+                true
+            }
+            Message::Host(m) => {
+                self.host(m, from);
+                true
+            }
+            Message::Hosted(m) => {
+                if let Some((_, reply)) = self.pending.remove(&m.id) {
+                    let result = m.result.map(|(data, r)| (reachable(data, from.ip()), r, h.gen));
+                    if let Ok((data, _, _)) = result {
+                        self.partners.insert(from, data);
                     }
-                    true
+                    let _ = reply.send(result);
+                    self.link.wake();
                 }
-                Err(_) => false,
-            },
-            PINS if !self.is_member(from) => false,
-            PINS => match postcard::from_bytes::<Pins>(payload) {
-                Ok(p) => {
-                    self.link.pool_pins(reachable(p.data, from.ip()), p.flows);
-                    true
+                true
+            }
+            Message::Pins(p) => {
+                self.link.pool_pins(reachable(p.data, from.ip()), p.flows);
+                true
+            }
+            Message::Unhost(hosted) => {
+                if let Some(&home) = self.partners.get(&from) {
+                    self.link.unhost(home, hosted);
                 }
-                Err(_) => false,
-            },
-            UNHOST => match (<[u8; 4]>::try_from(payload), self.partners.get(&from)) {
-                (Ok(b), Some(&home)) => {
-                    self.link.unhost(home, u32::from_le_bytes(b));
-                    true
-                }
-                (Ok(_), None) => true,
-                (Err(_), _) => false,
-            },
-            _ => false,
+                true
+            }
+            // (Taken above: the version it came in is now the one spoken to the sender.)
+            Message::Hello => true,
         };
         if !ok {
             self.stats.refused_invalid += 1;
+        }
+    }
+
+    /// A member sent a version this node does not speak: counted, and logged once per member
+    /// and version (the operator's cue that a rolling upgrade skipped a version).
+    fn refused_version(&mut self, from: SocketAddr, v: u8) {
+        self.stats.refused_version += 1;
+        if self.refused_versions.len() < 64 && self.refused_versions.insert((from, v)) {
+            tracing::warn!(member = %from, error = %CodecError::Version(v), "pool: refused a member's datagrams: upgrade nodes one version at a time");
         }
     }
 
@@ -596,18 +566,16 @@ impl Thread {
         }
         self.next_id += 1;
         let id = self.next_id;
-        let Ok(bytes) = serde_json::to_vec(&HostMsg { id, data: self.data, request }) else {
-            self.answer(&reply, Err("the request cannot be encoded".into()));
-            return;
+        let m = Message::Host(HostAsk { id, data: self.data, request });
+        let bytes = match m.encode(self.versions.to(peer)) {
+            Ok(b) if message::HEADER + b.len() + TAG <= MAX_DATAGRAM => b,
+            Ok(b) => return self.answer(&reply, Err(format!("the request is {} bytes, more than a pool datagram holds", b.len()))),
+            Err(e) => return self.answer(&reply, Err(format!("the request cannot be encoded: {e}"))),
         };
-        if HEADER + bytes.len() + TAG > MAX_DATAGRAM {
-            self.answer(&reply, Err(format!("the request is {} bytes, more than a pool datagram holds", bytes.len())));
-            return;
-        }
         self.stats.launches_asked += 1;
         tracing::info!(peer = %peer, id, "pool: asking a peer to host a DAG");
         self.pending.insert(id, (std::time::Instant::now(), reply));
-        self.send(peer, HOST, &bytes);
+        self.send_payload(peer, self.versions.to(peer), m.kind(), &bytes);
     }
 
     /// Answers a remote launch asked by the data plane, and wakes it to take the answer.
@@ -617,7 +585,7 @@ impl Thread {
     }
 
     /// A member asks this node to host a DAG: the data plane launches it or says why not.
-    fn host(&mut self, m: HostMsg, from: SocketAddr) {
+    fn host(&mut self, m: HostAsk<HostRequest>, from: SocketAddr) {
         let home = reachable(m.data, from.ip());
         let (tenant, dag) = (m.request.tenant.clone(), m.request.dag.clone());
         let result = self.link.host(home, m.request).map(|r| (self.data, r));
@@ -631,9 +599,7 @@ impl Thread {
                 tracing::warn!(home = %home, tenant, dag, reason = e.as_str(), "pool: refused to host a DAG for a peer");
             }
         }
-        if let Ok(bytes) = serde_json::to_vec(&HostedMsg { id: m.id, result }) {
-            self.send(from, HOSTED, &bytes);
-        }
+        self.send(from, &Message::Hosted(HostedAnswer { id: m.id, result }));
     }
 
     /// Member `a` restarted (its datagrams carry a newer generation), however soon: maybe
@@ -645,10 +611,8 @@ impl Thread {
         if let Some(data) = self.partners.remove(&a) {
             self.link.peer_down(data);
         }
-        let mut acts = Vec::new();
         for e in [MemberEvent::Down(a), MemberEvent::Up(a)] {
             self.link.member(e);
-            self.agent.handle_member(e, &mut acts);
         }
         if self.stats.events.len() == EVENTS {
             self.stats.events.remove(0);
@@ -659,9 +623,8 @@ impl Thread {
     /// Sends what the membership machine asks for, takes its events, publishes.
     fn flush(&mut self) {
         while let Some((to, bytes)) = self.membership.poll_transmit() {
-            self.send(to, MEMBERSHIP, &bytes);
+            self.send(to, &Message::Membership(bytes));
         }
-        let mut acts = Vec::new();
         let mut changed = false;
         while let Some(e) = self.membership.poll_event() {
             changed = true;
@@ -676,6 +639,7 @@ impl Thread {
                     if let Some(data) = self.partners.remove(&a) {
                         self.link.peer_down(data);
                     }
+                    self.versions.forget(a);
                     ("down", a.to_string())
                 }
                 MemberEvent::Rejoined => {
@@ -688,7 +652,6 @@ impl Thread {
             }
             self.stats.events.push((at, what, addr));
             self.link.member(e);
-            self.agent.handle_member(e, &mut acts);
         }
         // Member changes at once; counters and reports at most every 50 ms (a flood of
         // datagrams must not turn into a flood of snapshots).
@@ -698,10 +661,23 @@ impl Thread {
         }
     }
 
-    fn send(&mut self, to: SocketAddr, kind: u8, payload: &[u8]) {
+    /// Sends `m` to `to` in the version spoken to it.
+    fn send(&mut self, to: SocketAddr, m: &Message) {
+        self.send_in(to, self.versions.to(to), m);
+    }
+
+    /// Sends `m` to `to` in `version`.
+    fn send_in(&mut self, to: SocketAddr, version: u8, m: &Message) {
+        match m.encode(version) {
+            Ok(p) => self.send_payload(to, version, m.kind(), &p),
+            Err(e) => tracing::warn!(to = %to, error = %e, "pool: a message not sent"),
+        }
+    }
+
+    fn send_payload(&mut self, to: SocketAddr, version: u8, kind: u8, payload: &[u8]) {
         let mut buf = std::mem::take(&mut self.buf);
         self.sent += 1;
-        seal(&self.key, kind, self.gen, self.sent, payload, &mut buf);
+        seal(&self.key, Header { version, kind, gen: self.gen, counter: self.sent }, payload, &mut buf);
         match self.sock.send_to(&buf, to) {
             Ok(_) => self.stats.datagrams_out += 1,
             Err(e) => tracing::debug!(to = %to, error = %e, "pool: sending"),
@@ -722,9 +698,9 @@ impl Thread {
         };
         let members: Vec<SocketAddr> = self.membership.members().collect();
         for chunk in flows.chunks(PINS_PER_DATAGRAM) {
-            let bytes = postcard::to_allocvec(&Pins { data: self.data, flows: chunk.to_vec() }).unwrap_or_default();
+            let pins = Message::Pins(Pins { data: self.data, flows: chunk.to_vec() });
             for &m in &members {
-                self.send(m, PINS, &bytes);
+                self.send(m, &pins);
             }
         }
         self.pin_rounds.fetch_add(1, Ordering::Relaxed);
@@ -766,32 +742,46 @@ impl Thread {
             data: Some(self.data),
             slot: self.slot,
         };
-        let bytes = r.encode();
+        let r = Message::Load(r);
         let members: Vec<SocketAddr> = self.membership.members().collect();
         for m in members {
-            self.send(m, LOAD, &bytes);
+            self.send(m, &r);
+            // A member not heard in the newest version is greeted in it: if it speaks it, it
+            // answers in it, and is spoken to in it from then on.
+            if self.versions.greet(m) {
+                self.send_in(m, message::NEWEST, &Message::Hello);
+            }
         }
     }
 
     fn publish(&mut self) {
-        let now = self.now();
         let mut s = self.stats.clone();
         s.generation = self.membership.me().gen;
-        let reports: std::collections::BTreeMap<SocketAddr, &LoadReport> =
-            self.agent.peers(now).filter_map(|(a, r)| r.map(|r| (a, r))).collect();
+        // The members' reports as the data plane's pool agent had them when it last published
+        // (their age then, and since).
+        let peers: std::collections::BTreeMap<SocketAddr, super::worker::PoolPeerSnap> = {
+            let snap = self.dp.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let since = snap.published.map_or(Duration::ZERO, |t| t.elapsed());
+            snap.pool_peers
+                .iter()
+                .map(|p| (p.addr, super::worker::PoolPeerSnap { report_age: p.report_age.map(|a| a + since), ..p.clone() }))
+                .collect()
+        };
         s.members = self
             .membership
             .members()
             .map(|a| {
-                let r = reports.get(&a);
+                let p = peers.get(&a);
+                let r = p.and_then(|p| p.report.as_ref());
                 MemberSnap {
                     addr: a.to_string(),
-                    report_age_ms: self.agent.report_age(now, a).map(|d| d.as_millis() as u64),
+                    report_age_ms: p.and_then(|p| p.report_age).map(|d| d.as_millis() as u64),
                     free_regions: r.map(|r| r.free_regions),
                     mem_free_mib: r.map(|r| r.mem_free_mib),
                     port_spare_gbps: r.map(|r| r.port_spare_gbps),
-                    hops: Some(self.agent.hops(a)).filter(|&h| h != u32::MAX),
+                    hops: p.map(|p| p.hops).filter(|&h| h != u32::MAX),
                     chains: r.map(|r| r.chains.iter().map(|c| (c.key.0, c.spare)).collect()).unwrap_or_default(),
+                    version: self.versions.to(a),
                 }
             })
             .collect();
@@ -807,16 +797,24 @@ mod tests {
     fn a_sealed_datagram_opens_only_under_its_own_secret_and_intact() {
         let (k, other) = (hmac::Key::new(hmac::HMAC_SHA256, b"0123456789abcdef"), hmac::Key::new(hmac::HMAC_SHA256, b"fedcba9876543210"));
         let mut d = Vec::new();
-        seal(&k, LOAD, 7, 3, b"hello", &mut d);
-        assert_eq!(open(&k, &d), Ok(Opened { kind: LOAD, gen: 7, counter: 3, payload: &b"hello"[..] }));
+        let h = Header { version: message::NEWEST, kind: message::kind::LOAD, gen: 7, counter: 3 };
+        seal(&k, h, b"hello", &mut d);
+        assert_eq!(open(&k, &d), Ok(Opened { header: h, payload: &b"hello"[..] }));
         assert_eq!(open(&other, &d), Err(Refused::Unauthenticated));
-        for i in [4, 6, 14, HEADER] {
+        for i in [3, 4, 6, 14, message::HEADER] {
             let mut bent = d.clone();
             bent[i] ^= 1;
             assert_eq!(open(&k, &bent), Err(Refused::Unauthenticated), "byte {i} changed");
         }
         assert_eq!(open(&k, b"SNP"), Err(Refused::Malformed));
         assert_eq!(open(&k, &[0u8; 60]), Err(Refused::Malformed));
+        // A member's datagram in a version this node does not speak: authenticated, then refused
+        // for its version (never read).
+        for version in [message::OLDEST - 1, message::NEWEST + 1] {
+            seal(&k, Header { version, ..h }, b"hello", &mut d);
+            assert_eq!(open(&k, &d), Err(Refused::Version(version)));
+            assert_eq!(open(&other, &d), Err(Refused::Unauthenticated), "a stranger learns nothing of versions");
+        }
     }
 
     #[test]

@@ -184,9 +184,25 @@ pub struct Snapshot {
     pub pins: Vec<u64>,
     /// True while the node drains.
     pub draining: bool,
+    /// The members up as the node's pool agent knows them (the pool thread shows them).
+    #[serde(skip)]
+    pub pool_peers: Vec<PoolPeerSnap>,
     /// When the data plane published this (it does every 250 ms while it runs).
     #[serde(skip)]
     pub published: Option<Instant>,
+}
+
+/// A member up, as the node's pool agent knows it.
+#[derive(Debug, Clone)]
+pub struct PoolPeerSnap {
+    /// Its pool address.
+    pub addr: SocketAddr,
+    /// Its last load report, while it counts (fresh).
+    pub report: Option<LoadReport>,
+    /// How old that report was when this was published.
+    pub report_age: Option<Duration>,
+    /// Hops from this node (`u32::MAX`: the pool's links do not reach it).
+    pub hops: u32,
 }
 
 /// The state slots of a pool behind a switch, as this node sees them.
@@ -1041,6 +1057,11 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
     out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
     out.unattributed_drops = snic_dataplane::stats::named_drops(&s.unattributed);
     out.elastic = elastic_snap(node, plan);
+    let (agent, now) = (node.pool_agent(), node.now());
+    out.pool_peers = agent
+        .peers(now)
+        .map(|(addr, r)| PoolPeerSnap { addr, report: r.cloned(), report_age: agent.report_age(now, addr), hops: agent.hops(addr) })
+        .collect();
     out
 }
 
