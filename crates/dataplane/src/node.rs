@@ -6,11 +6,10 @@
 //! egress, and transmits. Every drop is counted with its reason, against the tenant when the
 //! tenant is known.
 
-use crate::backend::{Backend, Framing, RxMeta, TxReq};
+use crate::backend::{Backend, Framing, RxMeta};
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
-use crate::egress;
 use crate::elastic::Elastic;
-use crate::fdb::{Fdb, FdbConfig, PeerId, Route};
+use crate::fdb::{Fdb, FdbConfig};
 use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Peer, Slots, Store, MAX_TENANTS};
@@ -18,7 +17,6 @@ use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
 use snic_core::dags::DagAct;
-use snic_core::dwrr::Dwrr;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
 use snic_core::meter::{Counters, Meter, TenantCounters};
@@ -221,9 +219,8 @@ pub struct Node<B: Backend> {
     /// time.
     arriving: arrive::Arriving,
     batch_buf: Vec<u32>,
-    txq: Vec<TxReq>,
-    flood: Vec<PeerId>,
-    templates: egress::Templates,
+    /// The transmit half: forwarding, encapsulation, the link's queues.
+    tx: transmit::Transmit,
     /// The last MAT lookup (key and result): consecutive packets of a flow share it. It belongs
     /// to `memo_table`, held here so that its address cannot be reused; a newly published table
     /// clears it (checked once per batch).
@@ -235,15 +232,10 @@ pub struct Node<B: Backend> {
     memo_table: Arc<Mat>,
     /// Counters of each launched region, by instance.
     region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
-    /// Scratch for [`Node::send_emitted`].
-    emitted: Vec<u32>,
     /// When regions with emitting NTs were last ticked ([`Node::tick_regions`]).
     ticked: Instant,
     /// The node's epoch-time policy: demand, fair shares, ingress limits, elasticity.
     core: NodeCore,
-    /// Per-tenant egress queues, used while the backend pushes back.
-    egress_q: Dwrr<TxReq>,
-    tx_backlogged: bool,
     /// Polls so far (for sampling), and the NT time of the sampled poll's inline regions.
     polls: u64,
     sample_nt_ns: u64,
@@ -263,10 +255,7 @@ pub struct Node<B: Backend> {
     pool: Box<redirect::PoolLink>,
 }
 
-/// The next hop of the last packet [`Node::egress_via`] sent: the forwarding table's
-/// generation, the VNI and the inner destination MAC it was found for, and the peer.
-/// The last egress route: (table generation, VNI and tenant, destination MAC), and its peer.
-type Hop = Option<((u64, u64, u64), PeerId)>;
+use transmit::Hop;
 
 /// What the meter reads at an epoch's end: the node's counters.
 struct EpochCounters<'a> {
@@ -345,6 +334,7 @@ mod pool;
 mod rechain;
 mod redirect;
 mod retire;
+mod transmit;
 use elastic::OnDemand;
 pub use handback::ChainState;
 pub use placement::{MoveError, PLACEMENT_PERIOD};
@@ -403,6 +393,7 @@ impl<B: Backend> Node<B> {
         );
         Ok(Node {
             framing: backend.framing(),
+            tx: transmit::Transmit::new(backend.framing(), cfg.batch, store.capacity(), cfg.local),
             backend,
             work_timer,
             clock,
@@ -416,14 +407,10 @@ impl<B: Backend> Node<B> {
             owned_rx: Vec::with_capacity(MAX_BATCH),
             arriving: arrive::Arriving::new(),
             batch_buf: Vec::with_capacity(MAX_BATCH),
-            txq: Vec::with_capacity(store.capacity()),
-            flood: Vec::with_capacity(64),
-            templates: egress::Templates::new(cfg.local),
             mat_memo: None,
             mat_fast: (NO_MEMO, None),
             memo_table: Arc::new(Mat::new()),
             region_counters: Vec::new(),
-            emitted: Vec::new(),
             ticked: Instant::ZERO,
             core,
             polls: 0,
@@ -441,8 +428,6 @@ impl<B: Backend> Node<B> {
                 touched: vec![true; queues],
                 depth: vec![None; queues],
             },
-            egress_q: Dwrr::new(MAX_TENANTS, crate::store::BUF_SIZE as u32),
-            tx_backlogged: false,
             placement: placement::Placement::default(),
             pool: Box::default(),
             slots,
@@ -535,7 +520,7 @@ impl<B: Backend> Node<B> {
     /// Registers a tenant for fair sharing with its weight (or changes the weight).
     pub fn set_tenant(&mut self, t: TenantId, weight: f64) {
         self.core.set_tenant(t, weight);
-        self.egress_q.set_weight(t, weight.round().max(1.0) as u32);
+        self.tx.set_weight(t, weight.round().max(1.0) as u32);
         self.stats.track_latency(t, true);
     }
 
@@ -639,7 +624,7 @@ impl<B: Backend> Node<B> {
         if self.exec.workers.iter().any(|w| w.outstanding() > 0) || self.core.sched().has_ready() {
             return Some(Duration::ZERO);
         }
-        if self.tx_backlogged || !self.txq.is_empty() {
+        if self.tx.pending() {
             return Some(Duration::from_millis(1));
         }
         let now = self.clock.now();
@@ -683,6 +668,7 @@ impl<B: Backend> Node<B> {
         // One poll in SAMPLE_EVERY is timed phase by phase for the meter's cost estimates.
         self.polls = self.polls.wrapping_add(1);
         let sampled = self.sampled();
+        self.tx.sample(sampled);
         let mut work = self.drain_completions(now);
         // With worker threads, completions (egress of finished packets) belong to the rest of
         // the way, not to receiving: the receive phase starts after them.
@@ -714,7 +700,8 @@ impl<B: Backend> Node<B> {
         self.sample_nt_ns = 0;
         let dispatched = self.dispatch(now, sampled);
         work += dispatched;
-        self.flush_tx();
+        let (tx, l) = self.link();
+        tx.flush(l);
         if sampled && work > 0 {
             let end = self.clock.now().as_nanos();
             let (t0, t1, rx) = (now.as_nanos(), rx_start.as_nanos(), rx_end.as_nanos());
@@ -1367,12 +1354,41 @@ impl<B: Backend> Node<B> {
         self.drain_completions(now);
     }
 
+    /// The transmit half, and what it touches of the node.
+    #[inline(always)]
+    fn link(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>) {
+        let l = transmit::Link {
+            backend: &mut self.backend,
+            slots: &self.slots,
+            store: &mut self.store,
+            stats: &mut self.stats,
+            fdb: &mut self.fdb,
+            clock: &*self.clock,
+        };
+        (&mut self.tx, l)
+    }
+
+    /// Sends a packet that finished its route ([`transmit::Transmit::egress`]).
+    #[inline(always)]
+    fn egress(&mut self, idx: u32) {
+        let (tx, mut l) = self.link();
+        tx.egress(&mut l, idx)
+    }
+
+    /// Queues `len` bytes from `start` of buffer `idx` for `dst` ([`transmit::Transmit::queue`]).
+    #[inline(always)]
+    fn queue_tx(&mut self, idx: u32, start: usize, len: usize, dst: SocketAddr) {
+        let (tx, mut l) = self.link();
+        tx.queue(&mut l, idx, start, len, dst)
+    }
+
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
         self.core.handle_completion(inst, batch.len() as u32);
         if let Some(Some(c)) = self.region_counters.get(inst.index()) {
             if c.outbox.as_ref().is_some_and(|o| o.is_pending()) {
                 let c = c.clone();
-                self.send_emitted(c.outbox.as_ref().expect("checked"), now);
+                let (tx, mut l) = self.link();
+                tx.send_emitted(&mut l, c.outbox.as_ref().expect("checked"), now);
             }
         }
         // The batch's packets mostly go to one next hop: its route is looked up once.
@@ -1387,241 +1403,13 @@ impl<B: Backend> Node<B> {
                     let why = d.verdict.map_or(Drop::StoreFull, Drop::Nt);
                     self.drop_charged(idx, d.meta.tenant, why)
                 }
-                Ran::Out => self.egress_via(idx, &mut hop),
+                Ran::Out => {
+                    let (tx, mut l) = self.link();
+                    tx.egress_via(&mut l, idx, &mut hop)
+                }
                 Ran::Next => self.enter(idx, now),
                 Ran::Again => self.requeue(inst, idx, d.meta.tenant),
             }
-        }
-    }
-
-    /// Sends what a region's NTs emitted ([`snic_nt::outbox`]): each datagram in a buffer
-    /// charged to its tenant, straight to egress. A datagram the tenant's store quota (or the
-    /// store) has no room for is dropped and counted.
-    #[cold]
-    #[inline(never)]
-    fn send_emitted(&mut self, out: &snic_nt::Outbox, now: Instant) {
-        let slots = self.slots.clone();
-        let mut sent = std::mem::take(&mut self.emitted);
-        out.drain(|dgram, vni, t| match self.store.alloc_charged(t, HEADROOM..HEADROOM + dgram.len()) {
-            Ok(c) => {
-                // SAFETY: `c` was just allocated to the dispatcher.
-                let (buf, d) = unsafe { slots.get(c) };
-                buf[HEADROOM..HEADROOM + dgram.len()].copy_from_slice(dgram);
-                let inner = layout::parse_inner(&buf[HEADROOM + vxlan::HEADER_LEN..HEADROOM + dgram.len()]).ok();
-                d.flow_hash = flow_hash(buf, &inner, HEADROOM, dgram.len());
-                d.meta = snic_nt::PktMeta { off: HEADROOM as u16, len: dgram.len() as u16, vni, tenant: t, inner };
-                d.src = PeerId::NONE;
-                d.rx_ns = now.as_nanos();
-                d.verdict = None;
-                d.charged = true;
-                d.walk = Walk::start(DagUid::default());
-                sent.push(c);
-            }
-            Err(e) => self.stats.tenant_mut(t).drops[e.index()] += 1,
-        });
-        for &c in &sent {
-            self.egress(c);
-        }
-        sent.clear();
-        self.emitted = sent;
-    }
-
-    /// [`Node::egress`] for a packet whose route is likely `hop`'s, the previous packet's:
-    /// sent there without a lookup if it is, else looked up and remembered.
-    #[inline(always)]
-    fn egress_via(&mut self, idx: u32, hop: &mut Hop) {
-        // SAFETY: the dispatcher owns `idx`.
-        let (_, d) = unsafe { self.slots.get(idx) };
-        let Some(l) = &d.meta.inner else { return self.egress(idx) };
-        // The tenant is part of the key: a route holds for the VNI's owner only.
-        let key = (self.fdb.generation(), (d.meta.vni as u64) << 16 | d.meta.tenant.0 as u64, l.dst_mac.as_u64());
-        if let Some((k, p)) = *hop {
-            if k == key {
-                return self.emit(idx, p);
-            }
-        }
-        match self.fdb.route(d.meta.tenant, d.meta.vni, Some(l.dst_mac)) {
-            Route::Unicast(p) => {
-                *hop = Some((key, p));
-                self.emit(idx, p)
-            }
-            _ => self.egress(idx),
-        }
-    }
-
-    #[inline(always)]
-    fn egress(&mut self, idx: u32) {
-        // SAFETY: the dispatcher owns `idx`.
-        let (_, d) = unsafe { self.slots.get(idx) };
-        match self.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
-            Route::Unicast(p) => self.emit(idx, p),
-            Route::Flood(list) => {
-                let (t, src, off, len) = (d.meta.tenant, d.src, d.meta.off as usize, d.meta.len as usize);
-                self.flood.clear();
-                self.flood.extend(list.iter().copied());
-                let fdb = &self.fdb;
-                // Not back to the sender's address (whatever MAC it was seen with).
-                let src = fdb.get(src).map(|p| p.addr);
-                self.flood.retain(|p| Some(fdb.peer(*p).addr) != src);
-                if self.flood.is_empty() {
-                    return self.drop_charged(idx, t, Drop::NoRoute);
-                }
-                // Head-end replication: one copy per extra VTEP (rare path; the Arc clone keeps
-                // the borrow of the slots apart from `self`).
-                let slots = self.slots.clone();
-                for i in 1..self.flood.len() {
-                    let p = self.flood[i];
-                    match self.store.alloc_charged(t, off..off + len) {
-                        Ok(c) => {
-                            // SAFETY: `c` was just allocated to the dispatcher and differs from
-                            // `idx`, which the dispatcher also owns.
-                            let ((buf, d), (cb, cd)) = unsafe { (slots.get(idx), slots.get(c)) };
-                            cb[off..off + len].copy_from_slice(&buf[off..off + len]);
-                            *cd = *d;
-                            self.emit(c, p);
-                        }
-                        Err(e) => self.stats.tenant_mut(t).drops[e.index()] += 1,
-                    }
-                }
-                let first = self.flood[0];
-                self.emit(idx, first);
-            }
-            Route::None => self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
-            Route::Foreign => self.drop_charged(idx, d.meta.tenant, Drop::ForeignVni),
-        }
-    }
-
-    #[inline(always)]
-    fn emit(&mut self, idx: u32, id: PeerId) {
-        // SAFETY: the dispatcher owns `idx`.
-        let (buf, d) = unsafe { self.slots.get(idx) };
-        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
-        let peer = self.fdb.peer(id);
-        let start = match self.framing {
-            Framing::Datagram => off,
-            Framing::Ethernet => match self.templates.encap(buf, off, len, id, peer, d.flow_hash) {
-                Some(s) => s,
-                None => return self.drop_charged(idx, d.meta.tenant, Drop::NoRoute),
-            },
-        };
-        self.queue_tx(idx, start, off + len - start, peer.addr);
-    }
-
-    /// Queues `len` bytes from `start` of buffer `idx` for transmission (to `dst`, for datagram
-    /// backends), as its descriptor's tenant's. The request carries the tenant and the
-    /// datagram's length, so that the transmit loop counts them without reading descriptors
-    /// again.
-    #[inline(always)]
-    fn queue_tx(&mut self, idx: u32, start: usize, len: usize, dst: SocketAddr) {
-        // SAFETY: the dispatcher owns `idx`.
-        let (_, d) = unsafe { self.slots.get(idx) };
-        let t = d.meta.tenant;
-        let req = TxReq { idx, start: start as u16, len: len as u16, tenant: t, bytes: d.meta.len, dst };
-        if self.tx_backlogged {
-            return self.enqueue_backlogged(t, req);
-        }
-        self.txq.push(req);
-        if self.txq.len() >= self.cfg.batch {
-            self.flush_tx();
-        }
-    }
-
-    /// The link is backlogged: tenants take turns by bytes (deficit round robin).
-    #[cold]
-    #[inline(never)]
-    fn enqueue_backlogged(&mut self, t: TenantId, req: TxReq) {
-        if let Err(req) = self.egress_q.push(t, req, req.len as u32) {
-            self.drop_charged(req.idx, t, Drop::TxError);
-        }
-    }
-
-    /// Transmits. While the backend takes everything, packets go out in the order they were
-    /// finished. Once it pushes back, packets wait in per-tenant egress queues until they
-    /// drain, and the link is shared by deficit round robin on bytes, so large packets do not
-    /// buy a larger share (FairNIC). What a send left over goes first next time.
-    fn flush_tx(&mut self) {
-        loop {
-            if self.txq.is_empty() {
-                while self.txq.len() < self.cfg.batch {
-                    let Some((_, req)) = self.egress_q.pop() else { break };
-                    self.txq.push(req);
-                }
-                if self.txq.is_empty() {
-                    self.tx_backlogged = false;
-                    return;
-                }
-            }
-            if !self.send_txq() {
-                // Back-pressure: what is left stays first in line (its order was already
-                // decided), and from now on packets queue per tenant.
-                self.tx_backlogged = true;
-                return;
-            }
-            if !self.tx_backlogged {
-                return;
-            }
-        }
-    }
-
-    /// Sends `txq`; true if the backend took (or refused for good) all of it.
-    fn send_txq(&mut self) -> bool {
-        let sampled = self.sampled();
-        // The clock only for the latency sample: a read costs ~25 ns in a guest, ~1.5% of a
-        // 64-byte packet's time when every flush took one (perf, `dummy` 64 B).
-        let now = if sampled { self.clock.now().as_nanos() } else { 0 };
-        let mut done = 0;
-        while done < self.txq.len() {
-            let r = self.backend.send(&self.slots, &self.txq[done..]);
-            // Counted once per run of one tenant's packets (most of a batch is one tenant's).
-            let mut run = (self.txq[done].tenant, 0u64, 0u64);
-            for i in done..done + r.sent {
-                let TxReq { idx, tenant: t, bytes, .. } = self.txq[i];
-                if t != run.0 {
-                    Self::end_tx_run(&mut self.stats, &mut self.store, run);
-                    run = (t, 0, 0);
-                }
-                run.1 += 1;
-                run.2 += bytes as u64;
-                // Latency from the sampled polls (one in SAMPLE_EVERY): percentiles need a
-                // sample, not every packet.
-                if sampled {
-                    // SAFETY: the dispatcher owns queued transmit buffers.
-                    let (_, d) = unsafe { self.slots.get(idx) };
-                    let lat = now.saturating_sub(d.rx_ns);
-                    self.stats.latency.record(lat);
-                    if let Some(h) = &mut self.stats.tenant_latency[t.index()] {
-                        h.record(lat);
-                    }
-                }
-                self.store.free_uncounted(idx);
-            }
-            Self::end_tx_run(&mut self.stats, &mut self.store, run);
-            for i in done + r.sent..done + r.sent + r.failed {
-                let TxReq { idx, tenant, .. } = self.txq[i];
-                self.drop_charged(idx, tenant, Drop::TxError);
-            }
-            done += r.sent + r.failed;
-            if r.sent + r.failed == 0 {
-                break;
-            }
-        }
-        if done == self.txq.len() {
-            self.txq.clear();
-        } else {
-            self.txq.drain(..done);
-        }
-        self.txq.is_empty()
-    }
-
-    /// A run of tenant `t`'s packets sent (`(t, packets, bytes)`), their buffers freed
-    /// uncounted: adds them to its transmit counters and takes them off its store count.
-    #[inline(always)]
-    fn end_tx_run(stats: &mut Stats, store: &mut Store, (t, packets, bytes): (TenantId, u64, u64)) {
-        if packets > 0 {
-            let ts = stats.tenant_mut(t);
-            ts.tx_packets += packets;
-            ts.tx_bytes += bytes;
-            store.uncharge(t, packets as u32);
         }
     }
 }
