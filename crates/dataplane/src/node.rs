@@ -247,7 +247,7 @@ pub struct Node<B: Backend> {
     dag_acts: Vec<DagAct<u32>>,
     dag_views: Vec<snic_core::rechain::DagView>,
     /// The backend's receive queues and the tenant each holds, if its own.
-    rx_queues: RxQueues,
+    rx_queues: receive::RxQueues,
     /// Which core each region runs on, and a move under way.
     placement: placement::Placement,
     /// The pool's redirects: chains sent to peers, DAGs hosted for them. (Boxed: the key is
@@ -303,27 +303,6 @@ impl Counters for EpochCounters<'_> {
     }
 }
 
-/// The backend's receive queues, as the node uses them.
-struct RxQueues {
-    /// Per queue: the tenant whose packets only it holds.
-    tenant: Vec<Option<TenantId>>,
-    /// Per queue: its cumulative losses at the last epoch.
-    lost_seen: Vec<u64>,
-    /// Per tenant: losses in its own queues this epoch.
-    lost: Vec<u64>,
-    /// The queue the next poll starts at.
-    next: usize,
-    /// Per queue: something to read (when the backend can tell).
-    ready: Vec<bool>,
-    /// Per queue: it had something to read this epoch. Only such a queue can have lost
-    /// anything (a queue overflows only while it holds datagrams), so only its loss counter
-    /// (a syscall) is read at the epoch's end: with a queue per tenant, idle tenants' queues
-    /// cost nothing.
-    touched: Vec<bool>,
-    /// Per queue: the depth it was last given (`None`: the backend's default).
-    depth: Vec<Option<usize>>,
-}
-
 mod arrive;
 mod fork;
 mod handback;
@@ -331,6 +310,7 @@ mod handback;
 mod elastic;
 mod placement;
 mod pool;
+mod receive;
 mod rechain;
 mod redirect;
 mod retire;
@@ -419,15 +399,7 @@ impl<B: Backend> Node<B> {
             deferred: Vec::with_capacity(64),
             dag_acts: Vec::new(),
             dag_views: Vec::new(),
-            rx_queues: RxQueues {
-                tenant: vec![None; queues],
-                lost_seen: vec![0; queues],
-                lost: vec![0; MAX_TENANTS],
-                next: 0,
-                ready: vec![false; queues],
-                touched: vec![true; queues],
-                depth: vec![None; queues],
-            },
+            rx_queues: receive::RxQueues::new(queues),
             placement: placement::Placement::default(),
             pool: Box::default(),
             slots,
@@ -676,8 +648,8 @@ impl<B: Backend> Node<B> {
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
         let n = if self.rx_idx.is_empty() {
             0
-        } else if self.rx_queues.tenant.len() > 1 {
-            self.recv_queues(now)
+        } else if self.rx_queues.several() {
+            self.rx_queues.recv(&mut self.backend, &self.slots, &self.rx_idx, &mut self.rx_meta, &mut self.core, now)
         } else {
             self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta)
         };
@@ -753,68 +725,11 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Receives from each of the backend's queues in turn (starting one further each poll),
-    /// taking from a tenant's own queue no more than its ingress limit admits now.
-    fn recv_queues(&mut self, now: Instant) -> usize {
-        let (q, mut n) = (self.rx_queues.tenant.len(), 0);
-        let known = self.backend.ready_queues(&mut self.rx_queues.ready);
-        if known {
-            for (t, &r) in self.rx_queues.touched.iter_mut().zip(&self.rx_queues.ready) {
-                *t |= r;
-            }
-        } else {
-            self.rx_queues.touched.iter_mut().for_each(|t| *t = true);
-        }
-        for k in 0..q {
-            let queue = (self.rx_queues.next + k) % q;
-            if known && !self.rx_queues.ready[queue] {
-                continue;
-            }
-            let mut want = self.rx_idx.len() - n;
-            let mut capped = None;
-            if let Some(t) = self.rx_queues.tenant[queue] {
-                if let Some(b) = self.core.budget(t, now) {
-                    if (b as usize) < want {
-                        (want, capped) = (b as usize, Some(t));
-                    }
-                }
-            }
-            let got = if want > 0 {
-                self.backend.recv_queue(queue, &self.slots, &self.rx_idx[n..n + want], &mut self.rx_meta[n..n + want])
-            } else {
-                0
-            };
-            if let Some(t) = capped.filter(|_| got == want) {
-                // Its limit, not its queue, stopped the read: it wants more than it is admitted.
-                self.core.held_back(t);
-            }
-            n += got;
-            if n == self.rx_idx.len() {
-                break;
-            }
-        }
-        self.rx_queues.next = (self.rx_queues.next + 1) % q;
-        n
-    }
-
     /// Says that the backend's receive queue `queue` holds tenant `t`'s packets only (the
     /// backend steers them there): the node then takes from it no more than `t`'s ingress limit
     /// admits, and counts what is lost there as `t`'s. A backend with one queue ignores it.
     pub fn set_rx_queue_tenant(&mut self, queue: usize, t: Option<TenantId>) {
-        // The backend may have opened queues since the node started (tenants added in place).
-        let n = self.backend.rx_queues().max(1);
-        let rq = &mut self.rx_queues;
-        if rq.tenant.len() < n {
-            rq.tenant.resize(n, None);
-            rq.lost_seen.resize(n, 0);
-            rq.ready.resize(n, false);
-            rq.touched.resize(n, true);
-            rq.depth.resize(n, None);
-        }
-        // One queue is everyone's: never one tenant's.
-        if self.rx_queues.tenant.len() > 1 && queue < self.rx_queues.tenant.len() {
-            self.rx_queues.tenant[queue] = t;
-        }
+        self.rx_queues.set_tenant(queue, t, self.backend.rx_queues());
     }
 
     /// True during the polls timed for the meter (one in SAMPLE_EVERY).
@@ -827,27 +742,7 @@ impl<B: Backend> Node<B> {
     /// cost for the scheduler's round robin by time.
     fn end_epoch(&mut self, now: Instant) {
         // Losses in a tenant's own receive queue are that tenant's; the rest are shared.
-        let lost = if self.rx_queues.tenant.len() == 1 {
-            self.backend.rx_dropped()
-        } else {
-            let mut shared = 0;
-            let rq = &mut self.rx_queues;
-            for (q, seen) in rq.lost_seen.iter_mut().enumerate() {
-                // An untouched queue lost nothing since its counter was last read.
-                let total = if std::mem::take(&mut rq.touched[q]) { self.backend.rx_dropped_queue(q) } else { *seen };
-                let delta = total.saturating_sub(*seen);
-                *seen = total;
-                match rq.tenant[q] {
-                    Some(t) if delta > 0 => {
-                        rq.lost[t.index()] += delta;
-                        self.stats.tenant_mut(t).drops[Drop::RxQueue.index()] += delta;
-                    }
-                    Some(_) => {}
-                    None => shared += total,
-                }
-            }
-            shared
-        };
+        let lost = self.rx_queues.count_losses(&mut self.backend, &mut self.stats);
         // On a virtual clock, a worker thread may or may not have run the batch it was just
         // sent when the epoch reads the NTs' timings: wait until it has, so that what the meter
         // sees does not depend on the thread's speed (CI saw two runs of one virtual scenario
@@ -860,44 +755,18 @@ impl<B: Backend> Node<B> {
             store: &self.store,
             regions: &self.region_counters,
             lost,
-            own: &self.rx_queues.lost,
-            queues: if self.rx_queues.tenant.len() > 1 { &self.rx_queues.tenant } else { &[] },
+            own: self.rx_queues.lost_own(),
+            queues: self.rx_queues.owners(),
         };
         let acts = self.core.handle_epoch(now, &counters);
         self.elastic.acts.clear();
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();
-        for t in self.rx_queues.tenant.iter().flatten() {
-            self.rx_queues.lost[t.index()] = 0;
-        }
+        self.rx_queues.end_epoch();
         self.bound_shared_workers();
-        self.bound_rx_queues();
+        self.rx_queues.bound(&mut self.backend, &self.core, self.cfg.max_queue_time(), &self.stats);
         self.elastic_epoch(now);
         self.pool_epoch();
-    }
-
-    /// Bounds each limited tenant's own receive queue in time ([`snic_core::fair::rx_depth`]):
-    /// a packet waits there no longer than the scheduler's `max_queue_ns`. A depth that moved
-    /// less than a quarter is left as it is (a socket option per change, not per epoch).
-    fn bound_rx_queues(&mut self) {
-        if self.rx_queues.tenant.len() < 2 {
-            return;
-        }
-        for q in 0..self.rx_queues.tenant.len() {
-            let Some(t) = self.rx_queues.tenant[q] else { continue };
-            let want = snic_core::fair::rx_depth(self.core.meter().limit(t), self.cfg.max_queue_time());
-            let had = self.rx_queues.depth[q];
-            let moved = match (had, want) {
-                (Some(a), Some(b)) => a.abs_diff(b) * 4 > a.max(b),
-                (a, b) => a != b,
-            };
-            if moved {
-                let ts = &self.stats.tenants[t.index()];
-                let bytes = ts.rx_bytes.checked_div(ts.rx_packets).unwrap_or(128) as usize;
-                self.backend.set_rx_depth(q, want, bytes);
-                self.rx_queues.depth[q] = want;
-            }
-        }
     }
 
     /// Caps the work in flight of instances that share a worker (the policy:
