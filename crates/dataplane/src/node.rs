@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use snic_core::dags::DagAct;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
-use snic_core::meter::{Counters, Meter, TenantCounters};
+use snic_core::meter::{Counters, TenantCounters};
 use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::placement::Moving;
@@ -408,6 +408,13 @@ impl<B: Backend> Node<B> {
         })
     }
 
+    /// The node's policy core, read-only: its scheduler, meter, elasticity, DAG table, pool
+    /// agent, redirects and state owners, chain lives. Everything that changes them goes
+    /// through the node's own verbs, which carry out what the core decides.
+    pub fn core(&self) -> &NodeCore {
+        &self.core
+    }
+
     /// The MAT, for the control plane: publish a new table with `store(Arc::new(mat))`; the data
     /// plane picks it up at its next batch.
     pub fn mat_handle(&self) -> Arc<ArcSwap<Mat>> {
@@ -432,11 +439,6 @@ impl<B: Backend> Node<B> {
     /// The packet store, read-only.
     pub fn store(&self) -> &Store {
         &self.store
-    }
-
-    /// The scheduler, read-only.
-    pub fn sched(&self) -> &Scheduler<u32> {
-        self.core.sched()
     }
 
     /// Counters.
@@ -505,11 +507,6 @@ impl<B: Backend> Node<B> {
     pub fn remove_tenant(&mut self, t: TenantId) {
         self.core.remove_tenant(t);
         self.stats.track_latency(t, false);
-    }
-
-    /// Fair sharing: resources, demands, allocations, limits.
-    pub fn meter(&self) -> &Meter {
-        self.core.meter()
     }
 
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software

@@ -221,7 +221,7 @@ fn prelaunch_fills_free_regions_and_packets_wait_for_a_launch_in_order() {
     // Two regions: chains 0 and 1 pre-launched, chain 2 waits for its first packet.
     let st = b.node.elastic().stats();
     assert_eq!(st.prelaunches, 2);
-    assert!(matches!(b.node.elasticity().regions()[0], RegionState::Launching { .. }));
+    assert!(matches!(b.node.core().elastic().regions()[0], RegionState::Launching { .. }));
     // Packets sent during the 5 ms launch wait, and come out in order once it runs.
     b.run(0, 20, 4, 3);
     assert_eq!(b.delivered.get(&100), None, "not before the launch completes");
@@ -251,7 +251,7 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
     // 3. Chain 2 goes idle: after a whole MONITOR_PERIOD it is descheduled, kept as a victim.
     b.run(0, 10, 2, 12);
     assert_eq!(b.node.elastic().stats().deschedules, 1);
-    assert!(b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == 2)));
+    assert!(b.node.core().elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == 2)));
     // 4. It is needed again: a victim hit, no launch, packets served at once.
     let launches = b.node.elastic().stats().launches;
     b.run(2, 1, 1, 1);
@@ -293,9 +293,9 @@ fn a_chain_hosted_for_a_peer_takes_a_victims_region_but_never_a_running_chains()
     }
     b.run(0, 10, 2, 12);
     let victim = |b: &Bed, c: usize| {
-        b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == c))
+        b.node.core().elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == c))
     };
-    assert!(victim(&b, 2), "{:?}", b.node.elasticity().regions());
+    assert!(victim(&b, 2), "{:?}", b.node.core().elastic().regions());
     assert!(matches!(b.node.launch(ChainId(1)), Err(LaunchError::NoFreeRegion)), "pre-launch never evicts");
     b.node.launch_for_peer(ChainId(1)).expect("the victim makes way");
     assert!(b.kinds().contains(&(1, EventKind::ContextSwitch { evicted: ChainId(2) })));
@@ -303,9 +303,9 @@ fn a_chain_hosted_for_a_peer_takes_a_victims_region_but_never_a_running_chains()
     b.run(0, 10, 2, 1);
     assert_eq!((b.lost(0), b.lost(1)), (0, 0), "the hosted chain runs; the running one was not touched");
     // Both regions run chains: a second request is refused, and nothing changes.
-    let before = b.node.elasticity().regions().to_vec();
+    let before = b.node.core().elastic().regions().to_vec();
     assert!(matches!(b.node.launch_for_peer(ChainId(2)), Err(LaunchError::NoFreeRegion)));
-    assert_eq!(b.node.elasticity().regions(), &before[..]);
+    assert_eq!(b.node.core().elastic().regions(), &before[..]);
 }
 
 #[test]
@@ -403,7 +403,7 @@ fn compact_and_expand(workers: usize) {
     b.idle(2);
     // Tenant 1 alone: its two chains run in the two regions; flows 1..=3 get ports 1024..=1026.
     b.run(0, 6, 3, 10);
-    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Planned));
+    assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Planned));
     assert_eq!(nat_ports(&b), [1024, 1025, 1026]);
     // Tenant 3 arrives: three chains want two regions, and stop-and-launch thrashes until the
     // pressure has lasted a MONITOR_PERIOD; then tenant 1's DAG becomes one chain.
@@ -411,7 +411,7 @@ fn compact_and_expand(workers: usize) {
         b.run(0, 6, 3, 1);
         b.run(2, 6, 3, 1);
     }
-    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact), "{:?}", b.kinds());
+    assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Compact), "{:?}", b.kinds());
     let st = b.node.elastic().stats();
     assert_eq!(st.rechains, 1);
     let switches = st.context_switches;
@@ -430,7 +430,7 @@ fn compact_and_expand(workers: usize) {
     // Tenant 3 stops: once calm for a period with a region unused (its chain a victim), the DAG
     // goes back to its planned chains, with the NAT's state again.
     b.run(0, 6, 4, 40);
-    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Planned));
+    assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Planned));
     assert_eq!(b.node.elastic().stats().rechains, 2);
     b.push(0, 5);
     b.idle(2);
@@ -461,7 +461,7 @@ fn a_node_without_elasticity_does_not_switch_forms() {
     b.node.set_compact_form(DagUid(1), vec![nat(), engine(1_000_000)], &["nat".into(), "engine".into()]).unwrap();
     assert!(!b.node.switch_form(DagUid(1), Form::Compact));
     b.run(0, 5, 2, 3);
-    assert_eq!((b.lost(0), b.node.dag_form(DagUid(1))), (0, Some(Form::Planned)));
+    assert_eq!((b.lost(0), b.node.core().dags().form(DagUid(1))), (0, Some(Form::Planned)));
 }
 
 /// A control-plane change in place: DAG 1 moves from chain 0 to a new chain while packets are
@@ -486,15 +486,15 @@ fn a_dag_moved_to_a_new_chain_under_traffic_loses_and_reorders_nothing_and_the_o
     assert_ne!(new, ChainId(0));
     b.node.launch(new).unwrap();
     b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: new, mask: NtMask::all(1) }]));
-    assert!(b.node.dag_switching(DagUid(1)), "arrivals wait while the old route has packets");
+    assert!(b.node.core().dags().is_switching(DagUid(1)), "arrivals wait while the old route has packets");
     b.node.remove_chain(ChainId(0));
-    assert!(!b.node.is_live(ChainId(0)));
+    assert!(!b.node.core().is_live(ChainId(0)));
     b.run(0, 10, 4, 10);
     b.idle(5);
     assert_eq!(b.lost(0), 0, "nothing lost across the change");
-    assert!(!b.node.dag_switching(DagUid(1)));
+    assert!(!b.node.core().dags().is_switching(DagUid(1)));
     // The old chain is gone: no region holds it, one region is free, and its id comes back.
-    let regions = b.node.elasticity().regions();
+    let regions = b.node.core().elastic().regions();
     assert!(
         !regions
             .iter()
@@ -502,7 +502,7 @@ fn a_dag_moved_to_a_new_chain_under_traffic_loses_and_reorders_nothing_and_the_o
         "{regions:?}"
     );
     assert_eq!(regions.iter().filter(|r| matches!(r, RegionState::Free)).count(), 1, "{regions:?}");
-    assert_eq!(b.node.live_chains(), 3);
+    assert_eq!(b.node.core().live_chains(), 3);
     let again = b.node.add_chain(vec![engine(1_000_000)]);
     assert_eq!(again, ChainId(0), "a gone chain's id is reused");
     // The reused chain runs a DAG like any other.
@@ -524,7 +524,7 @@ fn a_removed_chain_serves_the_routes_that_still_use_it() {
     b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: ChainId(1), mask: NtMask::all(1) }]));
     b.run(0, 10, 2, 3);
     assert_eq!(b.lost(0), 0);
-    assert!(b.node.elasticity().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.elasticity().regions());
+    assert!(b.node.core().elastic().regions().iter().any(|r| matches!(r, RegionState::Free)), "{:?}", b.node.core().elastic().regions());
 }
 
 /// The same with a DAG that runs its compact form: its arrivals took the compact route, so a
@@ -543,17 +543,17 @@ fn a_dag_in_its_compact_form_waits_for_its_compact_route_when_replaced() {
     b.node.set_compact_form(DagUid(1), vec![slow(), engine(1_000_000)], &["slow".into(), "engine".into()]).unwrap();
     assert!(b.node.switch_form(DagUid(1), Form::Compact));
     b.run(0, 2, 2, 10);
-    assert_eq!(b.node.dag_form(DagUid(1)), Some(Form::Compact));
+    assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Compact));
     for k in 0..32 {
         b.push(0, 1 + k % 4);
     }
     b.node.poll();
     b.node.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: ChainId(2), mask: NtMask::all(1) }]));
-    assert!(b.node.dag_switching(DagUid(1)), "arrivals wait for the compact route's packets");
+    assert!(b.node.core().dags().is_switching(DagUid(1)), "arrivals wait for the compact route's packets");
     b.run(0, 10, 4, 10);
     b.idle(5);
     assert_eq!(b.lost(0), 0);
-    assert!(!b.node.dag_switching(DagUid(1)));
+    assert!(!b.node.core().dags().is_switching(DagUid(1)));
 }
 
 /// The pool's members, by pool address, and the data address each answers a placement with.
@@ -637,13 +637,13 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 7 }), "not asked: told to stop");
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m2.0, hosted: 8 }), "not asked of m2: told to stop");
     assert_eq!(b.node.elastic().stats().answers_ignored, 2);
-    assert!(b.node.redirects().next().is_none(), "nothing redirected on an answer not asked for");
+    assert!(b.node.core().redirects().iter().next().is_none(), "nothing redirected on an answer not asked for");
     b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
     assert!(b.kinds().contains(&(0, EventKind::Placed { peer: m1.1 })));
     b.run(0, 10, 2, 2);
     b.node.pool_member(MemberEvent::Down(m1.0));
     assert!(b.kinds().contains(&(0, EventKind::PeerLost { peer: m1.1 })), "{:?}", b.kinds());
-    assert!(b.node.redirects().next().is_none(), "no redirect to a dead peer");
+    assert!(b.node.core().redirects().iter().next().is_none(), "no redirect to a dead peer");
 }
 
 /// Overflow by flow share (paper §5; the home node keeps the chain): chain 0 — a 10 kpps engine
@@ -686,7 +686,7 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     assert_eq!(b.node.poll_pool(), None, "asked once");
     assert!(b.flows_sent.is_empty(), "nothing leaves while the peer is asked");
     b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
-    let (_, r) = b.node.redirects().next().expect("a share of the chain's flows is redirected");
+    let (_, r) = b.node.core().redirects().iter().next().expect("a share of the chain's flows is redirected");
     assert!(r.share > 0 && r.share < 1024, "a share, not all: {}", r.share);
     assert!(b.kinds().contains(&(0, EventKind::Spilled { peer: m1.1, share: r.share })));
     // 2. New flows 17..=200 join.
@@ -720,7 +720,7 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     }
     assert_eq!(unhost, Some(PoolRequest::Unhost { peer: m1.0, hosted: 5 }));
     assert!(b.kinds().contains(&(0, EventKind::Unspilled { peer: m1.1 })));
-    assert!(b.node.redirects().next().is_none(), "nothing redirected");
+    assert!(b.node.core().redirects().iter().next().is_none(), "nothing redirected");
     assert!(b.flows_here.is_disjoint(&b.flows_sent), "each flow on one side");
     assert_eq!(b.lost(0), 0);
     assert_eq!(b.node.elastic().stats().spills, 1);
@@ -816,7 +816,7 @@ fn a_chain_exported_finishes_its_packets_then_gives_its_nts_state() {
     while b.node.poll() > 0 {}
     b.node.remove_dag(DagUid(1));
     b.node.export_chain(ChainId(0));
-    assert!(!b.node.is_live(ChainId(0)));
+    assert!(!b.node.core().is_live(ChainId(0)));
     b.idle(5);
     assert_eq!(b.lost(0), 0, "what it had ran to the end");
     let Some((chain, state)) = b.node.poll_exported() else { panic!("the state once its instance stopped") };

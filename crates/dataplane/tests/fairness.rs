@@ -33,7 +33,7 @@ fn fig7_user2_steps_up_and_drf_rebalances_the_shared_nts() {
     let got = drive(&mut f, [8.0, 2.0], Duration::from_millis(30));
     assert!(share(&f, 1).limit_pps.is_none() && share(&f, 2).limit_pps.is_none());
     assert!((got[0] as f64 - 240.0).abs() <= 2.0 && (got[1] as f64 - 60.0).abs() <= 2.0, "{got:?}");
-    let names: Vec<_> = f.node.meter().fairness().resources().iter().map(|r| r.name.clone()).collect();
+    let names: Vec<_> = f.node.core().meter().fairness().resources().iter().map(|r| r.name.clone()).collect();
     assert_eq!(names, ["ingress", "egress", "store", "dispatcher", "memory", "nt1", "nt2", "nt3", "nt4"]);
 
     // user2 steps to 6 units. DRF equalises dominant shares (user1's on NT1/NT2/NT4, 10 units;
@@ -66,17 +66,17 @@ fn without_enforcement_the_node_only_measures() {
     // The allocation is computed, but nothing is limited: both get their whole load.
     assert!(share(&f, 1).fraction < 0.8);
     assert!(got[0].abs_diff(320) <= 1 && got[1].abs_diff(240) <= 1, "{got:?}");
-    assert_eq!(f.node.meter().limit(TenantId(1)), None);
+    assert_eq!(f.node.core().meter().limit(TenantId(1)), None);
 }
 
 #[test]
 fn a_removed_tenant_is_no_longer_limited() {
     let mut f = fig7(true);
     drive(&mut f, [8.0, 6.0], Duration::from_millis(20));
-    assert!(f.node.meter().limit(TenantId(1)).is_some());
+    assert!(f.node.core().meter().limit(TenantId(1)).is_some());
     f.node.remove_tenant(TenantId(1));
-    assert_eq!(f.node.meter().limit(TenantId(1)), None);
-    assert_eq!(f.node.meter().fairness().shares().len(), 1);
+    assert_eq!(f.node.core().meter().limit(TenantId(1)), None);
+    assert_eq!(f.node.core().meter().fairness().shares().len(), 1);
 }
 
 /// Two tenants share one engine on a virtual clock; tenant 2 asks for more bytes per second
@@ -216,7 +216,7 @@ fn the_cores_handed_out_follow_core_target() {
         let fair = FairConfig { epoch: EPOCH, core_target: target, ..FairConfig::default() };
         let f = Fig7::new(NodeConfig { core: NodeCoreConfig { fair, workers, ..NodeCoreConfig::default() }, ..Default::default() }, UNIT)
             .unwrap();
-        let res = f.node.meter().fairness().resources();
+        let res = f.node.core().meter().fairness().resources();
         let cap = |name: &str| res.iter().find(|r| r.name == name).map(|r| r.capacity);
         assert_eq!(cap("dispatcher"), Some(target));
         assert_eq!(cap("workers"), (workers > 0).then_some(target * workers as f64));

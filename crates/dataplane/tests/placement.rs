@@ -135,7 +135,7 @@ impl Bed {
         let mut k = 0u16;
         while self.clock.now() < end && !until(self) {
             // Backpressure: the test is about moves, not overload.
-            let room = |b: &Self, i: InstanceId| b.node.sched().queued(i) < 256 && b.node.backend().rx.len() < 256;
+            let room = |b: &Self, i: InstanceId| b.node.core().sched().queued(i) < 256 && b.node.backend().rx.len() < 256;
             for _ in 0..4 {
                 let Some(flows) = &flows else { break };
                 if !room(self, self.short) {
@@ -238,7 +238,7 @@ fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
     let mut b = Bed::with_elastic(1, true, true, elastic);
     b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Dispatcher) && b.sent_of(3) >= 20);
     assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher), "{:?}", b.node.elastic().stats().events);
-    let stopped = |b: &Bed| b.node.sched().state(b.short) != snic_core::sched::InstanceState::Running;
+    let stopped = |b: &Bed| b.node.core().sched().state(b.short) != snic_core::sched::InstanceState::Running;
     b.traffic_of(Duration::from_secs(1), None, stopped);
     assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);
     b.traffic(Duration::from_secs(1), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);

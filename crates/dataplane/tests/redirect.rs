@@ -315,7 +315,7 @@ fn a_redirected_packet_caught_in_a_loop_of_pass_through_nodes_is_dropped_after_t
 fn stopping_a_redirect_brings_the_chain_back_home() {
     let (mut h, _p, _) = pool();
     let nat = ChainId(1);
-    assert_eq!(h.redirects().map(|(c, r)| (c, r.peer)).collect::<Vec<_>>(), vec![(nat, peer())]);
+    assert_eq!(h.core().redirects().iter().map(|(c, r)| (c, r.peer)).collect::<Vec<_>>(), vec![(nat, peer())]);
     assert!(h.stop_redirect(nat).is_some());
     h.launch(nat).unwrap();
     h.backend_mut().rx.push_back((datagram(80, 1), a()));
@@ -326,7 +326,7 @@ fn stopping_a_redirect_brings_the_chain_back_home() {
     // And a peer that died takes its redirects with it.
     h.redirect_chain(nat, peer(), SHARE_ALL);
     assert_eq!(h.forget_peer(peer()), vec![nat]);
-    assert_eq!(h.redirects().count(), 0);
+    assert_eq!(h.core().redirects().iter().count(), 0);
 }
 
 /// Issue 49: the peer restarted (faster than failure detection, so its home still sends) and a

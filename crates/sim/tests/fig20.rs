@@ -73,7 +73,7 @@ fn node_allocation(sim: &[f64]) -> Result<(), String> {
         }
     }
     // And the limits the node set are the simulator's allocation.
-    let l1 = f.node.meter().limit(TenantId(1)).unwrap() / UNIT;
+    let l1 = f.node.core().meter().limit(TenantId(1)).unwrap() / UNIT;
     if (l1 - sim[0]).abs() / sim[0] >= 0.02 {
         return Err(format!("limit {l1} vs {}", sim[0]));
     }

@@ -186,7 +186,7 @@ impl Driver for Plane {
         }
     }
     fn trace(&self) -> Vec<PoolTraced> {
-        self.node.pool_trace().to_vec()
+        self.node.core().pool_trace().to_vec()
     }
 }
 

@@ -243,7 +243,7 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 let s = node.stats();
                 *snap.lock().expect("snapshot lock") =
                     ([s.tenants[ids[0]].clone(), s.tenants[ids[1]].clone()], node.backend().rx_dropped());
-                let f = node.meter().fairness();
+                let f = node.core().meter().fairness();
                 let name = |d: Option<usize>| d.and_then(|d| f.resources().get(d)).map(|r| r.name.clone());
                 let mut view = fv.lock().expect("fair lock");
                 for x in f.shares().iter().filter(|x| x.dominant.is_some()) {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 /// Gives each DAG that has a compact candidate ([`Plan::compact_chains`]) its compact form,
 /// on a node with elastic NTs and rechaining on.
 pub fn compact_forms<B: Backend>(node: &mut Node<B>, plan: &Plan) -> anyhow::Result<()> {
-    let cfg = node.elasticity().config();
+    let cfg = node.core().elastic().config();
     if cfg.regions == 0 || !cfg.rechain {
         return Ok(());
     }

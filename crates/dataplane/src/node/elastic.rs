@@ -30,12 +30,6 @@ impl<B: Backend> Node<B> {
         &self.elastic
     }
 
-    /// Elasticity, the policy's side: the regions as it sees them, MONITOR_PERIOD, the
-    /// measured build time.
-    pub fn elasticity(&self) -> &snic_core::elastic::Elasticity {
-        self.core.elastic()
-    }
-
     /// Declares whether the tenant's endpoint can run `chain` itself: when it can and no region
     /// can be found for it (and before resorting to a context switch), its packets are sent on
     /// unprocessed.
@@ -103,7 +97,7 @@ impl<B: Backend> Node<B> {
         };
         if let Some(r) = region {
             // A chain going away keeps nothing.
-            if self.is_live(chain) {
+            if self.core.is_live(chain) {
                 self.save_state(chain, r.into_nts());
             } else {
                 // (Unless it moves to a peer.)
@@ -186,7 +180,7 @@ impl<B: Backend> Node<B> {
     /// [`super::pool`]), the tenant's endpoint, and last a context switch.
     #[cold]
     pub(super) fn on_demand(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> OnDemand {
-        if !self.core.elastic().on() || !self.is_live(chain) {
+        if !self.core.elastic().on() || !self.core.is_live(chain) {
             return OnDemand::Nothing;
         }
         let decision = match self.place(chain, route, pos, now) {
@@ -256,7 +250,7 @@ impl<B: Backend> Node<B> {
         let mut ran = false;
         while let Some(p) = self.core.take_parked() {
             let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
-            let live = self.is_live(self.core.sched().chain_of(p));
+            let live = self.core.is_live(self.core.sched().chain_of(p));
             match self.elastic.slot_of(p) {
                 Some(slot) if !evicting => {
                     if !self.core.region_stopped(slot, now, live) {

@@ -55,7 +55,7 @@ impl<B: Backend> Node<B> {
     pub fn export_chain(&mut self, chain: ChainId) {
         let now = self.clock.now();
         let mut state = ChainState { key: self.chain_key(chain), instances: Vec::new() };
-        if !self.is_live(chain) {
+        if !self.core.is_live(chain) {
             self.pool.handback.exported.push_back((chain, state));
             return;
         }

@@ -23,7 +23,6 @@ use crate::elastic::EventKind;
 use crate::node::elastic::OnDemand;
 use snic_core::ids::ChainId;
 use snic_core::node::placing::OnDemand as Placing;
-use snic_core::node::placing::PoolTraced;
 use snic_core::pool::placements::{HostAnswer, PoolNote};
 use snic_core::pool::{ChainKey, Heard, LoadReport, MemberEvent};
 use snic_core::time::Instant;
@@ -66,11 +65,6 @@ impl<B: Backend> Node<B> {
         self.core.trace_pool(on);
     }
 
-    /// The pool trace kept since [`Node::trace_pool`].
-    pub fn pool_trace(&self) -> &[PoolTraced] {
-        self.core.pool_trace()
-    }
-
     /// The DAGs peers host for this node (placed, or taking a share of a chain's flows): each
     /// peer's pool address and its number for the DAG. A driver that replaces the node (a
     /// rebuild) tells them to stop ([`PoolRequest::Unhost`]): the new node places afresh.
@@ -81,11 +75,6 @@ impl<B: Backend> Node<B> {
     /// What the node asks of the pool, oldest first.
     pub fn poll_pool(&mut self) -> Option<PoolRequest> {
         self.core.poll_pool_request()
-    }
-
-    /// The pool agent, as the node's core has it (peers, their reports, what runs where).
-    pub fn pool_agent(&self) -> &snic_core::pool::PoolAgent {
-        self.core.pool()
     }
 
     /// The peer at pool address `peer` (data address `data`), of generation `gen`, hosts

@@ -61,16 +61,6 @@ impl<B: Backend> Node<B> {
         Ok(chain)
     }
 
-    /// The form DAG `uid` runs as (while switching: the one it is leaving).
-    pub fn dag_form(&self, uid: DagUid) -> Option<Form> {
-        self.core.dags().form(uid)
-    }
-
-    /// True while DAG `uid` is switching forms.
-    pub fn dag_switching(&self, uid: DagUid) -> bool {
-        self.core.dags().is_switching(uid)
-    }
-
     /// Starts switching DAG `uid` to `to` (the policy does this by itself; operators and tests
     /// may too). False if the node has no elasticity (regions as a pool), the DAG has no such
     /// form, already runs it, or is switching.

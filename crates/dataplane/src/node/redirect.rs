@@ -181,11 +181,6 @@ impl<B: Backend> Node<B> {
         chains
     }
 
-    /// The chains this node redirects.
-    pub fn redirects(&self) -> impl Iterator<Item = (ChainId, Redirect)> + '_ {
-        self.core.redirects().iter()
-    }
-
     /// The flows `chain` records while it spills ([`snic_core::pool::spill`]): their count at
     /// home and on the peer, and the packets of new flows that found the table full.
     pub fn spill_flows(&self, chain: ChainId) -> Option<((usize, usize), u64)> {
@@ -271,11 +266,6 @@ impl<B: Backend> Node<B> {
         true
     }
 
-    /// Behind a switch: the state slots, and the packets sent to and received as owners.
-    pub fn owners(&self) -> &snic_core::pool::owner::Owners {
-        self.core.owners()
-    }
-
     /// The draining peer at data address `owner` holds the state of these flows (by hash):
     /// their packets go back to it ([`snic_core::pool::owner`], "Draining").
     pub fn pool_pins(&mut self, owner: SocketAddr, hashes: &[u64]) {
@@ -287,11 +277,6 @@ impl<B: Backend> Node<B> {
     /// state this node holds ([`Node::flow_hashes`]) to its peers, which bring them back here.
     pub fn set_draining(&mut self, on: bool) {
         self.core.set_draining(on);
-    }
-
-    /// True while the node drains.
-    pub fn draining(&self) -> bool {
-        self.core.owners().draining()
     }
 
     /// The flows whose state this node's running NTs hold, by hash, both directions of each

@@ -20,20 +20,10 @@ impl<B: Backend> Node<B> {
         self.advance_retired();
     }
 
-    /// True while `chain` is declared and not being taken away.
-    pub fn is_live(&self, chain: ChainId) -> bool {
-        self.core.is_live(chain)
-    }
-
-    /// Chains declared and not taken away.
-    pub fn live_chains(&self) -> usize {
-        self.core.live_chains()
-    }
-
     /// A live chain's NT specs.
     pub(super) fn live_specs(&self, chain: ChainId) -> Result<&[NtSpec], LaunchError> {
         match self.chains.get(chain.index()) {
-            Some(specs) if self.is_live(chain) => Ok(specs),
+            Some(specs) if self.core.is_live(chain) => Ok(specs),
             _ => Err(LaunchError::UnknownChain(chain)),
         }
     }

@@ -260,21 +260,21 @@ fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
     let b = f.drive([8.0, 2.0], ten, step, |_| {});
     let target = [100.0 / 17.0, 70.0 / 17.0];
     let t_step = f.clock.0.load(std::sync::atomic::Ordering::Relaxed);
-    let e_step = f.node.meter().fairness().epochs();
+    let e_step = f.node.core().meter().fairness().epochs();
     let mut last_out: Option<(u64, u64)> = None;
     let within = |n: &Node<_>| {
-        let m = n.meter();
+        let m = n.core().meter();
         (0..2).all(|i| m.limit(TenantId(i as u16 + 1)).is_some_and(|l| ((l / UNIT) - target[i]).abs() / target[i] <= 0.05))
     };
     let clock = f.clock.clone();
     f.drive([8.0, 6.0], Duration::from_millis(20), step, |n| {
         if !within(n) {
-            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.meter().fairness().epochs()));
+            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.core().meter().fairness().epochs()));
         }
     });
     let c = f.drive([8.0, 6.0], ten, step, |n| {
         if !within(n) {
-            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.meter().fairness().epochs()));
+            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.core().meter().fairness().epochs()));
         }
     });
     // Settled at the first epoch after the last time a limit was outside 5%.

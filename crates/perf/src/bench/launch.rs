@@ -87,9 +87,9 @@ fn switch_with_packet(node: &mut Node<MemPort>, to: Form) -> anyhow::Result<u64>
     anyhow::ensure!(node.switch_form(DagUid(1), to), "the DAG could not switch to {to:?}");
     let t = out_since(node, 0, t0)?;
     anyhow::ensure!(
-        node.dag_form(DagUid(1)) == Some(to) && !node.dag_switching(DagUid(1)),
+        node.core().dags().form(DagUid(1)) == Some(to) && !node.core().dags().is_switching(DagUid(1)),
         "the switch did not complete: {:?} {:?}",
-        node.dag_form(DagUid(1)),
+        node.core().dags().form(DagUid(1)),
         node.elastic().stats().events
     );
     Ok(t)
@@ -193,7 +193,7 @@ fn idle(node: &mut Node<MemPort>) -> anyhow::Result<()> {
         anyhow::ensure!(
             t0.elapsed() < Duration::from_secs(5),
             "the idle chain was not descheduled within 5 s (regions {:?}, instances {:?}, last events {:?})",
-            node.elasticity().regions(),
+            node.core().elastic().regions(),
             node.elastic().region_instances(),
             node.elastic().stats().events.iter().rev().take(6).collect::<Vec<_>>()
         );
@@ -218,7 +218,7 @@ fn packet_cases(a: &LaunchArgs, chain: &'static str) -> anyhow::Result<()> {
         warm.push(one_packet(&mut node, 0)?);
         // A chain runs a MONITOR_PERIOD before a context switch may stop it: chain 0 keeps its
         // traffic until then, so that what is timed is the stop-and-launch, not the hold.
-        while launched.elapsed() < node.elasticity().monitor_period() {
+        while launched.elapsed() < node.core().elastic().monitor_period() {
             one_packet(&mut node, 0)?;
         }
         switch.push(one_packet(&mut node, 1)?);

@@ -652,7 +652,7 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) ->
     let pkts = node.backend().tx_packets - tx0;
     let mpps = pkts as f64 / elapsed.as_secs_f64() / 1e6;
     let dropped = s.total().dropped() + s.unattributed.iter().sum::<u64>();
-    let nt_ns = node.meter().chain_cost_ns(c);
+    let nt_ns = node.core().meter().chain_cost_ns(c);
     let r = DataplaneResult {
         bench: "dataplane",
         chain: chain.to_string(),

@@ -158,7 +158,7 @@ fn setup(specs: &[NtSpec], path: Path, sink: SocketAddr) -> anyhow::Result<(Vec<
     for (i, data) in [(2, ta), (3, pa)] {
         h.pool_report(pool(i), snic_core::pool::LoadReport { gen: 1, seq: 1, data: Some(data), ..Default::default() });
     }
-    anyhow::ensure!(h.pool_agent().via(pa) == Some(ta), "the route through T");
+    anyhow::ensure!(h.core().pool().via(pa) == Some(ta), "the route through T");
     Ok((vec![h, t, p], ha))
 }
 

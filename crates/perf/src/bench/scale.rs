@@ -193,12 +193,12 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
         scale_ins: st.scale_ins,
         resumes: st.resumes,
         min_gap_ms,
-        monitor_period_ms: node.elasticity().monitor_period().as_secs_f64() * 1e3,
+        monitor_period_ms: node.core().elastic().monitor_period().as_secs_f64() * 1e3,
         series,
     })
 }
 
 /// Instances of `chain` running now (launching ones do not serve yet).
 fn running(node: &Node<MemPort>, chain: ChainId) -> usize {
-    node.sched().instances_of(chain).iter().filter(|&&i| node.sched().state(i) == InstanceState::Running).count()
+    node.core().sched().instances_of(chain).iter().filter(|&&i| node.core().sched().state(i) == InstanceState::Running).count()
 }

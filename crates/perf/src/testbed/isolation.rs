@@ -575,7 +575,7 @@ fn outcome(
     (i1, i2): (snic_core::ids::InstanceId, snic_core::ids::InstanceId),
 ) -> Outcome {
     let st = node.backend().stats();
-    let fair = node.meter().fairness();
+    let fair = node.core().meter().fairness();
     let name = |d: Option<usize>| d.and_then(|d| fair.resources().get(d)).map(|r| r.name.clone());
     let share = |t: u16| fair.shares().iter().find(|x| x.tenant == TenantId(t));
     let doms: Vec<f64> = (1..=2).filter_map(share).map(|x| x.dominant_share).collect();
@@ -598,7 +598,7 @@ fn outcome(
         antagonist_offered_pps: per_s(x.offered),
         antagonist_delivered_pps: per_s(x.delivered),
         antagonist_ring_drops: x.ring_drops,
-        antagonist_limit_pps: node.meter().limit(TenantId(2)),
+        antagonist_limit_pps: node.core().meter().limit(TenantId(2)),
         jain_dominant: jain(&doms),
         victim_dominant: name(share(1).and_then(|x| x.dominant)),
         antagonist_dominant: name(share(2).and_then(|x| x.dominant)),
@@ -611,7 +611,7 @@ fn outcome(
                 .collect(),
             _ => Vec::new(),
         },
-        dispatcher_ns: node.meter().dispatcher_ns(),
+        dispatcher_ns: node.core().meter().dispatcher_ns(),
         victim_drops: node.stats().tenants[1].drops_by_reason(),
         antagonist_drops: node.stats().tenants[2].drops_by_reason(),
         victim_place: place_name(node.place_of(i1)),

@@ -184,6 +184,6 @@ impl Fig7 {
 
     /// A user's share as of the last epoch (`user` 1 or 2).
     pub fn share(&self, user: u16) -> Option<TenantShare> {
-        self.node.meter().fairness().shares().iter().find(|s| s.tenant == TenantId(user)).cloned()
+        self.node.core().meter().fairness().shares().iter().find(|s| s.tenant == TenantId(user)).cloned()
     }
 }

@@ -266,7 +266,7 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
     for _ in 0..steps {
         drive(&mut node, o.epoch);
         for (i, l) in limits.iter_mut().enumerate() {
-            l.push(node.meter().limit(TenantId(i as u16 + 1)));
+            l.push(node.core().meter().limit(TenantId(i as u16 + 1)));
         }
     }
     let secs = match (&virtual_clock, v0) {
@@ -293,7 +293,7 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
                 p99_ns: s.latency.quantile(0.99),
                 ring_drops: s.ring_drops,
                 drops: ts.drops_by_reason(),
-                limit_pps: node.meter().limit(TenantId(i as u16 + 1)),
+                limit_pps: node.core().meter().limit(TenantId(i as u16 + 1)),
                 limit_swing: swing(&limits[i]),
             }
         })

@@ -417,7 +417,7 @@ fn answered<T>(rx: &mpsc::Receiver<Result<T, String>>, gone: &str) -> Option<Res
 /// The chains a hosted route steps through.
 fn route_chains(node: &Node<UdpBackend>, route: u32) -> Vec<ChainId> {
     let mut chains: Vec<ChainId> =
-        node.sched().route(DagUid(route)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
+        node.core().sched().route(DagUid(route)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
     chains.sort_by_key(|c| c.index());
     chains.dedup();
     chains
@@ -457,7 +457,7 @@ mod tests {
         for e in [MemberEvent::Up(a), MemberEvent::Up(b), MemberEvent::Down(a)] {
             work.member(Some(&mut first), e);
         }
-        let up = |n: &Node<UdpBackend>| n.pool_agent().peers(n.now()).map(|(p, _)| p).collect::<Vec<_>>();
+        let up = |n: &Node<UdpBackend>| n.core().pool().peers(n.now()).map(|(p, _)| p).collect::<Vec<_>>();
         assert_eq!(up(&first), vec![b]);
         let mut rebuilt = node();
         assert!(up(&rebuilt).is_empty());

@@ -820,7 +820,7 @@ fn run(
                     }
                     Cmd::Drain(on, ack) => {
                         if let Some(n) = node.as_mut() {
-                            if on != n.draining() {
+                            if on != n.core().owners().draining() {
                                 tracing::info!(
                                     draining = on,
                                     "{}",
@@ -869,21 +869,23 @@ fn run(
                     published: Some(last_pub),
                     hosted: pool.hosted_snap(n),
                     redirects: n
+                        .core()
                         .redirects()
+                        .iter()
                         .map(|(c, r)| RedirectSnap {
                             chain: chain_name(n, c),
                             peer: r.peer.to_string(),
                             share: r.share,
                             flows: n.spill_flows(c).map(|((here, peer), unpinned)| SpillFlows { here, peer, unpinned }),
-                            via: n.pool_agent().via(r.peer).map(|a| a.to_string()),
+                            via: n.core().pool().via(r.peer).map(|a| a.to_string()),
                             packets: n.redirected(c),
                         })
                         .collect(),
                     pass_through_packets,
                     pass_through_bytes,
-                    owners: owners_snap(n.owners()),
-                    pins: if n.draining() { n.flow_hashes().unwrap_or_default() } else { Vec::new() },
-                    draining: n.draining(),
+                    owners: owners_snap(n.core().owners()),
+                    pins: if n.core().owners().draining() { n.flow_hashes().unwrap_or_default() } else { Vec::new() },
+                    draining: n.core().owners().draining(),
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
                 if let Ok(mut g) = snap.lock() {
@@ -999,20 +1001,20 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
     }
     // Running chains with their instance counts, for the pool's load reports.
     let mut running: Vec<(ChainId, usize)> = Vec::new();
-    for r in 0..node.sched().instance_count() {
+    for r in 0..node.core().sched().instance_count() {
         let id = snic_core::ids::InstanceId(r as u16);
-        let state = node.sched().state(id);
+        let state = node.core().sched().state(id);
         if state == InstanceState::Free {
             continue;
         }
-        let chain = node.sched().chain_of(id);
+        let chain = node.core().sched().chain_of(id);
         if state == InstanceState::Running {
             match running.iter_mut().find(|x| x.0 == chain) {
                 Some(x) => x.1 += 1,
                 None => running.push((chain, 1)),
             }
         }
-        let names = node.meter().chain_names(chain);
+        let names = node.core().meter().chain_names(chain);
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let (packets, nts) = match node.region_counters(id) {
             Some(rc) => (
@@ -1040,8 +1042,8 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
             region: r as u16,
             state: state_name(state),
             chain: names.to_vec(),
-            queued: node.sched().queued(id),
-            credits: node.sched().credits(id),
+            queued: node.core().sched().queued(id),
+            credits: node.core().sched().credits(id),
             place: node.place_of(id).map_or_else(String::new, place_name),
             packets,
             nts,
@@ -1050,14 +1052,14 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
     }
     out.chains = running
         .into_iter()
-        .map(|(c, instances)| ChainSnap { key: node.meter().chain_key(c).0, instances, load: node.meter().chain_load(c) })
+        .map(|(c, instances)| ChainSnap { key: node.core().meter().chain_key(c).0, instances, load: node.core().meter().chain_load(c) })
         .collect();
-    let fair = node.meter().fairness();
+    let fair = node.core().meter().fairness();
     out.epochs = fair.epochs();
     out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
     out.unattributed_drops = snic_dataplane::stats::named_drops(&s.unattributed);
     out.elastic = elastic_snap(node, plan);
-    let (agent, now) = (node.pool_agent(), node.now());
+    let (agent, now) = (node.core().pool(), node.now());
     out.pool_peers = agent
         .peers(now)
         .map(|(addr, r)| PoolPeerSnap { addr, report: r.cloned(), report_age: agent.report_age(now, addr), hops: agent.hops(addr) })
@@ -1070,7 +1072,7 @@ const EVENTS_SHOWN: usize = 32;
 
 /// A chain, by its NTs' names.
 pub(super) fn chain_name(node: &Node<UdpBackend>, c: ChainId) -> String {
-    node.meter().chain_names(c).join(" → ")
+    node.core().meter().chain_names(c).join(" → ")
 }
 
 /// What an elastic event says, in words (`snic status` and the log).
@@ -1174,7 +1176,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
     }
     logged.events = st.recorded;
     for t in &plan.tenants {
-        let limit = node.meter().limit(t.id);
+        let limit = node.core().meter().limit(t.id);
         let was = logged.limited.insert(t.id, limit.is_some()).unwrap_or(false);
         match limit {
             Some(pps) if !was => {
@@ -1203,7 +1205,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
 }
 
 fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
-    let (st, policy) = (node.elastic().stats(), node.elasticity());
+    let (st, policy) = (node.elastic().stats(), node.core().elastic());
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
         enabled: policy.on(),
@@ -1259,14 +1261,14 @@ fn state_name(s: InstanceState) -> &'static str {
 }
 
 fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
-    let fair = node.meter().fairness();
+    let fair = node.core().meter().fairness();
     let Some(s) = fair.shares().iter().find(|s| s.tenant == t) else { return FairSnap::default() };
     let names = fair.resources().iter().map(|r| r.name.clone());
     FairSnap {
         dominant: s.dominant.and_then(|d| fair.resources().get(d)).map(|r| r.name.clone()),
         dominant_share: s.dominant_share,
         fraction: s.fraction,
-        limit_pps: node.meter().limit(t),
+        limit_pps: node.core().meter().limit(t),
         demand: names.clone().zip(s.demand_within(&fair.resources().iter().map(|r| r.capacity).collect::<Vec<_>>())).collect(),
         offered_pps: s.offered_pps,
         allocation: names.zip(s.allocation.iter().copied()).collect(),
