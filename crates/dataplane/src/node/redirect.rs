@@ -69,6 +69,25 @@ impl PoolLink {
         }
         self.seen.entry(sender).or_default().admit(counter)
     }
+
+    /// True if a packet at `off` in its buffer can be sealed for a peer: a key, and room in
+    /// front of it for the header.
+    fn can_seal(&self, off: usize) -> bool {
+        self.key.is_some() && off >= HEADER_LEN
+    }
+
+    /// Writes `repr`, under this node's sender and its next counter, in front of the `len`
+    /// bytes at `off` in `buf` and seals the whole ([`PoolLink::can_seal`] first): where the
+    /// datagram now starts.
+    fn seal_front(&mut self, buf: &mut [u8], off: usize, len: usize, mut repr: RedirectRepr) -> usize {
+        self.counter += 1;
+        (repr.sender, repr.counter) = (self.sender, self.counter);
+        let start = off - HEADER_LEN;
+        let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
+        repr.emit(h);
+        seal(self.key.as_ref().expect("checked by can_seal"), &mut buf[start..off + len]);
+        start
+    }
 }
 
 /// The key for redirected packets, from the pool secret.
@@ -87,16 +106,6 @@ fn seal(key: &LessSafeKey, d: &mut [u8]) {
         .seal_in_place_separate_tag(Nonce::assume_unique_for_key(n), Aad::from(&d[AUTHENTICATED_FROM..]), &mut [])
         .expect("an empty plaintext is within AES-GCM's limits");
     d[TAG].copy_from_slice(tag.as_ref());
-}
-
-/// Writes `repr` in front of the `len` bytes at `off` in `buf` and seals the whole: where the
-/// datagram now starts.
-fn put_header(key: &LessSafeKey, buf: &mut [u8], off: usize, len: usize, repr: &RedirectRepr) -> usize {
-    let start = off - HEADER_LEN;
-    let h: &mut [u8; HEADER_LEN] = (&mut buf[start..off]).try_into().expect("HEADER_LEN bytes");
-    repr.emit(h);
-    seal(key, &mut buf[start..off + len]);
-    start
 }
 
 /// True if `d`'s tag verifies.
@@ -234,7 +243,9 @@ impl<B: Backend> Node<B> {
         }
         let Some(chain) = self.core.sched().chain_at(d.walk.dag, d.walk.pos) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
-        let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
+        if !self.pool.can_seal(off) {
+            return false;
+        }
         // (From here the packet goes: the target counts it as sent.)
         let Some(t) = self.core.redirect_target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
         // Where the home node would deliver it: the peer delivers there.
@@ -244,10 +255,9 @@ impl<B: Backend> Node<B> {
         };
         // A peer the pool's links do not join to this node: through the nodes between.
         let (to, destination) = self.route_to(t.peer);
-        self.pool.counter += 1;
         let repr = RedirectRepr {
-            sender: self.pool.sender,
-            counter: self.pool.counter,
+            sender: 0,
+            counter: 0,
             route: t.route,
             incarnation: t.incarnation,
             pos: d.walk.pos,
@@ -256,7 +266,7 @@ impl<B: Backend> Node<B> {
             destination,
             owner: false,
         };
-        let start = put_header(key, buf, off, len, &repr);
+        let start = self.pool.seal_front(buf, off, len, repr);
         let c = chain.index();
         if self.pool.sent.len() <= c {
             self.pool.sent.resize(c + 1, 0);
@@ -394,12 +404,13 @@ impl<B: Backend> Node<B> {
         let Some(inner) = d.meta.inner.as_ref() else { return false };
         let Some(owner) = self.core.owners().owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
-        let Some(key) = self.pool.key.as_ref().filter(|_| off >= HEADER_LEN) else { return false };
+        if !self.pool.can_seal(off) {
+            return false;
+        }
         let (to, destination) = self.route_to(owner);
-        self.pool.counter += 1;
         let repr = RedirectRepr {
-            sender: self.pool.sender,
-            counter: self.pool.counter,
+            sender: 0,
+            counter: 0,
             route: dag.0,
             incarnation: 0,
             pos: 0,
@@ -410,7 +421,7 @@ impl<B: Backend> Node<B> {
             destination,
             owner: true,
         };
-        let start = put_header(key, buf, off, len, &repr);
+        let start = self.pool.seal_front(buf, off, len, repr);
         self.core.owner_forwarded();
         self.queue_tx(idx, start, len + HEADER_LEN, to);
         true
@@ -467,14 +478,11 @@ impl<B: Backend> Node<B> {
             return self.drop_unattributed(idx, why);
         }
         let next = self.core.pool().via(dest);
-        self.pool.counter += 1;
-        (h.sender, h.counter, h.hops) = (self.pool.sender, self.pool.counter, h.hops + 1);
-        h.destination = next.map(|_| dest);
+        (h.hops, h.destination) = (h.hops + 1, next.map(|_| dest));
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, d) = unsafe { self.slots.get(idx) };
-        let hdr: &mut [u8; HEADER_LEN] = (&mut buf[HEADROOM..HEADROOM + HEADER_LEN]).try_into().expect("HEADER_LEN bytes");
-        h.emit(hdr);
-        seal(self.pool.key.as_ref().expect("verified under it"), &mut buf[HEADROOM..HEADROOM + stored]);
+        // (Verified under the key: one more hop, sealed again under this node's nonce.)
+        self.pool.seal_front(buf, HEADROOM + HEADER_LEN, stored - HEADER_LEN, h);
         d.meta.off = HEADROOM as u16;
         d.meta.len = stored as u16;
         d.meta.tenant = own;
