@@ -338,6 +338,17 @@ impl Elasticity {
         self.launcher.tick(now);
     }
 
+    /// The driver has built the NTs for the launch into `region`, asked for at `requested`:
+    /// it runs at `requested` plus the launch delay (the build took its own time).
+    pub fn launch_begins(&mut self, region: usize, requested: Instant) {
+        self.launcher.launch_from(region, requested + self.cfg.launch_delay);
+    }
+
+    /// When the launch into `region` runs (`None`: none is under way there).
+    pub fn launch_ready_at(&self, region: usize) -> Option<Instant> {
+        self.launcher.ready_at(region)
+    }
+
     /// The driver finished launching `region`.
     pub fn running(&mut self, region: usize) {
         self.launcher.set_running(region);

@@ -176,6 +176,22 @@ impl Launcher {
         }
     }
 
+    /// The launch into `region` (if one is under way) runs from `at`: its driver built the
+    /// chain's NTs, and the rest of the launch takes a known time.
+    pub fn launch_from(&mut self, region: usize, at: Instant) {
+        if let Some(RegionState::Launching { ready_at, .. }) = self.regions.get_mut(region) {
+            *ready_at = at;
+        }
+    }
+
+    /// When the launch into `region` runs (`None`: no launch is under way there).
+    pub fn ready_at(&self, region: usize) -> Option<Instant> {
+        match self.regions.get(region) {
+            Some(RegionState::Launching { ready_at, .. }) => Some(*ready_at),
+            _ => None,
+        }
+    }
+
     /// The chain that starts in `region` is not stopped by a context switch before `until`: a
     /// chain just launched has measured no load yet, so it would be the least loaded, and
     /// stopping it before it ran would let two chains that need the region take it from each

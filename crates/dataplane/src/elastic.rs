@@ -274,9 +274,9 @@ pub(crate) struct Pending {
     /// The NTs, built (or restored) when the launch was asked for.
     pub nts: Vec<Box<dyn Nt>>,
     pub why: Launched,
-    /// Runs from then (emulated reconfiguration), and once `evict` is gone.
-    pub ready_at: Instant,
-    /// The instance being stopped to make room.
+    /// The instance being stopped to make room: the launch runs once it is gone, and once the
+    /// core says it is due ([`snic_core::node::NodeCore::launch_due`]: the launch delay after
+    /// `requested`, emulated reconfiguration).
     pub evict: Option<InstanceId>,
     pub requested: Instant,
 }

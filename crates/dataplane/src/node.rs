@@ -599,7 +599,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let epoch = self.core.next_epoch().saturating_since(now);
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
-        let launch = self.elastic.pending.iter().map(|p| p.ready_at.saturating_since(now)).min();
+        let launch = self.elastic.pending.iter().filter_map(|p| self.core.launch_ready_at(p.slot)).map(|t| t.saturating_since(now)).min();
         // What only the driver knows: traffic since the epoch began, packets waiting for a
         // launch or the pool, a region being moved.
         let busy = !self.stats.touched().is_empty() || !self.elastic.waiting.is_empty() || self.placement.moving() == Moving::UnderWay;

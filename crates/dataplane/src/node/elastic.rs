@@ -131,7 +131,7 @@ impl<B: Backend> Node<B> {
             return Ok(None);
         };
         let inst = self.core.add_launching(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
-        let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, ready_at: now, evict: None, requested: now };
+        let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, evict: None, requested: now };
         self.start(p, EventKind::Prelaunch, build);
         Ok(Some(inst))
     }
@@ -164,12 +164,12 @@ impl<B: Backend> Node<B> {
     /// A launch begins: the chain in its region (if any) is stopped, the launch runs from
     /// `launch_delay` after its request, the event is recorded, and whatever can advance does
     /// (a launch with no delay into an empty region runs at once).
-    fn start(&mut self, mut p: Pending, kind: EventKind, build: u64) {
+    fn start(&mut self, p: Pending, kind: EventKind, build: u64) {
         if let Some(old) = p.evict {
             self.stop_for_eviction(old);
         }
         let now = p.requested;
-        p.ready_at = now + self.core.elastic().config().launch_delay;
+        self.core.launch_begins(p.slot, now);
         self.record(now, p.chain, Some(p.slot), kind, build);
         self.elastic.pending.push(p);
         self.advance_elastic(now);
@@ -226,7 +226,7 @@ impl<B: Backend> Node<B> {
             return OnDemand::Nothing;
         };
         let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
-        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, ready_at: now, evict, requested: now }, kind, build);
+        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, evict, requested: now }, kind, build);
         OnDemand::Retry
     }
 
@@ -263,8 +263,8 @@ impl<B: Backend> Node<B> {
         let mut i = 0;
         while i < self.elastic.pending.len() {
             let p = &self.elastic.pending[i];
-            let (chain, slot, ready_at, evict, planned) = (p.chain, p.slot, p.ready_at, p.evict, p.inst);
-            if ready_at > now {
+            let (chain, slot, evict, planned) = (p.chain, p.slot, p.evict, p.inst);
+            if !self.core.launch_due(slot, now) {
                 i += 1;
                 continue;
             }
@@ -374,7 +374,7 @@ impl<B: Backend> Node<B> {
             return;
         };
         let evict = self.elastic.slots[region].0;
-        let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, ready_at: now, evict, requested: now };
+        let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, evict, requested: now };
         self.start(p, EventKind::ScaleOut, build);
     }
 
