@@ -211,10 +211,6 @@ pub struct Node<B: Backend> {
     stats: Stats,
     rx_idx: Vec<u32>,
     rx_meta: Vec<RxMeta>,
-    /// Packets peers forwarded to this node as their state's owner, received this poll: they
-    /// enter after the batch (taking them in the middle of it would make receiving recursive
-    /// and keep the usual path from being inlined). At most a batch.
-    owned_rx: Vec<(u32, RxMeta)>,
     /// The packets received this batch, classified, waiting to enter their routes a run at a
     /// time.
     arriving: arrive::Arriving,
@@ -384,7 +380,6 @@ impl<B: Backend> Node<B> {
             stats: Stats::default(),
             rx_idx: Vec::with_capacity(MAX_BATCH),
             rx_meta: vec![RxMeta::default(); MAX_BATCH],
-            owned_rx: Vec::with_capacity(MAX_BATCH),
             arriving: arrive::Arriving::new(),
             batch_buf: Vec::with_capacity(MAX_BATCH),
             mat_memo: None,
@@ -660,7 +655,7 @@ impl<B: Backend> Node<B> {
         if !self.arriving.is_empty() {
             self.enter_arrivals(now);
         }
-        if !self.owned_rx.is_empty() {
+        if !self.pool.owned.is_empty() {
             self.ingress_owned(now, &mat);
             self.enter_arrivals(now);
         }
@@ -1239,13 +1234,6 @@ impl<B: Backend> Node<B> {
     fn egress(&mut self, idx: u32) {
         let (tx, mut l) = self.link();
         tx.egress(&mut l, idx)
-    }
-
-    /// Queues `len` bytes from `start` of buffer `idx` for `dst` ([`transmit::Transmit::queue`]).
-    #[inline(always)]
-    fn queue_tx(&mut self, idx: u32, start: usize, len: usize, dst: SocketAddr) {
-        let (tx, mut l) = self.link();
-        tx.queue(&mut l, idx, start, len, dst)
     }
 
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {

@@ -9,6 +9,7 @@
 //! it is read. Datagram framing (UDP sockets, the daemon's backend) only: with Ethernet framing
 //! the node neither redirects nor accepts redirected packets.
 
+use super::transmit::{Link, Transmit};
 use super::{Node, Source};
 use crate::backend::{Backend, Framing, RxMeta};
 use crate::fdb::Route;
@@ -18,7 +19,7 @@ use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use snic_core::dag::DagRoute;
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
-use snic_core::node::PoolReach;
+use snic_core::node::{NodeCore, PoolReach};
 use snic_core::pool::redirect::{HostTable, Hosted, NotRun, Redirect};
 use snic_core::time::Instant;
 use snic_core::walk::Walk;
@@ -51,6 +52,10 @@ pub(crate) struct PoolLink {
     pub(super) handback: super::handback::Handback,
     /// The per-packet check runs: a key, datagram framing, and a chain redirected.
     pub(crate) on: bool,
+    /// Packets peers forwarded to this node as their state's owner, received this poll: they
+    /// enter after the batch (taking them in the middle of it would make receiving recursive
+    /// and keep the usual path from being inlined). At most a batch.
+    pub(super) owned: Vec<(u32, RxMeta)>,
 }
 
 /// Most sending nodes whose windows a node keeps. Only members make new senders (each start
@@ -230,52 +235,6 @@ impl<B: Backend> Node<B> {
         self.pool.hosted.iter()
     }
 
-    /// If the chain `idx` enters is redirected (for its flow and route), seals it for the peer
-    /// and queues it: true. A branch of a parallel group always runs here, as does a packet
-    /// whose NTs left no room in front of it for the header.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn redirect(&mut self, idx: u32, now: Instant) -> bool {
-        // SAFETY: the dispatcher owns `idx`.
-        let (buf, d) = unsafe { self.slots.get(idx) };
-        if d.walk.join_at != 0 {
-            return false;
-        }
-        let Some(chain) = self.core.sched().chain_at(d.walk.dag, d.walk.pos) else { return false };
-        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
-        if !self.pool.can_seal(off) {
-            return false;
-        }
-        // (From here the packet goes: the target counts it as sent.)
-        let Some(t) = self.core.redirect_target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
-        // Where the home node would deliver it: the peer delivers there.
-        let delivery = match self.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
-            Route::Unicast(p) => Some(self.fdb.peer(p).addr),
-            _ => None,
-        };
-        // A peer the pool's links do not join to this node: through the nodes between.
-        let (to, destination) = self.route_to(t.peer);
-        let repr = RedirectRepr {
-            sender: 0,
-            counter: 0,
-            route: t.route,
-            incarnation: t.incarnation,
-            pos: d.walk.pos,
-            hops: 0,
-            delivery,
-            destination,
-            owner: false,
-        };
-        let start = self.pool.seal_front(buf, off, len, repr);
-        let c = chain.index();
-        if self.pool.sent.len() <= c {
-            self.pool.sent.resize(c + 1, 0);
-        }
-        self.pool.sent[c] += 1;
-        self.queue_tx(idx, start, len + HEADER_LEN, to);
-        true
-    }
-
     /// The draining peer at data address `owner` holds the state of these flows (by hash):
     /// their packets go back to it ([`snic_core::pool::owner`], "Draining").
     pub fn pool_pins(&mut self, owner: SocketAddr, hashes: &[u64]) {
@@ -305,109 +264,134 @@ impl<B: Backend> Node<B> {
         Ok(out)
     }
 
-    /// Where a datagram for the node at data address `peer` goes first, and the destination
-    /// its header names when that is a pass-through node (the pool's links join the two only
-    /// through others): `(peer, None)` when it goes straight there.
-    fn route_to(&self, peer: SocketAddr) -> (SocketAddr, Option<SocketAddr>) {
-        match self.core.pool().via(peer) {
-            Some(next) => (next, Some(peer)),
-            None => (peer, None),
-        }
-    }
-
     /// Redirected packets this node forwarded as a pass-through node, and their bytes.
     pub fn pass_through(&self) -> (u64, u64) {
         self.pool.pass_through
     }
 
-    /// A datagram that is not VXLAN (`e`): a peer's redirected packet, or a drop for `e`.
+    /// If the chain `idx` enters is redirected (for its flow and route), seals it for the peer
+    /// and queues it: true ([`PoolLink::redirect`]).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn redirect(&mut self, idx: u32, now: Instant) -> bool {
+        let (pool, core, tx, mut l) = self.pool_parts();
+        pool.redirect(&mut l, tx, core, idx, now)
+    }
+
+    /// In a pool behind a switch: if another node holds the NT state of the packet `idx`, it
+    /// goes there ([`PoolLink::send_to_owner`]): true.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn send_to_owner(&mut self, idx: u32, dag: DagUid) -> bool {
+        let (pool, core, tx, mut l) = self.pool_parts();
+        pool.send_to_owner(&mut l, tx, core, idx, dag)
+    }
+
+    /// A datagram that is not VXLAN (`e`): a peer's redirected packet — run here from the step
+    /// it names, passed on, or taken as its state's owner ([`PoolLink::ingress`]) — or a drop
+    /// for `e`.
     #[cold]
     #[inline(never)]
     pub(super) fn ingress_other(&mut self, idx: u32, m: RxMeta, e: snic_wire::ParseError, now: Instant) {
         // SAFETY: the dispatcher owns `idx` (just received).
         let (buf, _) = unsafe { self.slots.get(idx) };
-        if snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
-            self.ingress_redirected(idx, m, now)
-        } else {
-            self.drop_unattributed(idx, Drop::Parse(e))
+        if !snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
+            return self.drop_unattributed(idx, Drop::Parse(e));
+        }
+        let (pool, core, tx, mut l) = self.pool_parts();
+        if pool.ingress(&mut l, tx, core, idx, m, now) {
+            let e = self.walk_enter(idx, now);
+            self.entered(idx, e, now);
         }
     }
 
-    /// A datagram that starts like a redirected packet: checks it is one of the pool's, for a
-    /// DAG hosted here, and enters it at the step it names, charged to the hosting tenant.
-    fn ingress_redirected(&mut self, idx: u32, m: RxMeta, now: Instant) {
-        // SAFETY: the dispatcher owns `idx` (just received).
-        let (buf, d) = unsafe { self.slots.get(idx) };
-        let stored = m.len as usize;
-        let data = &buf[HEADROOM..HEADROOM + stored];
-        let h = match RedirectRepr::parse(data) {
-            Ok(h) => h,
-            Err(RedirectError::Truncated) => return self.drop_unattributed(idx, Drop::Parse(snic_wire::ParseError::Truncated)),
-            Err(_) => return self.drop_unattributed(idx, Drop::Unauthenticated),
+    /// The packets received this poll as their state's owner ([`PoolLink::ingress`]): each as
+    /// if received from its tenant's VTEP, and never forwarded again.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn ingress_owned(&mut self, now: Instant, mat: &Mat) {
+        let mut owned = std::mem::take(&mut self.pool.owned);
+        for &(idx, m) in &owned {
+            self.ingress(idx, m, now, mat, Source::Owner);
+        }
+        owned.clear();
+        self.pool.owned = owned;
+    }
+
+    /// The pool's data path, and what it touches of the node.
+    #[inline(always)]
+    fn pool_parts(&mut self) -> (&mut PoolLink, &mut NodeCore, &mut Transmit, Link<'_, B>) {
+        let l = Link {
+            backend: &mut self.backend,
+            slots: &self.slots,
+            store: &mut self.store,
+            stats: &mut self.stats,
+            fdb: &mut self.fdb,
+            clock: &*self.clock,
         };
-        if !self.pool.key.as_ref().is_some_and(|k| verify(k, data)) {
-            return self.drop_unattributed(idx, Drop::Unauthenticated);
+        (&mut self.pool, &mut self.core, &mut self.tx, l)
+    }
+}
+
+impl PoolLink {
+    /// If the chain `idx` enters is redirected (for its flow and route), seals it for the peer
+    /// and queues it: true. A branch of a parallel group always runs here, as does a packet
+    /// whose NTs left no room in front of it for the header.
+    fn redirect<B: Backend>(&mut self, l: &mut Link<'_, B>, tx: &mut Transmit, core: &mut NodeCore, idx: u32, now: Instant) -> bool {
+        // SAFETY: the dispatcher owns `idx`.
+        let (buf, d) = unsafe { l.slots.get(idx) };
+        if d.walk.join_at != 0 {
+            return false;
         }
-        if let Some(dest) = h.destination {
-            return self.pass_on(idx, m, h, dest, now);
+        let Some(chain) = core.sched().chain_at(d.walk.dag, d.walk.pos) else { return false };
+        let (off, len) = (d.meta.off as usize, d.meta.len as usize);
+        if !self.can_seal(off) {
+            return false;
         }
-        if h.owner {
-            return self.ingress_as_owner(idx, m, h);
-        }
-        let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
-        let vni = match layout::parse_vxlan(&buf[off..off + len]) {
-            Ok(v) => v,
-            Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
+        // (From here the packet goes: the target counts it as sent.)
+        let Some(t) = core.redirect_target(chain, d.walk.dag.0, d.flow_hash, now) else { return false };
+        // Where the home node would deliver it: the peer delivers there.
+        let delivery = match l.fdb.route(d.meta.tenant, d.meta.vni, d.meta.inner.as_ref().map(|i| i.dst_mac)) {
+            Route::Unicast(p) => Some(l.fdb.peer(p).addr),
+            _ => None,
         };
-        let tenant = match self.pool.hosted.admit(self.pool.gen, h.route, h.incarnation, self.fdb.owner(vni)) {
-            Ok(t) => t,
-            Err(NotRun::NotHosted | NotRun::OtherIncarnation) => return self.drop_unattributed(idx, Drop::NotHosted),
-            Err(NotRun::OtherTenant(t)) => return self.drop_uncharged(idx, t, Drop::ForeignVni),
+        // A peer the pool's links do not join to this node: through the nodes between.
+        let (to, destination) = route_to(core, t.peer);
+        let repr = RedirectRepr {
+            sender: 0,
+            counter: 0,
+            route: t.route,
+            incarnation: t.incarnation,
+            pos: d.walk.pos,
+            hops: 0,
+            delivery,
+            destination,
+            owner: false,
         };
-        if !self.pool.admit(h.sender, h.counter) {
-            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+        let start = self.seal_front(buf, off, len, repr);
+        let c = chain.index();
+        if self.sent.len() <= c {
+            self.sent.resize(c + 1, 0);
         }
-        // (What home sent arrived: a DAG given back waits for this count, `Fence`.)
-        self.pool.hosted.count(h.route);
-        d.meta.inner = layout::parse_inner(&buf[off + snic_wire::vxlan::HEADER_LEN..off + len]).ok();
-        if !Self::charge_rx(&mut self.core, &mut self.store, &mut self.stats, idx, tenant, stored, len, now) {
-            return;
-        }
-        // The home node resolved the destination: deliver where it would have.
-        if let (Some(l), Some(to)) = (&d.meta.inner, h.delivery) {
-            self.fdb.learn(vni, l.dst_mac, Peer { addr: to, mac: Default::default() });
-        }
-        d.meta.off = off as u16;
-        d.meta.len = len as u16;
-        d.meta.vni = vni;
-        d.meta.tenant = tenant;
-        d.src = self.fdb.sender(Peer { addr: m.src, mac: Default::default() });
-        d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
-        d.rx_ns = m.arrival(now);
-        d.verdict = None;
-        d.charged = true;
-        d.walk = Walk::at(DagUid(h.route), h.pos);
-        self.store.tag_route(idx, h.route);
-        let e = self.walk_enter(idx, now);
-        self.entered(idx, e, now);
+        self.sent[c] += 1;
+        tx.queue(l, idx, start, len + HEADER_LEN, to);
+        true
     }
 
     /// In a pool behind a switch ([`snic_core::pool::owner`]): if another node holds the NT
     /// state of the packet `idx` (of DAG `dag`, the MAT's UID: the same on every node sharing
     /// the desired state), it goes there whole, sealed, before anything runs here. True: it
     /// went (it counts as this tenant's transmitted packet).
-    #[cold]
-    #[inline(never)]
-    pub(super) fn send_to_owner(&mut self, idx: u32, dag: DagUid) -> bool {
+    fn send_to_owner<B: Backend>(&mut self, l: &mut Link<'_, B>, tx: &mut Transmit, core: &mut NodeCore, idx: u32, dag: DagUid) -> bool {
         // SAFETY: the dispatcher owns `idx`.
-        let (buf, d) = unsafe { self.slots.get(idx) };
+        let (buf, d) = unsafe { l.slots.get(idx) };
         let Some(inner) = d.meta.inner.as_ref() else { return false };
-        let Some(owner) = self.core.owners().owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
+        let Some(owner) = core.owners().owner(dag, inner.key.dst, inner.key.dst_port, d.flow_hash) else { return false };
         let (off, len) = (d.meta.off as usize, d.meta.len as usize);
-        if !self.pool.can_seal(off) {
+        if !self.can_seal(off) {
             return false;
         }
-        let (to, destination) = self.route_to(owner);
+        let (to, destination) = route_to(core, owner);
         let repr = RedirectRepr {
             sender: 0,
             counter: 0,
@@ -417,72 +401,137 @@ impl<B: Backend> Node<B> {
             hops: 0,
             // The tenant's VTEP it came from: the owner takes it as if from there.
             // (None, so dropped there, only if this node's peer table was full.)
-            delivery: self.fdb.get(d.src).map(|p| p.addr),
+            delivery: l.fdb.get(d.src).map(|p| p.addr),
             destination,
             owner: true,
         };
-        let start = self.pool.seal_front(buf, off, len, repr);
-        self.core.owner_forwarded();
-        self.queue_tx(idx, start, len + HEADER_LEN, to);
+        let start = self.seal_front(buf, off, len, repr);
+        core.owner_forwarded();
+        tx.queue(l, idx, start, len + HEADER_LEN, to);
+        true
+    }
+
+    /// A datagram that starts like a redirected packet: checks it is one of the pool's, then
+    /// passes it on toward its destination, takes it as its state's owner (after the poll's
+    /// batch), or — for a DAG hosted here — charges it to the hosting tenant and readies it to
+    /// enter the step it names: true (the caller enters it).
+    fn ingress<B: Backend>(
+        &mut self,
+        l: &mut Link<'_, B>,
+        tx: &mut Transmit,
+        core: &mut NodeCore,
+        idx: u32,
+        m: RxMeta,
+        now: Instant,
+    ) -> bool {
+        // SAFETY: the dispatcher owns `idx` (just received).
+        let (buf, d) = unsafe { l.slots.get(idx) };
+        let stored = m.len as usize;
+        let data = &buf[HEADROOM..HEADROOM + stored];
+        let h = match RedirectRepr::parse(data) {
+            Ok(h) => h,
+            Err(RedirectError::Truncated) => return l.drop_unattributed(idx, Drop::Parse(snic_wire::ParseError::Truncated)),
+            Err(_) => return l.drop_unattributed(idx, Drop::Unauthenticated),
+        };
+        if !self.key.as_ref().is_some_and(|k| verify(k, data)) {
+            return l.drop_unattributed(idx, Drop::Unauthenticated);
+        }
+        if let Some(dest) = h.destination {
+            return self.pass_on(l, tx, core, idx, m, h, dest, now);
+        }
+        if h.owner {
+            return self.ingress_as_owner(l, core, idx, m, h);
+        }
+        let (off, len) = (HEADROOM + HEADER_LEN, stored - HEADER_LEN);
+        let vni = match layout::parse_vxlan(&buf[off..off + len]) {
+            Ok(v) => v,
+            Err(e) => return l.drop_unattributed(idx, Drop::Parse(e)),
+        };
+        let tenant = match self.hosted.admit(self.gen, h.route, h.incarnation, l.fdb.owner(vni)) {
+            Ok(t) => t,
+            Err(NotRun::NotHosted | NotRun::OtherIncarnation) => return l.drop_unattributed(idx, Drop::NotHosted),
+            Err(NotRun::OtherTenant(t)) => return l.drop_uncharged(idx, t, Drop::ForeignVni),
+        };
+        if !self.admit(h.sender, h.counter) {
+            return l.drop_unattributed(idx, Drop::ReplayedRedirect);
+        }
+        // (What home sent arrived: a DAG given back waits for this count, `Fence`.)
+        self.hosted.count(h.route);
+        d.meta.inner = layout::parse_inner(&buf[off + snic_wire::vxlan::HEADER_LEN..off + len]).ok();
+        if !Node::<B>::charge_rx(core, l.store, l.stats, idx, tenant, stored, len, now) {
+            return false;
+        }
+        // The home node resolved the destination: deliver where it would have.
+        if let (Some(inner), Some(to)) = (&d.meta.inner, h.delivery) {
+            l.fdb.learn(vni, inner.dst_mac, Peer { addr: to, mac: Default::default() });
+        }
+        d.meta.off = off as u16;
+        d.meta.len = len as u16;
+        d.meta.vni = vni;
+        d.meta.tenant = tenant;
+        d.src = l.fdb.sender(Peer { addr: m.src, mac: Default::default() });
+        d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
+        d.rx_ns = m.arrival(now);
+        d.verdict = None;
+        d.charged = true;
+        d.walk = Walk::at(DagUid(h.route), h.pos);
+        l.store.tag_route(idx, h.route);
         true
     }
 
     /// A packet a peer forwarded to this node as the owner of its NT state: taken, after the
     /// poll's batch ([`Node::ingress_owned`]), as if received from the tenant's VTEP the header
     /// names (its rules, its source check, its charge, learning), from the start of this
-    /// node's DAG, and never forwarded again.
-    fn ingress_as_owner(&mut self, idx: u32, m: RxMeta, h: RedirectRepr) {
-        if !self.pool.admit(h.sender, h.counter) {
-            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+    /// node's DAG, and never forwarded again. (False: it does not enter now.)
+    fn ingress_as_owner<B>(&mut self, l: &mut Link<'_, B>, core: &mut NodeCore, idx: u32, m: RxMeta, h: RedirectRepr) -> bool {
+        if !self.admit(h.sender, h.counter) {
+            return l.drop_unattributed(idx, Drop::ReplayedRedirect);
         }
-        let Some(vtep) = h.delivery else { return self.drop_unattributed(idx, Drop::Unauthenticated) };
+        let Some(vtep) = h.delivery else { return l.drop_unattributed(idx, Drop::Unauthenticated) };
         // SAFETY: the dispatcher owns `idx` (just received).
-        let (buf, _) = unsafe { self.slots.get(idx) };
+        let (buf, _) = unsafe { l.slots.get(idx) };
         let stored = m.len as usize;
         // Where a received datagram starts (the header is read: its bytes go).
         buf.copy_within(HEADROOM + HEADER_LEN..HEADROOM + stored, HEADROOM);
-        self.core.owner_received();
-        self.owned_rx.push((idx, RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m }));
-    }
-
-    /// The packets received this poll as their state's owner ([`Node::ingress_as_owner`]):
-    /// each as if received from its tenant's VTEP, and never forwarded again.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn ingress_owned(&mut self, now: Instant, mat: &Mat) {
-        let mut owned = std::mem::take(&mut self.owned_rx);
-        for &(idx, m) in &owned {
-            self.ingress(idx, m, now, mat, Source::Owner);
-        }
-        owned.clear();
-        self.owned_rx = owned;
+        core.owner_received();
+        self.owned.push((idx, RxMeta { len: (stored - HEADER_LEN) as u16, src: vtep, ..m }));
+        false
     }
 
     /// This node is a pass-through node on the way to `dest` (the pool's links join the home
     /// node and `dest` through it): the datagram goes on toward `dest`, nothing of it runs
     /// here. It was authenticated; it is checked against replay, sealed again under this
     /// node's nonce (one more hop), and charged meanwhile to the node's own account (tenant 0,
-    /// which no tenant of a manifest is).
-    #[cold]
-    #[inline(never)]
-    fn pass_on(&mut self, idx: u32, m: RxMeta, mut h: RedirectRepr, dest: SocketAddr, now: Instant) {
+    /// which no tenant of a manifest is). (False: it does not enter here.)
+    #[allow(clippy::too_many_arguments)]
+    fn pass_on<B: Backend>(
+        &mut self,
+        l: &mut Link<'_, B>,
+        tx: &mut Transmit,
+        core: &NodeCore,
+        idx: u32,
+        m: RxMeta,
+        mut h: RedirectRepr,
+        dest: SocketAddr,
+        now: Instant,
+    ) -> bool {
         if h.hops >= crate::drops::MAX_PASS_THROUGH {
-            return self.drop_unattributed(idx, Drop::PassThroughHops);
+            return l.drop_unattributed(idx, Drop::PassThroughHops);
         }
-        if !self.pool.admit(h.sender, h.counter) {
-            return self.drop_unattributed(idx, Drop::ReplayedRedirect);
+        if !self.admit(h.sender, h.counter) {
+            return l.drop_unattributed(idx, Drop::ReplayedRedirect);
         }
         let stored = m.len as usize;
         let own = TenantId(0);
-        if let Err(why) = self.store.charge(idx, own, HEADROOM..HEADROOM + stored) {
-            return self.drop_unattributed(idx, why);
+        if let Err(why) = l.store.charge(idx, own, HEADROOM..HEADROOM + stored) {
+            return l.drop_unattributed(idx, why);
         }
-        let next = self.core.pool().via(dest);
+        let next = core.pool().via(dest);
         (h.hops, h.destination) = (h.hops + 1, next.map(|_| dest));
         // SAFETY: the dispatcher owns `idx` (just received).
-        let (buf, d) = unsafe { self.slots.get(idx) };
+        let (buf, d) = unsafe { l.slots.get(idx) };
         // (Verified under the key: one more hop, sealed again under this node's nonce.)
-        self.pool.seal_front(buf, HEADROOM + HEADER_LEN, stored - HEADER_LEN, h);
+        self.seal_front(buf, HEADROOM + HEADER_LEN, stored - HEADER_LEN, h);
         d.meta.off = HEADROOM as u16;
         d.meta.len = stored as u16;
         d.meta.tenant = own;
@@ -490,8 +539,19 @@ impl<B: Backend> Node<B> {
         d.rx_ns = m.arrival(now);
         d.verdict = None;
         d.charged = true;
-        self.pool.pass_through.0 += 1;
-        self.pool.pass_through.1 += stored as u64;
-        self.queue_tx(idx, HEADROOM, stored, next.unwrap_or(dest));
+        self.pass_through.0 += 1;
+        self.pass_through.1 += stored as u64;
+        tx.queue(l, idx, HEADROOM, stored, next.unwrap_or(dest));
+        false
+    }
+}
+
+/// Where a datagram for the node at data address `peer` goes first, and the destination its
+/// header names when that is a pass-through node (the pool's links join the two only through
+/// others): `(peer, None)` when it goes straight there.
+fn route_to(core: &NodeCore, peer: SocketAddr) -> (SocketAddr, Option<SocketAddr>) {
+    match core.pool().via(peer) {
+        Some(next) => (next, Some(peer)),
+        None => (peer, None),
     }
 }

@@ -71,6 +71,24 @@ impl<B> Link<'_, B> {
         }
     }
 
+    /// Drops a packet received before its tenant was known (counted as the node's). False,
+    /// for callers that return whether a packet goes on.
+    #[inline]
+    pub fn drop_unattributed(&mut self, idx: u32, why: Drop) -> bool {
+        self.stats.unattributed[why.index()] += 1;
+        self.store.release(idx);
+        false
+    }
+
+    /// Drops tenant `t`'s packet in buffer `idx`, not yet charged to its quota. False, as
+    /// [`Link::drop_unattributed`].
+    #[inline]
+    pub fn drop_uncharged(&mut self, idx: u32, t: TenantId, why: Drop) -> bool {
+        self.stats.tenant_mut(t).drops[why.index()] += 1;
+        self.store.release(idx);
+        false
+    }
+
     /// Drops tenant `t`'s packet in buffer `idx`, charged to its quota.
     #[inline]
     pub fn drop_charged(&mut self, idx: u32, t: TenantId, why: Drop) {
