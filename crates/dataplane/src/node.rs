@@ -1218,6 +1218,14 @@ impl<B: Backend> Node<B> {
     /// The transmit half, and what it touches of the node.
     #[inline(always)]
     fn link(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>) {
+        let (tx, l, _, _) = self.parts();
+        (tx, l)
+    }
+
+    /// The node's parts that move packets (the transmit half, the pool's data path), what they
+    /// touch of it, and the core, borrowed apart.
+    #[inline(always)]
+    fn parts(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>, &mut redirect::PoolLink, &mut NodeCore) {
         let l = transmit::Link {
             backend: &mut self.backend,
             slots: &self.slots,
@@ -1226,7 +1234,7 @@ impl<B: Backend> Node<B> {
             fdb: &mut self.fdb,
             clock: &*self.clock,
         };
-        (&mut self.tx, l)
+        (&mut self.tx, l, &mut self.pool, &mut self.core)
     }
 
     /// Sends a packet that finished its route ([`transmit::Transmit::egress`]).

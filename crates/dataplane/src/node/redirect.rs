@@ -274,7 +274,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn redirect(&mut self, idx: u32, now: Instant) -> bool {
-        let (pool, core, tx, mut l) = self.pool_parts();
+        let (tx, mut l, pool, core) = self.parts();
         pool.redirect(&mut l, tx, core, idx, now)
     }
 
@@ -283,7 +283,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn send_to_owner(&mut self, idx: u32, dag: DagUid) -> bool {
-        let (pool, core, tx, mut l) = self.pool_parts();
+        let (tx, mut l, pool, core) = self.parts();
         pool.send_to_owner(&mut l, tx, core, idx, dag)
     }
 
@@ -298,7 +298,7 @@ impl<B: Backend> Node<B> {
         if !snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
             return self.drop_unattributed(idx, Drop::Parse(e));
         }
-        let (pool, core, tx, mut l) = self.pool_parts();
+        let (tx, mut l, pool, core) = self.parts();
         if pool.ingress(&mut l, tx, core, idx, m, now) {
             let e = self.walk_enter(idx, now);
             self.entered(idx, e, now);
@@ -316,20 +316,6 @@ impl<B: Backend> Node<B> {
         }
         owned.clear();
         self.pool.owned = owned;
-    }
-
-    /// The pool's data path, and what it touches of the node.
-    #[inline(always)]
-    fn pool_parts(&mut self) -> (&mut PoolLink, &mut NodeCore, &mut Transmit, Link<'_, B>) {
-        let l = Link {
-            backend: &mut self.backend,
-            slots: &self.slots,
-            store: &mut self.store,
-            stats: &mut self.stats,
-            fdb: &mut self.fdb,
-            clock: &*self.clock,
-        };
-        (&mut self.pool, &mut self.core, &mut self.tx, l)
     }
 }
 
