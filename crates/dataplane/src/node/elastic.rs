@@ -11,6 +11,15 @@ use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 
+/// Why a victim runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resumed {
+    /// Its chain's packets need it.
+    OnDemand,
+    /// The auto-scaler adds an instance.
+    ScaleOut,
+}
+
 /// What to do with a packet whose chain had no active instance.
 pub(super) enum OnDemand {
     /// The chain has an instance now (running or launching): schedule the packet again.
@@ -152,7 +161,7 @@ impl<B: Backend> Node<B> {
                 let old = self.elastic.slots[region].0;
                 self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
             }
-            Some(Decision::Resume { region }) if self.resume(chain, region, now, false) => OnDemand::Retry,
+            Some(Decision::Resume { region }) if self.resume(chain, region, now, Resumed::OnDemand) => OnDemand::Retry,
             _ => OnDemand::Nothing,
         };
         match done {
@@ -189,7 +198,7 @@ impl<B: Backend> Node<B> {
         };
         match decision {
             Decision::Share { region } | Decision::Resume { region } => {
-                if self.resume(chain, region, now, false) {
+                if self.resume(chain, region, now, Resumed::OnDemand) {
                     OnDemand::Retry
                 } else {
                     OnDemand::Nothing
@@ -344,7 +353,7 @@ impl<B: Backend> Node<B> {
         for act in acts.drain(..) {
             match act {
                 Act::Resume { chain, region } => {
-                    self.resume(chain, region, now, true);
+                    self.resume(chain, region, now, Resumed::ScaleOut);
                 }
                 Act::Launch { chain, region, .. } => self.scale_out(chain, region, now),
                 Act::Stop { chain, region, last } => self.scale_in(chain, region, last, now),
@@ -354,14 +363,14 @@ impl<B: Backend> Node<B> {
         self.rechain_epoch(now);
     }
 
-    /// The victim in `region` runs again (on demand, or `scaling` out); false if it cannot.
-    fn resume(&mut self, chain: ChainId, region: usize, now: Instant, scaling: bool) -> bool {
+    /// The victim in `region` runs again (for packets, or to scale out); false if it cannot.
+    fn resume(&mut self, chain: ChainId, region: usize, now: Instant, why: Resumed) -> bool {
         let Some(inst) = self.elastic.slots[region].0 else { return false };
         if self.core.resume_instance(inst).is_err() {
             return false;
         }
         self.record(now, chain, Some(region), EventKind::Resume, 0);
-        if scaling {
+        if why == Resumed::ScaleOut {
             self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
         }
         true

@@ -1227,6 +1227,8 @@ fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
             ("remote_launches", st.remote_launches),
             ("remote_refusals", st.remote_refusals),
             ("answers_ignored", st.answers_ignored),
+            // Requests for the peers the pool thread did not take in time (bounded queue).
+            ("pool_requests_dropped", node.core().placements().dropped),
             ("moves_back", st.moves_back),
             ("spills", st.spills),
         ],
