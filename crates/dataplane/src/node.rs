@@ -24,7 +24,7 @@ use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::placement::Moving;
 pub use snic_core::placement::Place;
-use snic_core::sched::{InstanceState, Reject, SchedConfig, Scheduler};
+use snic_core::sched::{InstanceState, Reject, SchedConfig};
 use snic_core::time::Instant;
 use snic_core::walk::{Entered, Ran, Skip, Walk};
 pub use snic_nt::WorkTimer;
@@ -191,6 +191,71 @@ impl Exec {
             self.inline.resize_with(i + 1, || None);
         }
         self.inline[i] = Some(region);
+    }
+
+    /// Where instance `inst`'s region runs.
+    fn place_of(&self, inst: InstanceId) -> Place {
+        self.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher)
+    }
+
+    /// A batch worker `w` finished: on the real clock, any that came back; on a virtual clock,
+    /// one done by the dispatcher's time, once the thread has run all it was sent (see
+    /// [`crate::worker`]).
+    fn next_done(&mut self, w: usize, timer: &WorkTimer) -> Option<Work> {
+        let worker = &mut self.workers[w];
+        if !worker.is_virtual() {
+            return worker.poll_done();
+        }
+        worker.wait_all_back();
+        worker.poll_done_by(timer.now_ns())
+    }
+
+    /// Worker `w`'s ring is full: on a virtual clock the dispatcher waits (its time moves on)
+    /// until the worker's oldest batch is done; then the caller takes what came back.
+    fn wait_for_room(&mut self, w: usize, timer: &WorkTimer) {
+        let worker = &mut self.workers[w];
+        if worker.is_virtual() {
+            worker.wait_all_back();
+            if let Some(done) = worker.next_done_ns() {
+                timer.spend(done.saturating_sub(timer.now_ns()));
+            }
+        }
+    }
+
+    /// True while worker threads hold batches that a poll could take at `now_ns`: on the real
+    /// clock, any that have not come back; on a virtual clock, any done by then (a batch its
+    /// worker finishes later in virtual time waits for the clock to get there).
+    fn busy(&self, now_ns: u64) -> bool {
+        self.workers.iter().any(|w| {
+            if !w.is_virtual() {
+                return w.outstanding() > 0;
+            }
+            w.wait_all_back();
+            w.next_done_ns().is_some_and(|d| d <= now_ns)
+        })
+    }
+
+    /// Caps the work in flight of instances that share a worker (the policy:
+    /// [`snic_core::placement::inflight_caps`], at the scheduler's `quantum_ns`).
+    fn bound_shared(&mut self, core: &mut NodeCore, quantum_ns: f64) {
+        if self.workers.is_empty() {
+            return;
+        }
+        let sched = core.sched();
+        let active = |i: usize| {
+            matches!(sched.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
+        };
+        self.on_worker.clear();
+        self.on_worker.extend(self.placement.iter().enumerate().map(|(i, p)| match p {
+            Place::Worker(k) if active(i) => Some(*k),
+            _ => None,
+        }));
+        snic_core::placement::inflight_caps(&self.on_worker, quantum_ns, &mut self.caps);
+        for (i, (cap, p)) in self.caps.iter().zip(&self.placement).enumerate() {
+            if matches!(p, Place::Worker(_)) {
+                core.set_inflight_cap(InstanceId(i as u16), *cap);
+            }
+        }
     }
 }
 
@@ -543,14 +608,7 @@ impl<B: Backend> Node<B> {
     /// any that have not come back; on a virtual clock, any done by the dispatcher's time (a
     /// batch its worker finishes later in virtual time waits for the clock to get there).
     pub fn workers_busy(&self) -> bool {
-        let now = self.work_timer.now_ns();
-        self.exec.workers.iter().any(|w| {
-            if !w.is_virtual() {
-                return w.outstanding() > 0;
-            }
-            w.wait_all_back();
-            w.next_done_ns().is_some_and(|d| d <= now)
-        })
+        self.exec.busy(self.work_timer.now_ns())
     }
 
     /// Polls until every buffer is back in the store or `limit` passes; returns true if drained.
@@ -708,7 +766,7 @@ impl<B: Backend> Node<B> {
                 continue;
             }
             let inst = InstanceId(i as u16);
-            match self.exec.placement.get(i).copied().unwrap_or(Place::Dispatcher) {
+            match self.exec.place_of(inst) {
                 Place::Dispatcher => self.run_inline(inst, &[], now, false),
                 Place::Worker(w) => {
                     let _ = self.exec.workers[w].submit(Work::new(inst, &[], now, 0));
@@ -755,33 +813,10 @@ impl<B: Backend> Node<B> {
         self.elastic.acts.extend_from_slice(acts);
         self.stats.clear_touched();
         self.rx_queues.end_epoch();
-        self.bound_shared_workers();
+        self.exec.bound_shared(&mut self.core, self.cfg.core.sched.quantum_ns);
         self.rx_queues.bound(&mut self.backend, &self.core, self.cfg.max_queue_time(), &self.stats);
         self.elastic_epoch(now);
         self.pool_epoch();
-    }
-
-    /// Caps the work in flight of instances that share a worker (the policy:
-    /// [`snic_core::placement::inflight_caps`]).
-    fn bound_shared_workers(&mut self) {
-        if self.exec.workers.is_empty() {
-            return;
-        }
-        let active = |s: &Scheduler<u32>, i: usize| {
-            matches!(s.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
-        };
-        let (sched, e) = (self.core.sched(), &mut self.exec);
-        e.on_worker.clear();
-        e.on_worker.extend(e.placement.iter().enumerate().map(|(i, p)| match p {
-            Place::Worker(k) if active(sched, i) => Some(*k),
-            _ => None,
-        }));
-        snic_core::placement::inflight_caps(&e.on_worker, self.cfg.core.sched.quantum_ns, &mut e.caps);
-        for (i, (cap, p)) in self.exec.caps.iter().zip(&self.exec.placement).enumerate() {
-            if matches!(p, Place::Worker(_)) {
-                self.core.set_inflight_cap(InstanceId(i as u16), *cap);
-            }
-        }
     }
 
     fn drop_unattributed(&mut self, idx: u32, why: Drop) {
@@ -1127,8 +1162,7 @@ impl<B: Backend> Node<B> {
                 d.verdict = None;
                 d.instance = inst;
             }
-            let place = self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher);
-            let Place::Worker(w) = place else {
+            let Place::Worker(w) = self.exec.place_of(inst) else {
                 if defer {
                     self.deferred.push(Work::new(inst, &batch, now, 0));
                 } else {
@@ -1144,7 +1178,8 @@ impl<B: Backend> Node<B> {
                     Err(back) => {
                         // The ring is full: finish what has come back to make room.
                         work = back;
-                        self.wait_for_room(w, now);
+                        self.exec.wait_for_room(w, &self.work_timer);
+                        self.drain_completions(now);
                     }
                 }
             }
@@ -1173,46 +1208,18 @@ impl<B: Backend> Node<B> {
         self.complete(inst, batch, now);
     }
 
+    /// Completes the batches the worker threads finished (none without workers: then the
+    /// call is all it costs, kept out of the receive path's inlined body).
+    #[inline(never)]
     fn drain_completions(&mut self, now: Instant) -> usize {
         let mut n = 0;
         for w in 0..self.exec.workers.len() {
-            if self.exec.workers[w].is_virtual() {
-                n += self.drain_virtual(w, now);
-                continue;
-            }
-            while let Some(work) = self.exec.workers[w].poll_done() {
+            while let Some(work) = self.exec.next_done(w, &self.work_timer) {
                 n += work.n as usize;
                 self.complete(work.instance, work.indices(), now);
             }
         }
         n
-    }
-
-    /// On a virtual clock: the batches worker `w` finished by the dispatcher's virtual time,
-    /// once the thread has run all it was sent (see [`crate::worker`]).
-    #[cold]
-    #[inline(never)]
-    fn drain_virtual(&mut self, w: usize, now: Instant) -> usize {
-        let mut n = 0;
-        self.exec.workers[w].wait_all_back();
-        let by = self.work_timer.now_ns();
-        while let Some(work) = self.exec.workers[w].poll_done_by(by) {
-            n += work.n as usize;
-            self.complete(work.instance, work.indices(), now);
-        }
-        n
-    }
-
-    /// Worker `w`'s ring is full: takes finished batches to make room. On a virtual clock the
-    /// dispatcher waits (its time moves on) until the worker's oldest batch is done.
-    fn wait_for_room(&mut self, w: usize, now: Instant) {
-        if self.exec.workers[w].is_virtual() {
-            self.exec.workers[w].wait_all_back();
-            if let Some(done) = self.exec.workers[w].next_done_ns() {
-                self.work_timer.spend(done.saturating_sub(self.work_timer.now_ns()));
-            }
-        }
-        self.drain_completions(now);
     }
 
     /// The transmit half, and what it touches of the node.
