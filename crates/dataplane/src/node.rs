@@ -185,6 +185,23 @@ struct Exec {
 }
 
 impl Exec {
+    /// `workers` worker threads (none: every region on the dispatcher's thread), each on a core
+    /// of its own if `pin` (the dispatcher keeps the first, and is pinned to it); on a virtual
+    /// clock (`timer`'s, at `now`) each worker is a virtual core of its own.
+    fn start(workers: usize, pin: bool, slots: &Arc<Slots>, timer: &WorkTimer, now: Instant) -> Result<Exec, WorkerError> {
+        let cores = if pin && workers > 0 { process_cores().to_vec() } else { Vec::new() };
+        let mut handles = Vec::with_capacity(workers);
+        for w in 0..workers {
+            let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
+            let timer = if timer.is_virtual() { WorkTimer::virtual_core(now.as_nanos()) } else { WorkTimer::Real };
+            handles.push(WorkerHandle::spawn(w, slots.clone(), core, 1024, timer)?);
+        }
+        if let Some(c) = cores.first() {
+            core_affinity::set_for_current(*c);
+        }
+        Ok(Exec { inline: Vec::new(), workers: handles, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() })
+    }
+
     /// Keeps instance `i`'s region on the dispatcher's thread.
     fn put_inline(&mut self, i: usize, region: Region) {
         if self.inline.len() <= i {
@@ -401,21 +418,7 @@ impl<B: Backend> Node<B> {
         let store = Store::new(cfg.core.store_buffers, cfg.batch);
         let slots = store.slots().clone();
         let work_timer = clock.work_timer();
-        let mut workers = Vec::new();
-        if cfg.core.workers > 0 {
-            let cores = if cfg.pin_cores { process_cores().to_vec() } else { Vec::new() };
-            for w in 0..cfg.core.workers {
-                // The dispatcher keeps the first core; workers take the next ones.
-                let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
-                // On a virtual clock each worker is a virtual core of its own.
-                let timer = if work_timer.is_virtual() { WorkTimer::virtual_core(clock.now().as_nanos()) } else { WorkTimer::Real };
-                workers.push(WorkerHandle::spawn(w, slots.clone(), core, 1024, timer)?);
-            }
-            if let Some(c) = cores.first() {
-                core_affinity::set_for_current(*c);
-            }
-        }
-        let exec = Exec { inline: Vec::new(), workers, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() };
+        let exec = Exec::start(cfg.core.workers, cfg.pin_cores, &slots, &work_timer, clock.now())?;
         let queues = backend.rx_queues().max(1);
         let core = NodeCore::new(
             NodeCoreConfig {
