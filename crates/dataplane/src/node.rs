@@ -822,19 +822,21 @@ impl<B: Backend> Node<B> {
         self.pool_epoch();
     }
 
+    // The drops, counted as the transmit Link counts them (one place for how a drop is
+    // counted and its buffer given back).
+    #[cold]
     fn drop_unattributed(&mut self, idx: u32, why: Drop) {
-        self.stats.unattributed[why.index()] += 1;
-        self.store.release(idx);
+        self.link().1.drop_unattributed(idx, why);
     }
 
+    #[cold]
     fn drop_uncharged(&mut self, idx: u32, t: TenantId, why: Drop) {
-        self.stats.tenant_mut(t).drops[why.index()] += 1;
-        self.store.release(idx);
+        self.link().1.drop_uncharged(idx, t, why);
     }
 
+    #[cold]
     fn drop_charged(&mut self, idx: u32, t: TenantId, why: Drop) {
-        self.stats.tenant_mut(t).drops[why.index()] += 1;
-        self.store.free_charged(idx, t);
+        self.link().1.drop_charged(idx, t, why);
     }
 
     /// A received datagram, from `source`. Inlined at both of its calls: left to itself, the
