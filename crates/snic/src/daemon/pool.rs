@@ -567,7 +567,8 @@ impl Thread {
         self.next_id += 1;
         let id = self.next_id;
         let m = Message::Host(HostAsk { id, data: self.data, request });
-        let bytes = match m.encode(self.versions.to(peer)) {
+        let version = self.versions.to(peer);
+        let bytes = match m.encode(version) {
             Ok(b) if message::HEADER + b.len() + TAG <= MAX_DATAGRAM => b,
             Ok(b) => return self.answer(&reply, Err(format!("the request is {} bytes, more than a pool datagram holds", b.len()))),
             Err(e) => return self.answer(&reply, Err(format!("the request cannot be encoded: {e}"))),
@@ -575,7 +576,7 @@ impl Thread {
         self.stats.launches_asked += 1;
         tracing::info!(peer = %peer, id, "pool: asking a peer to host a DAG");
         self.pending.insert(id, (std::time::Instant::now(), reply));
-        self.send_payload(peer, self.versions.to(peer), m.kind(), &bytes);
+        self.send_payload(peer, version, m.kind(), &bytes);
     }
 
     /// Answers a remote launch asked by the data plane, and wakes it to take the answer.
