@@ -29,12 +29,18 @@ t_start=$(date +%s)
 
 failed_steps=()
 skipped=()
-# Each step's header also says how long the one before it took.
+# Each step's header also says how long the one before it took, and the CPU its commands used
+# (user and system time of the script's finished children, from /proc; the background builds
+# count in the step that waits for them). Two cores give at most twice the wall time.
 t_step=
+cpu_step=
+tick=$(getconf CLK_TCK)
+children_cpu() { awk -v hz="$tick" '{ sub(/^.*\) /, ""); printf "%d", ($14 + $15) / hz }' "/proc/$$/stat"; }
 step() {
-  local now; now=$(date +%s)
-  [ -z "$t_step" ] || printf '(%s s)\n' $((now - t_step))
+  local now cpu; now=$(date +%s); cpu=$(children_cpu)
+  [ -z "$t_step" ] || printf '(%s s, %s s of CPU)\n' $((now - t_step)) $((cpu - cpu_step))
   t_step=$now
+  cpu_step=$cpu
   printf '\n==> %s\n' "$*"
 }
 skip() { printf 'SKIPPED %s: %s\n' "$1" "$2"; skipped+=("$1 ($2)"); }
@@ -60,6 +66,14 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# Clippy as the compiler for the workspace's own crates (cargo's RUSTC_WORKSPACE_WRAPPER, which
+# is how `cargo clippy` runs it): one compilation both lints and builds the tests. A separate
+# `cargo clippy` compiled every dependency a second time, in check mode (129 of 1,143 s, and as
+# much again for the wasmtime feature's lint). CLIPPY_ARGS is what `cargo clippy -- -D warnings`
+# hands it. Dependencies are compiled by plain rustc, so their artifacts are the same either way.
+clippy_driver=$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")
+clippy_args=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
+
 # The last steps' builds (the wasmtime feature, the fuzz targets) start now, in the background,
 # in target directories of their own (a cargo build holds its directory's lock while it
 # compiles: sharing one would make the steps below wait for it). As root they run at nice 19
@@ -69,22 +83,28 @@ fi
 # them they get their normal priority back. The steps that need them run the same commands
 # again, which then only check that everything is fresh and report what failed, in place.
 wasmtime_target=target/wasmtime
-fuzz_flags=(-s none)
-# The wasmtime feature's lint, and its tests (arguments: `--no-run` to build only), written once
-# for the background build and the step that needs them.
-wasmtime_lint() {
-  cargo clippy --locked -p snic-nt --features wasmtime --all-targets --target-dir "$wasmtime_target" -- -D warnings
+# The wasmtime feature's lint and test build in one compilation (as the workspace's, above)...
+wasmtime_build() {
+  RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args" \
+    cargo test --locked -p snic-nt --features wasmtime --all-targets --target-dir "$wasmtime_target" --no-run
 }
+# ... and its tests (the same environment, so nothing is built again).
 wasmtime_tests() {
-  cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --target-dir "$wasmtime_target" "$@"
+  RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args" \
+    cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --target-dir "$wasmtime_target"
+}
+# The fuzz targets, built as cargo-fuzz builds them (`cargo fuzz build -s none`: release, the
+# sanitizer-coverage instrumentation libFuzzer steers by, debug assertions, `--cfg fuzzing`; for
+# the target only, not build scripts), without installing cargo-fuzz itself (56 s of two
+# cores on a fresh machine). `cargo fuzz run <target>` in fuzz/ is the same for a developer.
+fuzz_triple=$(rustc -vV | sed -n 's/^host: //p')
+fuzz_rustflags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table -Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-simplifycfg-branch-fold-threshold=0 -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions --cfg fuzzing"
+fuzz_build() {
+  (cd fuzz && RUSTFLAGS="$fuzz_rustflags" cargo build --release --locked --target "$fuzz_triple" --bins)
 }
 prebuild() {
-  wasmtime_lint
-  wasmtime_tests --no-run
-  if [ "$fuzz_seconds" -gt 0 ]; then
-    command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz --locked --quiet
-    (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build "${fuzz_flags[@]}")
-  fi
+  wasmtime_build
+  [ "$fuzz_seconds" -le 0 ] || fuzz_build
 }
 prebuild_log=$(mktemp)
 test_log=$(mktemp)
@@ -95,7 +115,7 @@ root_log=$(mktemp)
 niceness=0
 is_root && niceness=19
 perl -e 'setpgrp(0, 0); exec @ARGV or die "exec: $!"' -- nice -n "$niceness" \
-  bash -c "$(declare -f prebuild wasmtime_lint wasmtime_tests); $(declare -p wasmtime_target fuzz_flags fuzz_seconds); prebuild" >"$prebuild_log" 2>&1 &
+  bash -c "$(declare -f prebuild wasmtime_build fuzz_build); $(declare -p wasmtime_target fuzz_seconds fuzz_triple fuzz_rustflags clippy_driver clippy_args); prebuild" >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 trap '[ -z "$prebuild_pid" ] || { kill -- -"$prebuild_pid"; kill -CONT -- -"$prebuild_pid"; } 2>/dev/null; rm -f "$test_log" "$root_log" "$prebuild_log"' EXIT
 prebuild_join() {
@@ -106,16 +126,21 @@ prebuild_join() {
   printf '(waited %s s for the background builds)\n' $(( $(date +%s) - t0 ))
   prebuild_pid=
 }
+# Every cargo command below, in the workspace's target directory, with clippy as the wrapper:
+# the same environment as the build, or cargo would build the workspace's crates again.
+export RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args"
 
 step "format"
 cargo fmt --all -- --check || fail "format"
 
-step "lint (clippy, warnings are errors)"
-cargo clippy --workspace --all-targets --locked -- -D warnings || fail "lint"
-
-# One debug build of every test target, shared by the steps below.
-step "build the tests"
-cargo test --workspace --locked --no-run || fail "build"
+# One debug build of every test target, linted as it compiles (clippy's warnings are errors),
+# shared by the steps below. A lint stops that build: then the tests are built again without
+# clippy, so that they still run, and the lint is what failed.
+step "lint and build the tests (clippy, warnings are errors)"
+if ! cargo test --workspace --all-targets --locked --no-run; then
+  unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+  if cargo test --workspace --all-targets --locked --no-run; then fail "lint"; else fail "build"; fi
+fi
 
 step "tests (unit, property, integration, virtual-clock isolation, corpus replay)"
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
@@ -156,44 +181,39 @@ fi
 # the step's own line, not in the totals: they are the same tests.)
 step "wasm NTs on both engines (cargo feature wasmtime)"
 prebuild_join
-wasmtime_lint || fail "lint (wasmtime)"
+wasmtime_build >/dev/null 2>&1 || { wasmtime_build; fail "lint or build (wasmtime)"; }
 # (Each binary's result line, and a failing test's name and panic: the log says which.)
 wasmtime_tests 2>&1 | grep -E -A3 '^test .*FAILED|panicked at|^test result|^error'
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests (wasmtime)"
 
 if [ "$fuzz_seconds" -gt 0 ]; then
-  # cargo-fuzz needs sanitizer flags; RUSTC_BOOTSTRAP lets the stable toolchain accept them.
   # No address sanitizer (`-s none`): the fuzzed crates (wire, control, nt) hold no unsafe code
   # but a prefetch hint, and instrumenting every dependency for it made the build 1.5× longer.
   # What the fuzzers look for is a panic, an overflow (debug assertions are on), a hang or
   # unbounded memory (-rss_limit_mb).
-  if command -v cargo-fuzz >/dev/null 2>&1; then
-    # Three targets: the data plane's parsers (untrusted packets), the API's manifest path
-    # (untrusted request bodies) and memcached UDP as the KV NTs read it, side by side (each
-    # is one thread). New inputs go to a scratch directory (first corpus argument); the
-    # committed seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* and fails
-    # the run.
-    step "fuzz: parse, manifest and memcache, ${fuzz_seconds}s each, side by side"
-    scratch=$(mktemp -d)
-    pids=()
-    for target in parse manifest memcache; do
-      mkdir -p "$scratch/$target"
-      (cd fuzz && RUSTC_BOOTSTRAP=1 exec cargo fuzz run "${fuzz_flags[@]}" "$target" "$scratch/$target" "corpus/$target" -- \
-          -max_total_time="$fuzz_seconds" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1) >"$scratch/$target.log" 2>&1 &
-      pids+=($!)
-    done
-    i=0
-    for target in parse manifest memcache; do
-      wait "${pids[$i]}"; rc=$?
-      echo "-- $target"; tail -n 8 "$scratch/$target.log"
-      [ "$rc" = 0 ] || fail "fuzz $target"
-      i=$((i + 1))
-    done
-    rm -rf "$scratch"
-  else
-    echo "-- the background builds:"; tail -n 20 "$prebuild_log"
-    skip "fuzz" "cargo-fuzz could not be installed (the corpus replays in the tests ran the same harnesses on the seeds)"
-  fi
+  # Three targets: the data plane's parsers (untrusted packets), the API's manifest path
+  # (untrusted request bodies) and memcached UDP as the KV NTs read it, side by side (each is
+  # one thread). New inputs go to a scratch directory (first corpus argument); the committed
+  # seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* (as `cargo fuzz run`
+  # does) and fails the run.
+  step "fuzz: parse, manifest and memcache, ${fuzz_seconds}s each, side by side"
+  fuzz_build >/dev/null 2>&1 || { fuzz_build; fail "build (fuzz targets)"; }
+  scratch=$(mktemp -d)
+  pids=()
+  for target in parse manifest memcache; do
+    mkdir -p "$scratch/$target" "fuzz/artifacts/$target"
+    (cd fuzz && exec "target/$fuzz_triple/release/$target" -artifact_prefix="artifacts/$target/" "$scratch/$target" "corpus/$target" \
+        -max_total_time="$fuzz_seconds" -max_len=4096 -rss_limit_mb=2048 -print_final_stats=1) >"$scratch/$target.log" 2>&1 &
+    pids+=($!)
+  done
+  i=0
+  for target in parse manifest memcache; do
+    wait "${pids[$i]}"; rc=$?
+    echo "-- $target"; tail -n 8 "$scratch/$target.log"
+    [ "$rc" = 0 ] || fail "fuzz $target"
+    i=$((i + 1))
+  done
+  rm -rf "$scratch"
 else
   skip "fuzz" "FUZZ_SECONDS=0"
 fi
