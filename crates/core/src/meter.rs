@@ -15,7 +15,7 @@
 //! | `ingress` | rate  | bytes/s         | bytes offered (fixed: before the limiter)           | link |
 //! | `egress`  | rate  | bytes/s         | bytes transmitted                                   | link |
 //! | `store`   | level | buffers         | packet-store buffers held at the epoch's end        | store size |
-//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | `FairConfig::core_target` (0.8) |
+//! | `dispatcher` | rate | cores        | packets offered × measured cost of receiving one (fixed) + packets admitted × measured cost of the rest of the way (+ NT time when regions run inline) | `FairConfig::core_target` (0.8) × the share of its core the thread gets ([`Meter::core_share`]) |
 //! | `workers` | rate  | cores           | packets that arrived for each NT × its measured cost (only with worker threads) | `core_target` × worker threads |
 //! | each NT   | rate  | instances       | packets that arrived for it ÷ one instance's throughput | running instances |
 //!
@@ -63,6 +63,17 @@ impl<T: Copy> Arrivals for Scheduler<T> {
     }
 }
 
+/// A thread's time on its core, cumulative, as the kernel accounts it (Linux `schedstat`): on
+/// the CPU, and runnable but waiting for it — other work on the machine had the core. A virtual
+/// clock reports the stretches its driver took the core away for as waiting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreTime {
+    /// Nanoseconds it ran.
+    pub run_ns: u64,
+    /// Nanoseconds it was ready to run and did not.
+    pub wait_ns: u64,
+}
+
 /// What the meter reads of the driver at an epoch's end: counters only.
 pub trait Counters {
     /// Tenants whose counters may have moved since the last epoch (others are not read).
@@ -84,6 +95,11 @@ pub trait Counters {
     /// not work every packet it sends costs (fixed).
     fn own_queue(&self, _t: TenantId) -> bool {
         false
+    }
+    /// The dispatcher's thread's time on its core (cumulative), if the driver can tell; a
+    /// reading may be up to a few epochs old. `None`: the core is taken to be its own.
+    fn dispatcher_time(&self) -> Option<CoreTime> {
+        None
     }
 }
 
@@ -107,6 +123,15 @@ pub const MIN_CORE_SCALE: f64 = 0.3;
 const CORE_DECREASE: f64 = 0.95;
 /// ... and what it gains back in an epoch it refused none (from the least to 1 in 70 ms).
 const CORE_INCREASE: f64 = 0.001;
+
+/// Runnable time (ran or waited) over which the dispatcher's share of its core is measured, ns:
+/// a few of the kernel's time slices, so that one estimate sees the other work come and go.
+const CORE_WINDOW_NS: u64 = 20_000_000;
+/// The weight of a window's measurement in the smoothed share of the core.
+const CORE_SMOOTHING: f64 = 0.5;
+/// The least share of its core the dispatcher is taken to have: a node that has almost none
+/// still hands out something, and its AIMD scale ([`Meter::core_scale`]) does the rest.
+pub const MIN_CORE_SHARE: f64 = 0.1;
 
 /// How long a tenant counts as sending after its last packet (see [`Meter::sharing`]).
 const SHARING_HOLD: Duration = Duration::from_millis(10);
@@ -256,6 +281,11 @@ pub struct Meter {
     last_lost: u64,
     /// See [`Meter::core_scale`].
     core_scale: f64,
+    /// See [`Meter::core_share`]; the last reading of the dispatcher's core time, and what ran
+    /// and waited since the last estimate.
+    core_share: f64,
+    core_seen: Option<CoreTime>,
+    core_window: CoreTime,
     /// When the last epoch ended.
     last_end: Instant,
     /// Per chain, per NT: instance-seconds of work that arrived this epoch; and per chain the
@@ -301,6 +331,9 @@ impl Meter {
             proc_ns: 0.0,
             last_lost: 0,
             core_scale: 1.0,
+            core_share: 1.0,
+            core_seen: None,
+            core_window: CoreTime::default(),
             last_end: now,
             nt_work: Vec::new(),
             chain_load: Vec::new(),
@@ -471,7 +504,7 @@ impl Meter {
             rate("ingress", self.link_bytes),
             rate("egress", self.link_bytes),
             Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size },
-            rate("dispatcher", core * self.core_scale),
+            rate("dispatcher", core * self.core_scale * self.core_share),
             Resource { name: "memory".into(), kind: Kind::Level, capacity: self.fair.config().nt_memory },
         ];
         if self.workers > 0 {
@@ -706,6 +739,7 @@ impl Meter {
         // every fourth epoch, cut the node to its least scale, and the small tenant, its
         // share cut with it, was limited and lost packets (issue 49).
         let active = active.max(self.recent.len());
+        self.observe_core(counters.dispatcher_time());
         self.adjust_cores(refused_tenants >= 2 || (refused_tenants > 0 && refused_tenants >= active));
         for &tid in &self.visit {
             let t = tid.index();
@@ -745,7 +779,12 @@ impl Meter {
             let i = self.row_of[tid.index()] as usize;
             if enforce {
                 let s = &self.fair.shares()[i];
-                let depth = s.limit_pps.map_or(0.0, |l| self.fair.burst_for(l));
+                // On a core shared with other work the node is off it for stretches, and a
+                // tenant's packets wait in its queue meanwhile: its bucket holds the burst of
+                // its rate over the time the node's share of its core stretches it to, or a
+                // tenant whose bucket is deeper than that stretch (the least depth) gets more
+                // than its rate after every stretch and one with a shallow bucket less.
+                let depth = s.limit_pps.map_or(0.0, |l| self.fair.burst_for(l / self.core_share));
                 let b = &mut self.buckets[tid.index()];
                 self.limited -= b.is_limited() as usize;
                 b.set(now, s.limit_pps, depth);
@@ -786,11 +825,48 @@ impl Meter {
         let old = self.core_scale;
         self.core_scale = if short { (old * CORE_DECREASE).max(MIN_CORE_SCALE) } else { (old + CORE_INCREASE).min(1.0) };
         if self.core_scale != old {
-            let core = self.fair.config().core_target * self.core_scale;
-            self.fair.set_capacity(DISPATCHER, core);
-            if self.workers > 0 {
-                self.fair.set_capacity(WORKERS, core * self.workers as f64);
-            }
+            self.set_core_capacity();
+        }
+    }
+
+    fn set_core_capacity(&mut self) {
+        let core = self.fair.config().core_target * self.core_scale;
+        self.fair.set_capacity(DISPATCHER, core * self.core_share);
+        if self.workers > 0 {
+            self.fair.set_capacity(WORKERS, core * self.workers as f64);
+        }
+    }
+
+    /// The share of its core the dispatcher's thread had while it could run, in
+    /// [[`MIN_CORE_SHARE`], 1]: what it ran over what it ran and waited for the core, measured
+    /// over windows of [`CORE_WINDOW_NS`] and smoothed; 1 while the driver cannot tell. The
+    /// `dispatcher` resource's capacity is `core_target` of this share (and of
+    /// [`Meter::core_scale`]): on a core that other work takes two thirds of, the dispatcher
+    /// hands out a third of what it would alone, and a flood is refused at ingress instead of
+    /// filling the scheduler's queues behind it (issue 50: beside two CPU hogs the meter saw no
+    /// tenant over capacity while the queues overflowed). The worker threads' capacity follows
+    /// `core_scale` alone.
+    pub fn core_share(&self) -> f64 {
+        self.core_share
+    }
+
+    /// Folds the dispatcher's core time since the last reading into [`Meter::core_share`].
+    fn observe_core(&mut self, now: Option<CoreTime>) {
+        let Some(now) = now else { return };
+        let Some(seen) = self.core_seen.replace(now) else { return };
+        let w = &mut self.core_window;
+        w.run_ns += now.run_ns.saturating_sub(seen.run_ns);
+        w.wait_ns += now.wait_ns.saturating_sub(seen.wait_ns);
+        let runnable = w.run_ns + w.wait_ns;
+        if runnable < CORE_WINDOW_NS {
+            return;
+        }
+        let x = w.run_ns as f64 / runnable as f64;
+        *w = CoreTime::default();
+        let old = self.core_share;
+        self.core_share = (old + CORE_SMOOTHING * (x - old)).clamp(MIN_CORE_SHARE, 1.0);
+        if self.core_share != old {
+            self.set_core_capacity();
         }
     }
 
@@ -858,6 +934,8 @@ mod tests {
         lost_shared: u64,
         /// Every NT's cumulative timed ns and packets.
         nt: (u64, u64),
+        /// The dispatcher's core time.
+        core: Option<CoreTime>,
     }
 
     impl Counters for Fake {
@@ -879,6 +957,55 @@ mod tests {
         fn lost_own(&self, _: TenantId) -> u64 {
             0
         }
+        fn dispatcher_time(&self) -> Option<CoreTime> {
+            self.core
+        }
+    }
+
+    /// The dispatcher's capacity follows the share of its core it keeps, measured over windows
+    /// of runnable time and smoothed, never below the least; without a reading it is the whole.
+    #[test]
+    fn the_dispatchers_capacity_follows_the_share_of_its_core_it_gets() {
+        let (mut m, mut s) = node();
+        let target = FairConfig::default().core_target;
+        let capacity = |m: &Meter| m.fairness().resources()[DISPATCHER].capacity;
+        let mut f = Fake { tenants: vec![TenantCounters::default(); 8], store: vec![0; 8], ..Fake::default() };
+        let mut now = Instant::ZERO;
+        let mut epoch = |m: &mut Meter, f: &Fake| {
+            now = now + EPOCH;
+            m.end_epoch(now, &mut s, f);
+        };
+        epoch(&mut m, &f);
+        assert_eq!((m.core_share(), capacity(&m)), (1.0, target), "no reading: the core is the node's");
+        // Each epoch it runs 1 ms and waits 2 (other work has the core two thirds of the time).
+        let mut t = CoreTime::default();
+        let mut shares = Vec::new();
+        for _ in 0..60 {
+            t = CoreTime { run_ns: t.run_ns + 1_000_000, wait_ns: t.wait_ns + 2_000_000 };
+            f.core = Some(t);
+            epoch(&mut m, &f);
+            shares.push(m.core_share());
+        }
+        // A window is 20 ms runnable: the first reading only primes, the estimate moves every
+        // seventh epoch after, halfway each time.
+        assert_eq!(shares[..7], [1.0; 7], "{shares:?}");
+        assert!((shares[7] - (1.0 + 1.0 / 3.0) / 2.0).abs() < 1e-9, "{shares:?}");
+        assert!((m.core_share() - 1.0 / 3.0).abs() < 0.01, "{shares:?}");
+        assert!((capacity(&m) - target * m.core_share()).abs() < 1e-12);
+        // Almost no core: the least share.
+        for _ in 0..200 {
+            t = CoreTime { run_ns: t.run_ns + 10_000, wait_ns: t.wait_ns + 1_000_000 };
+            f.core = Some(t);
+            epoch(&mut m, &f);
+        }
+        assert_eq!(m.core_share(), MIN_CORE_SHARE);
+        // Its core again.
+        for _ in 0..200 {
+            t.run_ns += 1_000_000;
+            f.core = Some(t);
+            epoch(&mut m, &f);
+        }
+        assert!(m.core_share() > 0.99 && (capacity(&m) - target * m.core_share()).abs() < 1e-12, "{}", m.core_share());
     }
 
     const EPOCH: Duration = Duration::from_millis(1);

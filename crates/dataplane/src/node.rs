@@ -19,7 +19,7 @@ use arc_swap::ArcSwap;
 use snic_core::dags::DagAct;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
 use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
-use snic_core::meter::{Counters, TenantCounters};
+use snic_core::meter::{CoreTime, Counters, TenantCounters};
 use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::placement::Moving;
@@ -314,6 +314,8 @@ pub struct Node<B: Backend> {
     ticked: Instant,
     /// The node's epoch-time policy: demand, fair shares, ingress limits, elasticity.
     core: NodeCore,
+    /// The dispatcher's core time (for the meter's share of the core) and when it was read.
+    core_time: (Instant, Option<CoreTime>),
     /// Polls so far (for sampling), and the NT time of the sampled poll's inline regions.
     polls: u64,
     sample_nt_ns: u64,
@@ -345,6 +347,8 @@ struct EpochCounters<'a> {
     own: &'a [u64],
     /// Per receive queue, the tenant it is the own of (none with one queue).
     queues: &'a [Option<TenantId>],
+    /// The dispatcher's thread's core time, as last read.
+    core: Option<CoreTime>,
 }
 
 impl Counters for EpochCounters<'_> {
@@ -379,6 +383,9 @@ impl Counters for EpochCounters<'_> {
     fn own_queue(&self, t: TenantId) -> bool {
         self.queues.contains(&Some(t))
     }
+    fn dispatcher_time(&self) -> Option<CoreTime> {
+        self.core
+    }
 }
 
 mod arrive;
@@ -407,6 +414,9 @@ fn process_cores() -> &'static [core_affinity::CoreId] {
     static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
     CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
 }
+
+/// How often the dispatcher's core time is read (a system call on the real clock), at most.
+const CORE_TIME_EVERY: Duration = Duration::from_millis(1);
 
 /// One poll in this many is timed for the meter (receive phase, the rest, inline NT time).
 const SAMPLE_EVERY: u64 = 32;
@@ -456,6 +466,7 @@ impl<B: Backend> Node<B> {
             region_counters: Vec::new(),
             ticked: Instant::ZERO,
             core,
+            core_time: (Instant::ZERO, None),
             polls: 0,
             sample_nt_ns: 0,
             elastic: Elastic::new(cfg.core.elastic.regions, cfg.core.workers),
@@ -803,7 +814,11 @@ impl<B: Backend> Node<B> {
         for w in self.exec.workers.iter().filter(|w| w.is_virtual()) {
             w.wait_all_back();
         }
+        if now.saturating_since(self.core_time.0) >= CORE_TIME_EVERY {
+            self.core_time = (now, self.clock.core_time());
+        }
         let counters = EpochCounters {
+            core: self.core_time.1,
             stats: &self.stats,
             store: &self.store,
             regions: &self.region_counters,

@@ -29,6 +29,7 @@ use serde::Serialize;
 use snic_core::fair::{jain, FairConfig};
 use snic_core::ids::TenantId;
 use snic_core::node::NodeCoreConfig;
+use snic_dataplane::clock::Clock;
 use snic_dataplane::{Node, NodeConfig};
 use std::time::Duration;
 
@@ -259,7 +260,7 @@ fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
     f.drive([8.0, 2.0], Duration::from_millis(20), step, |_| {});
     let b = f.drive([8.0, 2.0], ten, step, |_| {});
     let target = [100.0 / 17.0, 70.0 / 17.0];
-    let t_step = f.clock.0.load(std::sync::atomic::Ordering::Relaxed);
+    let t_step = f.clock.now().as_nanos();
     let e_step = f.node.core().meter().fairness().epochs();
     let mut last_out: Option<(u64, u64)> = None;
     let within = |n: &Node<_>| {
@@ -269,12 +270,12 @@ fn fig7(a: &FairArgs) -> anyhow::Result<Fig7Result> {
     let clock = f.clock.clone();
     f.drive([8.0, 6.0], Duration::from_millis(20), step, |n| {
         if !within(n) {
-            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.core().meter().fairness().epochs()));
+            last_out = Some((clock.now().as_nanos(), n.core().meter().fairness().epochs()));
         }
     });
     let c = f.drive([8.0, 6.0], ten, step, |n| {
         if !within(n) {
-            last_out = Some((clock.0.load(std::sync::atomic::Ordering::Relaxed), n.core().meter().fairness().epochs()));
+            last_out = Some((clock.now().as_nanos(), n.core().meter().fairness().epochs()));
         }
     });
     // Settled at the first epoch after the last time a limit was outside 5%.

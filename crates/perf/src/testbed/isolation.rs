@@ -483,7 +483,7 @@ pub fn run_virtual_stalled<B: snic_dataplane::backend::Backend>(
             let (every, off) = (s.every.as_nanos() as u64, s.off.as_nanos() as u64);
             let phase = clock.now().as_nanos() % every.max(1);
             if phase < off {
-                clock.advance(Duration::from_nanos(off - phase));
+                clock.take_core(Duration::from_nanos(off - phase));
                 continue;
             }
         }
