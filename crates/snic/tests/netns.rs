@@ -380,14 +380,14 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
-    // Green's path costs 100 µs a packet of real CPU time (at most 8 kpps of the node's core at
-    // its 80% target), so that its flood below is over what the node can serve on any machine
-    // and beside any other work: with a counter alone, a fast node drained the flood and held
-    // nothing back; at 20 µs, green's iperf3 beside two CPU hogs sent too little (the node's
-    // core is its own, at nice -20; the sender's is not).
+    // Green's path costs 20 µs a packet of real CPU time (at most ≈ 40 kpps of the node's core
+    // at its 80% target), so that its flood below is over what the node can serve on any
+    // machine: with a counter alone, a fast node drained the flood and held nothing back.
+    // (At 100 µs, blue lost a few packets in its own receive queue during the flood, unlimited:
+    // open, issue 50's note.)
     let manifest = MANIFEST.replace("nodes: [green-count]", "nodes: [green-count, green-slow]");
     assert_ne!(manifest, MANIFEST);
-    let slow = "---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: green-slow}\nspec: {tenant: green, config: {kind: synthetic, cost_ns: 100000}}\n";
+    let slow = "---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: green-slow}\nspec: {tenant: green, config: {kind: synthetic, cost_ns: 20000}}\n";
     let mut t = Topo::four_endpoints("", &format!("{manifest}{slow}"));
     let state = t.state.to_str().unwrap().to_string();
     // The SNAT address lives on an L2 overlay: B needs to know where it is.
