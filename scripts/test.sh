@@ -74,24 +74,16 @@ fi
 clippy_driver=$(command -v clippy-driver || echo "$(rustc --print sysroot)/bin/clippy-driver")
 clippy_args=-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__
 
-# The last steps' builds (the wasmtime feature, the fuzz targets) start now, in the background,
-# in target directories of their own (a cargo build holds its directory's lock while it
-# compiles: sharing one would make the steps below wait for it). As root they run at nice 19
-# (a user may not raise its priority again):
-# they take the CPU the steps below leave idle — the root tests wait on real time and use about
-# 40% of two cores — and give it back at once when those need it; at the first step that needs
-# them they get their normal priority back. The steps that need them run the same commands
-# again, which then only check that everything is fresh and report what failed, in place.
-wasmtime_target=target/wasmtime
-# The wasmtime feature's lint and test build in one compilation (as the workspace's, above)...
+# The wasmtime feature's lint and test build in one compilation (as the workspace's, above), in
+# the workspace's target directory right after the workspace's build: everything snic-nt
+# depends on but wasmtime is built already (in a directory of its own, in the background, it
+# was built twice: 150 s of CPU more)...
 wasmtime_build() {
-  RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args" \
-    cargo test --locked -p snic-nt --features wasmtime --all-targets --target-dir "$wasmtime_target" --no-run
+  cargo test --locked -p snic-nt --features wasmtime --all-targets --no-run
 }
 # ... and its tests (the same environment, so nothing is built again).
 wasmtime_tests() {
-  RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args" \
-    cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples --target-dir "$wasmtime_target"
+  cargo test --locked -p snic-nt --features wasmtime --lib --test wasm_examples
 }
 # The fuzz targets, built as cargo-fuzz builds them (`cargo fuzz build -s none`: release, the
 # sanitizer-coverage instrumentation libFuzzer steers by, debug assertions, `--cfg fuzzing`; for
@@ -102,8 +94,14 @@ fuzz_rustflags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 -
 fuzz_build() {
   (cd fuzz && RUSTFLAGS="$fuzz_rustflags" cargo build --release --locked --target "$fuzz_triple" --bins)
 }
+# The fuzz targets' build (release, nothing in common with the debug builds) starts now, in
+# the background, in their own target directory (a cargo build holds its directory's lock while
+# it compiles). As root it runs at nice 19 (a user may not raise its priority again): it takes
+# the CPU the steps below leave idle — the root tests wait on real time and use about 40% of two
+# cores — and gives it back at once when those need it; at the step that needs it, it gets its
+# normal priority back, and that step runs the same build again, which then only checks that
+# everything is fresh and reports what failed, in place.
 prebuild() {
-  wasmtime_build
   [ "$fuzz_seconds" -le 0 ] || fuzz_build
 }
 prebuild_log=$(mktemp)
@@ -115,7 +113,7 @@ root_log=$(mktemp)
 niceness=0
 is_root && niceness=19
 perl -e 'setpgrp(0, 0); exec @ARGV or die "exec: $!"' -- nice -n "$niceness" \
-  bash -c "$(declare -f prebuild wasmtime_build fuzz_build); $(declare -p wasmtime_target fuzz_seconds fuzz_triple fuzz_rustflags clippy_driver clippy_args); prebuild" >"$prebuild_log" 2>&1 &
+  bash -c "$(declare -f prebuild fuzz_build); $(declare -p fuzz_seconds fuzz_triple fuzz_rustflags); prebuild" >"$prebuild_log" 2>&1 &
 prebuild_pid=$!
 trap '[ -z "$prebuild_pid" ] || { kill -- -"$prebuild_pid"; kill -CONT -- -"$prebuild_pid"; } 2>/dev/null; rm -f "$test_log" "$root_log" "$prebuild_log"' EXIT
 prebuild_join() {
@@ -123,7 +121,7 @@ prebuild_join() {
   renice -n 0 -g "$prebuild_pid" >/dev/null 2>&1 || true
   local t0; t0=$(date +%s)
   wait "$prebuild_pid"
-  printf '(waited %s s for the background builds)\n' $(( $(date +%s) - t0 ))
+  printf '(waited %s s for the background build)\n' $(( $(date +%s) - t0 ))
   prebuild_pid=
 }
 # Every cargo command below, in the workspace's target directory, with clippy as the wrapper:
@@ -141,6 +139,11 @@ if ! cargo test --workspace --all-targets --locked --no-run; then
   unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
   if cargo test --workspace --all-targets --locked --no-run; then fail "lint"; else fail "build"; fi
 fi
+
+# The wasmtime engine for tenants' wasm NTs is a cargo feature (off by default): snic-nt and its
+# tests again with it, linted as they compile. (Run in the step "wasm NTs on both engines".)
+step "lint and build snic-nt with the wasmtime feature"
+wasmtime_build || fail "lint or build (wasmtime)"
 
 step "tests (unit, property, integration, virtual-clock isolation, corpus replay)"
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
@@ -176,12 +179,10 @@ else
   skip "tests that need etcd (crates/snic/tests/daemon.rs, two_nodes_share_…)" "etcd is not installed (apt-get install etcd-server, as root)"
 fi
 
-# The wasmtime engine for tenants' wasm NTs is a cargo feature (off by default): snic-nt's tests
-# again with it, where the wasm tests run every module on both engines and compare. (Counted in
-# the step's own line, not in the totals: they are the same tests.)
+# snic-nt's tests with the wasmtime feature (built above), where the wasm tests run every
+# module on both engines and compare. (Counted in the step's own line, not in the totals: they
+# are the same tests.)
 step "wasm NTs on both engines (cargo feature wasmtime)"
-prebuild_join
-wasmtime_build >/dev/null 2>&1 || { wasmtime_build; fail "lint or build (wasmtime)"; }
 # (Each binary's result line, and a failing test's name and panic: the log says which.)
 wasmtime_tests 2>&1 | grep -E -A3 '^test .*FAILED|panicked at|^test result|^error'
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests (wasmtime)"
@@ -197,6 +198,7 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   # seeds are read only. A crash writes fuzz/artifacts/<target>/crash-* (as `cargo fuzz run`
   # does) and fails the run.
   step "fuzz: parse, manifest and memcache, ${fuzz_seconds}s each, side by side"
+  prebuild_join
   fuzz_build >/dev/null 2>&1 || { fuzz_build; fail "build (fuzz targets)"; }
   scratch=$(mktemp -d)
   pids=()
