@@ -206,6 +206,9 @@ pub struct FairnessSection {
     /// Memory for tenants' NT state, MiB: the capacity of the `memory` resource, which each
     /// tenant's NTs hold by their configuration (docs/fairness.md).
     pub nt_memory_mib: u64,
+    /// Hand out `core_target` of the share of its core the data-plane thread gets (the
+    /// kernel's schedstat), not of a whole core (docs/fairness.md). Off by default, for now.
+    pub measure_core: bool,
 }
 
 impl Default for FairnessSection {
@@ -219,6 +222,7 @@ impl Default for FairnessSection {
             link_gbps: 25.0,
             core_target: f.core_target,
             nt_memory_mib: (f.nt_memory / (1u64 << 20) as f64) as u64,
+            measure_core: f.measure_core,
         }
     }
 }
@@ -239,6 +243,7 @@ impl FairnessSection {
             enforce: self.enforce,
             core_target: self.core_target,
             nt_memory: self.nt_memory_mib as f64 * (1u64 << 20) as f64,
+            measure_core: self.measure_core,
             ..FairConfig::default()
         };
         Ok((cfg, self.link_gbps * 1e9))

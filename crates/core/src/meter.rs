@@ -852,7 +852,7 @@ impl Meter {
 
     /// Folds the dispatcher's core time since the last reading into [`Meter::core_share`].
     fn observe_core(&mut self, now: Option<CoreTime>) {
-        let Some(now) = now else { return };
+        let Some(now) = now.filter(|_| self.fair.config().measure_core) else { return };
         let Some(seen) = self.core_seen.replace(now) else { return };
         let w = &mut self.core_window;
         w.run_ns += now.run_ns.saturating_sub(seen.run_ns);
@@ -1015,7 +1015,7 @@ mod tests {
     /// A meter and scheduler with one NT of 100 kpps declared, run by tenants 1 and 2 (DAGs 1
     /// and 2); demand replaces the last (smoothing 1).
     fn node() -> (Meter, Scheduler<u32>) {
-        let cfg = FairConfig { epoch: EPOCH, smoothing: 1.0, ..FairConfig::default() };
+        let cfg = FairConfig { epoch: EPOCH, smoothing: 1.0, measure_core: true, ..FairConfig::default() };
         let mut m = Meter::new(cfg, Instant::ZERO, 10e9, 0, 1000, 8);
         let mut s = Scheduler::new(SchedConfig::plain());
         m.add_chain(&["nat"]);

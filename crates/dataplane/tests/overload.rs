@@ -26,6 +26,7 @@ fn holds_on(b: Bottleneck, stalls: Option<Stalls>, multiples: &[f64], bound_p99:
     for &m in multiples {
         let mut o = Overload::virtual_run(b, &WEIGHTS, m);
         o.timing = Timing::Virtual(Machine { stalls, ..Machine::default() });
+        o.measure_core = stalls.is_some();
         let r = run(&o).unwrap_or_else(|e| panic!("{} at {m}x: {e}", b.name()));
         // The figures BENCHMARKS.md quotes (`-- --nocapture` shows them).
         let shares: Vec<String> = r.tenants.iter().map(|t| format!("{:.3}", t.over_fair_share)).collect();
@@ -78,7 +79,8 @@ fn weights_latency_and_goodput_hold_when_the_receive_path_is_the_bottleneck() {
 
 /// Other work takes two thirds of the node's core (2 of every 3 ms: two CPU hogs on a machine
 /// of two cores, the node's thread one of three that want them). The node reads how much of
-/// its core it keeps ([`snic_core::meter::Meter::core_share`]) and hands out that much: at 3x
+/// its core it keeps ([`snic_core::meter::Meter::core_share`], `measure_core` on) and hands out
+/// that much: at 3x
 /// and 10x what it can then carry, the weights and the goodput hold as on a core of its own,
 /// limits are steady, and the excess is refused at ingress, not in the scheduler's queues (issue
 /// 50: beside two hogs a flood filled them while the meter saw no tenant over capacity; without

@@ -108,6 +108,8 @@ pub struct Overload {
     /// Ingress limits enforced (else fair sharing measures only, and what holds the weights
     /// is the scheduler's round robin by time, weighted).
     pub enforce: bool,
+    /// The node measures the share of its core it gets ([`FairConfig::measure_core`]).
+    pub measure_core: bool,
 }
 
 impl Overload {
@@ -125,6 +127,7 @@ impl Overload {
             epoch: Duration::from_micros(100),
             ring: 1024,
             enforce: true,
+            measure_core: false,
         }
     }
 
@@ -198,7 +201,7 @@ pub fn run(o: &Overload) -> Result<OverloadOutcome, TestbedError> {
         (0..n).map(|i| StreamSpec { datagram: datagram(100 * (i as u32 + 1), 1000 + i as u16, 64), pps: per_tenant, src }).collect();
     let cfg = NodeConfig {
         core: NodeCoreConfig {
-            fair: FairConfig { epoch: o.epoch, enforce: o.enforce, ..FairConfig::default() },
+            fair: FairConfig { epoch: o.epoch, enforce: o.enforce, measure_core: o.measure_core, ..FairConfig::default() },
             link_bps: 400e9,
             ..NodeCoreConfig::default()
         },
