@@ -66,6 +66,7 @@ pub mod fair;
 pub mod ids;
 pub mod join;
 pub mod launcher;
+pub mod launches;
 pub mod mat;
 pub mod meter;
 pub mod node;

@@ -47,6 +47,7 @@ use crate::time::Instant;
 use std::net::SocketAddr;
 
 pub mod dags;
+pub mod launching;
 pub mod packets;
 pub mod peers;
 pub mod placing;
@@ -172,6 +173,8 @@ pub struct NodeCore {
     /// The DAG table: the routes DAGs' arrivals take, switches between forms, routes hosted
     /// for peers ([`dags`]).
     dags: crate::dags::DagTable<u32>,
+    /// Which instance is in each region, and the launches under way ([`launching`]).
+    launches: crate::launches::Launches,
     /// The declared chains' lives: live, going away, gone ([`setup`]).
     life: crate::chains::ChainLife,
     /// Credits each new instance gets ([`SchedConfig::credits`]).
@@ -209,6 +212,7 @@ impl NodeCore {
             sched: Scheduler::new(cfg.sched),
             credits: cfg.sched.credits,
             dags: crate::dags::DagTable::new(),
+            launches: crate::launches::Launches::new(cfg.elastic.regions, cfg.workers),
             life: crate::chains::ChainLife::new(),
             joins: JoinTable::new(cfg.join_slots),
             panic: cfg.panic,

@@ -5,9 +5,10 @@
 //! The policy is `snic-core`'s (`snic_core::elastic::Elasticity`, in the node's
 //! `snic_core::node::NodeCore`: where a chain runs, when an instance is added
 //! or removed, which one stops; the scheduler's instance lifecycle for moving flows without
-//! loss or reordering); this module holds the node's side of it — which instance is in which
-//! region, launches under way, NT state saved by stopped chains — and what happened, for
-//! `snic status`. The node drives it (`node::elastic`).
+//! loss or reordering; which instance is in which region and the launches under way,
+//! `snic_core::launches`); this module holds the node's side of it — the NTs built for a
+//! launch until it runs, NT state saved by stopped chains, packets waiting for a region — and
+//! what happened, for `snic status`. The node drives it (`node::elastic`).
 //!
 //! In software a region is an execution slot: one chain instance, its NTs built and loaded, on
 //! the dispatcher's thread or a worker's. A launch builds the NTs (the real instantiation
@@ -19,7 +20,6 @@
 use snic_core::ids::{ChainId, DagUid, InstanceId};
 use snic_core::placement::Place;
 use snic_core::rechain::Form;
-use snic_core::time::Instant;
 use snic_nt::Nt;
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -157,18 +157,8 @@ pub enum EventKind {
     },
 }
 
-/// Why a chain was launched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Launched {
-    /// At deploy.
-    Prelaunch,
-    /// For its first packets, into a free region.
-    OnDemand,
-    /// For its first packets, by stop-and-launch.
-    ContextSwitch,
-    /// Auto-scaling.
-    ScaleOut,
-}
+/// Why a chain was launched (the core's).
+pub use snic_core::launches::Launched;
 
 /// One event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,28 +254,10 @@ impl ElasticStats {
     }
 }
 
-/// A launch under way.
-pub(crate) struct Pending {
-    pub chain: ChainId,
-    pub slot: usize,
-    /// The scheduler's instance (already added, launching) — or `None` for a scale-out, which
-    /// joins the chain's instances only once it runs, so no flow waits for it.
-    pub inst: Option<InstanceId>,
-    /// The NTs, built (or restored) when the launch was asked for.
-    pub nts: Vec<Box<dyn Nt>>,
-    pub why: Launched,
-    /// The instance being stopped to make room: the launch runs once it is gone, and once the
-    /// core says it is due ([`snic_core::node::NodeCore::launch_due`]: the launch delay after
-    /// `requested`, emulated reconfiguration).
-    pub evict: Option<InstanceId>,
-    pub requested: Instant,
-}
-
 /// The node's elastic state. See the module docs.
 pub struct Elastic {
-    /// Per region: its instance and where it runs.
-    pub(crate) slots: Vec<(Option<InstanceId>, Place)>,
-    pub(crate) pending: Vec<Pending>,
+    /// Per region: the NTs built for the launch into it under way, until it runs.
+    pub(crate) built: Vec<Option<Vec<Box<dyn Nt>>>>,
     /// The policy's acts of one epoch (kept to reuse its room).
     pub(crate) acts: Vec<snic_core::elastic::Act>,
     /// Packets whose chain found every region mid-launch, in arrival order (bounded): they
@@ -300,28 +272,15 @@ pub struct Elastic {
 pub(crate) const SAVED_PER_CHAIN: usize = 4;
 
 impl Elastic {
-    /// Regions placed on the dispatcher's thread without workers, else on the workers in turn.
-    pub(crate) fn new(regions: usize, workers: usize) -> Self {
-        let place = |i: usize| if workers == 0 { Place::Dispatcher } else { Place::Worker(i % workers) };
+    /// For `regions` regions.
+    pub(crate) fn new(regions: usize) -> Self {
         Elastic {
-            slots: (0..regions).map(|i| (None, place(i))).collect(),
-            pending: Vec::new(),
+            built: (0..regions).map(|_| None).collect(),
             acts: Vec::new(),
             waiting: VecDeque::new(),
             saved: Vec::new(),
             stats: ElasticStats::default(),
         }
-    }
-
-    /// True while a launch of `chain`, or one evicting its instance, is under way (the chain's
-    /// NTs' state is in hand only once it is done).
-    pub(crate) fn launching<T: Copy>(&self, sched: &snic_core::sched::Scheduler<T>, chain: ChainId) -> bool {
-        self.pending.iter().any(|p| p.chain == chain || p.evict.is_some_and(|e| sched.chain_of(e) == chain))
-    }
-
-    /// The region holding `inst`.
-    pub(crate) fn slot_of(&self, inst: InstanceId) -> Option<usize> {
-        self.slots.iter().position(|s| s.0 == Some(inst))
     }
 
     /// A chain goes away (or its id is reused): no saved state.
@@ -338,10 +297,5 @@ impl Elastic {
     /// Counters and recent events.
     pub fn stats(&self) -> &ElasticStats {
         &self.stats
-    }
-
-    /// The instance in each region.
-    pub fn region_instances(&self) -> Vec<Option<InstanceId>> {
-        self.slots.iter().map(|s| s.0).collect()
     }
 }

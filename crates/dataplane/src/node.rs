@@ -469,7 +469,7 @@ impl<B: Backend> Node<B> {
             core_time: (Instant::ZERO, None),
             polls: 0,
             sample_nt_ns: 0,
-            elastic: Elastic::new(cfg.core.elastic.regions, cfg.core.workers),
+            elastic: Elastic::new(cfg.core.elastic.regions),
             deferred: Vec::with_capacity(64),
             dag_acts: Vec::new(),
             dag_views: Vec::new(),
@@ -666,7 +666,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let epoch = self.core.next_epoch().saturating_since(now);
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
-        let launch = self.elastic.pending.iter().filter_map(|p| self.core.launch_ready_at(p.slot)).map(|t| t.saturating_since(now)).min();
+        let launch = self.core.next_launch_at().map(|t| t.saturating_since(now));
         // What only the driver knows: traffic since the epoch began, packets waiting for a
         // launch or the pool, a region being moved.
         let busy = !self.stats.touched().is_empty() || !self.elastic.waiting.is_empty() || self.placement.moving() == Moving::UnderWay;
@@ -745,7 +745,7 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.core.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
-        if !self.elastic.pending.is_empty() || self.core.sched().has_parked() || !self.elastic.waiting.is_empty() {
+        if self.core.launches().busy() || self.core.sched().has_parked() || !self.elastic.waiting.is_empty() {
             self.advance_elastic(now);
         }
         if self.core.dags().switching() {

@@ -9,7 +9,7 @@ use crate::dag::DagRoute;
 use crate::dags::{CompactError, DagAct, DagTable};
 use crate::ids::{ChainId, DagUid};
 use crate::rechain::{DagView, Form};
-use crate::sched::{Reject, Scheduler};
+use crate::sched::Reject;
 use crate::time::Instant;
 use core::time::Duration;
 
@@ -56,18 +56,11 @@ impl NodeCore {
         self.dags.hold(uid, item, cap)
     }
 
-    /// Each poll while a DAG switches ([`DagTable::advance`]): `launching(sched, c)`: a launch
-    /// of chain `c` (or one evicting its instance) is under way.
-    pub fn advance_switches(
-        &mut self,
-        now: Instant,
-        timeout: Duration,
-        in_route: impl Fn(u32) -> usize,
-        launching: impl Fn(&Scheduler<u32>, ChainId) -> bool,
-        acts: &mut Vec<DagAct<u32>>,
-    ) {
-        let sched = &self.sched;
-        self.dags.advance(now, timeout, in_route, |c| launching(sched, c), acts);
+    /// Each poll while a DAG switches ([`DagTable::advance`]); a switch waits while a launch of
+    /// one of its chains (or one evicting its instance) is under way ([`NodeCore::launching`]).
+    pub fn advance_switches(&mut self, now: Instant, timeout: Duration, in_route: impl Fn(u32) -> usize, acts: &mut Vec<DagAct<u32>>) {
+        let (launches, sched) = (&self.launches, &self.sched);
+        self.dags.advance(now, timeout, in_route, |c| launches.launching(sched, c), acts);
     }
 
     /// A route hosted for a peer's chain: its internal number ([`DagTable::add_hosted`]).

@@ -93,9 +93,9 @@ impl NodeCore {
     }
 
     /// The chains going away whose instances should stop now: no route uses them and no launch
-    /// of them is under way (`launching(sched, c)`).
-    pub fn chains_to_stop(&self, launching: impl Fn(&Scheduler<u32>, ChainId) -> bool) -> Vec<ChainId> {
-        self.life.to_stop(&self.sched, |c| launching(&self.sched, c)).collect()
+    /// of them is under way ([`NodeCore::launching`]).
+    pub fn chains_to_stop(&self) -> Vec<ChainId> {
+        self.life.to_stop(&self.sched, |c| self.launching(c)).collect()
     }
 
     /// A chain going away with no route and no instance left is gone (true if it just went):

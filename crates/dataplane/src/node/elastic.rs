@@ -2,12 +2,12 @@
 //! stop-and-launch, victims and auto-scaling, applied to the regions and the scheduler.
 
 use super::{Backend, LaunchError, Node, Place};
-use crate::elastic::{Elastic, Event, EventKind, Launched, Pending, SAVED_PER_CHAIN};
+use crate::elastic::{Elastic, Event, EventKind, SAVED_PER_CHAIN};
 use crate::region::Region;
 use snic_core::elastic::{Act, EndpointFallback};
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launcher::Decision;
-use snic_core::sched::InstanceState;
+use snic_core::launches::{Launch, LaunchStep, Launched};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 
@@ -96,28 +96,43 @@ impl<B: Backend> Node<B> {
         Ok(())
     }
 
-    /// Takes a parked instance's region away; its NTs' state is saved for the chain's next
-    /// launch, and its region is empty.
-    pub(super) fn teardown(&mut self, inst: InstanceId) {
-        let chain = self.core.sched().chain_of(inst);
+    /// Takes the region of `inst` (an instance of `chain` the core took away) down; its NTs'
+    /// state is saved for the chain's next launch if `keep`.
+    fn teardown(&mut self, chain: ChainId, inst: InstanceId, keep: bool) {
         let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher) {
             Place::Dispatcher => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
             Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
         };
         if let Some(r) = region {
-            // A chain going away keeps nothing.
-            if self.core.is_live(chain) {
-                self.save_state(chain, r.into_nts());
-            } else {
-                // (Unless it moves to a peer.)
-                self.exported_nts(chain, r.into_nts());
+            // A chain going away keeps nothing (unless it moves to a peer).
+            match keep {
+                true => self.save_state(chain, r.into_nts()),
+                false => self.exported_nts(chain, r.into_nts()),
             }
         }
-        let _ = self.core.remove_instance(inst);
-        if let Some(s) = self.elastic.slot_of(inst) {
-            self.elastic.slots[s].0 = None;
-        }
         self.export_if_stopped(chain);
+    }
+
+    /// Carries out the core's steps for the launches under way ([`LaunchStep`]); true if a
+    /// launch ran.
+    pub(super) fn carry_out_launches(&mut self, now: Instant) -> bool {
+        let mut ran = false;
+        while let Some(step) = self.core.poll_launch() {
+            match step {
+                LaunchStep::Teardown { chain, inst, keep } => self.teardown(chain, inst, keep),
+                LaunchStep::Install { chain, inst, region, place, why, took_ns } => {
+                    // (A worker that does not answer: the instance cannot run anywhere.)
+                    let nts = self.elastic.built.get_mut(region).and_then(Option::take);
+                    let ok = nts.is_some_and(|nts| self.install(chain, inst, nts, place).is_ok());
+                    self.core.launch_installed(region, inst, ok);
+                    if ok {
+                        self.record(now, chain, Some(region), EventKind::Running { after: why }, took_ns);
+                        ran = true;
+                    }
+                }
+            }
+        }
+        ran
     }
 
     /// Keeps `nts` (a stopped instance's NTs, with their state) for `chain`'s next launch; the
@@ -140,8 +155,8 @@ impl<B: Backend> Node<B> {
             return Ok(None);
         };
         let inst = self.core.add_launching(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
-        let p = Pending { chain, slot, inst: Some(inst), nts, why: Launched::Prelaunch, evict: None, requested: now };
-        self.start(p, EventKind::Prelaunch, build);
+        let l = Launch { chain, region: slot, inst: Some(inst), why: Launched::Prelaunch, evict: None, requested: now };
+        self.start(l, nts, EventKind::Prelaunch, build);
         Ok(Some(inst))
     }
 
@@ -158,7 +173,7 @@ impl<B: Backend> Node<B> {
         let done = match self.core.host(chain, now) {
             Some(Decision::Launch { region }) => self.launch_into(chain, region, None, now, EventKind::Launch),
             Some(Decision::ContextSwitch { region, evicted }) => {
-                let old = self.elastic.slots[region].0;
+                let old = self.core.launches().instance_in(region);
                 self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
             }
             Some(Decision::Resume { region }) if self.resume(chain, region, now, Resumed::OnDemand) => OnDemand::Retry,
@@ -170,18 +185,14 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// A launch begins: the chain in its region (if any) is stopped, the launch runs from
-    /// `launch_delay` after its request, the event is recorded, and whatever can advance does
-    /// (a launch with no delay into an empty region runs at once).
-    fn start(&mut self, p: Pending, kind: EventKind, build: u64) {
-        if let Some(old) = p.evict {
-            self.stop_for_eviction(old);
-        }
-        let now = p.requested;
-        self.core.launch_begins(p.slot, now);
-        self.record(now, p.chain, Some(p.slot), kind, build);
-        self.elastic.pending.push(p);
-        self.advance_elastic(now);
+    /// A launch begins with its NTs built ([`snic_core::node::NodeCore::begin_launch`]): the
+    /// event is recorded, and whatever can advance does (a launch with no delay into an empty
+    /// region runs at once).
+    fn start(&mut self, l: Launch, nts: Vec<Box<dyn Nt>>, kind: EventKind, build: u64) {
+        self.elastic.built[l.region] = Some(nts);
+        self.core.begin_launch(l);
+        self.record(l.requested, l.chain, Some(l.region), kind, build);
+        self.advance_elastic(l.requested);
     }
 
     /// A packet on `route` needs `chain` (at step `pos`), which has no active instance: the
@@ -206,7 +217,7 @@ impl<B: Backend> Node<B> {
             }
             Decision::Launch { region } => self.launch_into(chain, region, None, now, EventKind::Launch),
             Decision::ContextSwitch { region, evicted } => {
-                let old = self.elastic.slots[region].0;
+                let old = self.core.launches().instance_in(region);
                 self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
             }
             Decision::Endpoint => {
@@ -235,86 +246,17 @@ impl<B: Backend> Node<B> {
             return OnDemand::Nothing;
         };
         let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
-        self.start(Pending { chain, slot: region, inst: Some(inst), nts, why, evict, requested: now }, kind, build);
+        self.start(Launch { chain, region, inst: Some(inst), why, evict, requested: now }, nts, kind, build);
         OnDemand::Retry
     }
 
-    /// Stop-and-launch, stop part: the running chain takes no new packets and finishes what it
-    /// has (a victim has nothing and goes at once).
-    fn stop_for_eviction(&mut self, old: InstanceId) {
-        match self.core.sched().state(old) {
-            // Refused only while its chain's instances are changing: retried as launches advance.
-            InstanceState::Running => {
-                let _ = self.core.stop_instance(old);
-            }
-            InstanceState::Parked => self.teardown(old),
-            _ => {}
-        }
-    }
-
-    /// Launches and stops under way: stopped instances that finished become victims (or are
-    /// torn down to make room), and launches whose time has come and whose region is empty
-    /// start running. Called every poll while any is pending.
+    /// Launches and stops under way advance ([`snic_core::node::NodeCore::advance_launches`])
+    /// and are carried out; packets waiting for a region enter again once one runs. Called
+    /// every poll while any is under way.
     pub(super) fn advance_elastic(&mut self, now: Instant) {
-        let mut ran = false;
-        while let Some(p) = self.core.take_parked() {
-            let evicting = self.elastic.pending.iter().any(|x| x.evict == Some(p));
-            let live = self.core.is_live(self.core.sched().chain_of(p));
-            match self.elastic.slot_of(p) {
-                Some(slot) if !evicting => {
-                    if !self.core.region_stopped(slot, now, live) {
-                        self.teardown(p);
-                    }
-                }
-                _ => self.teardown(p),
-            }
-        }
-        let mut i = 0;
-        while i < self.elastic.pending.len() {
-            let p = &self.elastic.pending[i];
-            let (chain, slot, evict, planned) = (p.chain, p.slot, p.evict, p.inst);
-            if !self.core.launch_due(slot, now) {
-                i += 1;
-                continue;
-            }
-            if let Some(old) = evict {
-                if self.elastic.slot_of(old) == Some(slot) {
-                    // Still there: stopping (retry a refused stop) or draining.
-                    self.stop_for_eviction(old);
-                    if self.elastic.slot_of(old) == Some(slot) {
-                        i += 1;
-                        continue;
-                    }
-                }
-            }
-            let inst = match planned {
-                Some(inst) => inst,
-                // A scale-out joins the chain's instances now that it can run.
-                None => match self.core.add_instance(chain) {
-                    Ok(inst) => inst,
-                    Err(_) => {
-                        i += 1;
-                        continue;
-                    }
-                },
-            };
-            let p = self.elastic.pending.swap_remove(i);
-            let place = self.elastic.slots[slot].1;
-            if self.install(chain, inst, p.nts, place).is_err() {
-                // A worker that does not answer: the instance cannot run anywhere.
-                self.core.region_freed(slot);
-                continue;
-            }
-            self.elastic.slots[slot].0 = Some(inst);
-            if p.inst.is_some() {
-                let _ = self.core.set_running(inst);
-            }
-            self.core.region_running(slot);
-            let took = now.saturating_since(p.requested).as_nanos() as u64;
-            self.record(now, chain, Some(slot), EventKind::Running { after: p.why }, took);
-            ran = true;
-        }
-        if !self.elastic.waiting.is_empty() && (ran || self.elastic.pending.is_empty()) {
+        self.core.advance_launches(now);
+        let ran = self.carry_out_launches(now);
+        if !self.elastic.waiting.is_empty() && (ran || !self.core.launches().busy()) {
             self.release_waiting(None, now);
         }
     }
@@ -365,7 +307,7 @@ impl<B: Backend> Node<B> {
 
     /// The victim in `region` runs again (for packets, or to scale out); false if it cannot.
     fn resume(&mut self, chain: ChainId, region: usize, now: Instant, why: Resumed) -> bool {
-        let Some(inst) = self.elastic.slots[region].0 else { return false };
+        let Some(inst) = self.core.launches().instance_in(region) else { return false };
         if self.core.resume_instance(inst).is_err() {
             return false;
         }
@@ -382,14 +324,14 @@ impl<B: Backend> Node<B> {
             self.core.region_freed(region);
             return;
         };
-        let evict = self.elastic.slots[region].0;
-        let p = Pending { chain, slot: region, inst: None, nts, why: Launched::ScaleOut, evict, requested: now };
-        self.start(p, EventKind::ScaleOut, build);
+        let evict = self.core.launches().instance_in(region);
+        let l = Launch { chain, region, inst: None, why: Launched::ScaleOut, evict, requested: now };
+        self.start(l, nts, EventKind::ScaleOut, build);
     }
 
     /// The instance of `chain` in `region` stops; its flows move to the others.
     fn scale_in(&mut self, chain: ChainId, region: usize, last: bool, now: Instant) {
-        let Some(inst) = self.elastic.slots[region].0 else { return };
+        let Some(inst) = self.core.launches().instance_in(region) else { return };
         if self.core.stop_instance(inst).is_err() {
             return;
         }

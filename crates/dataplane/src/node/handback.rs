@@ -86,7 +86,7 @@ impl<B: Backend> Node<B> {
     pub(super) fn export_if_stopped(&mut self, chain: ChainId) {
         let h = &mut self.pool.handback;
         let Some(i) = h.exporting.iter().position(|e| e.0 == chain) else { return };
-        if self.core.sched().instances_of(chain).is_empty() && !self.elastic.pending.iter().any(|p| p.chain == chain) {
+        if self.core.sched().instances_of(chain).is_empty() && !self.core.launching(chain) {
             let e = h.exporting.swap_remove(i);
             h.exported.push_back(e);
         }

@@ -115,9 +115,9 @@ impl<B: Backend> Node<B> {
     /// emptied and abandons those past their time.
     pub(super) fn advance_switches(&mut self, now: Instant) {
         let timeout = self.core.elastic().switch_timeout();
-        let (store, elastic) = (&self.store, &self.elastic);
+        let store = &self.store;
         let mut acts = std::mem::take(&mut self.dag_acts);
-        self.core.advance_switches(now, timeout, |r| store.in_route(r) as usize, |sched, c| elastic.launching(sched, c), &mut acts);
+        self.core.advance_switches(now, timeout, |r| store.in_route(r) as usize, &mut acts);
         self.apply_dag_acts(acts, now);
     }
 

@@ -5,7 +5,6 @@
 
 use super::{Backend, LaunchError, Node};
 use snic_core::ids::ChainId;
-use snic_core::sched::InstanceState;
 use snic_nt::NtSpec;
 
 impl<B: Backend> Node<B> {
@@ -37,8 +36,7 @@ impl<B: Backend> Node<B> {
             return;
         }
         // A launch under way (or one evicting the chain's instance) finishes first.
-        let elastic = &self.elastic;
-        let stop = self.core.chains_to_stop(|sched, c| elastic.launching(sched, c));
+        let stop = self.core.chains_to_stop();
         for chain in stop {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
@@ -48,23 +46,11 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Stops every running instance of `chain` and takes down those that are parked in a
-    /// region (idle, or victims), freeing the region; their NTs' state is saved for the chain's
-    /// next launch if it is live (see [`Node::teardown`]). Instances still draining are taken
-    /// down once parked.
+    /// Stops `chain`'s instances and takes down those parked in a region, now
+    /// ([`snic_core::node::NodeCore::stop_chain`]); their NTs' state is saved for the chain's
+    /// next launch if it is live.
     pub(super) fn stop_chain(&mut self, chain: ChainId) {
-        for inst in self.core.sched().instances_of(chain).to_vec() {
-            if self.core.sched().state(inst) == InstanceState::Running {
-                let _ = self.core.stop_instance(inst);
-            }
-        }
-        let parked: Vec<(usize, _)> = (self.elastic.slots.iter().enumerate())
-            .filter_map(|(s, r)| r.0.map(|i| (s, i)))
-            .filter(|&(_, i)| self.core.sched().chain_of(i) == chain && self.core.sched().state(i) == InstanceState::Parked)
-            .collect();
-        for (slot, inst) in parked {
-            self.teardown(inst);
-            self.core.region_freed(slot);
-        }
+        self.core.stop_chain(chain);
+        self.carry_out_launches(self.clock.now());
     }
 }

@@ -194,7 +194,7 @@ fn idle(node: &mut Node<MemPort>) -> anyhow::Result<()> {
             t0.elapsed() < Duration::from_secs(5),
             "the idle chain was not descheduled within 5 s (regions {:?}, instances {:?}, last events {:?})",
             node.core().elastic().regions(),
-            node.elastic().region_instances(),
+            node.core().launches().region_instances().collect::<Vec<_>>(),
             node.elastic().stats().events.iter().rev().take(6).collect::<Vec<_>>()
         );
         node.poll();
