@@ -10,7 +10,7 @@
 //! first stops, finishes what it holds, and is taken down ([`LaunchStep::Teardown`]); then the
 //! driver installs the NTs ([`LaunchStep::Install`]) and says how that went.
 
-use crate::ids::{ChainId, InstanceId};
+use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::placement::Place;
 use crate::time::Instant;
 use std::collections::VecDeque;
@@ -158,9 +158,97 @@ impl Launches {
     }
 }
 
+/// Packets whose chain found every region mid-launch (or waits for the pool), in arrival order,
+/// until a launch runs or the pool answers. Each tenant may have at most `per_tenant` waiting, so
+/// that one tenant's flood of packets for chains it cannot get launched leaves room for every
+/// other tenant's (the node-wide bound it replaced let one tenant refuse everyone's).
+#[derive(Debug, Clone)]
+pub struct Waiting<T> {
+    queue: VecDeque<(T, TenantId, ChainId)>,
+    /// Per tenant (by index): packets in `queue`.
+    counts: Vec<u32>,
+    per_tenant: u32,
+}
+
+impl<T: Copy> Waiting<T> {
+    /// At most `per_tenant` packets waiting for each tenant.
+    pub fn new(per_tenant: usize) -> Self {
+        Waiting { queue: VecDeque::new(), counts: Vec::new(), per_tenant: per_tenant.min(u32::MAX as usize) as u32 }
+    }
+
+    /// True if no packet waits.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// Packets waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// `item`, tenant `t`'s packet for `chain`, waits; false (and it does not) if `t` has its
+    /// most waiting already.
+    pub fn push(&mut self, item: T, t: TenantId, chain: ChainId) -> bool {
+        let i = t.0 as usize;
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        if self.counts[i] >= self.per_tenant {
+            return false;
+        }
+        self.counts[i] += 1;
+        self.queue.push_back((item, t, chain));
+        true
+    }
+
+    /// Takes out, in arrival order, the packets for which `go(chain)` is true; the rest keep
+    /// waiting, in order.
+    pub fn release(&mut self, mut go: impl FnMut(ChainId) -> bool, out: &mut Vec<T>) {
+        let counts = &mut self.counts;
+        self.queue.retain(|&(item, t, chain)| {
+            if !go(chain) {
+                return true;
+            }
+            counts[t.0 as usize] -= 1;
+            out.push(item);
+            false
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tenant_fills_only_its_own_room_to_wait() {
+        let mut w = Waiting::new(2);
+        let (a, b, c) = (TenantId(0), TenantId(7), ChainId(0));
+        assert!(w.push(1u32, a, c) && w.push(2, a, c));
+        assert!(!w.push(3, a, c), "a tenant waits for at most its bound");
+        assert!(w.push(4, b, c), "another tenant still waits");
+        let mut out = Vec::new();
+        w.release(|_| true, &mut out);
+        assert_eq!(out, vec![1, 2, 4]);
+        assert!(w.is_empty());
+        assert!(w.push(5, a, c), "released packets free their tenant's room");
+    }
+
+    #[test]
+    fn release_keeps_the_others_in_order() {
+        let mut w = Waiting::new(8);
+        let t = TenantId(1);
+        for (i, c) in [0u16, 1, 0, 2, 1].into_iter().enumerate() {
+            assert!(w.push(i as u32, t, ChainId(c)));
+        }
+        let mut out = Vec::new();
+        w.release(|c| c == ChainId(1), &mut out);
+        assert_eq!(out, vec![1, 4]);
+        out.clear();
+        w.release(|c| c != ChainId(2), &mut out);
+        assert_eq!(out, vec![0, 2]);
+        assert_eq!(w.len(), 1);
+    }
 
     #[test]
     fn regions_alternate_between_workers_and_start_empty() {

@@ -175,6 +175,8 @@ pub struct NodeCore {
     dags: crate::dags::DagTable<u32>,
     /// Which instance is in each region, and the launches under way ([`launching`]).
     launches: crate::launches::Launches,
+    /// Packets waiting for a region or the pool ([`launching`]).
+    waiting: crate::launches::Waiting<u32>,
     /// The declared chains' lives: live, going away, gone ([`setup`]).
     life: crate::chains::ChainLife,
     /// Credits each new instance gets ([`SchedConfig::credits`]).
@@ -213,6 +215,7 @@ impl NodeCore {
             credits: cfg.sched.credits,
             dags: crate::dags::DagTable::new(),
             launches: crate::launches::Launches::new(cfg.elastic.regions, cfg.workers),
+            waiting: crate::launches::Waiting::new(4 * cfg.sched.max_queue_per_tenant),
             life: crate::chains::ChainLife::new(),
             joins: JoinTable::new(cfg.join_slots),
             panic: cfg.panic,

@@ -7,8 +7,7 @@
 //! or removed, which one stops; the scheduler's instance lifecycle for moving flows without
 //! loss or reordering; which instance is in which region and the launches under way,
 //! `snic_core::launches`); this module holds the node's side of it — the NTs built for a
-//! launch until it runs, NT state saved by stopped chains, packets waiting for a region — and
-//! what happened, for `snic status`. The node drives it (`node::elastic`).
+//! launch until it runs, NT state saved by stopped chains, and what happened, for `snic status`. The node drives it (`node::elastic`).
 //!
 //! In software a region is an execution slot: one chain instance, its NTs built and loaded, on
 //! the dispatcher's thread or a worker's. A launch builds the NTs (the real instantiation
@@ -260,9 +259,9 @@ pub struct Elastic {
     pub(crate) built: Vec<Option<Vec<Box<dyn Nt>>>>,
     /// The policy's acts of one epoch (kept to reuse its room).
     pub(crate) acts: Vec<snic_core::elastic::Act>,
-    /// Packets whose chain found every region mid-launch, in arrival order (bounded): they
-    /// enter again as soon as a launch completes.
-    pub(crate) waiting: VecDeque<u32>,
+    /// A buffer for the packets that wait no more (those waiting are the core's,
+    /// [`snic_core::node::NodeCore::wait_for_launch`]).
+    pub(crate) released: Vec<u32>,
     /// Per chain: NT state saved by evicted instances, most recent last (bounded).
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
     pub(crate) stats: ElasticStats,
@@ -277,7 +276,7 @@ impl Elastic {
         Elastic {
             built: (0..regions).map(|_| None).collect(),
             acts: Vec::new(),
-            waiting: VecDeque::new(),
+            released: Vec::new(),
             saved: Vec::new(),
             stats: ElasticStats::default(),
         }

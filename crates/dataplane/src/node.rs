@@ -669,7 +669,7 @@ impl<B: Backend> Node<B> {
         let launch = self.core.next_launch_at().map(|t| t.saturating_since(now));
         // What only the driver knows: traffic since the epoch began, packets waiting for a
         // launch or the pool, a region being moved.
-        let busy = !self.stats.touched().is_empty() || !self.elastic.waiting.is_empty() || self.placement.moving() == Moving::UnderWay;
+        let busy = !self.stats.touched().is_empty() || self.core.any_waiting() || self.placement.moving() == Moving::UnderWay;
         let tick = self
             .region_counters
             .iter()
@@ -745,7 +745,7 @@ impl<B: Backend> Node<B> {
             let rest = (t1 - t0) + end.saturating_sub(rx).saturating_sub(self.sample_nt_ns);
             self.core.sample_poll(rx.saturating_sub(t1), n, half, rest, dispatched);
         }
-        if self.core.launches().busy() || self.core.sched().has_parked() || !self.elastic.waiting.is_empty() {
+        if self.core.launches().busy() || self.core.sched().has_parked() || self.core.any_waiting() {
             self.advance_elastic(now);
         }
         if self.core.dags().switching() {
@@ -1132,9 +1132,7 @@ impl<B: Backend> Node<B> {
                     };
                     return self.entered(idx, e, now);
                 }
-                OnDemand::Wait if self.elastic.waiting.len() < 4 * self.cfg.core.sched.max_queue_per_tenant => {
-                    return self.elastic.waiting.push_back(idx);
-                }
+                OnDemand::Wait if self.core.wait_for_launch(idx, d.meta.tenant, chain) => return,
                 OnDemand::Wait | OnDemand::Nothing => return self.refuse(idx, Drop::Sched(Reject::NoInstance), now),
                 OnDemand::Endpoint => match d.walk.skip(self.core.sched()) {
                     Skip::Fork { branches } => {

@@ -9,12 +9,14 @@ use snic_core::launcher::{EndpointFallback, RegionState};
 use snic_core::mat::Mat;
 use snic_core::node::NodeCoreConfig;
 use snic_core::pool::{LoadReport, MemberEvent};
+use snic_core::sched::Reject;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
 use snic_dataplane::node::LaunchError;
 use snic_dataplane::node::{ChainState, ManualClock, PoolRequest};
 use snic_dataplane::store::Peer;
+use snic_dataplane::Drop;
 use snic_dataplane::{Node, NodeConfig};
 use snic_nt::synthetic::SyntheticConfig;
 use snic_nt::NtSpec;
@@ -306,6 +308,28 @@ fn a_chain_hosted_for_a_peer_takes_a_victims_region_but_never_a_running_chains()
     let before = b.node.core().elastic().regions().to_vec();
     assert!(matches!(b.node.launch_for_peer(ChainId(2)), Err(LaunchError::NoFreeRegion)));
     assert_eq!(b.node.core().elastic().regions(), &before[..]);
+}
+
+/// Isolation: packets that wait for a region (every one mid-launch) are bounded per tenant, so
+/// a tenant that floods chains it cannot get launched does not refuse another tenant's.
+#[test]
+fn one_tenants_flood_waiting_for_a_region_leaves_room_for_anothers() {
+    let sched = snic_core::sched::SchedConfig { max_queue_per_tenant: 16, ..NodeCoreConfig::default().sched };
+    let core = NodeCoreConfig { elastic: cfg(2, 5), sched, ..NodeCoreConfig::default() };
+    // Chains 0 and 1 launch into both regions for 5 ms; chains 2 and 3 (tenants 3 and 4) wait.
+    let mut b = Bed::with_config(NodeConfig { core, ..Default::default() }, vec![vec![engine(1_000_000)]; 4], true);
+    for k in 0..400 {
+        b.push(2, 1 + (k % 8));
+    }
+    for k in 0..10 {
+        b.push(3, 1 + k);
+    }
+    b.poll();
+    let refused = |b: &Bed, t: usize| b.node.stats().tenants[t].drops[Drop::Sched(Reject::NoInstance).index()];
+    // (Four times its queue bound may wait: the rest is refused.)
+    assert_eq!(refused(&b, 3), 400 - 64, "the flooding tenant waits for at most its bound");
+    assert_eq!(refused(&b, 4), 0, "the other tenant's packets wait too");
+    assert_eq!(b.delivered.get(&103), None, "no region has run yet");
 }
 
 #[test]

@@ -5,7 +5,7 @@
 //! by region until their launch runs, and says how an install went.
 
 use super::NodeCore;
-use crate::ids::{ChainId, InstanceId};
+use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::launches::{Launch, LaunchStep, Launches};
 use crate::sched::InstanceState;
 use crate::time::Instant;
@@ -131,6 +131,29 @@ impl NodeCore {
             let _ = self.set_running(inst);
         }
         self.region_running(region);
+    }
+
+    /// Tenant `t`'s packet `item`, for `chain`, waits for a region (every one is mid-launch) or
+    /// for the pool; false if `t` has its most packets waiting already (four times its queue
+    /// bound at an instance): the driver drops it.
+    pub fn wait_for_launch(&mut self, item: u32, t: TenantId, chain: ChainId) -> bool {
+        self.waiting.push(item, t, chain)
+    }
+
+    /// True while packets wait for a region or the pool.
+    pub fn any_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The packets that wait no more, in arrival order, into `out`: those of `chain` (it has an
+    /// instance now, or the pool answered for it), or with `None` all but those whose chain
+    /// still waits for the pool (a peer asked to host it, or coming home for its state).
+    pub fn release_waiting(&mut self, chain: Option<ChainId>, out: &mut Vec<u32>) {
+        let Self { waiting, placements, .. } = self;
+        match chain {
+            Some(c) => waiting.release(|w| w == c, out),
+            None => waiting.release(|w| !placements.waits(w), out),
+        }
     }
 
     /// Stops every running instance of `chain` and takes down those parked in a region (idle,

@@ -67,7 +67,7 @@ impl NodeCore {
     /// True while `chain`'s packets wait for the pool: a peer is asked to host the whole of
     /// it, or it comes home and waits for its state.
     pub fn waits_for_pool(&self, chain: ChainId) -> bool {
-        self.placements.placing(chain) || self.placements.returning(chain)
+        self.placements.waits(chain)
     }
 
     /// Packets on this node's route `route` need `chain` at step `pos`, and it has no active

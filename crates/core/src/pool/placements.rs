@@ -234,6 +234,12 @@ impl Placements {
         self.returning.iter().any(|r| r.chain == chain)
     }
 
+    /// True while `chain`'s packets wait for the pool: a peer is asked to host it, or it comes
+    /// home and waits for its state.
+    pub fn waits(&self, chain: ChainId) -> bool {
+        self.placing(chain) || self.returning(chain)
+    }
+
     /// Takes the placement of `chain` on `route` asked of `peer`: whether it was a spill.
     /// `None`: nothing of the kind was asked of that peer (the one acceptance rule).
     pub(crate) fn answered(&mut self, chain: ChainId, route: u32, peer: SocketAddr) -> Option<bool> {

@@ -256,33 +256,23 @@ impl<B: Backend> Node<B> {
     pub(super) fn advance_elastic(&mut self, now: Instant) {
         self.core.advance_launches(now);
         let ran = self.carry_out_launches(now);
-        if !self.elastic.waiting.is_empty() && (ran || !self.core.launches().busy()) {
+        if self.core.any_waiting() && (ran || !self.core.launches().busy()) {
             self.release_waiting(None, now);
         }
     }
 
-    /// Packets waiting for a region enter again, in order: those of `chain` only, or all.
+    /// Packets waiting for a region enter again, in order: those of `chain` only, or all but
+    /// those still waiting for the pool ([`snic_core::node::NodeCore::release_waiting`]).
     pub(super) fn release_waiting(&mut self, chain: Option<ChainId>, now: Instant) {
-        if self.elastic.waiting.is_empty() {
+        if !self.core.any_waiting() {
             return;
         }
-        let all = std::mem::take(&mut self.elastic.waiting);
-        for idx in all {
-            // SAFETY: the dispatcher owns waiting packets.
-            let (_, d) = unsafe { self.slots.get(idx) };
-            let at = self.core.sched().chain_at(d.walk.dag, d.walk.pos);
-            let stays = match chain {
-                Some(_) => at != chain,
-                // (A chain a peer is asked to host waits for the answer, one coming home for
-                // its state.)
-                None => at.is_some_and(|c| self.waits_for_pool(c)),
-            };
-            if stays {
-                self.elastic.waiting.push_back(idx);
-                continue;
-            }
+        let mut go = std::mem::take(&mut self.elastic.released);
+        self.core.release_waiting(chain, &mut go);
+        for idx in go.drain(..) {
             self.enter(idx, now);
         }
+        self.elastic.released = go;
     }
 
     /// Carries out what the elasticity policy decided at the epoch's end

@@ -96,12 +96,6 @@ impl<B: Backend> Node<B> {
         self.carry_out(now, |core, notes| core.host_answer(now, chain, route, peer, HostAnswer::Refused, notes));
     }
 
-    /// True while `chain`'s packets wait for the pool: a peer is asked to host it, or it comes
-    /// home and waits for its state.
-    pub(super) fn waits_for_pool(&self, chain: ChainId) -> bool {
-        self.core.waits_for_pool(chain)
-    }
-
     /// `chain`'s pool-wide key (its NTs' names).
     pub(super) fn chain_key(&self, chain: ChainId) -> ChainKey {
         self.core.meter().chain_key(chain)
