@@ -47,26 +47,18 @@ impl NodeCore {
         self.elastic.tick(now);
     }
 
-    /// The driver has built the chain's NTs for the launch into `region` it was given (a
-    /// decision, an act), asked for at `requested`: the launch runs at `requested` plus the
-    /// launch delay — one time for the launch, the one [`NodeCore::launch_due`] and the
-    /// elasticity policy's waits read.
-    pub fn launch_begins(&mut self, region: usize, requested: Instant) {
-        self.elastic.launch_begins(region, requested);
-    }
-
     /// True if the launch into `region` may run at `now` (or none is under way there).
-    pub fn launch_due(&self, region: usize, now: Instant) -> bool {
+    pub(crate) fn launch_due(&self, region: usize, now: Instant) -> bool {
         self.elastic.launch_ready_at(region).is_none_or(|t| t <= now)
     }
 
     /// When the launch into `region` runs (`None`: none is under way there).
-    pub fn launch_ready_at(&self, region: usize) -> Option<Instant> {
+    pub(crate) fn launch_ready_at(&self, region: usize) -> Option<Instant> {
         self.elastic.launch_ready_at(region)
     }
 
     /// The driver finished launching into `region`.
-    pub fn region_running(&mut self, region: usize) {
+    pub(crate) fn region_running(&mut self, region: usize) {
         self.elastic.running(region);
     }
 
