@@ -258,11 +258,13 @@ impl NodeCore {
     /// When the core next needs the driver to call it if nothing arrives meanwhile (as
     /// smoltcp's `Interface::poll_at`): the end of the epoch while one has anything to look
     /// after ([`NodeCore::wants_epoch`]) or the node's tables change (a DAG switching forms, a
-    /// route or a chain going away); `None`: only traffic or a command needs it. The driver
-    /// merges it with its own deadlines (launches it emulates, batches held by threads).
+    /// route or a chain going away, packets waiting for a launch or the pool), and the next
+    /// launch's time; `None`: only traffic or a command needs it. The driver merges it with its
+    /// own deadlines (batches held by threads, NTs' timers).
     pub fn poll_at(&self) -> Option<Instant> {
-        let busy = self.wants_epoch() || self.dags.switching() || self.dags.retiring() || self.life.retiring();
-        busy.then(|| self.meter.next_epoch())
+        let busy = self.wants_epoch() || self.dags.switching() || self.dags.retiring() || self.life.retiring() || !self.waiting.is_empty();
+        let epoch = busy.then(|| self.meter.next_epoch());
+        epoch.into_iter().chain(self.next_launch_at()).min()
     }
 
     /// The epoch ends at `now`: `counters` are the node's (cumulative). The demand model drains the scheduler's arrivals, and

@@ -666,16 +666,14 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let epoch = self.core.next_epoch().saturating_since(now);
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
-        let launch = self.core.next_launch_at().map(|t| t.saturating_since(now));
-        // What only the driver knows: traffic since the epoch began, packets waiting for a
-        // launch or the pool, a region being moved.
-        let busy = !self.stats.touched().is_empty() || self.core.any_waiting() || self.placement.moving() == Moving::UnderWay;
+        // What only the driver knows: traffic since the epoch began, a region being moved.
+        let busy = !self.stats.touched().is_empty() || self.placement.moving() == Moving::UnderWay;
         let tick = self
             .region_counters
             .iter()
             .any(|c| c.as_ref().and_then(|c| c.outbox.as_ref()).is_some_and(|o| o.is_waiting()))
             .then(|| Duration::from_nanos((self.ticked.as_nanos() + TICK_NS).saturating_sub(now.as_nanos())));
-        busy.then_some(epoch).into_iter().chain(core).chain(launch).chain(tick).min()
+        busy.then_some(epoch).into_iter().chain(core).chain(tick).min()
     }
 
     /// The node's clock, now.
