@@ -230,8 +230,15 @@ pub const MIN_RX_DEPTH: usize = 32;
 /// held a tenant limited to 1,000 pkt/s for seconds before it was read (issue 49); bounded, the
 /// excess is lost at the tenant's own ingress — in the kernel, at no cost to the node — and
 /// what is read is recent.
-pub fn rx_depth(limit_pps: Option<f64>, max_wait: Duration) -> Option<usize> {
-    limit_pps.map(|l| ((l * max_wait.as_secs_f64()).ceil() as usize).max(MIN_RX_DEPTH))
+///
+/// `core_share` is the share of its core the dispatcher gets ([`crate::meter::Meter::core_share`],
+/// 1 unless `measure_core`): after a stretch off the core a limited tenant's bucket admits its
+/// limit over that share ([`FairConfig::burst_for`]), and its queue must hold what the bucket
+/// will admit, or the kernel drops it first (`rx_queue_full`) — a tenant limited for one epoch
+/// of a dip in the share lost packets there that its bucket would have taken.
+pub fn rx_depth(limit_pps: Option<f64>, max_wait: Duration, core_share: f64) -> Option<usize> {
+    let share = core_share.clamp(f64::MIN_POSITIVE, 1.0);
+    limit_pps.map(|l| ((l / share * max_wait.as_secs_f64()).ceil() as usize).max(MIN_RX_DEPTH))
 }
 
 /// The per-epoch fairness controller. See the module docs.

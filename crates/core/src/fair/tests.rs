@@ -430,3 +430,14 @@ fn a_bursty_tenants_limit_is_what_its_allocation_pays_for() {
     let least = lows.iter().copied().fold(f64::INFINITY, f64::min);
     assert!(least > 2_500.0, "tenant 1 limited to {least} pkt/s; its allocation pays for 5,000");
 }
+
+#[test]
+fn a_limited_tenants_receive_queue_holds_what_its_bucket_admits() {
+    let wait = Duration::from_millis(5);
+    assert_eq!(rx_depth(None, wait, 1.0), None, "an unlimited tenant's queue is the backend's default");
+    assert_eq!(rx_depth(Some(10_000.0), wait, 1.0), Some(50));
+    assert_eq!(rx_depth(Some(1_000.0), wait, 1.0), Some(MIN_RX_DEPTH));
+    // The dispatcher gets a quarter of its core: the bucket admits four times the limit after a
+    // stretch off the core, and the queue holds as much.
+    assert_eq!(rx_depth(Some(10_000.0), wait, 0.25), Some(200));
+}

@@ -167,7 +167,8 @@ impl RxQueues {
     }
 
     /// Bounds each limited tenant's own queue in time ([`snic_core::fair::rx_depth`]): a
-    /// packet waits there no longer than `max_queue`. A depth that moved less than a quarter
+    /// packet waits there no longer than `max_queue` once the dispatcher reads it (at the
+    /// tenant's limit over the share of its core the dispatcher gets). A depth that moved less than a quarter
     /// is left as it is (a socket option per change, not per epoch).
     pub fn bound<B: Backend>(&mut self, backend: &mut B, core: &NodeCore, max_queue: Duration, stats: &Stats) {
         if !self.several() {
@@ -175,7 +176,7 @@ impl RxQueues {
         }
         for q in 0..self.tenant.len() {
             let Some(t) = self.tenant[q] else { continue };
-            let want = snic_core::fair::rx_depth(core.meter().limit(t), max_queue);
+            let want = snic_core::fair::rx_depth(core.meter().limit(t), max_queue, core.meter().core_share());
             let moved = match (self.depth[q], want) {
                 (Some(a), Some(b)) => a.abs_diff(b) * 4 > a.max(b),
                 (a, b) => a != b,
