@@ -117,7 +117,12 @@ impl Launches {
 
     /// True while a launch of `chain`, or one evicting its instance, is under way.
     pub fn launching<T: Copy>(&self, sched: &crate::sched::Scheduler<T>, chain: ChainId) -> bool {
-        self.pending.iter().any(|p| p.chain == chain || p.evict.is_some_and(|e| sched.chain_of(e) == chain))
+        self.launches_of(chain) || self.pending.iter().any(|p| p.evict.is_some_and(|e| sched.chain_of(e) == chain))
+    }
+
+    /// True while a launch of `chain` itself is under way (one evicting its instance aside).
+    pub fn launches_of(&self, chain: ChainId) -> bool {
+        self.pending.iter().any(|p| p.chain == chain)
     }
 
     /// True while a launch is under way, or a step waits for the driver.

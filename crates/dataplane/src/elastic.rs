@@ -7,7 +7,8 @@
 //! or removed, which one stops; the scheduler's instance lifecycle for moving flows without
 //! loss or reordering; which instance is in which region and the launches under way,
 //! `snic_core::launches`); this module holds the node's side of it — the NTs built for a
-//! launch until it runs, NT state saved by stopped chains, and what happened, for `snic status`. The node drives it (`node::elastic`).
+//! launch until it runs, NT state saved by stopped chains, and what happened, for `snic
+//! status`. The node drives it (`node::elastic`).
 //!
 //! In software a region is an execution slot: one chain instance, its NTs built and loaded, on
 //! the dispatcher's thread or a worker's. A launch builds the NTs (the real instantiation

@@ -86,7 +86,9 @@ impl<B: Backend> Node<B> {
     pub(super) fn export_if_stopped(&mut self, chain: ChainId) {
         let h = &mut self.pool.handback;
         let Some(i) = h.exporting.iter().position(|e| e.0 == chain) else { return };
-        if self.core.sched().instances_of(chain).is_empty() && !self.core.launching(chain) {
+        // (A launch evicting the chain's last instance does not hold it back: that instance is
+        // gone, and nothing would call this again once the launch ran.)
+        if self.core.sched().instances_of(chain).is_empty() && !self.core.launches().launches_of(chain) {
             let e = h.exporting.swap_remove(i);
             h.exported.push_back(e);
         }

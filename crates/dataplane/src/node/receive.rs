@@ -168,8 +168,8 @@ impl RxQueues {
 
     /// Bounds each limited tenant's own queue in time ([`snic_core::fair::rx_depth`]): a
     /// packet waits there no longer than `max_queue` once the dispatcher reads it (at the
-    /// tenant's limit over the share of its core the dispatcher gets). A depth that moved less than a quarter
-    /// is left as it is (a socket option per change, not per epoch).
+    /// tenant's limit over the share of its core the dispatcher gets). A depth that moved less
+    /// than a quarter is left as it is (a socket option per change, not per epoch).
     pub fn bound<B: Backend>(&mut self, backend: &mut B, core: &NodeCore, max_queue: Duration, stats: &Stats) {
         if !self.several() {
             return;
