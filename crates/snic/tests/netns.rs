@@ -383,8 +383,9 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     // Green's path costs 20 µs a packet of real CPU time (at most ≈ 40 kpps of the node's core
     // at its 80% target), so that its flood below is over what the node can serve on any
     // machine: with a counter alone, a fast node drained the flood and held nothing back.
-    // (At 100 µs, blue lost a few packets in its own receive queue during the flood, unlimited:
-    // open, issue 50's note.)
+    // (At 100 µs too. Blue lost a few packets in its own receive queue during the flood, 1 run
+    // in 8–15, until the demand estimate stopped reading its bursts as rates: issue 50,
+    // docs/testing.md.)
     let manifest = MANIFEST.replace("nodes: [green-count]", "nodes: [green-count, green-slow]");
     assert_ne!(manifest, MANIFEST);
     let slow = "---\napiVersion: snic/v1\nkind: NT\nmetadata: {name: green-slow}\nspec: {tenant: green, config: {kind: synthetic, cost_ns: 20000}}\n";
@@ -480,13 +481,21 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     // The flood is on once the node has received a few thousand of its packets (the status is
     // published every 250 ms).
     wait_for("green's flood reaches the node", Duration::from_secs(10), || green_rx(&t) > green_base + 2_000);
-    let (before, blue_before) = (rate_limited(&t), blue_dropped(&t));
+    // How many epochs blue ended limited, and its fair share (to say why, when it was).
+    let blue_fair = |t: &Topo| stats_fair(&t.status(), "blue");
+    let (before, blue_before, fair_before) = (rate_limited(&t), blue_dropped(&t), blue_fair(&t));
     let flooded = blue_udp(&t);
-    let (after, blue_after) = (rate_limited(&t), blue_dropped(&t));
-    eprintln!("blue loss alone {alone}%, with green flooding {flooded}%; held back (blue, green) {before:?} -> {after:?}");
+    let (after, blue_after, fair_after) = (rate_limited(&t), blue_dropped(&t), blue_fair(&t));
+    let limited = |f: &serde_json::Value| f["limited_epochs"].as_u64().unwrap();
+    // (A tenant within its share may still end a few epochs limited: the kernel's receive path,
+    // overloaded by the flood, hands the node blue's packets in bursts of dozens, over its share
+    // for a millisecond or two. Its bucket and its own queue absorb them; it loses nothing.)
+    let epochs = limited(&fair_after) - limited(&fair_before);
+    let why = format!("blue ended {epochs} epochs limited; its fair share before {fair_before}, after {fair_after}");
+    eprintln!("blue loss alone {alone}%, with green flooding {flooded}%; held back (blue, green) {before:?} -> {after:?}; {why}");
     assert!(after.1 > before.1, "green's flood is held back at the node's ingress and counted: {before:?} -> {after:?}");
-    assert_eq!(after.0, before.0, "blue, within its share, is not limited");
-    assert_eq!(blue_after, blue_before, "the node dropped none of blue's packets during the flood");
+    assert_eq!(after.0, before.0, "blue, within its share, is not limited: {why}");
+    assert_eq!(blue_after, blue_before, "the node dropped none of blue's packets during the flood: {why}");
     assert!(flooded < 100.0, "blue's stream is served during the flood: {flooded}% lost");
 }
 
@@ -522,6 +531,11 @@ fn bench_script(script: &str, args: &[&str], env: &[(&str, &str)]) -> (Vec<serde
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let rows = stdout.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
     (rows, stdout)
+}
+
+/// `name`'s fair share in a status.
+fn stats_fair(status: &serde_json::Value, name: &str) -> serde_json::Value {
+    stats(status, name)["fair"].clone()
 }
 
 /// `name`'s stats in a status.

@@ -59,6 +59,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     let dshare = family::<FGauge>(&mut reg, "snic_tenant_dominant_share", "Granted share of the tenant's dominant resource (label: which)");
     let frac = family::<FGauge>(&mut reg, "snic_tenant_fair_fraction", "Fraction of the tenant's measured demand granted by weighted DRF");
     let limit = family::<FGauge>(&mut reg, "snic_tenant_ingress_limit_pps", "Ingress limit in packets/s (absent when not limited)");
+    let limited = family::<Counter>(&mut reg, "snic_tenant_limited_epochs", "Fair-sharing epochs that ended with the tenant limited");
     let demand = family::<FGauge>(
         &mut reg,
         "snic_tenant_demand",
@@ -103,6 +104,7 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
         if let Some(p) = f.limit_pps {
             limit.get_or_create(&tl).set(p);
         }
+        limited.get_or_create(&tl).inc_by(f.limited_epochs);
         for ((r, d), (_, a)) in f.demand.iter().zip(&f.allocation) {
             let rl = l(&[("tenant", &t.name), ("resource", r)]);
             demand.get_or_create(&rl).set(*d);

@@ -88,6 +88,8 @@ pub struct FairSnap {
     pub fraction: f64,
     /// Ingress limit in packets per second (null: not limited).
     pub limit_pps: Option<f64>,
+    /// Epochs that ended with it limited, since it was applied.
+    pub limited_epochs: u64,
     /// Measured demand per resource (resource units per second; `store` in buffers), in the
     /// unit of each: a tenant that offers more than the node has is shown wanting at most the
     /// whole of its dominant resource, its vector scaled down whole (`offered_pps` says by how
@@ -1271,6 +1273,7 @@ fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
         dominant_share: s.dominant_share,
         fraction: s.fraction,
         limit_pps: node.core().meter().limit(t),
+        limited_epochs: s.limited_epochs,
         demand: names.clone().zip(s.demand_within(&fair.resources().iter().map(|r| r.capacity).collect::<Vec<_>>())).collect(),
         offered_pps: s.offered_pps,
         allocation: names.zip(s.allocation.iter().copied()).collect(),
