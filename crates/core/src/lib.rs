@@ -62,6 +62,7 @@ pub mod drf;
 pub mod dwrr;
 pub mod elastic;
 pub mod engine;
+pub mod events;
 pub mod fair;
 pub mod ids;
 pub mod join;

@@ -194,6 +194,8 @@ pub struct NodeCore {
     incarnations: crate::pool::Incarnations,
     /// The pool's requests and notes, kept for a test ([`NodeCore::trace_pool`]).
     trace: Option<Vec<placing::PoolTraced>>,
+    /// What happened: counters and recent events ([`NodeCore::events`]).
+    events: crate::events::ElasticStats,
     placer: Placer,
     auto_place: bool,
     next_look: Instant,
@@ -225,6 +227,7 @@ impl NodeCore {
             placements: Default::default(),
             incarnations: Default::default(),
             trace: None,
+            events: Default::default(),
             placer: Placer::new(cfg.placement),
             auto_place: cfg.auto_place,
             next_look: Instant::ZERO,

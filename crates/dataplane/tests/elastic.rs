@@ -209,7 +209,7 @@ impl Bed {
     }
 
     fn kinds(&self) -> Vec<(usize, EventKind)> {
-        self.node.elastic().stats().events.iter().map(|e| (e.chain.index(), e.kind)).collect()
+        self.node.core().events().events.iter().map(|e| (e.chain.index(), e.kind)).collect()
     }
 }
 
@@ -221,7 +221,7 @@ fn cfg(regions: usize, delay_ms: u64) -> ElasticConfig {
 fn prelaunch_fills_free_regions_and_packets_wait_for_a_launch_in_order() {
     let mut b = Bed::new(cfg(2, 5), vec![vec![engine(1_000_000)]; 3], true);
     // Two regions: chains 0 and 1 pre-launched, chain 2 waits for its first packet.
-    let st = b.node.elastic().stats();
+    let st = b.node.core().events();
     assert_eq!(st.prelaunches, 2);
     assert!(matches!(b.node.core().elastic().regions()[0], RegionState::Launching { .. }));
     // Packets sent during the 5 ms launch wait, and come out in order once it runs.
@@ -229,8 +229,7 @@ fn prelaunch_fills_free_regions_and_packets_wait_for_a_launch_in_order() {
     assert_eq!(b.delivered.get(&100), None, "not before the launch completes");
     b.run(0, 20, 4, 3);
     assert_eq!(b.lost(0), 0);
-    let ran =
-        b.node.elastic().stats().events.iter().find(|e| e.kind == EventKind::Running { after: Launched::Prelaunch }).copied().unwrap();
+    let ran = b.node.core().events().events.iter().find(|e| e.kind == EventKind::Running { after: Launched::Prelaunch }).copied().unwrap();
     assert_eq!(ran.took_ns, 5_000_000, "the emulated delay, on the virtual clock");
 }
 
@@ -241,7 +240,7 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
     // 1. A free region: chain 0 launches on demand; its packets wait 5 ms, then all come out.
     b.run(0, 10, 2, 8);
     assert_eq!(b.lost(0), 0);
-    assert_eq!(b.node.elastic().stats().launches, 1);
+    assert_eq!(b.node.core().events().launches, 1);
     // 2. Chain 2 (NAT) takes the second free region; flow 1 gets public port 1024. (Chain 0
     // keeps its traffic: a chain that gets nothing for a whole period is descheduled.)
     for _ in 0..4 {
@@ -249,16 +248,16 @@ fn on_demand_order_victims_and_stop_and_launch_with_state_saved() {
         b.run(2, 1, 1, 1);
     }
     assert_eq!(b.lost(2), 0);
-    assert_eq!(b.node.elastic().stats().launches, 2);
+    assert_eq!(b.node.core().events().launches, 2);
     // 3. Chain 2 goes idle: after a whole MONITOR_PERIOD it is descheduled, kept as a victim.
     b.run(0, 10, 2, 12);
-    assert_eq!(b.node.elastic().stats().deschedules, 1);
+    assert_eq!(b.node.core().events().deschedules, 1);
     assert!(b.node.core().elastic().regions().iter().any(|r| matches!(r, RegionState::Victim { chain, .. } if chain.index() == 2)));
     // 4. It is needed again: a victim hit, no launch, packets served at once.
-    let launches = b.node.elastic().stats().launches;
+    let launches = b.node.core().events().launches;
     b.run(2, 1, 1, 1);
-    assert_eq!(b.node.elastic().stats().resumes, 1);
-    assert_eq!(b.node.elastic().stats().launches, launches, "resumed without a launch");
+    assert_eq!(b.node.core().events().resumes, 1);
+    assert_eq!(b.node.core().events().launches, launches, "resumed without a launch");
     assert_eq!(b.lost(2), 0, "no launch delay");
     // 5. Idle again (a victim), then chain 1 needs a region: no free one, no pool, no endpoint
     // fallback — stop-and-launch replaces the victim (victims go first), not running chain 0.
@@ -340,12 +339,12 @@ fn endpoint_fallback_comes_before_a_context_switch() {
     b.run(1, 10, 2, 2);
     // Chain 1 had no region: its packets went out unprocessed, for the endpoint to process.
     assert_eq!(b.lost(1), 0);
-    assert_eq!(b.node.elastic().stats().endpoint_packets, 20);
-    assert_eq!(b.node.elastic().stats().context_switches, 0);
+    assert_eq!(b.node.core().events().endpoint_packets, 20);
+    assert_eq!(b.node.core().events().context_switches, 0);
     // Without the fallback, the last resort: stop-and-launch.
     b.node.set_endpoint_fallback(ChainId(1), EndpointFallback::Never);
     b.run(1, 10, 2, 2);
-    assert_eq!(b.node.elastic().stats().context_switches, 1);
+    assert_eq!(b.node.core().events().context_switches, 1);
     assert_eq!(b.lost(1), 0);
 }
 
@@ -371,7 +370,7 @@ fn square_wave(workers: usize) {
     b.idle(10);
     assert!(b.node.drain(Duration::from_secs(5)));
     b.poll();
-    let st = b.node.elastic().stats();
+    let st = b.node.core().events();
     if std::env::var_os("SHOW").is_some() {
         for e in &st.events {
             eprintln!("{} ms region {:?} {:?} took {}", e.at_ns / 1_000_000, e.region, e.kind, e.took_ns);
@@ -436,7 +435,7 @@ fn compact_and_expand(workers: usize) {
         b.run(2, 6, 3, 1);
     }
     assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Compact), "{:?}", b.kinds());
-    let st = b.node.elastic().stats();
+    let st = b.node.core().events();
     assert_eq!(st.rechains, 1);
     let switches = st.context_switches;
     assert!(switches >= 2, "regions were short first ({switches} context switches)");
@@ -445,8 +444,8 @@ fn compact_and_expand(workers: usize) {
         b.run(0, 6, 3, 1);
         b.run(2, 6, 3, 1);
     }
-    assert_eq!(b.node.elastic().stats().context_switches, switches);
-    assert_eq!(b.node.elastic().stats().rechains, 1, "no oscillation under steady pressure");
+    assert_eq!(b.node.core().events().context_switches, switches);
+    assert_eq!(b.node.core().events().rechains, 1, "no oscillation under steady pressure");
     // The NAT's state moved into the compact chain: a new flow gets the next port.
     b.push(0, 4);
     b.idle(1);
@@ -455,7 +454,7 @@ fn compact_and_expand(workers: usize) {
     // goes back to its planned chains, with the NAT's state again.
     b.run(0, 6, 4, 40);
     assert_eq!(b.node.core().dags().form(DagUid(1)), Some(Form::Planned));
-    assert_eq!(b.node.elastic().stats().rechains, 2);
+    assert_eq!(b.node.core().events().rechains, 2);
     b.push(0, 5);
     b.idle(2);
     assert_eq!(nat_ports(&b), [1024, 1025, 1026, 1027, 1028]);
@@ -464,10 +463,10 @@ fn compact_and_expand(workers: usize) {
     let drops = |t: usize| snic_dataplane::stats::named_drops(&b.node.stats().tenants[t].drops);
     assert_eq!((b.lost(0), b.lost(2)), (0, 0), "drops {:?} {:?} events {:?}", drops(1), drops(3), b.kinds());
     let took: Vec<u64> =
-        b.node.elastic().stats().events.iter().filter(|e| matches!(e.kind, EventKind::Rechained { .. })).map(|e| e.took_ns).collect();
+        b.node.core().events().events.iter().filter(|e| matches!(e.kind, EventKind::Rechained { .. })).map(|e| e.took_ns).collect();
     assert_eq!(took.len(), 2);
     if std::env::var_os("SHOW").is_some() {
-        for e in &b.node.elastic().stats().events {
+        for e in &b.node.core().events().events {
             eprintln!("{} us region {:?} chain {} {:?} took {}", e.at_ns / 1000, e.region, e.chain.index(), e.kind, e.took_ns);
         }
     }
@@ -660,7 +659,7 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.node.pool_placed(chain, route, m2.0, m2.1, 8, 1);
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 7 }), "not asked: told to stop");
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m2.0, hosted: 8 }), "not asked of m2: told to stop");
-    assert_eq!(b.node.elastic().stats().answers_ignored, 2);
+    assert_eq!(b.node.core().events().answers_ignored, 2);
     assert!(b.node.core().redirects().iter().next().is_none(), "nothing redirected on an answer not asked for");
     b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
     assert!(b.kinds().contains(&(0, EventKind::Placed { peer: m1.1 })));
@@ -668,6 +667,9 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.node.pool_member(MemberEvent::Down(m1.0));
     assert!(b.kinds().contains(&(0, EventKind::PeerLost { peer: m1.1 })), "{:?}", b.kinds());
     assert!(b.node.core().redirects().iter().next().is_none(), "no redirect to a dead peer");
+    // The core counted what it decided, as it recorded it (placed twice, refused once, home once).
+    let ev = b.node.core().events();
+    assert_eq!((ev.remote_launches, ev.remote_refusals, ev.moves_back, ev.spills), (2, 1, 1, 0));
 }
 
 /// Overflow by flow share (paper §5; the home node keeps the chain): chain 0 — a 10 kpps engine
@@ -747,7 +749,7 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     assert!(b.node.core().redirects().iter().next().is_none(), "nothing redirected");
     assert!(b.flows_here.is_disjoint(&b.flows_sent), "each flow on one side");
     assert_eq!(b.lost(0), 0);
-    assert_eq!(b.node.elastic().stats().spills, 1);
+    assert_eq!(b.node.core().events().spills, 1);
 }
 
 /// Moving home with the NTs' state (paper §5: pause new traffic, migrate state, resume): chain
@@ -804,12 +806,12 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     b.run(1, 4, 4, 10);
     assert_eq!(b.lost(1), 0, "none lost, every flow on its own port and in order (Bed::poll)");
     assert!(b.delivered[&101] > redirected, "chain 1 runs at home");
-    let event = |f: fn(&EventKind) -> bool| b.node.elastic().stats().events.iter().find(|e| f(&e.kind)).copied().unwrap();
+    let event = |f: fn(&EventKind) -> bool| b.node.core().events().events.iter().find(|e| f(&e.kind)).copied().unwrap();
     let (moving, back) = (event(|k| matches!(k, EventKind::MovingBack { .. })), event(|k| matches!(k, EventKind::MovedBack { .. })));
     assert_eq!(back.kind, EventKind::MovedBack { peer: m1.1, restored: Some(4) });
     assert_eq!(back.took_ns, back.at_ns - moving.at_ns, "the pause: from the decision to the state");
     assert!(back.took_ns >= 6_000_000);
-    assert_eq!(b.node.elastic().stats().moves_back, 1);
+    assert_eq!(b.node.core().events().moves_back, 1);
     // Chain 0's traffic again: chain 1 holds the region, so chain 0 is placed on the peer this
     // time. Chain 1 idles (room), chain 0 comes home, and its peer dies before it answers.
     b.run(0, 10, 2, 20);

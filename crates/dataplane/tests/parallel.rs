@@ -169,7 +169,7 @@ fn a_branch_left_to_the_endpoint_joins_the_others_having_run_nothing() {
         let denied = if skipped == 1 { 50 } else { 0 };
         assert_eq!(out.len(), 100 - denied, "branch {skipped} skipped");
         assert!(out.iter().all(|&(vni, ..)| vni == want_vni), "branch {skipped} skipped: {:?}", &out[..1]);
-        assert!(n.elastic().stats().endpoint_packets > 0);
+        assert!(n.core().events().endpoint_packets > 0);
         in_order(&out);
         assert_eq!(n.store().charged(), 0, "every copy freed (branch {skipped} skipped)");
     }

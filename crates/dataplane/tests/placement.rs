@@ -189,7 +189,7 @@ fn short_chain_leaves_the_worker_it_shared_with_a_long_one() {
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved with the region");
     // Once apart, they stay apart: one move, no thrash.
-    let st = b.node.elastic().stats();
+    let st = b.node.core().events();
     assert_eq!(st.moves, 1, "{:?}", st.events);
     assert!(st.events.iter().any(|e| e.kind == EventKind::Moved { instance: b.short, to: Place::Dispatcher }));
 }
@@ -214,9 +214,9 @@ fn moves_by_hand_and_refusals() {
     b.traffic(Duration::from_secs(1), 5..=5, |b| b.sent_of(5) >= 20);
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state moved both ways");
-    assert_eq!(b.node.elastic().stats().moves, 2);
+    assert_eq!(b.node.core().events().moves, 2);
     // Without auto placement the node never moves anything on its own.
-    let events = &b.node.elastic().stats().events;
+    let events = &b.node.core().events().events;
     assert_eq!(events.iter().filter(|e| matches!(e.kind, EventKind::Moved { .. })).count(), 2);
 }
 
@@ -225,7 +225,7 @@ fn nothing_moves_without_worker_threads() {
     let mut b = Bed::new(0, true, true);
     b.traffic(Duration::from_millis(100), 1..=3, |_| false);
     b.drain_losing_nothing();
-    assert_eq!(b.node.elastic().stats().moves, 0);
+    assert_eq!(b.node.core().events().moves, 0);
     assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher));
 }
 
@@ -237,13 +237,13 @@ fn a_moved_region_goes_idle_is_stopped_and_comes_back_with_its_state() {
     let elastic = ElasticConfig { regions: 2, victims: false, ..ElasticConfig::default() };
     let mut b = Bed::with_elastic(1, true, true, elastic);
     b.traffic(Duration::from_secs(1), 1..=3, |b| b.node.place_of(b.short) == Some(Place::Dispatcher) && b.sent_of(3) >= 20);
-    assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher), "{:?}", b.node.elastic().stats().events);
+    assert_eq!(b.node.place_of(b.short), Some(Place::Dispatcher), "{:?}", b.node.core().events().events);
     let stopped = |b: &Bed| b.node.core().sched().state(b.short) != snic_core::sched::InstanceState::Running;
     b.traffic_of(Duration::from_secs(1), None, stopped);
-    assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.elastic().stats().events);
+    assert!(stopped(&b), "idle short chain not stopped: {:?}", b.node.core().events().events);
     b.traffic(Duration::from_secs(1), 4..=5, |b| b.sent_of(4) >= 20 && b.sent_of(5) >= 20);
     b.drain_losing_nothing();
     assert_eq!(b.nat_ports, (1024..=1028).collect(), "NAT state saved from the dispatcher's thread and restored");
-    let kinds: Vec<_> = b.node.elastic().stats().events.iter().map(|e| e.kind).collect();
+    let kinds: Vec<_> = b.node.core().events().events.iter().map(|e| e.kind).collect();
     assert!(kinds.contains(&EventKind::Deschedule), "{kinds:?}");
 }

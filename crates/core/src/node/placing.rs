@@ -6,6 +6,7 @@
 //! chain's state back, count and log.
 
 use super::{NodeCore, PoolReach};
+use crate::events::EventKind;
 use crate::ids::{ChainId, DagUid};
 use crate::launcher::Decision;
 use crate::pool::placements::{Asked, HostAnswer, Placements, PoolNote, PoolRequest, Returning};
@@ -88,7 +89,7 @@ impl NodeCore {
             Placement::Peer(peer) => peer,
         };
         let Some(dag) = self.dags.uid_arriving_as(route) else { return OnDemand::Nothing };
-        self.ask(chain, route, dag, pos, peer, None, notes);
+        self.ask(now, chain, route, dag, pos, peer, None, notes);
         OnDemand::Wait
     }
 
@@ -113,28 +114,28 @@ impl NodeCore {
                 } else {
                     self.pool.refused(from);
                 }
-                return self.note(PoolNote::Refused { chain, peer: from, spill }, notes);
+                return self.note(now, PoolNote::Refused { chain, peer: from, spill }, notes);
             }
-            (None, HostAnswer::Refused) => return self.note(PoolNote::Ignored { chain, peer: from }, notes),
+            (None, HostAnswer::Refused) => return self.note(now, PoolNote::Ignored { chain, peer: from }, notes),
             (Some(spill), HostAnswer::Hosted { data, hosted, gen }) => (spill, data, hosted, gen),
-            (None, HostAnswer::Hosted { hosted, .. }) => return self.unwanted(chain, from, hosted, notes),
+            (None, HostAnswer::Hosted { hosted, .. }) => return self.unwanted(now, chain, from, hosted, notes),
         };
         let spilling = matches!(self.spills.phase(chain), Some(Phase::Asked { peer, .. }) if peer == from);
         if !self.life.is_live(chain) || (spill && !spilling) {
             // It went away meanwhile (or no longer spills): the peer need not host it.
-            return self.unwanted(chain, from, hosted, notes);
+            return self.unwanted(now, chain, from, hosted, notes);
         }
         self.redirects.set_route(route, data, hosted, gen);
         self.placements.placed.push(crate::pool::placements::PlacedDag { chain, route, peer: from, data, hosted, spill });
         if spill {
             self.spills.placed(now, chain, data, &mut self.redirects);
             let share = self.redirects.get(chain).map_or(0, |r| r.share);
-            return self.note(PoolNote::Spilled { chain, data, share }, notes);
+            return self.note(now, PoolNote::Spilled { chain, data, share }, notes);
         }
         self.redirects.set(chain, Redirect { peer: data, share: SHARE_ALL });
         let key = self.meter.chain_key(chain);
         self.pool.placed(now, key, from);
-        self.note(PoolNote::Placed { chain, data }, notes);
+        self.note(now, PoolNote::Placed { chain, data }, notes);
     }
 
     /// The state of `chain`, coming home, has arrived (or will not): it runs here from now.
@@ -154,7 +155,7 @@ impl NodeCore {
                 std::mem::take(&mut self.placements.returning).into_iter().partition(|r| r.peer == peer);
             self.placements.returning = kept;
             for r in lost {
-                self.note(PoolNote::ReturnLost { chain: r.chain, data: r.data, since: r.since }, notes);
+                self.note(now, PoolNote::ReturnLost { chain: r.chain, data: r.data, since: r.since }, notes);
             }
         }
         let mut acts = std::mem::take(&mut self.pool_acts_out);
@@ -200,11 +201,11 @@ impl NodeCore {
                 }
                 PoolAct::SpillShare { chain, peer, share } => {
                     let data = self.placements.placed.iter().find(|p| p.chain == chain && p.spill).map_or(peer, |p| p.data);
-                    self.note(PoolNote::SpillShare { chain, data, share }, notes);
+                    self.note(now, PoolNote::SpillShare { chain, data, share }, notes);
                     continue;
                 }
                 PoolAct::Unspill { chain, .. } => {
-                    self.unspill(chain, notes);
+                    self.unspill(now, chain, notes);
                     continue;
                 }
             };
@@ -219,12 +220,12 @@ impl NodeCore {
                     self.redirects.clear(p.chain);
                 }
                 if lost {
-                    self.note(PoolNote::PeerLost { chain: p.chain, data: p.data }, notes);
+                    self.note(now, PoolNote::PeerLost { chain: p.chain, data: p.data }, notes);
                     continue;
                 }
                 self.placements.returning.push(Returning { chain: p.chain, peer, data: p.data, since: now });
                 self.request(PoolRequest::Return { chain: p.chain, key, peer, hosted: p.hosted, sent });
-                self.note(PoolNote::MovingBack { chain: p.chain, data: p.data }, notes);
+                self.note(now, PoolNote::MovingBack { chain: p.chain, data: p.data }, notes);
             }
             if !lost {
                 self.pool.home(key);
@@ -244,33 +245,43 @@ impl NodeCore {
             self.spill_failed(now, chain, peer);
             return;
         };
-        self.ask(chain, route, dag, pos, peer, Some(share), notes);
+        self.ask(now, chain, route, dag, pos, peer, Some(share), notes);
     }
 
     /// `chain`'s flows on its peer have ended: the peer may stop hosting its DAG.
-    fn unspill(&mut self, chain: ChainId, notes: &mut Vec<PoolNote>) {
+    fn unspill(&mut self, now: Instant, chain: ChainId, notes: &mut Vec<PoolNote>) {
         let (went, kept): (Vec<_>, Vec<_>) =
             std::mem::take(&mut self.placements.placed).into_iter().partition(|p| p.chain == chain && p.spill);
         self.placements.placed = kept;
         for p in went {
             self.redirects.clear_route(p.route, p.data);
             self.request(PoolRequest::Unhost { peer: p.peer, hosted: p.hosted });
-            self.note(PoolNote::Unspilled { chain, data: p.data }, notes);
+            self.note(now, PoolNote::Unspilled { chain, data: p.data }, notes);
         }
     }
 
     /// Asks `peer` to host `dag` for `chain` (the whole of it, or `share` of its new flows).
     #[allow(clippy::too_many_arguments)] // one request's fields
-    fn ask(&mut self, chain: ChainId, route: u32, dag: DagUid, pos: u8, peer: SocketAddr, share: Option<u16>, notes: &mut Vec<PoolNote>) {
+    fn ask(
+        &mut self,
+        now: Instant,
+        chain: ChainId,
+        route: u32,
+        dag: DagUid,
+        pos: u8,
+        peer: SocketAddr,
+        share: Option<u16>,
+        notes: &mut Vec<PoolNote>,
+    ) {
         self.placements.asked.push(Asked { chain, route, peer, spill: share.is_some() });
         self.request(PoolRequest::Place { chain, route, dag, pos, peer });
-        self.note(PoolNote::Asked { chain, peer, share }, notes);
+        self.note(now, PoolNote::Asked { chain, peer, share }, notes);
     }
 
     /// An answer not taken; a peer that hosts is told it need not.
-    fn unwanted(&mut self, chain: ChainId, peer: SocketAddr, hosted: u32, notes: &mut Vec<PoolNote>) {
+    fn unwanted(&mut self, now: Instant, chain: ChainId, peer: SocketAddr, hosted: u32, notes: &mut Vec<PoolNote>) {
         self.request(PoolRequest::Unhost { peer, hosted });
-        self.note(PoolNote::Ignored { chain, peer }, notes);
+        self.note(now, PoolNote::Ignored { chain, peer }, notes);
     }
 
     fn request(&mut self, r: PoolRequest) {
@@ -280,10 +291,30 @@ impl NodeCore {
         self.placements.request(r);
     }
 
-    fn note(&mut self, n: PoolNote, notes: &mut Vec<PoolNote>) {
+    /// Notes `n` for the driver to carry out, and records its event (counted, and kept among
+    /// the recent ones: [`NodeCore::events`]).
+    fn note(&mut self, now: Instant, n: PoolNote, notes: &mut Vec<PoolNote>) {
         if let Some(t) = self.trace.as_mut().filter(|t| t.len() < MAX_TRACE) {
             t.push(PoolTraced::Note(n));
         }
+        let (chain, kind) = match n {
+            PoolNote::Asked { chain, peer, share: None } => (chain, EventKind::PlaceAsked { peer }),
+            PoolNote::Asked { chain, peer, share: Some(share) } => (chain, EventKind::SpillAsked { peer, share }),
+            PoolNote::Placed { chain, data } => (chain, EventKind::Placed { peer: data }),
+            PoolNote::Spilled { chain, data, share } => (chain, EventKind::Spilled { peer: data, share }),
+            PoolNote::Refused { chain, peer, .. } => (chain, EventKind::PlaceRefused { peer }),
+            PoolNote::SpillShare { chain, data, share } => (chain, EventKind::SpillShare { peer: data, share }),
+            PoolNote::Unspilled { chain, data } => (chain, EventKind::Unspilled { peer: data }),
+            PoolNote::MovingBack { chain, data } => (chain, EventKind::MovingBack { peer: data }),
+            PoolNote::PeerLost { chain, data } => (chain, EventKind::PeerLost { peer: data }),
+            PoolNote::Ignored { .. } => {
+                self.events.answers_ignored += 1;
+                return notes.push(n);
+            }
+            // (The driver records the chain's coming home, with what its state restored.)
+            PoolNote::ReturnLost { .. } => return notes.push(n),
+        };
+        self.record(now, chain, None, kind, 0);
         notes.push(n);
     }
 }

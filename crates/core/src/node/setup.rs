@@ -6,6 +6,7 @@
 use super::NodeCore;
 use crate::dag::DagRoute;
 use crate::elastic::Elasticity;
+use crate::events::{ElasticStats, Event, EventKind};
 use crate::ids::DagUid;
 use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::meter::Meter;
@@ -36,6 +37,27 @@ impl NodeCore {
     /// The elasticity policy, read-only.
     pub fn elastic(&self) -> &Elasticity {
         &self.elastic
+    }
+
+    /// What happened on the node: counters by kind and the most recent events.
+    pub fn events(&self) -> &ElasticStats {
+        &self.events
+    }
+
+    /// Records what happened to `chain` (in `region`, if one is involved) at `now`; `took_ns`
+    /// as [`Event::took_ns`] says. The core records what it decides; the driver what only it
+    /// sees happen (a launch running, a region moved).
+    pub fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
+        self.events.record(Event { at_ns: now.as_nanos(), chain, region, kind, took_ns });
+    }
+
+    /// A packet of `chain` was sent on unprocessed for its tenant's endpoint at `now` (the
+    /// first is also an event).
+    pub fn endpoint_packet(&mut self, now: Instant, chain: ChainId) {
+        self.events.endpoint_packets += 1;
+        if self.events.endpoint_packets == 1 {
+            self.record(now, chain, None, EventKind::EndpointFallback, 0);
+        }
     }
 
     /// Declares a chain of NTs of `kinds` (no instance yet): its id, the same in the scheduler,

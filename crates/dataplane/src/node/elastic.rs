@@ -2,7 +2,7 @@
 //! stop-and-launch, victims and auto-scaling, applied to the regions and the scheduler.
 
 use super::{Backend, LaunchError, Node, Place};
-use crate::elastic::{Elastic, Event, EventKind, SAVED_PER_CHAIN};
+use crate::elastic::{Elastic, EventKind, SAVED_PER_CHAIN};
 use crate::region::Region;
 use snic_core::elastic::{Act, EndpointFallback};
 use snic_core::ids::{ChainId, InstanceId};
@@ -44,10 +44,6 @@ impl<B: Backend> Node<B> {
     /// unprocessed.
     pub fn set_endpoint_fallback(&mut self, chain: ChainId, fallback: EndpointFallback) {
         self.core.set_endpoint_fallback(chain, fallback);
-    }
-
-    pub(super) fn record(&mut self, now: Instant, chain: ChainId, region: Option<usize>, kind: EventKind, took_ns: u64) {
-        self.elastic.stats.record(Event { at_ns: now.as_nanos(), chain, region, kind, took_ns });
     }
 
     /// The chain's NTs for a new instance: the state an evicted instance saved, else freshly
@@ -126,7 +122,7 @@ impl<B: Backend> Node<B> {
                     let ok = nts.is_some_and(|nts| self.install(chain, inst, nts, place).is_ok());
                     self.core.launch_installed(region, inst, ok);
                     if ok {
-                        self.record(now, chain, Some(region), EventKind::Running { after: why }, took_ns);
+                        self.core.record(now, chain, Some(region), EventKind::Running { after: why }, took_ns);
                         ran = true;
                     }
                 }
@@ -191,7 +187,7 @@ impl<B: Backend> Node<B> {
     fn start(&mut self, l: Launch, nts: Vec<Box<dyn Nt>>, kind: EventKind, build: u64) {
         self.elastic.built[l.region] = Some(nts);
         self.core.begin_launch(l);
-        self.record(l.requested, l.chain, Some(l.region), kind, build);
+        self.core.record(l.requested, l.chain, Some(l.region), kind, build);
         self.advance_elastic(l.requested);
     }
 
@@ -221,10 +217,7 @@ impl<B: Backend> Node<B> {
                 self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
             }
             Decision::Endpoint => {
-                self.elastic.stats.endpoint_packets += 1;
-                if self.elastic.stats.endpoint_packets == 1 {
-                    self.record(now, chain, None, EventKind::EndpointFallback, 0);
-                }
+                self.core.endpoint_packet(now, chain);
                 OnDemand::Endpoint
             }
             // Every region is mid-launch: one runs soon.
@@ -301,9 +294,9 @@ impl<B: Backend> Node<B> {
         if self.core.resume_instance(inst).is_err() {
             return false;
         }
-        self.record(now, chain, Some(region), EventKind::Resume, 0);
+        self.core.record(now, chain, Some(region), EventKind::Resume, 0);
         if why == Resumed::ScaleOut {
-            self.record(now, chain, Some(region), EventKind::ScaleOut, 0);
+            self.core.record(now, chain, Some(region), EventKind::ScaleOut, 0);
         }
         true
     }
@@ -325,7 +318,7 @@ impl<B: Backend> Node<B> {
         if self.core.stop_instance(inst).is_err() {
             return;
         }
-        self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
+        self.core.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
         self.advance_elastic(now);
     }
 }

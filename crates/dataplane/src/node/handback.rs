@@ -108,9 +108,8 @@ impl<B: Backend> Node<B> {
     /// `chain` came home from the peer at data address `data`, coming since `since`, with
     /// `restored` entries of its state (`None`: none came): its waiting packets go on.
     pub(super) fn came_home(&mut self, chain: ChainId, data: SocketAddr, since: Instant, restored: Option<u32>, now: Instant) {
-        self.elastic.stats.moves_back += 1;
         let took = now.saturating_since(since).as_nanos() as u64;
-        self.record(now, chain, None, EventKind::MovedBack { peer: data, restored }, took);
+        self.core.record(now, chain, None, EventKind::MovedBack { peer: data, restored }, took);
         self.release_waiting(Some(chain), now);
     }
 

@@ -112,10 +112,10 @@ impl<B: Backend> Node<B> {
         match self.transfer(m.inst, m.to, now) {
             Ok(()) => {
                 let kind = EventKind::Moved { instance: m.inst, to: m.to };
-                self.record(now, chain, None, kind, now.as_nanos().saturating_sub(m.since.as_nanos()));
+                self.core.record(now, chain, None, kind, now.as_nanos().saturating_sub(m.since.as_nanos()));
             }
             // A worker thread died: the region went with it.
-            Err(_) => self.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
+            Err(_) => self.core.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
         }
         self.core.pause_instance(m.inst, false);
     }

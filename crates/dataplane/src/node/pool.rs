@@ -19,7 +19,6 @@
 //! go) differ: the answer to a placement gives the peer's data address.
 
 use super::{Backend, Node};
-use crate::elastic::EventKind;
 use crate::node::elastic::OnDemand;
 use snic_core::ids::ChainId;
 use snic_core::node::placing::OnDemand as Placing;
@@ -131,45 +130,15 @@ impl<B: Backend> Node<B> {
         out
     }
 
-    /// The driver's part of what the core did: counters, the event log, waiting packets
-    /// released, chains coming home.
+    /// The driver's part of what the core did (which recorded it, [`snic_core::node::NodeCore::events`]):
+    /// waiting packets released, chains coming home.
     fn act_on(&mut self, notes: &mut Vec<PoolNote>, now: Instant) {
         for note in notes.drain(..) {
-            let (chain, kind) = match note {
-                PoolNote::Asked { chain, peer, share: None } => (chain, EventKind::PlaceAsked { peer }),
-                PoolNote::Asked { chain, peer, share: Some(share) } => (chain, EventKind::SpillAsked { peer, share }),
-                PoolNote::Placed { chain, data } => {
-                    self.elastic.stats.remote_launches += 1;
-                    self.record(now, chain, None, EventKind::Placed { peer: data }, 0);
-                    self.release_waiting(Some(chain), now);
-                    continue;
-                }
-                PoolNote::Spilled { chain, data, share } => {
-                    self.elastic.stats.remote_launches += 1;
-                    (chain, EventKind::Spilled { peer: data, share })
-                }
-                PoolNote::Refused { chain, peer, spill } => {
-                    self.elastic.stats.remote_refusals += 1;
-                    self.record(now, chain, None, EventKind::PlaceRefused { peer }, 0);
-                    if !spill {
-                        self.release_waiting(Some(chain), now);
-                    }
-                    continue;
-                }
-                PoolNote::Ignored { .. } => {
-                    self.elastic.stats.answers_ignored += 1;
-                    continue;
-                }
-                PoolNote::SpillShare { chain, data, share } => (chain, EventKind::SpillShare { peer: data, share }),
-                PoolNote::Unspilled { chain, data } => (chain, EventKind::Unspilled { peer: data }),
-                PoolNote::MovingBack { chain, data } => (chain, EventKind::MovingBack { peer: data }),
-                PoolNote::PeerLost { chain, data } => (chain, EventKind::PeerLost { peer: data }),
-                PoolNote::ReturnLost { chain, data, since } => {
-                    self.came_home(chain, data, since, None, now);
-                    continue;
-                }
-            };
-            self.record(now, chain, None, kind, 0);
+            match note {
+                PoolNote::Placed { chain, .. } | PoolNote::Refused { chain, spill: false, .. } => self.release_waiting(Some(chain), now),
+                PoolNote::ReturnLost { chain, data, since } => self.came_home(chain, data, since, None, now),
+                _ => {}
+            }
         }
     }
 }

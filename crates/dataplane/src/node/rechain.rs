@@ -136,14 +136,13 @@ impl<B: Backend> Node<B> {
                         self.drop_held(idx, Drop::Sched(Reject::UnknownDag));
                     }
                 }
-                DagAct::Started { dag, to, first } => self.record(now, first, None, EventKind::Rechain { dag, to }, 0),
+                DagAct::Started { dag, to, first } => self.core.record(now, first, None, EventKind::Rechain { dag, to }, 0),
                 DagAct::Abandoned { dag, first, took } => {
-                    self.record(now, first, None, EventKind::RechainAbandoned { dag }, took.as_nanos() as u64)
+                    self.core.record(now, first, None, EventKind::RechainAbandoned { dag }, took.as_nanos() as u64)
                 }
                 DagAct::Switched { dag, to, from, into, took } => {
                     self.move_form(&from, &into);
-                    self.elastic.stats.rechains += 1;
-                    self.record(now, into[0], None, EventKind::Rechained { dag, to }, took.as_nanos() as u64);
+                    self.core.record(now, into[0], None, EventKind::Rechained { dag, to }, took.as_nanos() as u64);
                 }
             }
         }

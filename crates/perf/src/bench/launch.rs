@@ -90,7 +90,7 @@ fn switch_with_packet(node: &mut Node<MemPort>, to: Form) -> anyhow::Result<u64>
         node.core().dags().form(DagUid(1)) == Some(to) && !node.core().dags().is_switching(DagUid(1)),
         "the switch did not complete: {:?} {:?}",
         node.core().dags().form(DagUid(1)),
-        node.elastic().stats().events
+        node.core().events().events
     );
     Ok(t)
 }
@@ -188,14 +188,14 @@ fn out_since(node: &mut Node<MemPort>, i: usize, t0: Instant) -> anyhow::Result<
 /// MONITOR_PERIOD: how long that takes in real time depends on how much of a core the thread
 /// gets), at most 5 s.
 fn idle(node: &mut Node<MemPort>) -> anyhow::Result<()> {
-    let (t0, before) = (Instant::now(), node.elastic().stats().deschedules);
-    while node.elastic().stats().deschedules == before {
+    let (t0, before) = (Instant::now(), node.core().events().deschedules);
+    while node.core().events().deschedules == before {
         anyhow::ensure!(
             t0.elapsed() < Duration::from_secs(5),
             "the idle chain was not descheduled within 5 s (regions {:?}, instances {:?}, last events {:?})",
             node.core().elastic().regions(),
             node.core().launches().region_instances().collect::<Vec<_>>(),
-            node.elastic().stats().events.iter().rev().take(6).collect::<Vec<_>>()
+            node.core().events().events.iter().rev().take(6).collect::<Vec<_>>()
         );
         node.poll();
     }
@@ -224,7 +224,7 @@ fn packet_cases(a: &LaunchArgs, chain: &'static str) -> anyhow::Result<()> {
         switch.push(one_packet(&mut node, 1)?);
         idle(&mut node)?;
         resume.push(one_packet(&mut node, 1)?);
-        anyhow::ensure!(node.elastic().stats().resumes > 0, "no victim hit");
+        anyhow::ensure!(node.core().events().resumes > 0, "no victim hit");
         idle(&mut node)?;
         switch.push(one_packet(&mut node, 0)?);
     }

@@ -175,7 +175,7 @@ fn one(a: &ScaleArgs, scheme: &'static str, instances: usize, autoscale: bool) -
             ms_delivered = 0;
         }
     }
-    let st = node.elastic().stats();
+    let st = node.core().events();
     let mut times: Vec<u64> =
         st.events.iter().filter(|e| matches!(e.kind, EventKind::ScaleOut | EventKind::ScaleIn)).map(|e| e.at_ns).collect();
     times.dedup();

@@ -616,7 +616,7 @@ fn outcome(
         antagonist_drops: node.stats().tenants[2].drops_by_reason(),
         victim_place: place_name(node.place_of(i1)),
         antagonist_place: place_name(node.place_of(i2)),
-        moves: node.elastic().stats().moves,
+        moves: node.core().events().moves,
     }
 }
 

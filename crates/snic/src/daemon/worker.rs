@@ -1145,7 +1145,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
         );
     }
     logged.gso_max_segment = seg;
-    let st = node.elastic().stats();
+    let st = node.core().events();
     let new = st.recorded - logged.events;
     if new > st.events.len() as u64 {
         tracing::warn!(missed = new - st.events.len() as u64, "more elastic events than the log keeps up with; see snic status");
@@ -1207,7 +1207,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
 }
 
 fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
-    let (st, policy) = (node.elastic().stats(), node.core().elastic());
+    let (st, policy) = (node.core().events(), node.core().elastic());
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
         enabled: policy.on(),
