@@ -37,7 +37,7 @@ use crate::fair::FairConfig;
 use crate::ids::{ChainId, InstanceId};
 use crate::join::JoinTable;
 use crate::meter::{Arrivals, Counters, Meter};
-use crate::placement::{Move, Moving, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
+use crate::placement::{Move, Place, PlacementConfig, Placer, View, PLACEMENT_PERIOD};
 use crate::pool::owner::{Owners, Slots};
 use crate::pool::redirect::Redirects;
 use crate::pool::spill::{Look, Spills};
@@ -47,7 +47,9 @@ use crate::time::Instant;
 use std::net::SocketAddr;
 
 pub mod dags;
+pub mod demand;
 pub mod launching;
+pub mod moving;
 pub mod packets;
 pub mod peers;
 pub mod placing;
@@ -200,6 +202,8 @@ pub struct NodeCore {
     auto_place: bool,
     next_look: Instant,
     views: Vec<View>,
+    /// The region moving to another core, if one is ([`moving`]).
+    moving: Option<moving::MoveUnderWay>,
 }
 
 impl NodeCore {
@@ -232,6 +236,7 @@ impl NodeCore {
             auto_place: cfg.auto_place,
             next_look: Instant::ZERO,
             views: Vec::new(),
+            moving: None,
         }
     }
 
@@ -398,9 +403,9 @@ impl NodeCore {
     /// if any, which the driver carries out and then reports with [`NodeCore::placed`]. Each
     /// instance's cost and load are the demand model's of the last epoch (its chain's load
     /// split evenly over the chain's instances).
-    pub fn handle_placement(&mut self, now: Instant, at: &[Place], workers: usize, moving: Moving) -> Option<Move> {
+    pub fn handle_placement(&mut self, now: Instant, at: &[Place], workers: usize) -> Option<Move> {
         let sched = &self.sched;
-        if !self.auto_place || workers == 0 || moving == Moving::UnderWay || now < self.next_look {
+        if !self.auto_place || workers == 0 || self.moving.is_some() || now < self.next_look {
             return None;
         }
         self.next_look = now + PLACEMENT_PERIOD;
@@ -525,9 +530,11 @@ mod tests {
             now = now + epoch;
             counters.n += 300;
             core.handle_epoch(now, &counters);
-            assert_eq!(core.handle_placement(now, &at, 1, Moving::UnderWay), None, "no look while a move is under way");
+            core.moving = Some(moving::MoveUnderWay { inst: insts[1], to: Place::Worker(0), since: now });
+            assert_eq!(core.handle_placement(now, &at, 1), None, "no look while a move is under way");
+            core.moving = None;
             let before = core.next_look;
-            moved = core.handle_placement(now, &at, 1, Moving::None);
+            moved = core.handle_placement(now, &at, 1);
             if core.next_look != before {
                 looks += 1;
                 assert!(looks == 1 || core.next_look == before + PLACEMENT_PERIOD, "a look once a period");
@@ -536,9 +543,9 @@ mod tests {
         assert_eq!(moved, Some(Move { id: insts[0], to: Place::Worker(0) }), "the long instance goes to the worker");
         assert_eq!(looks, 3, "after `hold` looks in a row");
         // Without workers or with automatic placement off, nothing is proposed.
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &at, 0, Moving::None), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 5, &at, 0), None);
         core.auto_place = false;
-        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &at, 1, Moving::None), None);
+        assert_eq!(core.handle_placement(now + PLACEMENT_PERIOD * 10, &at, 1), None);
     }
 
     #[test]

@@ -328,8 +328,6 @@ pub struct Node<B: Backend> {
     dag_views: Vec<snic_core::rechain::DagView>,
     /// The backend's receive queues and the tenant each holds, if its own.
     rx_queues: receive::RxQueues,
-    /// Which core each region runs on, and a move under way.
-    placement: placement::Placement,
     /// The pool's redirects: chains sent to peers, DAGs hosted for them. (Boxed: the key is
     /// large, and the node's hot fields keep their places.)
     pool: Box<redirect::PoolLink>,
@@ -474,7 +472,6 @@ impl<B: Backend> Node<B> {
             dag_acts: Vec::new(),
             dag_views: Vec::new(),
             rx_queues: receive::RxQueues::new(queues),
-            placement: placement::Placement::default(),
             pool: Box::default(),
             slots,
             store,
@@ -667,7 +664,7 @@ impl<B: Backend> Node<B> {
         let epoch = self.core.next_epoch().saturating_since(now);
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
         // What only the driver knows: traffic since the epoch began, a region being moved.
-        let busy = !self.stats.touched().is_empty() || self.placement.moving() == Moving::UnderWay;
+        let busy = !self.stats.touched().is_empty() || self.core.moving() == Moving::UnderWay;
         let tick = self
             .region_counters
             .iter()
@@ -749,7 +746,7 @@ impl<B: Backend> Node<B> {
         if self.core.dags().switching() {
             self.advance_switches(now);
         }
-        if self.placement.moving() == Moving::UnderWay {
+        if self.core.moving() == Moving::UnderWay {
             self.advance_move(now);
         }
         if self.core.due(now) {

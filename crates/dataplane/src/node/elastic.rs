@@ -6,21 +6,14 @@ use crate::elastic::{Elastic, EventKind, SAVED_PER_CHAIN};
 use crate::region::Region;
 use snic_core::elastic::{Act, EndpointFallback};
 use snic_core::ids::{ChainId, InstanceId};
-use snic_core::launcher::Decision;
-use snic_core::launches::{Launch, LaunchStep, Launched};
+use snic_core::launches::LaunchStep;
+use snic_core::node::demand::{Demand, LaunchPlan};
+use snic_core::sched::Change;
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 
-/// Why a victim runs again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Resumed {
-    /// Its chain's packets need it.
-    OnDemand,
-    /// The auto-scaler adds an instance.
-    ScaleOut,
-}
-
 /// What to do with a packet whose chain had no active instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum OnDemand {
     /// The chain has an instance now (running or launching): schedule the packet again.
     Retry,
@@ -142,23 +135,21 @@ impl<B: Backend> Node<B> {
     }
 
     /// Pre-launch at deploy: `chain` gets a free region; `None` when there is none (it will be
-    /// launched when its first packet arrives).
+    /// launched when its first packet arrives). Its NTs are built first: the build time is
+    /// part of the launch time the policy expects.
     pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
-        let Some(slot) = self.core.prelaunch(chain, now) else {
+        let Some(plan) = self.core.prelaunch_plan(chain, now) else {
             self.elastic.saved[chain.index()].push(nts);
             return Ok(None);
         };
-        let inst = self.core.add_launching(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
-        let l = Launch { chain, region: slot, inst: Some(inst), why: Launched::Prelaunch, evict: None, requested: now };
-        self.start(l, nts, EventKind::Prelaunch, build);
-        Ok(Some(inst))
+        self.begin_plan(plan, nts, build, now).map_err(|_| LaunchError::UnknownChain(chain))
     }
 
     /// A peer asks this node to host `chain` (a DAG placed here, or a share of its flows): it
     /// launches where a launch can go without stopping a running chain — a free region, or a
-    /// victim's, as the node's load report counted them free ([`snic_core::elastic::Elasticity::host`]);
+    /// victim's, as the node's load report counted them free ([`snic_core::node::NodeCore::host_chain`]);
     /// with neither it fails with [`LaunchError::NoFreeRegion`]. Without elasticity, as
     /// [`Node::launch`].
     pub fn launch_for_peer(&mut self, chain: ChainId) -> Result<(), LaunchError> {
@@ -166,81 +157,54 @@ impl<B: Backend> Node<B> {
             return self.launch(chain).map(|_| ());
         }
         let now = self.clock.now();
-        let done = match self.core.host(chain, now) {
-            Some(Decision::Launch { region }) => self.launch_into(chain, region, None, now, EventKind::Launch),
-            Some(Decision::ContextSwitch { region, evicted }) => {
-                let old = self.core.launches().instance_in(region);
-                self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
-            }
-            Some(Decision::Resume { region }) if self.resume(chain, region, now, Resumed::OnDemand) => OnDemand::Retry,
-            _ => OnDemand::Nothing,
-        };
-        match done {
-            OnDemand::Retry => Ok(()),
+        match self.core.host_chain(now, chain) {
+            Demand::Retry => Ok(()),
+            Demand::Launch(plan) if self.launch_plan(plan, now) == OnDemand::Retry => Ok(()),
             _ => Err(LaunchError::NoFreeRegion),
         }
     }
 
-    /// A launch begins with its NTs built ([`snic_core::node::NodeCore::begin_launch`]): the
-    /// event is recorded, and whatever can advance does (a launch with no delay into an empty
-    /// region runs at once).
-    fn start(&mut self, l: Launch, nts: Vec<Box<dyn Nt>>, kind: EventKind, build: u64) {
-        self.elastic.built[l.region] = Some(nts);
-        self.core.begin_launch(l);
-        self.core.record(l.requested, l.chain, Some(l.region), kind, build);
-        self.advance_elastic(l.requested);
-    }
-
-    /// A packet on `route` needs `chain` (at step `pos`), which has no active instance: the
-    /// paper's on-demand order — share or resume what is loaded, a free region, a peer (see
-    /// [`super::pool`]), the tenant's endpoint, and last a context switch.
+    /// A packet on `route` needs `chain` (at step `pos`), which has no active instance: what
+    /// the core decides ([`snic_core::node::NodeCore::on_demand`]), carried out.
     #[cold]
     pub(super) fn on_demand(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> OnDemand {
-        if !self.core.elastic().on() || !self.core.is_live(chain) {
-            return OnDemand::Nothing;
-        }
-        let decision = match self.place(chain, route, pos, now) {
-            Ok(d) => d,
-            Err(o) => return o,
-        };
-        match decision {
-            Decision::Share { region } | Decision::Resume { region } => {
-                if self.resume(chain, region, now, Resumed::OnDemand) {
-                    OnDemand::Retry
-                } else {
-                    OnDemand::Nothing
-                }
-            }
-            Decision::Launch { region } => self.launch_into(chain, region, None, now, EventKind::Launch),
-            Decision::ContextSwitch { region, evicted } => {
-                let old = self.core.launches().instance_in(region);
-                self.launch_into(chain, region, old, now, EventKind::ContextSwitch { evicted })
-            }
-            Decision::Endpoint => {
-                self.core.endpoint_packet(now, chain);
-                OnDemand::Endpoint
-            }
-            // Every region is mid-launch: one runs soon.
-            Decision::Wait { .. } | Decision::Busy => OnDemand::Wait,
-            // (`place` turns it into a request to a peer.)
-            Decision::Remote => OnDemand::Nothing,
+        match self.carry_out(now, |core, notes| core.on_demand(now, chain, route, pos, notes)) {
+            Demand::Retry => OnDemand::Retry,
+            Demand::Launch(plan) => self.launch_plan(plan, now),
+            Demand::Endpoint => OnDemand::Endpoint,
+            Demand::Wait => OnDemand::Wait,
+            Demand::Nothing => OnDemand::Nothing,
         }
     }
 
-    /// Launches `chain` into `region` for packets waiting now (they buffer in the launching
-    /// instance), stopping `evict` first if the region holds it.
-    fn launch_into(&mut self, chain: ChainId, region: usize, evict: Option<InstanceId>, now: Instant, kind: EventKind) -> OnDemand {
-        let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.core.region_freed(region);
+    /// Builds the NTs for the launch the core planned and begins it (`Retry`: its packets
+    /// schedule again, into its instance); a build that fails empties the region.
+    fn launch_plan(&mut self, plan: LaunchPlan, now: Instant) -> OnDemand {
+        let Ok((nts, build)) = self.chain_nts(plan.chain) else {
+            self.core.region_freed(plan.region);
             return OnDemand::Nothing;
         };
-        let Ok(inst) = self.core.add_launching(chain) else {
-            self.elastic.saved[chain.index()].push(nts);
-            return OnDemand::Nothing;
-        };
-        let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
-        self.start(Launch { chain, region, inst: Some(inst), why, evict, requested: now }, nts, kind, build);
-        OnDemand::Retry
+        match self.begin_plan(plan, nts, build, now) {
+            Ok(_) => OnDemand::Retry,
+            Err(_) => OnDemand::Nothing,
+        }
+    }
+
+    /// The launch begins with its NTs built ([`snic_core::node::NodeCore::launch_planned`]),
+    /// and whatever can advance does (a launch with no delay into an empty region runs at
+    /// once). Refused, the NTs are kept for the chain's next launch.
+    fn begin_plan(&mut self, plan: LaunchPlan, nts: Vec<Box<dyn Nt>>, build: u64, now: Instant) -> Result<Option<InstanceId>, Change> {
+        match self.core.launch_planned(now, plan, build) {
+            Ok(inst) => {
+                self.elastic.built[plan.region] = Some(nts);
+                self.advance_elastic(now);
+                Ok(inst)
+            }
+            Err(e) => {
+                self.elastic.saved[plan.chain.index()].push(nts);
+                Err(e)
+            }
+        }
     }
 
     /// Launches and stops under way advance ([`snic_core::node::NodeCore::advance_launches`])
@@ -269,56 +233,24 @@ impl<B: Backend> Node<B> {
     }
 
     /// Carries out what the elasticity policy decided at the epoch's end
-    /// ([`snic_core::node::NodeCore::handle_epoch`]), then looks at the DAGs' forms.
+    /// ([`snic_core::node::NodeCore::handle_epoch`], [`snic_core::node::NodeCore::scale`]): the
+    /// core resumes and stops instances itself; a scale-out's NTs are built here. Then the
+    /// DAGs' forms.
     pub(super) fn elastic_epoch(&mut self, now: Instant) {
         if !self.core.elastic().on() {
             return;
         }
         let mut acts = std::mem::take(&mut self.elastic.acts);
         for act in acts.drain(..) {
-            match act {
-                Act::Resume { chain, region } => {
-                    self.resume(chain, region, now, Resumed::ScaleOut);
+            match self.core.scale(now, act) {
+                Some(plan) => {
+                    self.launch_plan(plan, now);
                 }
-                Act::Launch { chain, region, .. } => self.scale_out(chain, region, now),
-                Act::Stop { chain, region, last } => self.scale_in(chain, region, last, now),
+                None if matches!(act, Act::Stop { .. }) => self.advance_elastic(now),
+                None => {}
             }
         }
         self.elastic.acts = acts;
         self.rechain_epoch(now);
-    }
-
-    /// The victim in `region` runs again (for packets, or to scale out); false if it cannot.
-    fn resume(&mut self, chain: ChainId, region: usize, now: Instant, why: Resumed) -> bool {
-        let Some(inst) = self.core.launches().instance_in(region) else { return false };
-        if self.core.resume_instance(inst).is_err() {
-            return false;
-        }
-        self.core.record(now, chain, Some(region), EventKind::Resume, 0);
-        if why == Resumed::ScaleOut {
-            self.core.record(now, chain, Some(region), EventKind::ScaleOut, 0);
-        }
-        true
-    }
-
-    /// One more instance of `chain`, launched into `region` (after the victim it holds, if any).
-    fn scale_out(&mut self, chain: ChainId, region: usize, now: Instant) {
-        let Ok((nts, build)) = self.chain_nts(chain) else {
-            self.core.region_freed(region);
-            return;
-        };
-        let evict = self.core.launches().instance_in(region);
-        let l = Launch { chain, region, inst: None, why: Launched::ScaleOut, evict, requested: now };
-        self.start(l, nts, EventKind::ScaleOut, build);
-    }
-
-    /// The instance of `chain` in `region` stops; its flows move to the others.
-    fn scale_in(&mut self, chain: ChainId, region: usize, last: bool, now: Instant) {
-        let Some(inst) = self.core.launches().instance_in(region) else { return };
-        if self.core.stop_instance(inst).is_err() {
-            return;
-        }
-        self.core.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
-        self.advance_elastic(now);
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! [`snic_core::placement`] decides (long chains apart from short ones, never on the
 //! dispatcher's thread), looked at by the node's core every [`PLACEMENT_PERIOD`]
-//! ([`snic_core::node::NodeCore::handle_placement`]); this module carries a move out. Dispatch to the instance is held (its
-//! packets keep queueing), and once every batch it had on its old core is back, its region —
+//! ([`snic_core::node::NodeCore::handle_placement`]), and the core holds the move under way
+//! ([`snic_core::node::moving`]); this module carries it out. Dispatch to the instance is held
+//! (its packets keep queueing), and once every batch it had on its old core is back, its region —
 //! the NT objects, with their state — goes to the new core: taken from the dispatcher's thread
 //! or asked back from its worker, then installed on the other worker or kept on the
 //! dispatcher's thread. Workers answer between batches, so the dispatcher waits for at most the
@@ -11,11 +12,8 @@
 //! lost or reordered: the instance's queue simply waits.
 
 use super::{Backend, Node, Place};
-use crate::elastic::EventKind;
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
-use snic_core::placement::Moving as MoveState;
-use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use std::sync::mpsc;
 use std::time::Duration;
@@ -23,47 +21,8 @@ use std::time::Duration;
 /// How often the node looks at where its instances run (the policy's).
 pub use snic_core::placement::PLACEMENT_PERIOD;
 
-/// Why a move was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum MoveError {
-    /// No such instance, or it is not running.
-    #[error("instance {0:?} is not running")]
-    NotRunning(InstanceId),
-    /// No worker thread of that number.
-    #[error("no worker thread {0}")]
-    NoWorker(usize),
-    /// The instance runs there already.
-    #[error("instance {0:?} runs there already")]
-    Already(InstanceId),
-    /// Another move is under way (one at a time).
-    #[error("another move is under way")]
-    Busy,
-}
-
-/// The node's side of placement: the move under way.
-#[derive(Default)]
-pub(super) struct Placement {
-    moving: Option<Moving>,
-}
-
-#[derive(Clone, Copy)]
-struct Moving {
-    inst: InstanceId,
-    to: Place,
-    since: Instant,
-}
-
-impl Placement {
-    /// Whether a move waits for the instance's batches.
-    #[inline]
-    pub(super) fn moving(&self) -> MoveState {
-        if self.moving.is_some() {
-            MoveState::UnderWay
-        } else {
-            MoveState::None
-        }
-    }
-}
+/// Why a move was refused (the core's).
+pub use snic_core::node::moving::MoveError;
 
 impl<B: Backend> Node<B> {
     /// Where instance `inst`'s region runs (`None`: no such instance).
@@ -76,48 +35,17 @@ impl<B: Backend> Node<B> {
     /// moves (see the module docs). One move at a time; the node makes its own moves with
     /// `auto_place` on.
     pub fn move_instance(&mut self, inst: InstanceId, to: Place) -> Result<(), MoveError> {
-        if self.placement.moving.is_some() {
-            return Err(MoveError::Busy);
-        }
-        if inst.index() >= self.core.sched().instance_count() || self.core.sched().state(inst) != InstanceState::Running {
-            return Err(MoveError::NotRunning(inst));
-        }
-        if let Place::Worker(w) = to {
-            if w >= self.exec.workers.len() {
-                return Err(MoveError::NoWorker(w));
-            }
-        }
-        if self.place_of(inst) == Some(to) {
-            return Err(MoveError::Already(inst));
-        }
-        self.core.pause_instance(inst, true);
-        self.placement.moving = Some(Moving { inst, to, since: self.clock.now() });
-        Ok(())
+        let now = self.clock.now();
+        self.core.begin_move(now, inst, self.place_of(inst), to, self.exec.workers.len())
     }
 
     /// Each poll during a move: once the instance has nothing in flight, moves its region.
     pub(super) fn advance_move(&mut self, now: Instant) {
-        let Some(m) = self.placement.moving else { return };
-        if self.core.sched().state(m.inst) != InstanceState::Running {
-            // Stopped meanwhile (its chain descheduled or switched): it must drain where it is.
-            self.placement.moving = None;
-            self.core.pause_instance(m.inst, false);
-            return;
+        if let Some((inst, to)) = self.core.move_due() {
+            // (An error: a worker thread died, and the region with it.)
+            let ok = self.transfer(inst, to, now).is_ok();
+            self.core.moved(now, ok);
         }
-        if self.core.sched().inflight(m.inst) > 0 {
-            return;
-        }
-        self.placement.moving = None;
-        let chain = self.core.sched().chain_of(m.inst);
-        match self.transfer(m.inst, m.to, now) {
-            Ok(()) => {
-                let kind = EventKind::Moved { instance: m.inst, to: m.to };
-                self.core.record(now, chain, None, kind, now.as_nanos().saturating_sub(m.since.as_nanos()));
-            }
-            // A worker thread died: the region went with it.
-            Err(_) => self.core.record(now, chain, None, EventKind::MoveFailed { instance: m.inst, to: m.to }, 0),
-        }
-        self.core.pause_instance(m.inst, false);
     }
 
     /// Moves an idle region (an error means a worker thread died).
@@ -140,8 +68,6 @@ impl<B: Backend> Node<B> {
             }
         }
         self.exec.placement[i] = to;
-        self.core.set_chain_on_worker(self.core.sched().chain_of(inst), to != Place::Dispatcher);
-        self.core.placed(inst);
         Ok(())
     }
 
@@ -165,8 +91,7 @@ impl<B: Backend> Node<B> {
     /// Asks the core whether a region should move now (it looks every [`PLACEMENT_PERIOD`]),
     /// and starts the move it proposes.
     pub(super) fn placement_look(&mut self, now: Instant) {
-        let (workers, moving) = (self.exec.workers.len(), self.placement.moving());
-        if let Some(m) = self.core.handle_placement(now, &self.exec.placement, workers, moving) {
+        if let Some(m) = self.core.handle_placement(now, &self.exec.placement, self.exec.workers.len()) {
             // The policy proposes running instances, existing workers and new places only.
             let r = self.move_instance(m.id, m.to);
             debug_assert!(r.is_ok(), "placement proposed an impossible move: {r:?}");

@@ -19,9 +19,7 @@
 //! go) differ: the answer to a placement gives the peer's data address.
 
 use super::{Backend, Node};
-use crate::node::elastic::OnDemand;
 use snic_core::ids::ChainId;
-use snic_core::node::placing::OnDemand as Placing;
 use snic_core::pool::placements::{HostAnswer, PoolNote};
 use snic_core::pool::{ChainKey, Heard, LoadReport, MemberEvent};
 use snic_core::time::Instant;
@@ -100,17 +98,6 @@ impl<B: Backend> Node<B> {
         self.core.meter().chain_key(chain)
     }
 
-    /// The whole launch order for `chain`, which packets on `route` need at step `pos`: this
-    /// node's regions, then (with the pool's key and datagram framing) a peer, which is asked
-    /// to host the DAG while the packets wait.
-    pub(super) fn place(&mut self, chain: ChainId, route: u32, pos: u8, now: Instant) -> Result<snic_core::launcher::Decision, OnDemand> {
-        match self.carry_out(now, |core, notes| core.place_on_demand(now, chain, route, pos, notes)) {
-            Placing::Here(d) => Ok(d),
-            Placing::Wait => Err(OnDemand::Wait),
-            Placing::Nothing => Err(OnDemand::Nothing),
-        }
-    }
-
     /// The epoch's pool decisions (after the elasticity policy's).
     pub(super) fn pool_epoch(&mut self) {
         let now = self.clock.now();
@@ -119,7 +106,7 @@ impl<B: Backend> Node<B> {
 
     /// Has the core do `decide` at `now`, then acts on what it noted (in a buffer kept between
     /// calls); what `decide` gave.
-    fn carry_out<T>(&mut self, now: Instant, decide: impl FnOnce(&mut snic_core::node::NodeCore, &mut Vec<PoolNote>) -> T) -> T {
+    pub(super) fn carry_out<T>(&mut self, now: Instant, decide: impl FnOnce(&mut snic_core::node::NodeCore, &mut Vec<PoolNote>) -> T) -> T {
         let mut notes = std::mem::take(&mut self.pool.notes);
         let out = decide(&mut self.core, &mut notes);
         // (The core may have begun or stopped recording a chain's flows, or redirected one:
