@@ -204,6 +204,8 @@ pub struct NodeCore {
     views: Vec<View>,
     /// The region moving to another core, if one is ([`moving`]).
     moving: Option<moving::MoveUnderWay>,
+    /// Scratch for the DAGs' views an epoch of rechaining looks at ([`dags`]).
+    dag_views: Vec<crate::rechain::DagView>,
 }
 
 impl NodeCore {
@@ -237,6 +239,7 @@ impl NodeCore {
             next_look: Instant::ZERO,
             views: Vec::new(),
             moving: None,
+            dag_views: Vec::new(),
         }
     }
 
@@ -270,7 +273,12 @@ impl NodeCore {
     /// launch's time; `None`: only traffic or a command needs it. The driver merges it with its
     /// own deadlines (batches held by threads, NTs' timers).
     pub fn poll_at(&self) -> Option<Instant> {
-        let busy = self.wants_epoch() || self.dags.switching() || self.dags.retiring() || self.life.retiring() || !self.waiting.is_empty();
+        let busy = self.wants_epoch()
+            || self.dags.switching()
+            || self.dags.retiring()
+            || self.life.retiring()
+            || !self.waiting.is_empty()
+            || self.moving.is_some();
         let epoch = busy.then(|| self.meter.next_epoch());
         epoch.into_iter().chain(self.next_launch_at()).min()
     }

@@ -325,7 +325,6 @@ pub struct Node<B: Backend> {
     /// The deployed DAGs: their routes per chain candidate, and switches under way.
     /// Scratch for what the DAG table returns, and for the rechaining policy's views.
     dag_acts: Vec<DagAct<u32>>,
-    dag_views: Vec<snic_core::rechain::DagView>,
     /// The backend's receive queues and the tenant each holds, if its own.
     rx_queues: receive::RxQueues,
     /// The pool's redirects: chains sent to peers, DAGs hosted for them. (Boxed: the key is
@@ -470,7 +469,6 @@ impl<B: Backend> Node<B> {
             elastic: Elastic::new(cfg.core.elastic.regions),
             deferred: Vec::with_capacity(64),
             dag_acts: Vec::new(),
-            dag_views: Vec::new(),
             rx_queues: receive::RxQueues::new(queues),
             pool: Box::default(),
             slots,
@@ -663,8 +661,8 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let epoch = self.core.next_epoch().saturating_since(now);
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
-        // What only the driver knows: traffic since the epoch began, a region being moved.
-        let busy = !self.stats.touched().is_empty() || self.core.moving() == Moving::UnderWay;
+        // What only the driver knows: traffic since the epoch began.
+        let busy = !self.stats.touched().is_empty();
         let tick = self
             .region_counters
             .iter()

@@ -7,8 +7,9 @@
 use super::NodeCore;
 use crate::dag::DagRoute;
 use crate::dags::{CompactError, DagAct, DagTable};
+use crate::events::EventKind;
 use crate::ids::{ChainId, DagUid};
-use crate::rechain::{DagView, Form};
+use crate::rechain::{Form, Switch};
 use crate::sched::Reject;
 use crate::time::Instant;
 use core::time::Duration;
@@ -47,8 +48,12 @@ impl NodeCore {
     }
 
     /// Starts switching DAG `uid` to form `to` ([`DagTable::begin_switch`]).
+    /// Recorded as [`EventKind::Rechain`].
     pub fn begin_switch(&mut self, uid: DagUid, to: Form, now: Instant, acts: &mut Vec<DagAct<u32>>) -> bool {
-        self.dags.begin_switch(uid, to, now, acts)
+        let from = acts.len();
+        let started = self.dags.begin_switch(uid, to, now, acts);
+        self.record_dag_acts(now, &acts[from..]);
+        started
     }
 
     /// Holds a packet of a switching DAG ([`DagTable::hold`]; `cap`: most held per DAG).
@@ -58,9 +63,28 @@ impl NodeCore {
 
     /// Each poll while a DAG switches ([`DagTable::advance`]); a switch waits while a launch of
     /// one of its chains (or one evicting its instance) is under way ([`NodeCore::launching`]).
+    /// Switches done and abandoned are recorded ([`EventKind::Rechained`],
+    /// [`EventKind::RechainAbandoned`]).
     pub fn advance_switches(&mut self, now: Instant, timeout: Duration, in_route: impl Fn(u32) -> usize, acts: &mut Vec<DagAct<u32>>) {
-        let (launches, sched) = (&self.launches, &self.sched);
+        let (launches, sched, from) = (&self.launches, &self.sched, acts.len());
         self.dags.advance(now, timeout, in_route, |c| launches.launching(sched, c), acts);
+        self.record_dag_acts(now, &acts[from..]);
+    }
+
+    /// Records the switches among `acts` that began, finished or were abandoned.
+    fn record_dag_acts(&mut self, now: Instant, acts: &[DagAct<u32>]) {
+        for act in acts {
+            match *act {
+                DagAct::Started { dag, to, first } => self.record(now, first, None, EventKind::Rechain { dag, to }, 0),
+                DagAct::Abandoned { dag, first, took } => {
+                    self.record(now, first, None, EventKind::RechainAbandoned { dag }, took.as_nanos() as u64)
+                }
+                DagAct::Switched { dag, to, ref into, took, .. } => {
+                    self.record(now, into[0], None, EventKind::Rechained { dag, to }, took.as_nanos() as u64)
+                }
+                DagAct::RemoveChain(_) | DagAct::Release { .. } | DagAct::DropHeld(_) => {}
+            }
+        }
     }
 
     /// A route hosted for a peer's chain: its internal number ([`DagTable::add_hosted`]).
@@ -78,10 +102,18 @@ impl NodeCore {
         self.dags.free_routes(&mut self.sched, in_route);
     }
 
-    /// What rechaining sees of the DAGs that have a compact form, each chain's load the
-    /// elasticity policy's smoothed one ([`DagTable::views`]).
-    pub fn dag_views(&self, chains: usize, out: &mut Vec<DagView>) {
+    /// One epoch of rechaining (with it on, and DAGs that have a compact form): the switch
+    /// the policy wants now, if any, over every DAG's view (its forms' chains and their loads),
+    /// which the driver begins ([`NodeCore::begin_switch`]).
+    pub fn rechain_epoch(&mut self, now: Instant) -> Option<Switch> {
+        if !self.elastic.config().rechain || !self.dags.any_compact() {
+            return None;
+        }
+        let mut views = std::mem::take(&mut self.dag_views);
         let elastic = &self.elastic;
-        self.dags.views(&self.sched, chains, |c| elastic.smoothed_load(c), out);
+        self.dags.views(&self.sched, self.life.len(), |c| elastic.smoothed_load(c), &mut views);
+        let switch = self.rechain(now, &views);
+        self.dag_views = views;
+        switch
     }
 }

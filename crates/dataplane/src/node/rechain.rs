@@ -8,7 +8,6 @@
 //! form's chain taken away, and the events logged.
 
 use super::{Backend, Drop, Node};
-use crate::elastic::EventKind;
 use snic_core::dag::DagRoute;
 pub use snic_core::dags::CompactError;
 use snic_core::dags::DagAct;
@@ -136,14 +135,9 @@ impl<B: Backend> Node<B> {
                         self.drop_held(idx, Drop::Sched(Reject::UnknownDag));
                     }
                 }
-                DagAct::Started { dag, to, first } => self.core.record(now, first, None, EventKind::Rechain { dag, to }, 0),
-                DagAct::Abandoned { dag, first, took } => {
-                    self.core.record(now, first, None, EventKind::RechainAbandoned { dag }, took.as_nanos() as u64)
-                }
-                DagAct::Switched { dag, to, from, into, took } => {
-                    self.move_form(&from, &into);
-                    self.core.record(now, into[0], None, EventKind::Rechained { dag, to }, took.as_nanos() as u64);
-                }
+                // (The core recorded them.)
+                DagAct::Started { .. } | DagAct::Abandoned { .. } => {}
+                DagAct::Switched { from, into, .. } => self.move_form(&from, &into),
             }
         }
         // (Empty now: kept for its capacity.)
@@ -175,17 +169,11 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// One epoch of the policy: region shortfalls since the last, unused regions, and the
-    /// DAGs that can switch.
+    /// One epoch of the policy ([`snic_core::node::NodeCore::rechain_epoch`]): the switch it
+    /// wants begins.
     pub(super) fn rechain_epoch(&mut self, now: Instant) {
-        if !self.core.elastic().config().rechain || !self.core.dags().any_compact() {
-            return;
-        }
-        let mut views = std::mem::take(&mut self.dag_views);
-        self.core.dag_views(self.chains.len(), &mut views);
-        if let Some(s) = self.core.rechain(now, &views) {
+        if let Some(s) = self.core.rechain_epoch(now) {
             self.begin_switch(s.dag, s.to, now);
         }
-        self.dag_views = views;
     }
 }
