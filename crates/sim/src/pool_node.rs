@@ -294,6 +294,11 @@ impl PoolSim {
         self.nodes[n].core.pool_trace()
     }
 
+    /// What node `n`'s core recorded: counters and recent events.
+    pub fn events(&self, n: usize) -> &snic_core::events::ElasticStats {
+        self.nodes[n].core.events()
+    }
+
     /// The start of the current bin.
     fn now(&self) -> Instant {
         Instant::ZERO + self.setup.bin * self.bin as u32

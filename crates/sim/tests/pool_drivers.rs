@@ -15,6 +15,7 @@
 
 use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::elastic::ElasticConfig;
+use snic_core::events::{ElasticStats, EventKind};
 use snic_core::fair::FairConfig;
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::mat::Mat;
@@ -49,6 +50,8 @@ trait Driver {
     fn member(&mut self, event: MemberEvent);
     fn report(&mut self, from: SocketAddr, report: LoadReport);
     fn trace(&self) -> Vec<PoolTraced>;
+    /// What the node's core recorded.
+    fn events(&self) -> ElasticStats;
 }
 
 fn elastic() -> ElasticConfig {
@@ -110,6 +113,9 @@ impl Driver for Sim {
     }
     fn trace(&self) -> Vec<PoolTraced> {
         self.0.pool_trace(0).to_vec()
+    }
+    fn events(&self) -> ElasticStats {
+        self.0.events(0).clone()
     }
 }
 
@@ -187,6 +193,9 @@ impl Driver for Plane {
     }
     fn trace(&self) -> Vec<PoolTraced> {
         self.node.core().pool_trace().to_vec()
+    }
+    fn events(&self) -> ElasticStats {
+        self.node.core().events().clone()
     }
 }
 
@@ -280,8 +289,19 @@ fn decisions(trace: Vec<PoolTraced>) -> Vec<PoolTraced> {
 
 #[test]
 fn the_simulator_and_the_data_plane_carry_out_the_same_pool_actions() {
-    let sim = decisions(scenario(&mut Sim::new()));
-    let plane = decisions(scenario(&mut Plane::new()));
+    let (mut s, mut p) = (Sim::new(), Plane::new());
+    let sim = decisions(scenario(&mut s));
+    let plane = decisions(scenario(&mut p));
+    // Both cores recorded the same pool events, in the same order, and counted them alike (the
+    // core records what it notes; neither driver maps notes to events).
+    let pool_events = |d: &dyn Driver| {
+        let e = d.events();
+        let kinds = e.events.iter().filter(|e| is_pool(&e.kind)).map(|e| (e.chain, e.kind)).collect::<Vec<_>>();
+        (kinds, e.remote_launches, e.remote_refusals, e.answers_ignored, e.spills)
+    };
+    let (se, pe) = (pool_events(&s), pool_events(&p));
+    assert!(!se.0.is_empty() && se.1 > 0 && se.2 > 0 && se.3 > 0, "{se:?}");
+    assert_eq!(se, pe, "the two drivers' cores recorded different pool events");
     // What the scenario is about is in the trace (not only the requests the script saw).
     let notes: Vec<PoolNote> = sim.iter().filter_map(|t| if let PoolTraced::Note(n) = t { Some(*n) } else { None }).collect();
     let count = |f: fn(&PoolNote) -> bool| notes.iter().filter(|n| f(n)).count();
@@ -291,4 +311,20 @@ fn the_simulator_and_the_data_plane_carry_out_the_same_pool_actions() {
     assert_eq!(count(|n| matches!(n, PoolNote::MovingBack { .. })), 1, "{notes:?}");
     assert_eq!(count(|n| matches!(n, PoolNote::PeerLost { .. })), 2, "the peer that died and the one that restarted: {notes:?}");
     assert_eq!(sim, plane, "the simulator's node and the data plane's did not carry out the same pool actions");
+}
+
+/// An event the core records as it notes a pool decision.
+fn is_pool(k: &EventKind) -> bool {
+    matches!(
+        k,
+        EventKind::PlaceAsked { .. }
+            | EventKind::Placed { .. }
+            | EventKind::SpillAsked { .. }
+            | EventKind::Spilled { .. }
+            | EventKind::SpillShare { .. }
+            | EventKind::Unspilled { .. }
+            | EventKind::PlaceRefused { .. }
+            | EventKind::MovingBack { .. }
+            | EventKind::PeerLost { .. }
+    )
 }
