@@ -48,6 +48,18 @@ pub enum Demand {
     Nothing,
 }
 
+/// What an auto-scaling act came to ([`NodeCore::scale`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scaled {
+    /// Build the chain's NTs and begin this launch (one more instance).
+    Launch(LaunchPlan),
+    /// An instance stopped: its flows move to the others, and stops and launches under way
+    /// advance ([`NodeCore::advance_launches`]).
+    Stopped,
+    /// Done in the core (a victim resumed), or nothing to do.
+    Done,
+}
+
 impl NodeCore {
     /// Packets on route `route` need `chain` at step `pos`, and it has no active instance: the
     /// paper's on-demand order — share or resume what is loaded, a free region, a peer (asked
@@ -99,22 +111,23 @@ impl NodeCore {
     /// Carries out one of the epoch's elasticity acts ([`NodeCore::handle_epoch`]): a victim
     /// resumed to scale out, an instance stopped (its flows move to the others), or — for the
     /// driver to build — one more instance's launch.
-    pub fn scale(&mut self, now: Instant, act: Act) -> Option<LaunchPlan> {
+    pub fn scale(&mut self, now: Instant, act: Act) -> Scaled {
         match act {
             Act::Resume { chain, region } => {
                 self.resume_for(now, chain, region, Resumed::ScaleOut);
-                None
+                Scaled::Done
             }
             Act::Launch { chain, region, .. } => {
                 let evict = self.launches.instance_in(region);
-                Some(LaunchPlan { chain, region, evict, why: Launched::ScaleOut, kind: EventKind::ScaleOut })
+                Scaled::Launch(LaunchPlan { chain, region, evict, why: Launched::ScaleOut, kind: EventKind::ScaleOut })
             }
             Act::Stop { chain, region, last } => {
-                let inst = self.launches.instance_in(region)?;
-                if self.stop_instance(inst).is_ok() {
-                    self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
+                let Some(inst) = self.launches.instance_in(region) else { return Scaled::Done };
+                if self.stop_instance(inst).is_err() {
+                    return Scaled::Done;
                 }
-                None
+                self.record(now, chain, Some(region), if last { EventKind::Deschedule } else { EventKind::ScaleIn }, 0);
+                Scaled::Stopped
             }
         }
     }

@@ -4,10 +4,10 @@
 use super::{Backend, LaunchError, Node, Place};
 use crate::elastic::{Elastic, EventKind, SAVED_PER_CHAIN};
 use crate::region::Region;
-use snic_core::elastic::{Act, EndpointFallback};
+use snic_core::elastic::EndpointFallback;
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launches::LaunchStep;
-use snic_core::node::demand::{Demand, LaunchPlan};
+use snic_core::node::demand::{Demand, LaunchPlan, Scaled};
 use snic_core::sched::Change;
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
@@ -243,11 +243,11 @@ impl<B: Backend> Node<B> {
         let mut acts = std::mem::take(&mut self.elastic.acts);
         for act in acts.drain(..) {
             match self.core.scale(now, act) {
-                Some(plan) => {
+                Scaled::Launch(plan) => {
                     self.launch_plan(plan, now);
                 }
-                None if matches!(act, Act::Stop { .. }) => self.advance_elastic(now),
-                None => {}
+                Scaled::Stopped => self.advance_elastic(now),
+                Scaled::Done => {}
             }
         }
         self.elastic.acts = acts;
