@@ -159,11 +159,8 @@ impl NodeCore {
     /// the decision was a context switch (`evicted`: the chain it stops).
     fn plan(&self, chain: ChainId, region: usize, evicted: Option<ChainId>) -> LaunchPlan {
         let evict = evicted.and_then(|_| self.launches.instance_in(region));
-        let (why, kind) = match (evicted, evict) {
-            (Some(evicted), Some(_)) => (Launched::ContextSwitch, EventKind::ContextSwitch { evicted }),
-            (Some(evicted), None) => (Launched::OnDemand, EventKind::ContextSwitch { evicted }),
-            (None, _) => (Launched::OnDemand, EventKind::Launch),
-        };
+        let why = if evict.is_some() { Launched::ContextSwitch } else { Launched::OnDemand };
+        let kind = evicted.map_or(EventKind::Launch, |evicted| EventKind::ContextSwitch { evicted });
         LaunchPlan { chain, region, evict, why, kind }
     }
 

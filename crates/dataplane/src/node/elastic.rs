@@ -141,7 +141,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
         let Some(plan) = self.core.prelaunch_plan(chain, now) else {
-            self.elastic.saved[chain.index()].push(nts);
+            self.save_state(chain, nts);
             return Ok(None);
         };
         self.begin_plan(plan, nts, build, now).map_err(|_| LaunchError::UnknownChain(chain))
@@ -201,7 +201,7 @@ impl<B: Backend> Node<B> {
                 Ok(inst)
             }
             Err(e) => {
-                self.elastic.saved[plan.chain.index()].push(nts);
+                self.save_state(plan.chain, nts);
                 Err(e)
             }
         }
