@@ -479,6 +479,41 @@ fn a_burst_from_a_tenant_within_its_share_is_not_its_rate() {
     assert_eq!(f.shares()[0].limited_epochs, warm, "the counter counts the epochs it ended limited");
 }
 
+/// A hostile tenant that first sends slowly, so that its mean gap is long, and then floods is
+/// still limited within a few epochs: the window rule that keeps a burst from reading as a rate
+/// (16 mean gaps) follows its offered rate up as soon as the flood's packets are counted. (It
+/// is limited 4 epochs after the flood begins; 3 without the rule.)
+#[test]
+fn a_flood_after_a_slow_stretch_is_limited_at_once() {
+    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
+    f.set_resources(vec![rate("cpu", 0.8)]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    let secs = EPOCH_NS as f64 / 1e9;
+    // Tenant 1: 3 packets an epoch at 50 µs (1.5 core offered: over its share, always
+    // there). Tenant 2: a packet every 100th epoch (100 pkt/s) for a second, then 1 Mpps at
+    // 1 µs (1 core).
+    let (mut t, mut limited_after) = (0, None);
+    for e in 0..12_000u64 {
+        let flood = e >= 10_000;
+        let (l1, l2) = (f.shares()[0].limit_pps, f.shares()[1].limit_pps);
+        if flood && l2.is_some() && limited_after.is_none() {
+            limited_after = Some(e - 10_000);
+        }
+        t += EPOCH_NS;
+        f.end_epoch(Instant(t), |id, o| {
+            let (offered, limit, cost) = match id {
+                TenantId(1) => (3.0, l1, 50e-6),
+                _ if flood => (1e6 * secs, l2, 1e-6),
+                _ => (if e % 100 == 0 { 1.0 } else { 0.0 }, l2, 1e-6),
+            };
+            observe(o, offered, limit.map_or(offered, |l| offered.min(l * secs)), cost);
+        });
+    }
+    let after = limited_after.expect("the flood is limited");
+    assert!(after <= 4, "the flood ran {after} epochs unlimited after a slow stretch");
+}
+
 #[test]
 fn a_limited_tenants_receive_queue_holds_what_its_bucket_admits() {
     let wait = Duration::from_millis(5);
