@@ -367,8 +367,9 @@ impl NtCounters for WasmCounters {
 /// the module spends in `bound_ns`, at the rate this instance is measured to spend it. The rate
 /// starts at the engine's on plain code ([`engine::ps_per_fuel`]; host calls are charged what
 /// they cost in it) and follows the instance's own: each window of about a millisecond of its
-/// work gives a rate, and the least of the last four counts — a window that a preemption made
-/// slow does not shrink the budget, a module that is slow window after window does.
+/// work gives a rate, and the least of the last four counts, once there are four — a window that
+/// a preemption made slow does not shrink the budget, not even the first (one call preempted
+/// for a millisecond closes a window by itself), a module that is slow window after window does.
 #[derive(Debug)]
 struct Pace {
     bound_ns: u64,
@@ -421,7 +422,8 @@ impl Pace {
         let (ns, fuel) = std::mem::take(&mut self.win);
         self.rates[self.windows % PACE_WINDOWS] = ns.saturating_mul(1000) / fuel.max(1);
         self.windows += 1;
-        let least = self.rates[..self.windows.min(PACE_WINDOWS)].iter().copied().min().unwrap_or(0);
+        // Before four windows are measured the unmeasured count as 0: the floor.
+        let least = self.rates.iter().copied().min().unwrap_or(0);
         self.rate_ps = least.max(self.floor_ps);
     }
 }

@@ -384,3 +384,34 @@ fn host_calls_are_charged_what_they_cost() {
     assert!(per_read > 30_000, "a 64 KiB read costs about what 30,000 units of plain code do");
     assert!((200_000 - per_read..=200_000).contains(&work.now_ns()), "the bound, not a million units: {}", work.now_ns());
 }
+
+/// The pace a packet's fuel follows: one slow window (a call preempted for milliseconds closes
+/// one by itself) does not shrink the budget, even when it is the instance's first; four slow
+/// windows in a row do, and one fast one gives it back. (In the wasmtime build's tests a C module's first call, preempted on a
+/// loaded machine, left every later packet 307 units of fuel: dropped for time.)
+#[test]
+fn one_preempted_window_does_not_shrink_a_packets_fuel_four_slow_ones_do() {
+    let (bound_ns, floor_ps, max) = (200_000, 1_500, 100_000);
+    let mut pace = Pace::new(bound_ns, floor_ps);
+    let full = pace.cap(max, false);
+    assert_eq!(full, max.min(bound_ns * 1000 / floor_ps));
+    // The first measured call: 6,000 units in 4 ms (preempted), 400 times the floor's rate.
+    pace.observe(6_000, 4_000_000);
+    assert_eq!(pace.cap(max, false), full, "one slow window, the first, leaves the budget");
+    for _ in 0..2 {
+        pace.observe(1_000_000, 1_500_000);
+    }
+    assert_eq!(pace.cap(max, false), full, "three windows measured: still the engine's rate");
+    pace.observe(1_000_000, 1_500_000);
+    assert_eq!(pace.cap(max, false), full, "four, the least at the floor's rate");
+    for _ in 0..PACE_WINDOWS {
+        pace.observe(100_000, 1_500_000);
+    }
+    let slow = pace.cap(max, false);
+    assert_eq!(slow, bound_ns * 1000 / 15_000, "four windows at 15 ns a unit: a tenth of the fuel");
+    pace.observe(1_000_000, 1_500_000);
+    assert!(slow < full);
+    pace.observe(1_000_000, 1_500_000);
+    assert_eq!(pace.cap(max, false), full, "one fast window among the last four gives it back");
+    assert_eq!(pace.cap(max, true), max.min(bound_ns), "on a virtual clock a unit is a nanosecond");
+}
