@@ -161,24 +161,35 @@ fn charge(c: &mut Caller<'_, Host>, fuel: u64) -> Result<bool, wasmi::Error> {
     Ok(left >= fuel)
 }
 
+/// The loop [`ps_per_fuel`] times, in the binary format (so that the node needs no WebAssembly
+/// text parser; a test checks it against its text, `SPIN_WAT` in the tests):
+/// `spin(n)`: for i in (0..n).step_by(4), `acc += mem[i & 0xfffc]; mem[i & 0xfffc] = acc`.
+#[rustfmt::skip]
+pub(super) const SPIN: &[u8] = &[
+    0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+    0x01, 0x06, 0x01, 0x60, 0x01, 0x7f, 0x01, 0x7f, // types: (i32) -> i32
+    0x03, 0x02, 0x01, 0x00,                         // functions: one, of type 0
+    0x05, 0x03, 0x01, 0x00, 0x01,                   // memories: one, at least a page
+    0x07, 0x08, 0x01, 0x04, b's', b'p', b'i', b'n', 0x00, 0x00, // export "spin": function 0
+    0x0a, 0x34, 0x01, 0x32, 0x01, 0x02, 0x7f,       // code: one body, locals i (1), acc (2)
+    0x03, 0x40,                                     // loop
+    0x20, 0x02, 0x20, 0x01, 0x41, 0xfc, 0xff, 0x03, 0x71, 0x28, 0x02, 0x00, 0x6a, 0x21, 0x02, // acc += load(i & 0xfffc)
+    0x20, 0x01, 0x41, 0xfc, 0xff, 0x03, 0x71, 0x20, 0x02, 0x36, 0x02, 0x00, // store(i & 0xfffc, acc)
+    0x20, 0x01, 0x41, 0x04, 0x6a, 0x21, 0x01,       // i += 4
+    0x20, 0x01, 0x20, 0x00, 0x49, 0x0d, 0x00,       // br_if 0 (i < n)
+    0x0b, 0x20, 0x02, 0x0b,                         // end loop; acc; end
+];
+
 /// Picoseconds the engine takes per unit of fuel on plain code (loads, stores, arithmetic and
 /// branches), measured once per process: the least of three runs of a loop that spends 2M
 /// units (≈ a millisecond or two). What a packet's wall-time bound is turned into fuel with.
 pub fn ps_per_fuel() -> u64 {
     static RATE: OnceLock<u64> = OnceLock::new();
     *RATE.get_or_init(|| {
-        const SPIN: &str = r#"(module (memory 1)
-            (func (export "spin") (param $n i32) (result i32) (local $i i32) (local $acc i32)
-              (loop $l
-                (local.set $acc (i32.add (local.get $acc) (i32.load (i32.and (local.get $i) (i32.const 0xfffc)))))
-                (i32.store (i32.and (local.get $i) (i32.const 0xfffc)) (local.get $acc))
-                (local.set $i (i32.add (local.get $i) (i32.const 4)))
-                (br_if $l (i32.lt_u (local.get $i) (local.get $n))))
-              (local.get $acc)))"#;
         const FUEL: u64 = 2_000_000;
         let measure = || -> Option<u64> {
             let engine = new_engine();
-            let module = Module::new(&engine, wat::parse_str(SPIN).ok()?).ok()?;
+            let module = Module::new(&engine, SPIN).ok()?;
             let mut store = Store::new(&engine, ());
             let inst = Linker::<()>::new(&engine).instantiate_and_start(&mut store, &module).ok()?;
             let spin = inst.get_typed_func::<i32, i32>(&store, "spin").ok()?;

@@ -415,3 +415,21 @@ fn one_preempted_window_does_not_shrink_a_packets_fuel_four_slow_ones_do() {
     assert_eq!(pace.cap(max, false), full, "one fast window among the last four gives it back");
     assert_eq!(pace.cap(max, true), max.min(bound_ns), "on a virtual clock a unit is a nanosecond");
 }
+
+/// The loop the engine's rate is measured on, as text: its binary form (`engine::SPIN`, so that
+/// the node needs no text parser) is exactly this.
+const SPIN_WAT: &str = r#"(module (memory 1)
+    (func (export "spin") (param i32) (result i32) (local i32 i32)
+      (loop
+        (local.set 2 (i32.add (local.get 2) (i32.load (i32.and (local.get 1) (i32.const 0xfffc)))))
+        (i32.store (i32.and (local.get 1) (i32.const 0xfffc)) (local.get 2))
+        (local.set 1 (i32.add (local.get 1) (i32.const 4)))
+        (br_if 0 (i32.lt_u (local.get 1) (local.get 0))))
+      (local.get 2)))"#;
+
+#[test]
+fn the_rate_loop_is_its_text_and_is_measured() {
+    assert_eq!(engine::SPIN, &wat::parse_str(SPIN_WAT).unwrap()[..]);
+    let ps = engine::ps_per_fuel();
+    assert!(ps > 1 && ps < 1_000_000, "{ps} ps a unit of fuel: measured, not the fallback");
+}
