@@ -221,6 +221,42 @@ mod tests {
     }
 
     #[test]
+    fn a_launch_whose_region_cannot_be_installed_gives_back_its_packets_and_region() {
+        use crate::dag::{DagRoute, NtMask, Step};
+        use crate::ids::{DagUid, TenantId};
+        use crate::launches::LaunchStep;
+        use crate::walk::{Entered, Walk};
+        let (mut core, a, _) = one_region();
+        core.sched.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: a, mask: NtMask::all(1) }]));
+        let mut notes = Vec::new();
+        let Demand::Launch(plan) = core.on_demand(Instant::ZERO, a, 1, 0, &mut notes) else { panic!("a free region: a launch") };
+        let inst = core.launch_planned(Instant::ZERO, plan, 0).unwrap().expect("an instance for its packets");
+        for item in [7, 8] {
+            let e = core.handle_arrival(&mut Walk::start(DagUid(1)), Instant::ZERO, TenantId(1), item as u64, item);
+            assert!(matches!(e, Entered::Queued { .. }), "{e:?}");
+        }
+        let mut at = Instant::ZERO;
+        let step = loop {
+            core.advance_launches(at);
+            if let Some(s) = core.poll_launch() {
+                break s;
+            }
+            at = Instant::from_nanos(at.as_nanos() + 1_000_000);
+            assert!(at < Instant::from_nanos(10_000_000_000), "the launch never reached its install");
+        };
+        let LaunchStep::Install { inst: i, region, .. } = step else { panic!("{step:?}") };
+        assert_eq!((i, region), (inst, 0));
+        // The worker does not answer: the driver cannot install it.
+        let mut lost = Vec::new();
+        core.launch_failed(region, inst, &mut lost);
+        assert_eq!(lost, vec![7, 8], "what waited in it comes back, for the driver to drop");
+        assert_eq!(core.elastic().regions()[0], RegionState::Free, "the region is free again");
+        assert_eq!(core.sched().instances_of(a), &[] as &[crate::ids::InstanceId]);
+        let again = core.on_demand(at, a, 1, 0, &mut notes);
+        assert!(matches!(again, Demand::Launch(_)), "the chain's next packet asks for a launch again: {again:?}");
+    }
+
+    #[test]
     fn a_launch_the_scheduler_refuses_gives_its_region_back() {
         let (mut core, _, _) = one_region();
         // A chain the scheduler does not know: no instance for it.

@@ -119,18 +119,24 @@ impl NodeCore {
         self.launches.next_step()
     }
 
-    /// The driver installed `inst`'s region for the launch into `region` (`ok`), or could not
-    /// (a worker that does not answer: the region is empty again).
-    pub fn launch_installed(&mut self, region: usize, inst: InstanceId, ok: bool) {
-        if !ok {
-            self.region_freed(region);
-            return;
-        }
+    /// The driver installed `inst`'s region for the launch into `region`: it runs.
+    pub fn launch_installed(&mut self, region: usize, inst: InstanceId) {
         self.launches.set_instance(region, Some(inst));
         if self.sched.state(inst) == InstanceState::Launching {
             let _ = self.set_running(inst);
         }
         self.region_running(region);
+    }
+
+    /// The driver could not install `inst`'s region for the launch into `region` (a worker that
+    /// does not answer): the region is empty again, and the instance leaves the scheduler and
+    /// the meter — the packets that waited in it go to `lost`, in order, for the driver to drop
+    /// (counted: `no_instance`). The chain's next packet asks for a launch again.
+    pub fn launch_failed(&mut self, region: usize, inst: InstanceId, lost: &mut Vec<u32>) {
+        self.region_freed(region);
+        if self.sched.abandon_launch(inst, lost).is_ok() {
+            self.meter.set_active(inst, false);
+        }
     }
 
     /// Tenant `t`'s packet `item`, for `chain`, waits for a region (every one is mid-launch) or

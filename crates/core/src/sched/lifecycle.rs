@@ -227,6 +227,33 @@ impl<T: Copy> Scheduler<T> {
         Ok(())
     }
 
+    /// An instance that will never run (its region could not be put in place): launching, or
+    /// added running but never dispatched to (a scale-out). It leaves its chain and frees its
+    /// slot, and the items queued at it go to `out` (the caller drops them, counted), in order.
+    /// It never dispatched, so no flow can be overtaken: the chain's other instances, if any,
+    /// take its flows at once, and a transition that waited on it waits no more.
+    pub fn abandon_launch(&mut self, id: InstanceId, out: &mut Vec<T>) -> Result<(), Change> {
+        let inst = self.instances.get_mut(id.index()).ok_or(Change::UnknownInstance)?;
+        let never_ran = inst.state == InstanceState::Running && inst.dispatched == 0;
+        if inst.state != InstanceState::Launching && !never_ran {
+            return Err(Change::WrongState(inst.state));
+        }
+        for q in &mut inst.queues {
+            out.extend(q.q.drain(..));
+            q.pre = 0;
+        }
+        inst.queued = 0;
+        inst.barrier = None;
+        inst.state = InstanceState::Free;
+        let c = inst.chain.index();
+        self.chains[c].list.retain(|&i| i != id);
+        if let Some(tr) = &mut self.chains[c].tr {
+            tr.prev.retain(|&i| i != id);
+        }
+        self.finish_if_done(c);
+        Ok(())
+    }
+
     /// Frees a parked instance's slot (its id may be reused by a later instance).
     pub fn remove_instance(&mut self, id: InstanceId) -> Result<(), Change> {
         let inst = self.instances.get_mut(id.index()).ok_or(Change::UnknownInstance)?;

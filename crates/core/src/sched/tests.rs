@@ -572,6 +572,54 @@ fn a_launching_instance_buffers_then_serves_its_packets_first_and_a_stopped_one_
 }
 
 #[test]
+fn an_instance_that_will_never_run_gives_back_what_waited_in_it_and_its_flows() {
+    let mut s: Scheduler<u32> = Scheduler::new(SchedConfig::plain());
+    let c = s.add_chain(1);
+    s.set_dag(DagUid(1), DagRoute::new(vec![Step { chain: c, mask: NtMask::all(1) }]));
+    let at = |s: &mut Scheduler<u32>, hash: u64, item: u32| s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, hash, item);
+    // Alone and launching: what waited comes back in order, the chain has no instance.
+    let l = s.add_launching(c, 8).unwrap();
+    for k in 0..3 {
+        at(&mut s, k, k as u32).unwrap();
+    }
+    let mut lost = Vec::new();
+    s.abandon_launch(l, &mut lost).unwrap();
+    assert_eq!((lost.as_slice(), s.state(l)), (&[0, 1, 2][..], InstanceState::Free));
+    assert_eq!(at(&mut s, 0, 9), Err(Reject::NoInstance), "no instance left: the next packet asks for a launch");
+    let mut out = Vec::new();
+    assert_eq!(s.poll_dispatch(&mut out, 8), None, "nothing of it is dispatched");
+    // Beside a running instance: the flows it had go to the other at once.
+    let a = s.add_instance(c, 8).unwrap();
+    let l = s.add_launching(c, 8).unwrap();
+    let mut to_l = Vec::new();
+    let spread = |k: u64| k * (u64::MAX / 16);
+    for k in 0..16u64 {
+        at(&mut s, spread(k), 100 + k as u32).unwrap();
+        if s.poll_dispatch(&mut out, 8) == Some(a) {
+            s.handle_completion(a, out.len() as u32);
+        } else {
+            to_l.push(100 + k as u32);
+        }
+    }
+    assert!(!to_l.is_empty() && to_l.len() < 16, "the hash splits the flows: {to_l:?}");
+    lost.clear();
+    s.abandon_launch(l, &mut lost).unwrap();
+    assert_eq!(lost, to_l, "what waited in it, in order");
+    assert_eq!(s.instances_of(c), &[a]);
+    for k in 0..16u64 {
+        at(&mut s, spread(k), 200).unwrap();
+        assert_eq!(s.poll_dispatch(&mut out, 8), Some(a), "flow {k} goes to the running instance");
+        s.handle_completion(a, 1);
+    }
+    // A running instance that has dispatched is not abandoned (it is stopped instead).
+    assert_eq!(s.abandon_launch(a, &mut lost), Err(Change::WrongState(InstanceState::Running)));
+    // One just added, never dispatched to (a scale-out whose region failed), is.
+    let b = s.add_instance(c, 8).unwrap();
+    assert_eq!(s.abandon_launch(b, &mut lost), Ok(()));
+    assert_eq!(s.instances_of(c), &[a]);
+}
+
+#[test]
 fn a_paused_instance_queues_but_does_not_dispatch() {
     let (mut s, ids) = one_chain(&[8]);
     s.handle_packet(Instant::ZERO, TenantId(1), DagUid(1), 0, 0, (1, 0, 0)).unwrap();

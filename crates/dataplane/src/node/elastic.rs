@@ -2,13 +2,14 @@
 //! stop-and-launch, victims and auto-scaling, applied to the regions and the scheduler.
 
 use super::{Backend, LaunchError, Node, Place};
+use crate::drops::Drop;
 use crate::elastic::{Elastic, EventKind, SAVED_PER_CHAIN};
 use crate::region::Region;
 use snic_core::elastic::EndpointFallback;
 use snic_core::ids::{ChainId, InstanceId};
 use snic_core::launches::LaunchStep;
 use snic_core::node::demand::{Demand, LaunchPlan, Scaled};
-use snic_core::sched::Change;
+use snic_core::sched::{Change, Reject};
 use snic_core::time::Instant;
 use snic_nt::{Nt, NtSpec};
 
@@ -112,11 +113,19 @@ impl<B: Backend> Node<B> {
                 LaunchStep::Install { chain, inst, region, place, why, took_ns } => {
                     // (A worker that does not answer: the instance cannot run anywhere.)
                     let nts = self.elastic.built.get_mut(region).and_then(Option::take);
-                    let ok = nts.is_some_and(|nts| self.install(chain, inst, nts, place).is_ok());
-                    self.core.launch_installed(region, inst, ok);
-                    if ok {
+                    if nts.is_some_and(|nts| self.install(chain, inst, nts, place).is_ok()) {
+                        self.core.launch_installed(region, inst);
                         self.core.record(now, chain, Some(region), EventKind::Running { after: why }, took_ns);
                         ran = true;
+                    } else {
+                        // What waited in the instance is dropped, counted (never left queued at
+                        // an instance that will not run).
+                        let mut lost = std::mem::take(&mut self.elastic.released);
+                        self.core.launch_failed(region, inst, &mut lost);
+                        for idx in lost.drain(..) {
+                            self.refuse(idx, Drop::Sched(Reject::NoInstance), now);
+                        }
+                        self.elastic.released = lost;
                     }
                 }
             }
