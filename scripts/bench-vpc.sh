@@ -7,6 +7,7 @@
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
+# VPC_PROFILE=FILE samples node A with perf during the snic path's iperf3 run.
 # SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
 # are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml; SNIC_NODE_CONFIG
 # names a node.yaml both nodes start with (e.g. one with `rx_queues: shared`).
@@ -60,6 +61,7 @@ vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
 vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
 for n in a b; do
   ip netns exec "$P-$n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
+  [ "$n" = a ] && node_a=$!
 done
 for n in a b; do
   wait_for "node $n up" ip netns exec "$P-$n" "$snic" status
@@ -67,6 +69,12 @@ for n in a b; do
 done
 ip -n "$P-r" neigh add 10.1.0.100 lladdr "$(vxmac s)" dev vx0 nud permanent
 server r
+# VPC_PROFILE=FILE: node A is sampled (perf record -g, 1999 Hz) for the middle half of its
+# iperf3 run, into FILE (BENCHMARKS.md, "Where a VPC node's time goes").
+if [ -n "${VPC_PROFILE:-}" ]; then
+  (sleep $(( secs / 4 + 1 )); exec perf record -q -g -F 1999 -p "$node_a" -o "$VPC_PROFILE" -- sleep $(( secs / 2 ))) >/dev/null 2>&1 &
+  pids+=($!)
+fi
 measure snic-2node-fw-nat-aesgcm s 10.1.0.2
 # The largest DF ping the endpoint's path carries (the endpoint's VXLAN device holds inner
 # packets with DF to 1450 bytes on a 1500-byte link), through both nodes: node A's encrypted
