@@ -397,6 +397,15 @@ fn observe(o: &mut Observed<'_>, offered: f64, admitted: f64, cost: f64) {
     o.amounts[0] = admitted * cost;
 }
 
+/// Fair sharing of one `cpu` resource of `capacity` cores between tenants 1 and 2, weights 1.
+fn two_tenants(capacity: f64) -> Fairness {
+    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
+    f.set_resources(vec![rate("cpu", capacity)]);
+    f.set_tenant(TenantId(1), 1.0);
+    f.set_tenant(TenantId(2), 1.0);
+    f
+}
+
 /// A tenant whose packets come in bursts with quiet stretches between them (a sender that
 /// loses its own core to other work) is over its share: its limit is what its allocation pays
 /// for at its cost per packet. The offered rate smoothed over the offered side's windows —
@@ -405,10 +414,7 @@ fn observe(o: &mut Observed<'_>, offered: f64, admitted: f64, cost: f64) {
 /// its packets).
 #[test]
 fn a_bursty_tenants_limit_is_what_its_allocation_pays_for() {
-    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
-    f.set_resources(vec![rate("cpu", 0.5)]);
-    f.set_tenant(TenantId(1), 1.0);
-    f.set_tenant(TenantId(2), 1.0);
+    let mut f = two_tenants(0.5);
     let secs = EPOCH_NS as f64 / 1e9;
     // Tenant 1: bursts of 24 packets every 41st epoch (5,850 pkt/s), 50 µs each: 0.29 core.
     // Tenant 2: a flood of 1 Mpps at 1 µs. Each is owed 0.25 core: tenant 1 5,000 pkt/s.
@@ -442,10 +448,7 @@ fn a_bursty_tenants_limit_is_what_its_allocation_pays_for() {
 /// issue 50.)
 #[test]
 fn a_burst_from_a_tenant_within_its_share_is_not_its_rate() {
-    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
-    f.set_resources(vec![rate("cpu", 0.8)]);
-    f.set_tenant(TenantId(1), 1.0);
-    f.set_tenant(TenantId(2), 1.0);
+    let mut f = two_tenants(0.8);
     let secs = EPOCH_NS as f64 / 1e9;
     // Tenant 1: 2,500 pkt/s as bursts of 25 packets every 100th epoch (10 ms), 10 µs each:
     // 0.025 core. Tenant 2: a flood of 1 Mpps at 1 µs, over the whole core.
@@ -485,10 +488,7 @@ fn a_burst_from_a_tenant_within_its_share_is_not_its_rate() {
 /// is limited 4 epochs after the flood begins; 3 without the rule.)
 #[test]
 fn a_flood_after_a_slow_stretch_is_limited_at_once() {
-    let mut f = Fairness::new(FairConfig::default(), Instant::ZERO);
-    f.set_resources(vec![rate("cpu", 0.8)]);
-    f.set_tenant(TenantId(1), 1.0);
-    f.set_tenant(TenantId(2), 1.0);
+    let mut f = two_tenants(0.8);
     let secs = EPOCH_NS as f64 / 1e9;
     // Tenant 1: 3 packets an epoch at 50 µs (1.5 core offered: over its share, always
     // there). Tenant 2: a packet every 100th epoch (100 pkt/s) for a second, then 1 Mpps at
