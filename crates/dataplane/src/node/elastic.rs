@@ -120,12 +120,11 @@ impl<B: Backend> Node<B> {
                     } else {
                         // What waited in the instance is dropped, counted (never left queued at
                         // an instance that will not run).
-                        let mut lost = std::mem::take(&mut self.elastic.released);
+                        let mut lost = Vec::new();
                         self.core.launch_failed(region, inst, &mut lost);
-                        for idx in lost.drain(..) {
+                        for idx in lost {
                             self.refuse(idx, Drop::Sched(Reject::NoInstance), now);
                         }
-                        self.elastic.released = lost;
                     }
                 }
             }
