@@ -46,8 +46,6 @@ measure() {
   rtt=$(ip netns exec "$P-$s" ping -c 50 -i 0.02 -W 2 "$dst" | awk -F/ '/rtt/{print $5}')
   echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"iperf3_tcp_gbps\":$gbps,\"ping_avg_ms\":$rtt,\"seconds\":$secs}"
 }
-# listens NS PROTO PORT: something listens on PORT (proto t or u) in namespace NS.
-listens() { [ -n "$(ip netns exec "$P-$1" ss -Hln"$2" "sport = :$3")" ]; }
 # server NS: an iperf3 server in NS, once it listens.
 server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); wait_for "iperf3 server in $1" listens "$1" t 5201; }
 

@@ -5,8 +5,8 @@
 #
 # NAME goes into messages; PREFIX (two letters) and the shell's PID name the namespaces. Gives
 # $P, a scratch directory $work, the arrays nslist and pids (append what you create), ns NAME
-# (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload] and wait_for WHAT CMD... A
-# bench that defines before_cleanup has it called first on exit.
+# (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload], listens NS PROTO PORT and
+# wait_for WHAT CMD... A bench that defines before_cleanup has it called first on exit.
 bench_name=$1
 P=$2$$
 work=$(mktemp -d)
@@ -29,6 +29,9 @@ wait_for() {
   for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "$bench_name: $what: not within 10 s" >&2; return 1
 }
+
+# listens NS PROTO PORT: something listens on PORT (PROTO t or u) in namespace NS.
+listens() { [ -n "$(ip netns exec "$P-$1" ss -Hln"$2" "sport = :$3")" ]; }
 
 # veth NS1 ADDR1 NS2 ADDR2 [keep-offload]: a veth pair between two namespaces (/24 addresses).
 # VXLAN underlays turn transmit offload off (inner checksums completed in software,

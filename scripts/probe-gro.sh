@@ -61,7 +61,6 @@ for n in s:192.168.1.2:192.168.1.1:10.1.0.1 r:192.168.2.2:192.168.2.1:10.1.0.2; 
   ip -n "$P-$x" link set vx0 mtu 1400
   ip -n "$P-$x" addr add "$inner/24" dev vx0; ip -n "$P-$x" link set vx0 up
 done
-listens() { [ -n "$(ip netns exec "$P-$1" ss -Hln"$2" "sport = :$3")" ]; }
 for gro in on off; do
   for i in $(ip -n "$P-a" -o link show type veth | awk -F'[ :@]+' '{print $2}'); do
     ip netns exec "$P-a" ethtool -K "$i" gro "$gro" >/dev/null
