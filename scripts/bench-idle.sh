@@ -67,6 +67,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 measure() { # STATE ROUND
   local state=$1 round=$2 tps ticks0 ticks1 cpu gbps applies=()
   rm -rf "$work/state"
+  gro node
   ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 &
   node_pid=$!
   wait_for "node up" ip netns exec "$P-node" "$snic" status

@@ -59,6 +59,7 @@ for m in s:0.0.0.0 e:0.0.0.0 f:0.0.0.0; do
   wait_for "memcached in ${m%%:*}" listens "${m%%:*}"
 done
 
+gro n
 ip netns exec "$P-n" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
 wait_for "node up" ip netns exec "$P-n" "$snic" status
 tenant() { printf -- '---\napiVersion: snic/v1\nkind: Tenant\nmetadata: {name: %s}\nspec: {vnis: [%s]}\n' "$1" "$2"; }

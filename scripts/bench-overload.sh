@@ -97,6 +97,7 @@ done
 # With NICE, the node gets a session of its own (setsid execs in place: the PID stays the
 # node's) and that session's scheduling autogroup the same nice value: where the kernel groups
 # processes by session, nice alone counts only against this script's own processes.
+gro node
 ${NICE:+nice -n $NICE setsid} $pin_node ip netns exec "$P-node" "$snic" run --data 0.0.0.0:4789 --state-dir "$work/state" >"$work/node.log" 2>&1 & pids+=($!)
 node_pid=$!
 if [ -n "${NICE:-}" ] && [ "$(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)" = 1 ]; then

@@ -37,7 +37,7 @@ ns tor
 ip netns exec "$P-tor" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.fib_multipath_hash_policy=1
 ip -n "$P-tor" addr add 10.0.99.1/32 dev lo
 for i in 1 2 3; do
-  ns "node$i"; link "node$i" "10.0.$i" 1600
+  ns "node$i"; link "node$i" "10.0.$i" 1600; gro "node$i"
   ip -n "$P-node$i" addr add 10.0.0.100/32 dev lo
   ip -n "$P-tor" nexthop add id "$i" via "10.0.$i.2" dev "$tordev"
 done

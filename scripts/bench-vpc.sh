@@ -7,6 +7,8 @@
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
+# The nodes' interfaces have GRO on (netns-lib.sh's gro: runs of datagrams reach the nodes
+# coalesced, docs/endpoints.md); GRO=off leaves it off, for the comparison.
 # VPC_PROFILE=FILE samples node A with perf during the snic path's iperf3 run.
 # SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
 # are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml; SNIC_NODE_CONFIG
@@ -57,6 +59,7 @@ veth a 192.168.2.1 b 192.168.2.2
 veth b 192.168.3.1 r 192.168.3.2
 vxlan s 192.168.1.2 192.168.1.1 10.1.0.1
 vxlan r 192.168.3.2 192.168.3.1 10.1.0.2
+gro a; gro b
 for n in a b; do
   ip netns exec "$P-$n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-$n" >"$work/$n.log" 2>&1 & pids+=($!)
   [ "$n" = a ] && node_a=$!
@@ -80,13 +83,14 @@ measure snic-2node-fw-nat-aesgcm s 10.1.0.2
 big=$(ip netns exec "$P-s" ping -c 5 -i 0.2 -W 2 -s 1422 -M do 10.1.0.2 | awk '/received/{print $4}' || true)
 txerr=$(for n in a b; do ip netns exec "$P-$n" "$snic" status -o json; done | python3 -c '
 import json, sys
-d = json.JSONDecoder(); s = sys.stdin.read(); i = 0; n = 0
+d = json.JSONDecoder(); s = sys.stdin.read(); i = 0; n = 0; per = []
 while i < len(s):
     if s[i].isspace(): i += 1; continue
     v, i = d.raw_decode(s, i)
     n += sum(c for t in v["tenants"] for r, c in t["stats"]["drops"] if r == "tx_error")
-print(n)')
-echo "{\"bench\":\"vpc\",\"path\":\"snic-mtu\",\"endpoint_mtu\":${VPC_ENDPOINT_MTU:-1400},\"ping_1422_df_of_5\":${big:-0},\"tx_error\":$txerr}"
+    per.append(round(v["receive"]["datagrams"] / max(v["receive"]["messages"], 1), 1))
+print(n, json.dumps(per).replace(" ", ""))')
+echo "{\"bench\":\"vpc\",\"path\":\"snic-mtu\",\"endpoint_mtu\":${VPC_ENDPOINT_MTU:-1400},\"ping_1422_df_of_5\":${big:-0},\"tx_error\":${txerr% *},\"rx_datagrams_per_message_a_b\":${txerr#* }}"
 
 # ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
 ns s2; ns k; ns r2

@@ -5,8 +5,8 @@
 #
 # NAME goes into messages; PREFIX (two letters) and the shell's PID name the namespaces. Gives
 # $P, a scratch directory $work, the arrays nslist and pids (append what you create), ns NAME
-# (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload], listens NS PROTO PORT and
-# wait_for WHAT CMD... A bench that defines before_cleanup has it called first on exit.
+# (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload], gro NS, listens NS PROTO
+# PORT and wait_for WHAT CMD... A bench that defines before_cleanup has it called first on exit.
 bench_name=$1
 P=$2$$
 work=$(mktemp -d)
@@ -28,6 +28,17 @@ wait_for() {
   local what=$1; shift
   for _ in $(seq 200); do "$@" >/dev/null 2>&1 && return 0; sleep 0.05; done
   echo "$bench_name: $what: not within 10 s" >&2; return 1
+}
+
+# gro NS: GRO on every veth in namespace NS (a node's receiving interfaces): runs of one flow's
+# datagrams then reach the node's sockets coalesced, one message per run (docs/endpoints.md).
+# GRO=off leaves it off (the comparison).
+gro() {
+  [ "${GRO:-on}" = on ] || return 0
+  local i
+  for i in $(ip -n "$P-$1" -o link show type veth | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    ip netns exec "$P-$1" ethtool -K "$i" gro on >/dev/null
+  done
 }
 
 # listens NS PROTO PORT: something listens on PORT (PROTO t or u) in namespace NS.

@@ -706,9 +706,9 @@ impl<B: Backend> Node<B> {
         let n = if self.rx_idx.is_empty() {
             0
         } else if self.rx_queues.several() {
-            self.rx_queues.recv(&mut self.backend, &self.slots, &self.rx_idx, &mut self.rx_meta, &mut self.core, now)
+            self.rx_queues.recv(&mut self.backend, &self.slots, &mut self.rx_idx, &mut self.rx_meta, &mut self.core, now)
         } else {
-            self.backend.recv(&self.slots, &self.rx_idx, &mut self.rx_meta)
+            self.backend.recv(&self.slots, &mut self.rx_idx, &mut self.rx_meta)
         };
         for i in n..self.rx_idx.len() {
             self.store.release(self.rx_idx[i]);

@@ -453,11 +453,11 @@ fn socket_receive_drops_are_counted() {
     }
     let store = snic_dataplane::store::Store::new(256, 32);
     let slots = store.slots().clone();
-    let idx: Vec<u32> = (0..32).collect();
+    let mut idx: Vec<u32> = (0..32).collect();
     let mut meta = vec![snic_dataplane::backend::RxMeta::default(); 32];
     let mut got = 0;
     let mut drain = |be: &mut UdpBackend| loop {
-        let n = be.recv(&slots, &idx, &mut meta);
+        let n = be.recv(&slots, &mut idx, &mut meta);
         if n == 0 {
             break;
         }
@@ -486,7 +486,7 @@ impl snic_dataplane::backend::Backend for NarrowLink {
     fn framing(&self) -> Framing {
         Framing::Datagram
     }
-    fn recv(&mut self, slots: &snic_dataplane::store::Slots, idx: &[u32], meta: &mut [snic_dataplane::backend::RxMeta]) -> usize {
+    fn recv(&mut self, slots: &snic_dataplane::store::Slots, idx: &mut [u32], meta: &mut [snic_dataplane::backend::RxMeta]) -> usize {
         self.left = self.budget;
         let mut n = 0;
         while n < idx.len() {
@@ -580,7 +580,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     }
     let store = snic_dataplane::store::Store::new(256, 32);
     let slots = store.slots().clone();
-    let idx: Vec<u32> = (0..32).collect();
+    let mut idx: Vec<u32> = (0..32).collect();
     let mut meta = vec![snic_dataplane::backend::RxMeta::default(); 32];
     // Reads queue `q` until `want` datagrams came (5 s at most) and one more read finds none:
     // how many, and their VNIs in order, duplicates folded.
@@ -588,7 +588,7 @@ fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
         let t0 = std::time::Instant::now();
         let mut v = Vec::new();
         loop {
-            let n = be.recv_queue(q, &slots, &idx, &mut meta);
+            let n = be.recv_queue(q, &slots, &mut idx, &mut meta);
             v.extend((0..n).map(|i| {
                 // SAFETY: the test owns every buffer; nothing else touches the store.
                 let (buf, _) = unsafe { slots.get(idx[i]) };

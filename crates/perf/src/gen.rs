@@ -117,7 +117,7 @@ impl Backend for Generator {
         self.framing
     }
     #[inline]
-    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         let n = (idx.len() as u64).min(self.remaining) as usize;
         if !self.small.is_empty() {
             for (i, m) in meta[..n].iter_mut().enumerate() {
@@ -186,7 +186,7 @@ mod tests {
         let mut g =
             Generator::new(Framing::Ethernet, vec![vec![1u8; 60]], vec![2u8; 1340], "192.0.2.10:4789".parse().unwrap(), 1).with_writes(w);
         let mut meta = [RxMeta { len: 0, src: "0.0.0.0:0".parse().unwrap(), truncated: false, arrival_ns: 0, ifindex: 0 }];
-        assert_eq!(g.recv(&slots, &idx, &mut meta), 1);
+        assert_eq!(g.recv(&slots, &mut idx, &mut meta), 1);
         assert_eq!(meta[0].len, 1400);
         // SAFETY: as above.
         unsafe { slots.get(idx[0]) }.0[HEADROOM..HEADROOM + 1400].to_vec()

@@ -199,10 +199,10 @@ impl Backend for Paced {
         Framing::Datagram
     }
 
-    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         let mut n = 0;
         for q in 0..self.rings.len() {
-            n += self.recv_queue(q, slots, &idx[n..], &mut meta[n..]);
+            n += self.recv_queue(q, slots, &mut idx[n..], &mut meta[n..]);
         }
         n
     }
@@ -228,7 +228,7 @@ impl Backend for Paced {
         self.streams.get(q).map_or(0, |s| s.stats.ring_drops) + self.dropped_before_reset.get(q).copied().unwrap_or(0)
     }
 
-    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         if q >= self.rings.len() {
             return 0;
         }

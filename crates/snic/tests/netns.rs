@@ -217,7 +217,8 @@ impl Topo {
     }
 
     /// A veth pair between namespaces `n` (`{net}.2/24`) and `to` (`{net}.1/24`), both up, with
-    /// `mtu`; transmit checksum offload off on `n`'s side (docs/endpoints.md). `n`'s device.
+    /// `mtu`; transmit checksum offload off on `n`'s side, GRO on on `to`'s (the node's
+    /// receiving interface: runs arrive coalesced; docs/endpoints.md). `n`'s device.
     fn veth(&mut self, n: &str, to: &str, net: &str, mtu: u32) -> String {
         let (en, ee) = (format!("{}{n}n", self.prefix), format!("{}{n}e", self.prefix));
         let mtu = mtu.to_string();
@@ -226,6 +227,7 @@ impl Topo {
         run(&["ip", "link", "set", &ee, "netns", &self.ns(n)]);
         self.exec(to, &["ip", "addr", "add", &format!("{net}.1/24"), "dev", &en]);
         self.exec(to, &["ip", "link", "set", &en, "up"]);
+        self.exec(to, &["ethtool", "-K", &en, "gro", "on"]);
         self.exec(n, &["ip", "addr", "add", &format!("{net}.2/24"), "dev", &ee]);
         self.exec(n, &["ip", "link", "set", &ee, "up"]);
         self.exec(n, &["ethtool", "-K", &ee, "tx", "off"]);
@@ -433,6 +435,9 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let blue = tenant("blue");
     assert!(blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "firewall_deny"), "{blue}");
     assert!(tenant("green")["drops"].as_array().unwrap().is_empty(), "green dropped nothing");
+    // The TCP runs reached the node coalesced (GRO on its interfaces), and were carried whole.
+    let (msgs, dgrams) = (v["receive"]["messages"].as_u64().unwrap(), v["receive"]["datagrams"].as_u64().unwrap());
+    assert!(dgrams > 2 * msgs, "runs arrive coalesced: {dgrams} datagrams in {msgs} messages");
 
     // Fair sharing for real traffic: blue sends a steady UDP stream, first alone, then while
     // green floods small UDP packets as fast as its endpoint can. Green is limited at the

@@ -39,7 +39,7 @@ impl Backend for MemPort {
     fn framing(&self) -> Framing {
         self.framing
     }
-    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         let mut n = 0;
         while n < idx.len() {
             let Some((bytes, src)) = self.rx.pop_front() else { break };

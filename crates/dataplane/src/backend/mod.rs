@@ -6,6 +6,7 @@
 //! later); datagram backends move the VXLAN datagram only and report addresses beside it (UDP
 //! sockets).
 
+pub mod gro;
 pub mod mem;
 pub mod udp;
 
@@ -91,9 +92,11 @@ pub trait Backend: Send {
     /// The framing of this backend's packets.
     fn framing(&self) -> Framing;
 
-    /// Receives up to `idx.len()` packets into those buffers; fills `meta` for each; returns how
-    /// many arrived. Must not block.
-    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize;
+    /// Receives up to `idx.len()` packets into those buffers; returns how many, `n`, arrived.
+    /// The backend may reorder `idx`: on return `idx[..n]` hold the packets in arrival order,
+    /// `meta[i]` describing `idx[i]`, and `idx[n..]` are the buffers it left unfilled. Must not
+    /// block.
+    fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize;
 
     /// Transmits a prefix of `reqs`. Must not block.
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult;
@@ -107,7 +110,7 @@ pub trait Backend: Send {
     }
 
     /// Receives from queue `q` only, as [`Backend::recv`]. The default has one queue.
-    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         if q == 0 {
             self.recv(slots, idx, meta)
         } else {

@@ -35,8 +35,8 @@
 //! in `put_cmsg`, "Kernel memory exposure attempt detected"), which kills the receiving thread —
 //! the daemon's data plane died under a flood that way.
 
-use super::{Backend, Framing, RxMeta, TxReq, TxResult};
-use crate::store::{Slots, BUF_SIZE, MAX_BATCH};
+use super::{gro, Backend, Framing, RxMeta, TxReq, TxResult};
+use crate::store::{Slots, MAX_BATCH};
 use snic_nt::HEADROOM;
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -51,6 +51,8 @@ const SK_MEMINFO_VARS: usize = 9;
 /// `SOL_UDP` / `UDP_SEGMENT` (linux/udp.h).
 const SOL_UDP: i32 = 17;
 const UDP_SEGMENT: i32 = 103;
+/// `UDP_GRO` (linux/udp.h): receive coalesced runs ([`super::gro`]).
+const UDP_GRO: i32 = 104;
 /// Most segments in one GSO message (the kernel's `UDP_MAX_SEGMENTS`).
 const GSO_MAX_SEGMENTS: usize = 64;
 /// Most payload bytes in one GSO message (an IP datagram's limit, headers aside).
@@ -65,7 +67,8 @@ const MIN_GSO_SEGMENT: usize = 512;
 struct Cmsg([u8; 32]);
 
 /// Room for the control messages a received datagram carries: its `IP_PKTINFO`
-/// (CMSG_SPACE(12) = 32) or `IPV6_PKTINFO` (CMSG_SPACE(20) = 40).
+/// (CMSG_SPACE(12) = 32) or `IPV6_PKTINFO` (CMSG_SPACE(20) = 40), and a run's `UDP_GRO`
+/// (CMSG_SPACE(4) = 16).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 struct RxCmsg([u8; 64]);
@@ -115,6 +118,11 @@ pub struct UdpBackend {
     addrs: Vec<libc::sockaddr_storage>,
     cmsgs: Vec<Cmsg>,
     rx_cmsgs: Vec<RxCmsg>,
+    /// Receive: each message's packet buffer and overflow buffer.
+    rx_iovs: Vec<[libc::iovec; 2]>,
+    /// Coalesced runs received, split into datagrams.
+    gro: gro::GroRx,
+    msgs: Vec<gro::Msg>,
     /// Datagrams carried by each message of the last send.
     group: Vec<usize>,
     gso: bool,
@@ -226,6 +234,10 @@ impl UdpBackend {
             addrs,
             cmsgs: vec![Cmsg([0; 32]); MAX_BATCH],
             rx_cmsgs: vec![RxCmsg([0; 64]); MAX_BATCH],
+            // SAFETY: all-zero is a valid iovec.
+            rx_iovs: vec![unsafe { zeroed() }; MAX_BATCH],
+            gro: gro::GroRx::default(),
+            msgs: Vec::with_capacity(MAX_BATCH),
             group: vec![0; MAX_BATCH],
             gso: true,
             gso_max_seg: GSO_MAX_BYTES,
@@ -340,6 +352,12 @@ impl UdpBackend {
         self.gso_max_seg
     }
 
+    /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
+    /// datagrams than messages when runs arrive coalesced.
+    pub fn rx_runs(&self) -> (u64, u64) {
+        self.gro.runs()
+    }
+
     /// The bound address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
@@ -442,12 +460,16 @@ fn tune(sock: &UdpSocket) -> io::Result<()> {
     // kernel VXLAN device's are), not refused (see the module docs).
     let _ = setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DONT);
     let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IP_PMTUDISC_DONT);
+    // Coalesced runs, where the receiving interface has GRO (a kernel without it refuses:
+    // datagrams then come one per message, as without GRO).
+    let _ = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1);
     Ok(())
 }
 
-/// The arrival interface in a received message's control messages (0 if none says).
-fn arrival_ifindex(h: &libc::msghdr) -> u32 {
-    let mut found = 0;
+/// The arrival interface (0 if none says) and the coalesced run's datagram size (`UDP_GRO`; 0:
+/// one datagram) in a received message's control messages.
+fn rx_info(h: &libc::msghdr) -> (u32, usize) {
+    let (mut ifindex, mut seg) = (0, 0);
     // SAFETY: `h` is a message header the kernel filled on `recvmmsg`: its control buffer and
     // length are valid, and the CMSG_* walk stays within `msg_controllen`.
     unsafe {
@@ -455,17 +477,20 @@ fn arrival_ifindex(h: &libc::msghdr) -> u32 {
         while !cm.is_null() {
             match ((*cm).cmsg_level, (*cm).cmsg_type) {
                 (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
-                    found = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in_pktinfo).ipi_ifindex as u32;
+                    ifindex = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in_pktinfo).ipi_ifindex as u32;
                 }
                 (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
-                    found = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in6_pktinfo).ipi6_ifindex;
+                    ifindex = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::in6_pktinfo).ipi6_ifindex;
+                }
+                (SOL_UDP, UDP_GRO) => {
+                    seg = std::ptr::read_unaligned(libc::CMSG_DATA(cm) as *const libc::c_int).max(0) as usize;
                 }
                 _ => {}
             }
             cm = libc::CMSG_NXTHDR(h, cm);
         }
     }
-    found
+    (ifindex, seg)
 }
 
 /// Asks for `bytes` of receive and send buffer on `sock` (the kernel caps it at
@@ -643,51 +668,69 @@ impl Backend for UdpBackend {
         true
     }
 
-    fn recv(&mut self, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         let mut n = 0;
         for q in 0..=self.queues.len() {
             if n == idx.len() {
                 break;
             }
-            n += self.recv_queue(q, slots, &idx[n..], &mut meta[n..]);
+            n += self.recv_queue(q, slots, &mut idx[n..], &mut meta[n..]);
         }
         n
     }
 
-    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &[u32], meta: &mut [RxMeta]) -> usize {
+    /// Coalesced runs (`UDP_GRO`) are split into their datagrams ([`super::gro`]): `idx` comes
+    /// back reordered, datagrams first, in arrival order.
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
         let Some(fd) = self.queue_fd(q) else { return 0 };
-        let n = idx.len().min(MAX_BATCH);
+        let most = idx.len().min(MAX_BATCH);
+        let idx = &mut idx[..most];
+        let (held, more) = self.gro.deliver_held(q, slots, idx, meta);
+        if more || held == idx.len() {
+            return held;
+        }
+        let (idx, meta) = (&mut idx[held..], &mut meta[held..]);
+        let n = self.gro.plan(q, idx.len());
         for (i, &ix) in idx[..n].iter().enumerate() {
             // SAFETY: the dispatcher owns buffers it passes to `recv`.
             let (buf, _) = unsafe { slots.get(ix) };
-            self.iovs[i] = libc::iovec { iov_base: buf[HEADROOM..].as_mut_ptr() as *mut libc::c_void, iov_len: BUF_SIZE - HEADROOM - 64 };
+            let (over, over_len) = self.gro.overflow(q, i);
+            self.rx_iovs[i] = [
+                libc::iovec { iov_base: buf[HEADROOM..].as_mut_ptr() as *mut libc::c_void, iov_len: gro::CAP },
+                libc::iovec { iov_base: over as *mut libc::c_void, iov_len: over_len },
+            ];
             let h = &mut self.hdrs[i].msg_hdr;
             h.msg_name = &mut self.addrs[i] as *mut _ as *mut libc::c_void;
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as u32;
-            h.msg_iov = &mut self.iovs[i];
-            h.msg_iovlen = 1;
+            h.msg_iov = self.rx_iovs[i].as_mut_ptr();
+            h.msg_iovlen = 2;
             h.msg_control = self.rx_cmsgs[i].0.as_mut_ptr() as *mut libc::c_void;
             h.msg_controllen = size_of::<RxCmsg>();
             h.msg_flags = 0;
             self.hdrs[i].msg_len = 0;
         }
-        // SAFETY: every header points at a live iovec into an owned buffer, at a live
-        // sockaddr_storage and at a live control buffer; `n` is within the arrays.
+        if n == 0 {
+            return held;
+        }
+        // SAFETY: every header points at two live iovecs (an owned packet buffer, an overflow
+        // buffer of the pool), at a live sockaddr_storage and at a live control buffer; `n` is
+        // within the arrays.
         let r = unsafe { libc::recvmmsg(fd, self.hdrs.as_mut_ptr(), n as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
         if r <= 0 {
-            return 0;
+            return held;
         }
-        let r = r as usize;
-        for ((m, h), a) in meta[..r].iter_mut().zip(&self.hdrs).zip(&self.addrs) {
-            *m = RxMeta {
-                len: h.msg_len as u16,
+        self.msgs.clear();
+        for (h, a) in self.hdrs[..r as usize].iter().zip(&self.addrs) {
+            let (ifindex, seg) = rx_info(&h.msg_hdr);
+            self.msgs.push(gro::Msg {
+                len: h.msg_len as usize,
+                seg,
+                cut: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 src: from_sockaddr(a),
-                truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
-                arrival_ns: 0,
-                ifindex: arrival_ifindex(&h.msg_hdr),
-            };
+                ifindex,
+            });
         }
-        r
+        held + self.gro.split(q, slots, idx, meta, &self.msgs)
     }
 
     fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult {

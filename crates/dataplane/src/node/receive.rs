@@ -61,7 +61,7 @@ impl RxQueues {
         &mut self,
         backend: &mut B,
         slots: &Slots,
-        idx: &[u32],
+        idx: &mut [u32],
         meta: &mut [RxMeta],
         core: &mut NodeCore,
         now: Instant,
@@ -89,7 +89,7 @@ impl RxQueues {
                     }
                 }
             }
-            let got = if want > 0 { backend.recv_queue(queue, slots, &idx[n..n + want], &mut meta[n..n + want]) } else { 0 };
+            let got = if want > 0 { backend.recv_queue(queue, slots, &mut idx[n..n + want], &mut meta[n..n + want]) } else { 0 };
             if let Some(t) = capped.filter(|_| got == want) {
                 // Its limit, not its queue, stopped the read: it wants more than it is admitted.
                 core.held_back(t);

@@ -719,6 +719,7 @@ async fn status(AxState(shared): AxState<SharedRef>, Extension(who): Extension<P
         "unattributed_drops": snap.unattributed_drops,
         "latency_ns": {"p50": snap.latency_p50_ns, "p99": snap.latency_p99_ns},
         "rebuilds": snap.rebuilds,
+        "receive": {"messages": snap.rx_messages, "datagrams": snap.rx_datagrams},
         "fairness": {"epochs": snap.epochs, "resources": snap.resources},
         "elastic": snap.elastic,
         "pool": c.pool.as_ref().map(|p| p.snap()),

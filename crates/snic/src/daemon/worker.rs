@@ -160,6 +160,11 @@ pub struct Snapshot {
     pub latency_p99_ns: u64,
     /// Node rebuilds since start.
     pub rebuilds: u64,
+    /// Messages the data sockets received, and the datagrams they carried: more datagrams than
+    /// messages when runs arrive coalesced (GRO on the receiving interface, docs/endpoints.md).
+    pub rx_messages: u64,
+    /// The datagrams.
+    pub rx_datagrams: u64,
     /// Resources fair sharing divides.
     pub resources: Vec<ResourceSnap>,
     /// Fair-sharing epochs run.
@@ -977,6 +982,7 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
     let s = node.stats();
     let mut out =
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
+    (out.rx_messages, out.rx_datagrams) = node.backend().rx_runs();
     prev.tenants.resize(plan.tenants.len(), (0, 0));
     for (i, t) in plan.tenants.iter().enumerate() {
         let ts = &s.tenants[t.id.index()];
