@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# VPC between two snic nodes (paper §6.2), beside two references, in one run:
+# VPC between two snic nodes (paper §6.2), beside references, in one run:
 #   snic:   S --vxlan--> node A [firewall -> NAT -> AES-GCM encrypt] --> node B [decrypt] --vxlan--> R
+#   snic1:  S4 --vxlan--> node N [firewall -> NAT] --vxlan--> R4  (like for like with the kernel's)
 #   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2
 #   socat:  S3 --vxlan--> relay namespace (socat copies each datagram, no processing) --vxlan--> R3
-# Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then ratios.
+# Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then the
+# snic paths' ratios to the kernel router's ("ratios").
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
+# VPC_ENDPOINT_OFFLOAD=1 lets the one-node path's endpoints keep their transmit offloads: their
+# TCP bursts then reach the node unsegmented, one datagram each, and the node cuts them.
 # The nodes' interfaces have GRO on (netns-lib.sh's gro: runs of datagrams reach the nodes
 # coalesced, docs/endpoints.md); GRO=off leaves it off, for the comparison.
 # VPC_PROFILE=FILE samples node A with perf during the snic path's iperf3 run.
@@ -47,6 +51,7 @@ measure() {
   gbps=$(python3 -c 'import json,sys; print(json.loads(sys.stdin.read())["end"]["sum_received"]["bits_per_second"]/1e9)' <<<"$out")
   rtt=$(ip netns exec "$P-$s" ping -c 50 -i 0.02 -W 2 "$dst" | awk -F/ '/rtt/{print $5}')
   echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"iperf3_tcp_gbps\":$gbps,\"ping_avg_ms\":$rtt,\"seconds\":$secs}"
+  echo "$name $gbps" >>"$work/gbps"
 }
 # server NS: an iperf3 server in NS, once it listens.
 server() { ip netns exec "$P-$1" iperf3 -s >/dev/null 2>&1 & pids+=($!); wait_for "iperf3 server in $1" listens "$1" t 5201; }
@@ -88,7 +93,8 @@ while i < len(s):
     if s[i].isspace(): i += 1; continue
     v, i = d.raw_decode(s, i)
     n += sum(c for t in v["tenants"] for r, c in t["stats"]["drops"] if r == "tx_error")
-    per.append(round(v["receive"]["datagrams"] / max(v["receive"]["messages"], 1), 1))
+    r = v.get("receive", {})  # (a binary from before GRO has none)
+    per.append(round(r.get("datagrams", 0) / max(r.get("messages", 0), 1), 1))
 print(n, json.dumps(per).replace(" ", ""))')
 echo "{\"bench\":\"vpc\",\"path\":\"snic-mtu\",\"endpoint_mtu\":${VPC_ENDPOINT_MTU:-1400},\"ping_1422_df_of_5\":${big:-0},\"tx_error\":${txerr% *},\"rx_datagrams_per_message_a_b\":${txerr#* }}"
 
@@ -119,3 +125,24 @@ ip netns exec "$P-x" socat -u UDP4-RECV:4789,bind=192.168.22.1 UDP4-SENDTO:192.1
 wait_for "socat relays bound" sh -c "[ \$(ip netns exec $P-x ss -Hlun 'sport = :4789' | wc -l) -ge 2 ]"
 server r3
 measure socat-relay-no-processing s3 10.3.0.2
+
+# ---- snic, one node, like for like: S4 - N [firewall -> NAT] - R4 -------------------------
+ns s4; ns n; ns r4
+veth s4 192.168.31.2 n 192.168.31.1 ${VPC_ENDPOINT_OFFLOAD:+keep-offload}
+veth n 192.168.32.1 r4 192.168.32.2 ${VPC_ENDPOINT_OFFLOAD:+keep-offload}
+vxlan s4 192.168.31.2 192.168.31.1 10.1.0.1
+vxlan r4 192.168.32.2 192.168.32.1 10.1.0.2
+gro n
+ip netns exec "$P-n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-n" >"$work/n.log" 2>&1 & pids+=($!)
+wait_for "node n up" ip netns exec "$P-n" "$snic" status
+ip netns exec "$P-n" "$snic" apply -f "$here/examples/vpc-fw-nat.yaml" >/dev/null
+ip -n "$P-r4" neigh add 10.1.0.100 lladdr "$(vxmac s4)" dev vx0 nud permanent
+server r4
+measure snic-1node-fw-nat s4 10.1.0.2
+
+python3 - "$work/gbps" <<'PY'
+import json, sys
+g = dict(l.split() for l in open(sys.argv[1]))
+k = float(g.get("kernel-router-nft-fw-nat", 0)) or float("nan")
+print(json.dumps({"bench": "vpc", "ratios": {p: round(float(v) / k, 3) for p, v in g.items() if p.startswith("snic")}}))
+PY

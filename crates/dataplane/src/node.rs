@@ -30,7 +30,7 @@ use snic_core::walk::{Entered, Ran, Skip, Walk};
 pub use snic_nt::WorkTimer;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
-use snic_wire::vxlan;
+use snic_wire::{ip_proto, vxlan};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -912,6 +912,15 @@ impl<B: Backend> Node<B> {
         }
         if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
             return self.drop_uncharged(idx, tenant, e);
+        }
+        // An endpoint that keeps its transmit offloads leaves inner TCP and UDP checksums
+        // partial for a NIC to finish (docs/endpoints.md): finished here, before any NT reads
+        // or updates them. (The pseudo-header is summed; the payload only for a partial one.)
+        if let Some(l) = &d.meta.inner {
+            if matches!(l.key.proto, ip_proto::TCP | ip_proto::UDP) {
+                let ip = off + vxlan::HEADER_LEN + l.l3_off as usize..off + vxlan::HEADER_LEN + l.l3_end as usize;
+                snic_wire::build::complete_partial_l4(&mut buf[ip], (l.l4_off - l.l3_off) as usize, l.key.proto);
+            }
         }
         let inner = &d.meta.inner;
         // Learning gives the sender's id: the descriptor keeps 4 bytes, not its 40-byte address

@@ -26,6 +26,8 @@ struct Topo {
     state: std::path::PathBuf,
     /// How the node is given its core.
     priority: Priority,
+    /// Endpoints keep their transmit offloads (partial checksums, unsegmented TCP bursts).
+    offload: bool,
 }
 
 /// How a test's node is given its core beside other work.
@@ -83,6 +85,7 @@ impl Topo {
             logs: Vec::new(),
             state: std::env::temp_dir().join(format!("snic-netns-{tag}{id}")),
             priority: Priority::InSession,
+            offload: false,
         }
     }
 
@@ -217,8 +220,9 @@ impl Topo {
     }
 
     /// A veth pair between namespaces `n` (`{net}.2/24`) and `to` (`{net}.1/24`), both up, with
-    /// `mtu`; transmit checksum offload off on `n`'s side, GRO on on `to`'s (the node's
-    /// receiving interface: runs arrive coalesced; docs/endpoints.md). `n`'s device.
+    /// `mtu`; transmit checksum offload off on `n`'s side unless the topology keeps endpoints'
+    /// offloads, GRO on on `to`'s (the node's receiving interface: runs arrive coalesced;
+    /// docs/endpoints.md). `n`'s device.
     fn veth(&mut self, n: &str, to: &str, net: &str, mtu: u32) -> String {
         let (en, ee) = (format!("{}{n}n", self.prefix), format!("{}{n}e", self.prefix));
         let mtu = mtu.to_string();
@@ -230,7 +234,9 @@ impl Topo {
         self.exec(to, &["ethtool", "-K", &en, "gro", "on"]);
         self.exec(n, &["ip", "addr", "add", &format!("{net}.2/24"), "dev", &ee]);
         self.exec(n, &["ip", "link", "set", &ee, "up"]);
-        self.exec(n, &["ethtool", "-K", &ee, "tx", "off"]);
+        if !self.offload {
+            self.exec(n, &["ethtool", "-K", &ee, "tx", "off"]);
+        }
         ee
     }
 
@@ -379,6 +385,51 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn endpoints_that_keep_their_offloads_get_through_firewall_and_nat() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
+    // Transmit offloads on, as endpoints have them by default: every TCP and UDP packet
+    // arrives with its inner checksum partial, and TCP bursts unsegmented (one datagram each).
+    let mut t = Topo::new("o");
+    t.offload = true;
+    t.add_ns("node");
+    t.endpoint("a", 1, 100, "10.1.0.1/24");
+    t.endpoint("b", 2, 100, "10.1.0.2/24");
+    t.start_node(&format!("{MANIFEST}{}{}", flood("fa", 100, 1), flood("fb", 100, 2)));
+    let amac = t.mac("a");
+    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+    let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("3 received"), "{out}");
+    let state = t.state.to_str().unwrap().to_string();
+    t.spawn("b", &["iperf3", "-s", "-p", "5201", "--logfile", &format!("{state}-iperf.log")]);
+    t.spawn("b", &["iperf3", "-s", "-p", "5202"]);
+    t.listening("b", &[5201, 5202]);
+    let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5201", "-t", "2", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["end"]["sum_received"]["bytes"].as_f64().unwrap() > 1e6, "TCP through firewall and NAT: {v}");
+    let out = t.exec(
+        "a",
+        &["timeout", "-s", "KILL", "30", "iperf3", "-c", "10.1.0.2", "-p", "5201", "-u", "-b", "10M", "-l", "1000", "-t", "1", "-J"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["end"]["sum"]["lost_percent"].as_f64().is_some_and(|l| l < 50.0), "UDP through firewall and NAT: {v}");
+    let log = std::fs::read_to_string(format!("{state}-iperf.log")).unwrap_or_default();
+    std::fs::remove_file(format!("{state}-iperf.log")).ok();
+    assert!(log.contains("Accepted connection from 10.1.0.100"), "the receiver saw the NATed source: {log}");
+    let r = t.exec_status("a", &["iperf3", "-c", "10.1.0.2", "-p", "5202", "-t", "1", "--connect-timeout", "1500"]);
+    assert!(!r.status.success(), "TCP 5202 must be blocked");
+    // The bursts came unsegmented (or coalesced) and left cut: more datagrams than messages,
+    // none dropped for its size.
+    let v = t.status();
+    let (msgs, dgrams) = (v["receive"]["messages"].as_u64().unwrap(), v["receive"]["datagrams"].as_u64().unwrap());
+    assert!(dgrams > 2 * msgs, "{dgrams} datagrams in {msgs} messages");
+    let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap()["stats"].clone();
+    assert!(!blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "oversize"), "{blue}");
+    assert!(!v["unattributed_drops"].as_array().unwrap().iter().any(|d| d[0] == "oversize"), "{v}");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
@@ -505,8 +556,8 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
 }
 
 /// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
-/// firewall → NAT → AES-GCM across two nodes, the kernel reference, the socat reference) must
-/// carry TCP and ping. The script creates and deletes its own namespaces.
+/// firewall → NAT → AES-GCM across two nodes, the kernel reference, the socat reference, snic's
+/// one-node firewall → NAT) must carry TCP and ping. The script creates and deletes its own namespaces.
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn two_node_vpc_through_encryption() {
@@ -516,8 +567,10 @@ fn two_node_vpc_through_encryption() {
     // nodes' datagrams (the encrypted ones 32 bytes more) exceed the links' MTU: fragmented,
     // none refused, and TCP carries.
     let (rows, stdout) = bench_script("bench-vpc.sh", &["1"], &[("VPC_ENDPOINT_MTU", "1500")]);
-    assert_eq!(rows.len(), 4, "{stdout}");
-    for r in rows.iter().filter(|r| r["path"] != "snic-mtu") {
+    // Four paths, the MTU line, the ratios line.
+    assert_eq!(rows.len(), 6, "{stdout}");
+    assert!(rows[5]["ratios"].is_object(), "{stdout}");
+    for r in rows.iter().filter(|r| r.get("path").is_some_and(|p| p != "snic-mtu")) {
         assert!(r.get("error").is_none(), "{r}");
         assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.0, "every path carries TCP: {r}");
     }

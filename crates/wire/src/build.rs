@@ -201,6 +201,39 @@ pub fn fill_l4_checksum(ip: &mut [u8], l4_off: usize, proto: u8) {
     put16(ip, l4_off + csum_at, c);
 }
 
+/// Completes the TCP or UDP checksum of the IP packet `ip` (L4 header at `l4_off`) if its sender
+/// left it *partial*, as a kernel with transmit checksum offload does for a NIC to finish: the
+/// field then holds the pseudo-header's folded sum, not the checksum. Returns true if it did.
+/// A packet whose field holds that value and verifies anyway (1 in 65,536 of valid ones) is
+/// left as it is. Cheap for the rest: the pseudo-header is summed, the payload only on a match.
+#[inline]
+pub fn complete_partial_l4(ip: &mut [u8], l4_off: usize, proto: u8) -> bool {
+    let at = match proto {
+        ip_proto::TCP => 16,
+        ip_proto::UDP => 6,
+        _ => return false,
+    };
+    if ip.len() < l4_off + at + 2 || ip.len() < 20 {
+        return false;
+    }
+    let v4 = ip[0] >> 4 == 4;
+    if !v4 && ip.len() < 40 {
+        return false;
+    }
+    let len = (ip.len() - l4_off) as u32;
+    let ph = if v4 {
+        checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len)
+    } else {
+        checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len)
+    };
+    let field = u16::from_be_bytes([ip[l4_off + at], ip[l4_off + at + 1]]);
+    if field != checksum::fold(ph) || verify_l4_checksum(ip, l4_off, proto) {
+        return false;
+    }
+    fill_l4_checksum(ip, l4_off, proto);
+    true
+}
+
 /// True if the L4 checksum of the IP packet `ip` verifies (see [`fill_l4_checksum`]).
 pub fn verify_l4_checksum(ip: &[u8], l4_off: usize, proto: u8) -> bool {
     let v4 = ip[0] >> 4 == 4;
@@ -221,6 +254,47 @@ mod tests {
     use super::*;
     use crate::layout::{parse_inner, parse_outer, parse_vxlan, InnerL3};
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn a_partial_checksum_is_completed_and_a_complete_or_corrupt_one_left_alone(
+            v4 in any::<bool>(), tcp in any::<bool>(), payload in 0usize..1400, fill in any::<u8>(),
+        ) {
+            let (src, dst) = if v4 { ("10.1.0.1", "10.1.0.2") } else { ("fd00::1", "fd00::2") };
+            let l4 = if tcp { L4Spec::Tcp { src_port: 1, dst_port: 2, flags: 0x10 } } else { L4Spec::Udp { src_port: 1, dst_port: 2 } };
+            let s = FrameSpec {
+                outer: None, vni: 1, inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]), inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+                src: src.parse().unwrap(), dst: dst.parse().unwrap(), l4, payload_len: payload, payload_byte: fill,
+            };
+            let mut d = vec![0; frame_len(&s)];
+            build(&s, &mut d).unwrap();
+            let l3 = vxlan::HEADER_LEN + 14;
+            let l4_off = if v4 { 20 } else { 40 };
+            let (proto, at) = if tcp { (ip_proto::TCP, 16) } else { (ip_proto::UDP, 6) };
+            let good = d.clone();
+            // Complete: left alone.
+            prop_assert!(!complete_partial_l4(&mut d[l3..], l4_off, proto));
+            prop_assert_eq!(&d, &good);
+            // Partial, as an offloading sender leaves it: completed to the valid checksum.
+            let ip = &mut d[l3..];
+            let len = (ip.len() - l4_off) as u32;
+            let ph = if v4 { checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len) } else { checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len) };
+            put16(ip, l4_off + at, checksum::fold(ph));
+            if !verify_l4_checksum(ip, l4_off, proto) {
+                prop_assert!(complete_partial_l4(ip, l4_off, proto));
+                prop_assert_eq!(&d, &good);
+            }
+            // Corrupt (neither valid nor partial): left alone, for the receiver to drop.
+            let mut bad = good.clone();
+            let f = u16::from_be_bytes([bad[l3 + l4_off + at], bad[l3 + l4_off + at + 1]]) ^ 0x0101;
+            put16(&mut bad[l3..], l4_off + at, f);
+            let before = bad.clone();
+            if f != checksum::fold(ph) {
+                prop_assert!(!complete_partial_l4(&mut bad[l3..], l4_off, proto));
+                prop_assert_eq!(bad, before);
+            }
+        }
+    }
 
     fn ip_strategy(v4: bool) -> BoxedStrategy<IpAddr> {
         if v4 {

@@ -30,6 +30,7 @@ pub mod ipv6;
 pub mod layout;
 pub mod redirect;
 pub mod tcp;
+pub mod tso;
 pub mod udp;
 pub mod vxlan;
 

@@ -18,6 +18,10 @@
 //! budget counts datagrams, not runs). How many messages a call asks for follows the runs a queue
 //! has been seeing, so that a call's runs mostly fit its buffers.
 //!
+//! A message may instead be one datagram whose inner TCP packet an endpoint with segmentation
+//! offload left whole (tens of KB; the kernel gives no size for it): it is cut into segments as
+//! TSO would, each a datagram of its own ([`Form::Super`], `snic_wire::tso`).
+//!
 //! A datagram larger than a packet buffer is reported truncated (the node drops it, counted as
 //! `oversize`), as before coalescing: one not coalesced whose bytes reach the overflow buffer, or
 //! every datagram of a run whose size exceeds [`CAP`].
@@ -52,6 +56,24 @@ pub struct Msg {
     pub src: SocketAddr,
     /// Arrival interface (0: unknown).
     pub ifindex: u32,
+    /// What it holds (found as it is split; [`Form::One`] until then).
+    pub form: Form,
+}
+
+/// What a message holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// One datagram.
+    One,
+    /// A coalesced run: datagrams of `seg` bytes back to back, each with its own VXLAN header.
+    Run,
+    /// One datagram whose inner TCP packet an offloading endpoint left unsegmented: cut into
+    /// segments, each a datagram of its own, at the MSS the kernel gave (`seg`) or, with none,
+    /// to inner packets of [`SUPER_IP_MAX`] bytes.
+    Super(snic_wire::tso::Super),
+    /// One datagram, larger than a packet buffer, that cannot be cut (an unsegmented inner
+    /// packet that is not TCP): delivered cut, and dropped as oversize.
+    Whole,
 }
 
 /// The datagrams of a message not yet delivered: they wait in overflow buffer `buf`, which
@@ -96,23 +118,37 @@ pub struct GroRx {
 
 const STRIDE: usize = CAP + OVER;
 
-/// Datagrams in a message.
+/// True if the kernel says the message holds several datagrams' worth (a run, or a
+/// super-packet to cut).
+#[inline]
+fn several(m: &Msg) -> bool {
+    m.seg > 0 && m.len > m.seg
+}
+
+/// Datagrams in a message (once its form is known).
 #[inline]
 fn segments(m: &Msg) -> usize {
-    if m.seg > 0 && m.len > m.seg {
-        m.len.div_ceil(m.seg)
-    } else {
-        1
+    match m.form {
+        Form::One | Form::Whole => 1,
+        Form::Run => m.len.div_ceil(m.seg),
+        Form::Super(s) => s.segments(),
     }
 }
 
-/// Datagram `k`'s byte range in its message.
-#[inline]
-fn range(m: &Msg, k: usize) -> (usize, usize) {
-    if segments(m) == 1 {
-        return (0, m.len);
+/// The most bytes of an inner IP packet in a segment cut from a super-packet that came without
+/// its MSS: what a 1500-byte underlay carries in VXLAN (1450; docs/endpoints.md, "MTU").
+pub const SUPER_IP_MAX: usize = 1450;
+
+/// What message `m`, all of it in `bytes`, holds (one larger than a packet buffer, or several).
+fn form(m: &Msg, bytes: &[u8]) -> Form {
+    use snic_wire::tso::{is_one_packet, Super};
+    if !is_one_packet(bytes) {
+        return if several(m) { Form::Run } else { Form::One };
     }
-    (k * m.seg, ((k + 1) * m.seg).min(m.len))
+    // An unsegmented packet: the kernel gives a tunnel packet's MSS as none (`UDP_GRO` reports
+    // only UDP segmentation), so it is cut to what the underlay carries.
+    let cut = if several(m) { Super::of(bytes, m.seg) } else { Super::of_ip_max(bytes, SUPER_IP_MAX) };
+    cut.map_or(Form::Whole, Form::Super)
 }
 
 impl Default for GroRx {
@@ -144,8 +180,7 @@ impl GroRx {
         while let Some(h) = qr.held.front_mut() {
             let base = h.buf as usize * STRIDE;
             while h.next < segments(&h.msg) && n < idx.len() {
-                let (a, b) = range(&h.msg, h.next);
-                meta[n] = copy_out(slots, idx[n], &qr.over[base + a..base + b], &h.msg);
+                meta[n] = put(slots, idx[n], &qr.over[base..base + h.msg.len], &h.msg, h.next);
                 h.next += 1;
                 n += 1;
             }
@@ -194,43 +229,46 @@ impl GroRx {
         let mut spare = r;
         let mut holding = false;
         for (i, m) in msgs.iter().enumerate() {
-            let segs = segments(m);
+            let mut m = *m;
+            let (b, slot) = (bufs[i], idx[i]);
+            let base = b as usize * STRIDE;
+            if holding || several(&m) || m.len > CAP {
+                // The whole message into its overflow buffer: its first bytes join the rest.
+                // SAFETY: the dispatcher owns the buffers it passes to `recv`; `slot` was just
+                // received into.
+                let (pb, _) = unsafe { slots.get(slot) };
+                let k = m.len.min(CAP);
+                qr.over[base..base + k].copy_from_slice(&pb[HEADROOM..HEADROOM + k]);
+                m.form = form(&m, &qr.over[base..base + m.len]);
+            }
+            let segs = segments(&m);
             *messages += 1;
             *datagrams += segs as u64;
             qr.per_msg = (qr.per_msg * 7 + (segs.min(64) as u32) * 16).div_ceil(8).max(16);
-            let (b, slot) = (bufs[i], idx[i]);
-            let base = b as usize * STRIDE;
-            // SAFETY: the dispatcher owns the buffers it passes to `recv`; `slot` was just
-            // received into.
-            let (pb, _) = unsafe { slots.get(slot) };
-            let first = &pb[HEADROOM..HEADROOM + CAP];
             if holding {
                 // An earlier message is held: this one waits behind it, whole.
-                let k = m.len.min(CAP);
-                qr.over[base..base + k].copy_from_slice(&first[..k]);
-                qr.held.push_back(Held { buf: b, next: 0, msg: *m });
+                qr.held.push_back(Held { buf: b, next: 0, msg: m });
                 unused.push(slot);
                 continue;
             }
-            let (_, e0) = range(m, 0);
-            meta[order.len()] =
-                RxMeta { len: e0.min(CAP) as u16, src: m.src, truncated: e0 > CAP || m.cut, arrival_ns: 0, ifindex: m.ifindex };
+            meta[order.len()] = match m.form {
+                // Datagram 0 is where it was received.
+                Form::One | Form::Run | Form::Whole => {
+                    let e0 = if m.form == Form::Run { m.seg } else { m.len };
+                    RxMeta { len: e0.min(CAP) as u16, src: m.src, truncated: e0 > CAP || m.cut, arrival_ns: 0, ifindex: m.ifindex }
+                }
+                Form::Super(_) => put(slots, slot, &qr.over[base..base + m.len], &m, 0),
+            };
             order.push(slot);
-            if segs > 1 && m.seg < CAP {
-                // Datagram 1 begins in the packet buffer: its start joins the rest.
-                let e = m.len.min(CAP);
-                qr.over[base + m.seg..base + e].copy_from_slice(&first[m.seg..e]);
-            }
             let mut k = 1;
             while k < segs && spare < idx.len() {
-                let (a, e) = range(m, k);
-                meta[order.len()] = copy_out(slots, idx[spare], &qr.over[base + a..base + e], m);
+                meta[order.len()] = put(slots, idx[spare], &qr.over[base..base + m.len], &m, k);
                 order.push(idx[spare]);
                 spare += 1;
                 k += 1;
             }
             if k < segs {
-                qr.held.push_back(Held { buf: b, next: k, msg: *m });
+                qr.held.push_back(Held { buf: b, next: k, msg: m });
                 holding = true;
             } else {
                 qr.free.push(b);
@@ -250,11 +288,21 @@ impl GroRx {
     }
 }
 
-/// Copies one datagram `bytes` of message `m` into packet buffer `idx`: its metadata.
-fn copy_out(slots: &Slots, idx: u32, bytes: &[u8], m: &Msg) -> RxMeta {
+/// Writes datagram `k` of message `m` (all of it in `bytes`) into packet buffer `idx`: its
+/// metadata. One larger than the buffer is cut to it, and says so.
+fn put(slots: &Slots, idx: u32, bytes: &[u8], m: &Msg, k: usize) -> RxMeta {
     // SAFETY: the dispatcher owns the buffers it passes to `recv`.
     let (buf, _) = unsafe { slots.get(idx) };
-    let k = bytes.len().min(CAP);
-    buf[HEADROOM..HEADROOM + k].copy_from_slice(&bytes[..k]);
-    RxMeta { len: k as u16, src: m.src, truncated: bytes.len() > CAP, arrival_ns: 0, ifindex: m.ifindex }
+    let out = &mut buf[HEADROOM..HEADROOM + CAP];
+    let (len, full) = match m.form {
+        Form::Super(s) if s.segment_len(k) <= CAP => (s.write(bytes, k, out), s.segment_len(k)),
+        Form::Super(s) => (0, s.segment_len(k)),
+        _ => {
+            let (a, e) = if m.form == Form::Run { (k * m.seg, ((k + 1) * m.seg).min(m.len)) } else { (0, m.len) };
+            let n = (e - a).min(CAP);
+            out[..n].copy_from_slice(&bytes[a..a + n]);
+            (n, e - a)
+        }
+    };
+    RxMeta { len: len as u16, src: m.src, truncated: full > CAP, arrival_ns: 0, ifindex: m.ifindex }
 }

@@ -728,6 +728,7 @@ impl Backend for UdpBackend {
                 cut: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 src: from_sockaddr(a),
                 ifindex,
+                form: gro::Form::One,
             });
         }
         held + self.gro.split(q, slots, idx, meta, &self.msgs)

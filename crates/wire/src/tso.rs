@@ -1,0 +1,264 @@
+//! Cutting a TCP super-packet into segments, as a NIC's TCP segmentation offload would.
+//!
+//! An endpoint that keeps its transmit offloads hands its VXLAN device TCP bursts of up to 64 KB
+//! and nothing segments them on the way: the node's socket receives one VXLAN datagram holding
+//! one inner IP packet of tens of KB, its TCP checksum left partial, with the MSS to cut it at in
+//! the `UDP_GRO` control message. [`Super::of`] recognises such a datagram; [`Super::write`]
+//! builds segment `k`: the same VXLAN, Ethernet and IP headers with its own lengths, IPv4
+//! identification and header checksum, the TCP header with its sequence number, FIN and PSH on
+//! the last segment only and CWR on the first only, and a complete TCP checksum (RFC 9293 §3.1
+//! and Linux's `tcp_gso_segment`).
+
+use crate::build::fill_l4_checksum;
+use crate::ethernet::{ethertype, HEADER_LEN as ETH_LEN, VLAN_TAG_LEN};
+use crate::tcp::flags;
+use crate::{be16, be32, checksum, ip_proto, put16, put32, vxlan};
+
+/// TCP's CWR flag (not among [`flags`]).
+const CWR: u8 = 0x80;
+
+/// The layout of a VXLAN datagram that carries one inner TCP packet to cut at `mss`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Super {
+    /// Offset of the inner IP header.
+    l3: u16,
+    /// Offset of the TCP header.
+    l4: u16,
+    /// Length of the headers (VXLAN to TCP options): each segment's first bytes.
+    hdrs: u16,
+    /// Total length (the datagram's).
+    len: u32,
+    /// Payload bytes per segment.
+    mss: u16,
+    v4: bool,
+}
+
+/// The offset of the inner IP header of a VXLAN datagram and whether it is IPv4; `None` if the
+/// inner frame is not IP.
+fn inner_l3(d: &[u8]) -> Option<(usize, bool)> {
+    let mut at = vxlan::HEADER_LEN + ETH_LEN;
+    let mut et = be16(d.get(..at)?, at - 2);
+    if et == ethertype::VLAN {
+        at += VLAN_TAG_LEN;
+        et = be16(d.get(..at)?, at - 2);
+    }
+    match et {
+        ethertype::IPV4 => Some((at, true)),
+        ethertype::IPV6 => Some((at, false)),
+        _ => None,
+    }
+}
+
+/// True if `d`, a message of several datagrams run together (a coalesced run), is instead one
+/// datagram whose inner IP packet fills all of it: an unsegmented super-packet, whatever it
+/// carries. (A run's first datagram holds an inner packet shorter than the message.)
+pub fn is_one_packet(d: &[u8]) -> bool {
+    let Some((l3, v4)) = inner_l3(d) else { return false };
+    let Some(h) = d.get(l3..l3 + if v4 { 20 } else { 40 }) else { return false };
+    let ip_len = if v4 { be16(h, 2) as usize } else { 40 + be16(h, 4) as usize };
+    l3 + ip_len == d.len()
+}
+
+impl Super {
+    /// The layout of `d` if it is one VXLAN datagram whose inner packet is TCP (IPv4 with any
+    /// options but not a fragment, or IPv6 without extension headers) with more than `mss`
+    /// payload bytes; `None` otherwise.
+    pub fn of(d: &[u8], mss: usize) -> Option<Super> {
+        let (l3, v4) = inner_l3(d)?;
+        let (l4, ip_len) = if v4 {
+            let h = d.get(l3..l3 + 20)?;
+            let ihl = (h[0] & 0xf) as usize * 4;
+            let frag = be16(h, 6) & 0x3fff;
+            if h[0] >> 4 != 4 || ihl < 20 || h[9] != ip_proto::TCP || frag != 0 {
+                return None;
+            }
+            (l3 + ihl, be16(h, 2) as usize)
+        } else {
+            let h = d.get(l3..l3 + 40)?;
+            if h[0] >> 4 != 6 || h[6] != ip_proto::TCP {
+                return None;
+            }
+            (l3 + 40, 40 + be16(h, 4) as usize)
+        };
+        let doff = (*d.get(l4 + 12)? >> 4) as usize * 4;
+        let hdrs = l4 + doff;
+        if doff < 20 || l3 + ip_len != d.len() || hdrs > d.len() || mss == 0 || d.len() - hdrs <= mss || hdrs + mss > u16::MAX as usize {
+            return None;
+        }
+        Some(Super { l3: l3 as u16, l4: l4 as u16, hdrs: hdrs as u16, len: d.len() as u32, mss: mss as u16, v4 })
+    }
+
+    /// As [`Super::of`], cut so that each segment's inner IP packet is at most `ip_max` bytes:
+    /// for a super-packet that came without its MSS (the kernel gives a tunnel packet's none).
+    pub fn of_ip_max(d: &[u8], ip_max: usize) -> Option<Super> {
+        let s = Super::of(d, 1)?;
+        let mss = ip_max.checked_sub(s.hdrs as usize - s.l3 as usize).filter(|&m| m > 0)?;
+        Super::of(d, mss)
+    }
+
+    /// Segments it makes.
+    pub fn segments(&self) -> usize {
+        (self.len as usize - self.hdrs as usize).div_ceil(self.mss as usize)
+    }
+
+    /// Segment `k`'s length.
+    pub fn segment_len(&self, k: usize) -> usize {
+        let payload = self.len as usize - self.hdrs as usize;
+        self.hdrs as usize + (payload - k * self.mss as usize).min(self.mss as usize)
+    }
+
+    /// Writes segment `k` of `d` (the datagram [`Super::of`] read) into `out`, which holds at
+    /// least [`Super::segment_len`] bytes; returns its length.
+    pub fn write(&self, d: &[u8], k: usize, out: &mut [u8]) -> usize {
+        let (l3, l4, hdrs, mss) = (self.l3 as usize, self.l4 as usize, self.hdrs as usize, self.mss as usize);
+        let n = self.segment_len(k);
+        let from = hdrs + k * mss;
+        out[..hdrs].copy_from_slice(&d[..hdrs]);
+        out[hdrs..n].copy_from_slice(&d[from..from + n - hdrs]);
+        let ip = &mut out[l3..n];
+        if self.v4 {
+            let ihl = l4 - l3;
+            put16(ip, 2, (n - l3) as u16);
+            put16(ip, 4, be16(ip, 4).wrapping_add(k as u16));
+            put16(ip, 10, 0);
+            let c = checksum::checksum(&ip[..ihl]);
+            put16(ip, 10, c);
+        } else {
+            put16(ip, 4, (n - l4) as u16);
+        }
+        let t = l4 - l3;
+        put32(ip, t + 4, be32(ip, t + 4).wrapping_add((k * mss) as u32));
+        let mut f = ip[t + 13];
+        if k + 1 < self.segments() {
+            f &= !(flags::FIN | flags::PSH);
+        }
+        if k > 0 {
+            f &= !CWR;
+        }
+        ip[t + 13] = f;
+        fill_l4_checksum(ip, t, ip_proto::TCP);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{build, frame_len, verify_l4_checksum, FrameSpec, L4Spec};
+    use crate::ethernet::MacAddr;
+    use crate::layout::{parse_inner, parse_vxlan, InnerL3};
+    use proptest::prelude::*;
+
+    fn spec(v4: bool, payload: usize, fl: u8) -> FrameSpec {
+        let (src, dst) = if v4 { ("10.1.0.1", "10.1.0.2") } else { ("fd00::1", "fd00::2") };
+        FrameSpec {
+            outer: None,
+            vni: 100,
+            inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            l4: L4Spec::Tcp { src_port: 40000, dst_port: 5201, flags: fl },
+            payload_len: payload,
+            payload_byte: 0,
+        }
+    }
+
+    /// A super-packet of `payload` bytes (numbered), its TCP checksum left partial as an
+    /// offloading sender leaves it (the pseudo-header sum only, here garbage: it must not
+    /// matter).
+    fn superpacket(v4: bool, payload: usize, fl: u8) -> Vec<u8> {
+        let s = spec(v4, payload, fl);
+        let mut d = vec![0; frame_len(&s)];
+        build(&s, &mut d).unwrap();
+        let hdrs = d.len() - payload;
+        for (i, b) in d[hdrs..].iter_mut().enumerate() {
+            *b = (i * 7 + i / 251) as u8;
+        }
+        let l4 = hdrs - 20;
+        put16(&mut d, l4 + 16, 0x1234);
+        d
+    }
+
+    proptest! {
+        #[test]
+        fn the_segments_carry_the_payload_in_order_each_a_valid_packet(
+            v4 in any::<bool>(), payload in 1usize..66_000, mss in 500usize..1500, fin in any::<bool>(), cwr in any::<bool>(),
+        ) {
+            let fl = flags::ACK | flags::PSH | if fin { flags::FIN } else { 0 } | if cwr { CWR } else { 0 };
+            let d = superpacket(v4, payload, fl);
+            if d.len() > 65_507 { return Ok(()); }
+            let Some(s) = Super::of(&d, mss) else {
+                prop_assert!(payload <= mss, "a packet longer than the MSS is a super-packet");
+                return Ok(());
+            };
+            prop_assert!(is_one_packet(&d));
+            prop_assert_eq!(s.segments(), payload.div_ceil(mss));
+            let hdrs = d.len() - payload;
+            let mut joined = Vec::new();
+            let seq0 = be32(&d, hdrs - 20 + 4);
+            let id0 = be16(&d, hdrs - 40 + 4);
+            for k in 0..s.segments() {
+                let mut out = vec![0u8; 2000];
+                let n = s.write(&d, k, &mut out);
+                let seg = &out[..n];
+                prop_assert_eq!(n, s.segment_len(k));
+                prop_assert!(n - hdrs <= mss);
+                prop_assert_eq!(parse_vxlan(seg).unwrap(), 100);
+                let lay = parse_inner(&seg[vxlan::HEADER_LEN..]).unwrap();
+                prop_assert_eq!(lay.l3_end as usize, n - vxlan::HEADER_LEN, "the inner packet fills the segment");
+                let l3 = vxlan::HEADER_LEN + ETH_LEN;
+                let ip = &seg[l3..];
+                match lay.l3 {
+                    InnerL3::Ipv4 => {
+                        prop_assert_eq!(be16(ip, 2) as usize, ip.len());
+                        prop_assert_eq!(checksum::checksum(&ip[..20]), 0);
+                        prop_assert_eq!(be16(ip, 4), id0.wrapping_add(k as u16));
+                    }
+                    _ => prop_assert_eq!(be16(ip, 4) as usize, ip.len() - 40),
+                }
+                let t = hdrs - l3 - 20;
+                prop_assert!(verify_l4_checksum(ip, t, ip_proto::TCP), "segment {}'s TCP checksum", k);
+                prop_assert_eq!(be32(ip, t + 4), seq0.wrapping_add((k * mss) as u32));
+                let f = ip[t + 13];
+                let last = k + 1 == s.segments();
+                prop_assert_eq!(f & flags::FIN != 0, fin && last);
+                prop_assert_eq!(f & flags::PSH != 0, last);
+                prop_assert_eq!(f & CWR != 0, cwr && k == 0);
+                prop_assert!(f & flags::ACK != 0);
+                joined.extend_from_slice(&seg[hdrs..]);
+            }
+            prop_assert_eq!(&joined[..], &d[hdrs..]);
+        }
+    }
+
+    #[test]
+    fn a_run_of_datagrams_or_a_fragment_is_not_a_super_packet() {
+        // Two datagrams run together: the first's inner packet ends before the message does.
+        let one = superpacket(true, 1000, flags::ACK);
+        let mut run = one.clone();
+        run.extend_from_slice(&one);
+        assert!(!is_one_packet(&run));
+        assert_eq!(Super::of(&run, 500), None);
+        // An inner IPv4 fragment (more fragments set) is left alone.
+        let mut frag = superpacket(true, 5000, flags::ACK);
+        let l3 = vxlan::HEADER_LEN + ETH_LEN;
+        put16(&mut frag, l3 + 6, 0x2000);
+        assert!(is_one_packet(&frag));
+        assert_eq!(Super::of(&frag, 1000), None);
+        // Inner UDP is one packet, but not one to cut.
+        let mut udp = superpacket(true, 5000, flags::ACK);
+        udp[l3 + 9] = ip_proto::UDP;
+        assert!(is_one_packet(&udp));
+        assert_eq!(Super::of(&udp, 1000), None);
+        // Without its MSS: cut to inner packets of at most 1450 bytes.
+        let big = superpacket(true, 10_000, flags::ACK);
+        let s = Super::of_ip_max(&big, 1450).unwrap();
+        assert_eq!(s.segments(), 10_000usize.div_ceil(1410));
+        assert_eq!(s.segment_len(0) - (vxlan::HEADER_LEN + ETH_LEN), 1450);
+        assert_eq!(Super::of_ip_max(&big, 40), None, "no room for payload");
+        // Truncated headers are no packet at all.
+        assert!(!is_one_packet(&one[..30]));
+        assert_eq!(Super::of(&one[..30], 100), None);
+    }
+}
