@@ -5,7 +5,8 @@
 #   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2
 #   socat:  S3 --vxlan--> relay namespace (socat copies each datagram, no processing) --vxlan--> R3
 # Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then the
-# snic paths' ratios to the kernel router's ("ratios").
+# snic paths' ratios to the kernel router's ("ratios"). For the one-node path, the node's CPU
+# per datagram it received ("snic-1node-cpu"; needs a binary with `receive` in its status).
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
 #
@@ -134,11 +135,19 @@ vxlan s4 192.168.31.2 192.168.31.1 10.1.0.1
 vxlan r4 192.168.32.2 192.168.32.1 10.1.0.2
 gro n
 ip netns exec "$P-n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-n" >"$work/n.log" 2>&1 & pids+=($!)
+node_n=$!
 wait_for "node n up" ip netns exec "$P-n" "$snic" status
 ip netns exec "$P-n" "$snic" apply -f "$here/examples/vpc-fw-nat.yaml" >/dev/null
 ip -n "$P-r4" neigh add 10.1.0.100 lladdr "$(vxmac s4)" dev vx0 nud permanent
 server r4
+# Node CPU per datagram it received (user + system of its process, which includes the kernel's
+# receive and transmit work done in its context), over the whole measurement (issue 18's measure).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$node_n/stat"; }
+received() { ip netns exec "$P-n" "$snic" status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("receive", {}).get("datagrams", 0))'; }
+t0=$(cpu_ticks); r0=$(received)
 measure snic-1node-fw-nat s4 10.1.0.2
+t1=$(cpu_ticks); r1=$(received)
+python3 -c 'import os,sys; t0,t1,r0,r1=map(int,sys.argv[1:]); hz=os.sysconf("SC_CLK_TCK"); print("{\"bench\":\"vpc\",\"path\":\"snic-1node-cpu\",\"datagrams\":%d,\"cpu_us_per_datagram\":%s}" % (r1-r0, round((t1-t0)/hz*1e6/(r1-r0), 3) if r1 > r0 else "null"))' "$t0" "$t1" "$r0" "$r1"
 
 python3 - "$work/gbps" <<'PY'
 import json, sys

@@ -567,10 +567,11 @@ fn two_node_vpc_through_encryption() {
     // nodes' datagrams (the encrypted ones 32 bytes more) exceed the links' MTU: fragmented,
     // none refused, and TCP carries.
     let (rows, stdout) = bench_script("bench-vpc.sh", &["1"], &[("VPC_ENDPOINT_MTU", "1500")]);
-    // Four paths, the MTU line, the ratios line.
-    assert_eq!(rows.len(), 6, "{stdout}");
-    assert!(rows[5]["ratios"].is_object(), "{stdout}");
-    for r in rows.iter().filter(|r| r.get("path").is_some_and(|p| p != "snic-mtu")) {
+    // Four paths, the MTU line, the one node's CPU line, the ratios line.
+    assert_eq!(rows.len(), 7, "{stdout}");
+    assert!(rows[5]["cpu_us_per_datagram"].as_f64().is_some_and(|c| c > 0.0), "{}", rows[5]);
+    assert!(rows[6]["ratios"].is_object(), "{stdout}");
+    for r in rows.iter().filter(|r| r.get("path").is_some_and(|p| p != "snic-mtu" && p != "snic-1node-cpu")) {
         assert!(r.get("error").is_none(), "{r}");
         assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.0, "every path carries TCP: {r}");
     }
