@@ -30,7 +30,7 @@ use snic_core::walk::{Entered, Ran, Skip, Walk};
 pub use snic_nt::WorkTimer;
 use snic_nt::{NtSpec, SpecError, HEADROOM};
 use snic_wire::layout::{self, InnerL3};
-use snic_wire::{ip_proto, vxlan};
+use snic_wire::vxlan;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,6 +73,14 @@ const NO_MEMO: u128 = u128::MAX;
 
 /// How often regions whose NTs send packets of their own run without traffic, ns.
 const TICK_NS: u64 = 1_000_000;
+
+/// Finishes a checksum an offloading sender left partial ([`snic_wire::build::complete_partial_l4`]):
+/// out of the per-packet path, which only tested the parse's flag.
+#[cold]
+#[inline(never)]
+fn complete_partial(ip: &mut [u8], l4_off: usize, proto: u8) {
+    snic_wire::build::complete_partial_l4(ip, l4_off, proto);
+}
 
 /// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
 /// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
@@ -916,11 +924,10 @@ impl<B: Backend> Node<B> {
         // An endpoint that keeps its transmit offloads leaves inner TCP and UDP checksums
         // partial for a NIC to finish (docs/endpoints.md): finished here, before any NT reads
         // or updates them. (The pseudo-header is summed; the payload only for a partial one.)
-        if let Some(l) = &d.meta.inner {
-            if matches!(l.key.proto, ip_proto::TCP | ip_proto::UDP) {
-                let ip = off + vxlan::HEADER_LEN + l.l3_off as usize..off + vxlan::HEADER_LEN + l.l3_end as usize;
-                snic_wire::build::complete_partial_l4(&mut buf[ip], (l.l4_off - l.l3_off) as usize, l.key.proto);
-            }
+        // (The parse compared the field with the pseudo-header: the rest only on a match.)
+        if let Some(l) = d.meta.inner.as_ref().filter(|l| l.l4_partial) {
+            let ip = off + vxlan::HEADER_LEN + l.l3_off as usize..off + vxlan::HEADER_LEN + l.l3_end as usize;
+            complete_partial(&mut buf[ip], (l.l4_off - l.l3_off) as usize, l.key.proto);
         }
         let inner = &d.meta.inner;
         // Learning gives the sender's id: the descriptor keeps 4 bytes, not its 40-byte address
@@ -1322,6 +1329,7 @@ mod tests {
             l3_end: 60,
             key,
             l4_flags: 0,
+            l4_partial: false,
         })
     }
 

@@ -203,43 +203,12 @@ pub fn fill_l4_checksum(ip: &mut [u8], l4_off: usize, proto: u8) {
 
 /// Completes the TCP or UDP checksum of the IP packet `ip` (L4 header at `l4_off`) if its sender
 /// left it *partial*, as a kernel with transmit checksum offload does for a NIC to finish: the
-/// field then holds the pseudo-header's folded sum, not the checksum. Returns true if it did.
-/// A packet whose field holds that value and verifies anyway (1 in 65,536 of valid ones) is
-/// left as it is. Cheap for the rest: the pseudo-header is summed, the payload only on a match.
-#[inline(always)]
+/// field then holds the pseudo-header's folded sum, not the checksum
+/// ([`checksum::l4_field_is_pseudo`]; the inner parse says so cheaply,
+/// `layout::InnerLayout::l4_partial`). Returns true if it did. A packet whose field holds that
+/// value and verifies anyway (1 in 65,536 of valid ones) is left as it is.
 pub fn complete_partial_l4(ip: &mut [u8], l4_off: usize, proto: u8) -> bool {
-    let at = match proto {
-        ip_proto::TCP => 16,
-        ip_proto::UDP => 6,
-        _ => return false,
-    };
-    let Some(h) = ip.first_chunk::<20>() else { return false };
-    if ip.len() < l4_off + at + 2 {
-        return false;
-    }
-    let len = (ip.len() - l4_off) as u32;
-    let ph = if h[0] >> 4 == 4 {
-        // The IPv4 pseudo-header (the hot case: every TCP and UDP packet pays this, a handful
-        // of instructions): two 32-bit addresses as 16-bit halves, the protocol and the length.
-        let (s, d) = (u32::from_be_bytes([h[12], h[13], h[14], h[15]]), u32::from_be_bytes([h[16], h[17], h[18], h[19]]));
-        let acc = (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + proto as u32 + (len >> 16) + (len & 0xffff);
-        // (< 2^19: two folds reach 16 bits.)
-        let acc = (acc & 0xffff) + (acc >> 16);
-        ((acc & 0xffff) + (acc >> 16)) as u16
-    } else if ip.len() >= 40 {
-        checksum::fold(checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len))
-    } else {
-        return false;
-    };
-    let field = u16::from_be_bytes([ip[l4_off + at], ip[l4_off + at + 1]]);
-    field == ph && complete_partial_cold(ip, l4_off, proto)
-}
-
-/// The rest of [`complete_partial_l4`], for a field that holds the partial sum.
-#[cold]
-#[inline(never)]
-fn complete_partial_cold(ip: &mut [u8], l4_off: usize, proto: u8) -> bool {
-    if verify_l4_checksum(ip, l4_off, proto) {
+    if !checksum::l4_field_is_pseudo(ip, l4_off, proto) || verify_l4_checksum(ip, l4_off, proto) {
         return false;
     }
     fill_l4_checksum(ip, l4_off, proto);
@@ -284,7 +253,10 @@ mod tests {
             let l4_off = if v4 { 20 } else { 40 };
             let (proto, at) = if tcp { (ip_proto::TCP, 16) } else { (ip_proto::UDP, 6) };
             let good = d.clone();
-            // Complete: left alone.
+            // Complete: left alone (and, unless its checksum happens to equal the partial sum,
+            // not flagged by the parse).
+            let lay = parse_inner(&d[vxlan::HEADER_LEN..]).unwrap();
+            prop_assert_eq!(lay.l4_partial, checksum::l4_field_is_pseudo(&d[l3..], l4_off, proto));
             prop_assert!(!complete_partial_l4(&mut d[l3..], l4_off, proto));
             prop_assert_eq!(&d, &good);
             // Partial, as an offloading sender leaves it: completed to the valid checksum.
@@ -292,6 +264,11 @@ mod tests {
             let len = (ip.len() - l4_off) as u32;
             let ph = if v4 { checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len) } else { checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len) };
             put16(ip, l4_off + at, checksum::fold(ph));
+            // The parse flags it, its fast path (IPv4) as its general one.
+            let lay = parse_inner(&d[vxlan::HEADER_LEN..]).unwrap();
+            prop_assert!(lay.l4_partial);
+            prop_assert_eq!(lay, crate::layout::parse_inner_general(&d[vxlan::HEADER_LEN..]).unwrap());
+            let ip = &mut d[l3..];
             if !verify_l4_checksum(ip, l4_off, proto) {
                 prop_assert!(complete_partial_l4(ip, l4_off, proto));
                 prop_assert_eq!(&d, &good);

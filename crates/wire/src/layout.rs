@@ -236,6 +236,10 @@ pub struct InnerLayout {
     pub key: FlowKey,
     /// TCP flags, or the ICMP type; 0 otherwise.
     pub l4_flags: u8,
+    /// The TCP or UDP checksum field holds the pseudo-header's folded sum: the sender may have
+    /// left it partial, for a NIC to finish ([`crate::checksum::l4_field_is_pseudo`];
+    /// [`crate::build::complete_partial_l4`] decides and finishes it).
+    pub l4_partial: bool,
 }
 
 const UNSPEC: IpAddr = IpAddr::V4(Ipv4Addr::UNSPECIFIED);
@@ -292,25 +296,31 @@ fn parse_inner_fast(f: &[u8], out: &mut Option<InnerLayout>) -> bool {
     }
     let seg = tl - 20;
     let proto = f[23];
-    let fl = match proto {
+    let (fl, field) = match proto {
         ip_proto::UDP if seg >= 8 => {
             let ul = u16::from_be_bytes(arr(f, 38)) as usize;
             if ul < 8 || ul > seg {
                 return false;
             }
-            0
+            (0, u16::from_be_bytes(arr(f, 40)))
         }
         ip_proto::TCP if seg >= 20 => {
             let off = ((f[46] >> 4) as usize) * 4;
             if off < 20 || off > seg {
                 return false;
             }
-            f[47]
+            (f[47], u16::from_be_bytes(arr(f, 50)))
         }
         _ => return false,
     };
     let ports = u32::from_be_bytes(arr(f, 34));
-    let (src, dst) = (Ipv4Addr::from(u32::from_be_bytes(arr(f, 26))), Ipv4Addr::from(u32::from_be_bytes(arr(f, 30))));
+    let (s, d) = (u32::from_be_bytes(arr(f, 26)), u32::from_be_bytes(arr(f, 30)));
+    // The pseudo-header's folded sum against the checksum field (`checksum::l4_field_is_pseudo`,
+    // from the words at hand: a handful of instructions). (< 2^19: two folds reach 16 bits.)
+    let acc = (s >> 16) + (s & 0xffff) + (d >> 16) + (d & 0xffff) + proto as u32 + seg as u32;
+    let acc = (acc & 0xffff) + (acc >> 16);
+    let partial = field as u32 == (acc & 0xffff) + (acc >> 16);
+    let (src, dst) = (Ipv4Addr::from(s), Ipv4Addr::from(d));
     // Field by field into the layout the descriptor holds already (the usual case): a whole
     // layout assigned was built on the stack and copied 16 bytes at a time, reloading narrow
     // stores just made.
@@ -327,6 +337,7 @@ fn parse_inner_fast(f: &[u8], out: &mut Option<InnerLayout>) -> bool {
     l.key.src_port = (ports >> 16) as u16;
     l.key.dst_port = ports as u16;
     l.l4_flags = fl;
+    l.l4_partial = partial;
     true
 }
 
@@ -358,6 +369,7 @@ pub fn parse_inner_general(frame: &[u8]) -> Result<InnerLayout, ParseError> {
                 l3_end: end as u16,
                 key: FlowKey { src: UNSPEC, dst: UNSPEC, proto: 0, src_port: 0, dst_port: 0 },
                 l4_flags: 0,
+                l4_partial: false,
             });
         }
         _ => return Err(ParseError::UnknownInnerL3),
@@ -388,6 +400,7 @@ pub fn parse_inner_general(frame: &[u8]) -> Result<InnerLayout, ParseError> {
         l3_end: end as u16,
         key: FlowKey { src, dst, proto, src_port: sp, dst_port: dp },
         l4_flags: fl,
+        l4_partial: crate::checksum::l4_field_is_pseudo(&frame[l3..end], l4 - l3, proto),
     })
 }
 
@@ -402,6 +415,7 @@ const STALE: InnerLayout = InnerLayout {
     l3_end: 99,
     key: FlowKey { src: UNSPEC, dst: UNSPEC, proto: 17, src_port: 1, dst_port: 2 },
     l4_flags: 3,
+    l4_partial: true,
 };
 
 /// The harness shared by the cargo-fuzz target and the corpus-replay test: parse arbitrary bytes
