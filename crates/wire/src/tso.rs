@@ -232,6 +232,53 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// What a hostile endpoint sends is any bytes, lengths lying: recognising and cutting
+        /// never read or write out of bounds, and every segment fits what it says.
+        #[test]
+        fn any_bytes_are_recognised_and_cut_without_a_panic(
+            mut d in proptest::collection::vec(any::<u8>(), 0..3000), mss in 0usize..2000, v6 in any::<bool>(), ihl in 5u8..16,
+        ) {
+            // Most random bytes are not IP at all: make the inner frame claim to be, with its
+            // lengths as they came, half the time its total length the datagram's.
+            if d.len() > 8 + 14 + 40 {
+                let (l3, et) = (8 + 14, if v6 { 0x86ddu16 } else { 0x0800 });
+                d[20..22].copy_from_slice(&et.to_be_bytes());
+                let honest = d[0] & 1 == 0;
+                let l4 = if v6 {
+                    d[l3] = 0x60;
+                    d[l3 + 6] = ip_proto::TCP;
+                    if honest {
+                        let pl = (d.len() - l3 - 40) as u16;
+                        d[l3 + 4..l3 + 6].copy_from_slice(&pl.to_be_bytes());
+                    }
+                    l3 + 40
+                } else {
+                    d[l3] = 0x40 | ihl;
+                    d[l3 + 9] = ip_proto::TCP;
+                    d[l3 + 6] &= 0x80;
+                    d[l3 + 7] = 0;
+                    if honest {
+                        let tl = (d.len() - l3) as u16;
+                        d[l3 + 2..l3 + 4].copy_from_slice(&tl.to_be_bytes());
+                    }
+                    l3 + ihl as usize * 4
+                };
+                // Its TCP data offset as it came, but at least 5 words.
+                if let Some(b) = d.get_mut(l4 + 12) {
+                    *b |= 0x50;
+                }
+            }
+            let _ = is_one_packet(&d);
+            for s in [Super::of(&d, mss), Super::of_ip_max(&d, mss)].into_iter().flatten() {
+                for k in 0..s.segments() {
+                    let mut out = vec![0u8; s.segment_len(k)];
+                    prop_assert_eq!(s.write(&d, k, &mut out), out.len());
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_run_of_datagrams_or_a_fragment_is_not_a_super_packet() {
         // Two datagrams run together: the first's inner packet ends before the message does.
