@@ -923,8 +923,8 @@ impl<B: Backend> Node<B> {
         }
         // An endpoint that keeps its transmit offloads leaves inner TCP and UDP checksums
         // partial for a NIC to finish (docs/endpoints.md): finished here, before any NT reads
-        // or updates them. (The pseudo-header is summed; the payload only for a partial one.)
-        // (The parse compared the field with the pseudo-header: the rest only on a match.)
+        // or updates them. (The parse compared the field with the pseudo-header: the payload is
+        // summed only on a match.)
         if let Some(l) = d.meta.inner.as_ref().filter(|l| l.l4_partial) {
             let ip = off + vxlan::HEADER_LEN + l.l3_off as usize..off + vxlan::HEADER_LEN + l.l3_end as usize;
             complete_partial(&mut buf[ip], (l.l4_off - l.l3_off) as usize, l.key.proto);

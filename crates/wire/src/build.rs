@@ -177,22 +177,10 @@ pub fn emit_outer(o: &OuterSpec, dst_port: u16, vxlan_len: usize, buf: &mut [u8]
 /// Computes and stores the full L4 checksum of the IP packet `ip` (IPv4 or IPv6 without
 /// extension headers) whose L4 header starts at `l4_off`. ICMPv4 has no pseudo-header.
 pub fn fill_l4_checksum(ip: &mut [u8], l4_off: usize, proto: u8) {
-    let v4 = ip[0] >> 4 == 4;
-    let csum_at = match proto {
-        ip_proto::TCP => 16,
-        ip_proto::UDP => 6,
-        ip_proto::ICMP | ip_proto::ICMPV6 => 2,
-        _ => return,
-    };
+    let Some(csum_at) = checksum::l4_checksum_at(proto) else { return };
     let len = ip.len() - l4_off;
     put16(ip, l4_off + csum_at, 0);
-    let mut acc = if proto == ip_proto::ICMP {
-        0
-    } else if v4 {
-        checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len as u32)
-    } else {
-        checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len as u32)
-    };
+    let mut acc = if proto == ip_proto::ICMP { 0 } else { checksum::ip_pseudo_header(ip, proto, len as u32) };
     acc = checksum::sum(acc, &ip[l4_off..]);
     let mut c = !checksum::fold(acc);
     if proto == ip_proto::UDP && c == 0 {
@@ -217,15 +205,8 @@ pub fn complete_partial_l4(ip: &mut [u8], l4_off: usize, proto: u8) -> bool {
 
 /// True if the L4 checksum of the IP packet `ip` verifies (see [`fill_l4_checksum`]).
 pub fn verify_l4_checksum(ip: &[u8], l4_off: usize, proto: u8) -> bool {
-    let v4 = ip[0] >> 4 == 4;
     let len = ip.len() - l4_off;
-    let mut acc = if proto == ip_proto::ICMP {
-        0
-    } else if v4 {
-        checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len as u32)
-    } else {
-        checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len as u32)
-    };
+    let mut acc = if proto == ip_proto::ICMP { 0 } else { checksum::ip_pseudo_header(ip, proto, len as u32) };
     acc = checksum::sum(acc, &ip[l4_off..]);
     checksum::fold(acc) == 0xffff
 }
@@ -262,7 +243,7 @@ mod tests {
             // Partial, as an offloading sender leaves it: completed to the valid checksum.
             let ip = &mut d[l3..];
             let len = (ip.len() - l4_off) as u32;
-            let ph = if v4 { checksum::pseudo_header(&ip[12..16], &ip[16..20], proto, len) } else { checksum::pseudo_header(&ip[8..24], &ip[24..40], proto, len) };
+            let ph = checksum::ip_pseudo_header(ip, proto, len);
             put16(ip, l4_off + at, checksum::fold(ph));
             // The parse flags it, its fast path (IPv4) as its general one.
             let lay = parse_inner(&d[vxlan::HEADER_LEN..]).unwrap();

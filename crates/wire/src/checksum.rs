@@ -91,6 +91,28 @@ pub fn pseudo_header(src: &[u8], dst: &[u8], proto: u8, len: u32) -> u64 {
     acc
 }
 
+/// The pseudo-header sum of the IP packet `ip` (IPv4 or IPv6 by its version; at least its fixed
+/// header long) for an upper layer `proto` of `len` bytes.
+#[inline]
+pub fn ip_pseudo_header(ip: &[u8], proto: u8, len: u32) -> u64 {
+    if ip[0] >> 4 == 4 {
+        pseudo_header(&ip[12..16], &ip[16..20], proto, len)
+    } else {
+        pseudo_header(&ip[8..24], &ip[24..40], proto, len)
+    }
+}
+
+/// Where the checksum field of an L4 header of `proto` sits in it (TCP, UDP, ICMP, ICMPv6).
+#[inline]
+pub fn l4_checksum_at(proto: u8) -> Option<usize> {
+    match proto {
+        crate::ip_proto::TCP => Some(16),
+        crate::ip_proto::UDP => Some(6),
+        crate::ip_proto::ICMP | crate::ip_proto::ICMPV6 => Some(2),
+        _ => None,
+    }
+}
+
 /// True if the TCP or UDP checksum field of the IP packet `ip` (L4 header at `l4_off`) holds the
 /// folded sum of its pseudo-header: what a sender with transmit checksum offload leaves for the
 /// NIC to finish ("partial"). A complete checksum holds that value 1 time in 65,536
@@ -98,17 +120,14 @@ pub fn pseudo_header(src: &[u8], dst: &[u8], proto: u8, len: u32) -> u64 {
 /// headers too short.
 #[inline]
 pub fn l4_field_is_pseudo(ip: &[u8], l4_off: usize, proto: u8) -> bool {
-    let at = match proto {
-        crate::ip_proto::TCP => 16,
-        crate::ip_proto::UDP => 6,
-        _ => return false,
+    let Some(at) = l4_checksum_at(proto).filter(|_| matches!(proto, crate::ip_proto::TCP | crate::ip_proto::UDP)) else {
+        return false;
     };
     let v4 = ip.first().is_some_and(|b| b >> 4 == 4);
     if ip.len() < l4_off + at + 2 || ip.len() < if v4 { 20 } else { 40 } {
         return false;
     }
-    let len = (ip.len() - l4_off) as u32;
-    let ph = if v4 { pseudo_header(&ip[12..16], &ip[16..20], proto, len) } else { pseudo_header(&ip[8..24], &ip[24..40], proto, len) };
+    let ph = ip_pseudo_header(ip, proto, (ip.len() - l4_off) as u32);
     u16::from_be_bytes([ip[l4_off + at], ip[l4_off + at + 1]]) == fold(ph)
 }
 

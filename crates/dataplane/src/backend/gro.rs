@@ -255,7 +255,7 @@ impl GroRx {
                 // Datagram 0 is where it was received.
                 Form::One | Form::Run | Form::Whole => {
                     let e0 = if m.form == Form::Run { m.seg } else { m.len };
-                    RxMeta { len: e0.min(CAP) as u16, src: m.src, truncated: e0 > CAP || m.cut, arrival_ns: 0, ifindex: m.ifindex }
+                    RxMeta { truncated: e0 > CAP || m.cut, ..rx_meta(&m, e0.min(CAP), e0) }
                 }
                 Form::Super(_) => put(slots, slot, &qr.over[base..base + m.len], &m, 0),
             };
@@ -304,5 +304,11 @@ fn put(slots: &Slots, idx: u32, bytes: &[u8], m: &Msg, k: usize) -> RxMeta {
             (n, e - a)
         }
     };
+    rx_meta(m, len, full)
+}
+
+/// The metadata of a datagram of message `m`: `len` bytes in its buffer, of `full` (cut if more
+/// than a buffer holds).
+fn rx_meta(m: &Msg, len: usize, full: usize) -> RxMeta {
     RxMeta { len: len as u16, src: m.src, truncated: full > CAP, arrival_ns: 0, ifindex: m.ifindex }
 }
