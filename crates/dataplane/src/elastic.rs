@@ -8,7 +8,8 @@
 //! loss or reordering; which instance is in which region and the launches under way,
 //! `snic_core::launches`); this module holds the node's side of it — the NTs built for a
 //! launch until it runs, NT state saved by stopped chains, and what happened, for `snic
-//! status`. The node drives it (`node::elastic`).
+//! status` — and the chains' NT specs, from which NTs are built. The node drives it
+//! (`node::elastic`).
 //!
 //! In software a region is an execution slot: one chain instance, its NTs built and loaded, on
 //! the dispatcher's thread or a worker's. A launch builds the NTs (the real instantiation
@@ -18,7 +19,8 @@
 //! next launch (the paper's "store their states in on-board memory").
 
 use snic_core::ids::ChainId;
-use snic_nt::Nt;
+use snic_core::pool::owner::Slots;
+use snic_nt::{Nt, NtSpec, SpecError};
 
 /// Elasticity parameters (the node config's `elastic:` block): the core's.
 pub use snic_core::elastic::ElasticConfig;
@@ -41,6 +43,8 @@ pub struct Elastic {
     pub(crate) released: Vec<u32>,
     /// Per chain: NT state saved by evicted instances, most recent last (bounded).
     pub(crate) saved: Vec<Vec<Vec<Box<dyn Nt>>>>,
+    /// Per chain: its NTs' specs (none once it has gone).
+    specs: Vec<Vec<NtSpec>>,
 }
 
 /// Saved NT states kept per chain.
@@ -49,7 +53,13 @@ pub(crate) const SAVED_PER_CHAIN: usize = 4;
 impl Elastic {
     /// For `regions` regions.
     pub(crate) fn new(regions: usize) -> Self {
-        Elastic { built: (0..regions).map(|_| None).collect(), acts: Vec::new(), released: Vec::new(), saved: Vec::new() }
+        Elastic {
+            built: (0..regions).map(|_| None).collect(),
+            acts: Vec::new(),
+            released: Vec::new(),
+            saved: Vec::new(),
+            specs: Vec::new(),
+        }
     }
 
     /// A chain goes away (or its id is reused): no saved state.
@@ -59,7 +69,48 @@ impl Elastic {
         }
     }
 
-    pub(crate) fn add_chain(&mut self) {
-        self.saved.push(Vec::new());
+    /// Chain `id` (new, or a gone chain's id reused) has NTs `specs`.
+    pub(crate) fn add_chain(&mut self, id: ChainId, specs: Vec<NtSpec>) {
+        if id.index() < self.specs.len() {
+            self.specs[id.index()] = specs;
+        } else {
+            self.saved.push(Vec::new());
+            self.specs.push(specs);
+        }
+    }
+
+    /// A gone chain's specs go.
+    pub(crate) fn chain_gone(&mut self, chain: ChainId) {
+        self.specs[chain.index()] = Vec::new();
+    }
+
+    /// Chain `chain`'s NT specs (empty for one that has gone).
+    pub(crate) fn specs(&self, chain: ChainId) -> &[NtSpec] {
+        self.specs.get(chain.index()).map_or(&[], Vec::as_slice)
+    }
+
+    /// Chain `chain`'s NTs, freshly built from its specs; in a pool behind a switch (`slot`),
+    /// a SNAT allocates from this node's block of ports.
+    pub(crate) fn build(&self, chain: ChainId, slot: Option<Slots>) -> Result<Vec<Box<dyn Nt>>, SpecError> {
+        let build = |spec: &NtSpec| match slot {
+            Some(s) => snic_nt::build(&*spec.in_slot(s)?),
+            None => snic_nt::build(spec),
+        };
+        self.specs(chain).iter().map(build).collect()
+    }
+
+    /// Keeps `nts` (a stopped instance's NTs, with their state) for `chain`'s next launch; the
+    /// oldest saved state goes past [`SAVED_PER_CHAIN`].
+    pub(crate) fn save(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
+        let saved = &mut self.saved[chain.index()];
+        if saved.len() == SAVED_PER_CHAIN {
+            saved.remove(0);
+        }
+        saved.push(nts);
+    }
+
+    /// The most recently saved state of `chain`, taken.
+    pub(crate) fn take_saved(&mut self, chain: ChainId) -> Option<Vec<Box<dyn Nt>>> {
+        self.saved.get_mut(chain.index()).and_then(Vec::pop)
     }
 }

@@ -10,104 +10,30 @@ use crate::backend::{Backend, Framing, RxMeta};
 pub use crate::clock::{Clock, ManualClock, MonotonicClock};
 use crate::elastic::Elastic;
 use crate::fdb::{Fdb, FdbConfig};
-use crate::region::Region;
 use crate::stats::Stats;
 use crate::store::{Peer, Slots, Store, MAX_TENANTS};
-use crate::worker::{Work, WorkerError, WorkerHandle, MAX_BATCH};
+use crate::worker::{Work, WorkerError, MAX_BATCH};
 use crate::Drop;
 use arc_swap::ArcSwap;
 use snic_core::dags::DagAct;
 use snic_core::ids::{ChainId, DagUid, InstanceId, TenantId};
-use snic_core::mat::{Action, Mat, MatKey, SourceCheck};
+use snic_core::mat::Mat;
 use snic_core::meter::{CoreTime, Counters, TenantCounters};
 use snic_core::node::setup::Instances;
 use snic_core::node::{NodeCore, NodeCoreConfig};
 use snic_core::placement::Moving;
 pub use snic_core::placement::Place;
-use snic_core::sched::{InstanceState, Reject, SchedConfig};
+use snic_core::sched::{Reject, SchedConfig};
 use snic_core::time::Instant;
 use snic_core::walk::{Entered, Ran, Skip, Walk};
 pub use snic_nt::WorkTimer;
-use snic_nt::{NtSpec, SpecError, HEADROOM};
-use snic_wire::layout::{self, InnerL3};
-use snic_wire::vxlan;
-use std::net::SocketAddr;
+use snic_nt::{NtSpec, SpecError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Copies an address by variant. The parser has just written it as a one-byte tag and a
-/// four-byte address; a plain copy reloads it with one 16-byte load spanning both stores, which
-/// defeats store-to-load forwarding (it showed as 12% of the dispatcher's samples).
-#[inline(always)]
-fn rebuild(a: &std::net::IpAddr) -> std::net::IpAddr {
-    match *a {
-        std::net::IpAddr::V4(v) => std::net::IpAddr::V4(std::net::Ipv4Addr::from(u32::from(v))),
-        std::net::IpAddr::V6(v) => std::net::IpAddr::V6(v),
-    }
-}
-
-/// The fields of a packet's [`MatKey`] in one word, one to one with the key where it is not 0:
-/// a tag (bits 120..), the VNI (64..96), and for IPv4 the protocol (48..56), destination port
-/// (32..48) and address (0..32). Non-IP and ARP frames key on the VNI alone, as their
-/// [`MatKey`] does; IPv6 does not fit (0).
-#[inline(always)]
-fn memo_key(vni: u32, inner: &Option<layout::InnerLayout>) -> u128 {
-    const V4: u128 = 1 << 120;
-    const NO_DST: u128 = 2 << 120;
-    match inner {
-        Some(l) if l.l3 == InnerL3::Ipv4 => match l.key.dst {
-            std::net::IpAddr::V4(a) => {
-                V4 | (vni as u128) << 64 | (l.key.proto as u128) << 48 | (l.key.dst_port as u128) << 32 | u32::from(a) as u128
-            }
-            std::net::IpAddr::V6(_) => 0,
-        },
-        Some(l) if l.l3 == InnerL3::Ipv6 => 0,
-        _ => NO_DST | (vni as u128) << 64,
-    }
-}
-
-/// The packed memo's key when it holds none: [`memo_key`] never gives it (its tags are 1 and
-/// 2), nor 0, which the memo is never set to; so a hit needs one comparison.
-const NO_MEMO: u128 = u128::MAX;
-
 /// How often regions whose NTs send packets of their own run without traffic, ns.
 const TICK_NS: u64 = 1_000_000;
-
-/// Finishes a checksum an offloading sender left partial ([`snic_wire::build::complete_partial_l4`]):
-/// out of the per-packet path, which only tested the parse's flag.
-#[cold]
-#[inline(never)]
-fn complete_partial(ip: &mut [u8], l4_off: usize, proto: u8) {
-    snic_wire::build::complete_partial_l4(ip, l4_off, proto);
-}
-
-/// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
-/// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in
-/// order. `off`, `len`: the VXLAN datagram in `buf`.
-#[inline(always)]
-fn flow_hash(buf: &[u8], inner: &Option<layout::InnerLayout>, off: usize, len: usize) -> u64 {
-    match inner {
-        Some(l) => l.key.hash64(),
-        None => {
-            let s = off + vxlan::HEADER_LEN;
-            let b = &buf[s..(s + 8).min(off + len)];
-            let mut w = [0u8; 8];
-            w[..b.len()].copy_from_slice(b);
-            u64::from_le_bytes(w).wrapping_mul(0x9e37_79b9_7f4a_7c15)
-        }
-    }
-}
-
-/// Where a received datagram comes from, as [`Node::ingress`] treats it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Source {
-    /// A tenant's endpoint (or a peer that redirected one of a chain's packets here).
-    Endpoint,
-    /// A peer in a pool behind a switch, to this node as the packet's state's owner: it goes no
-    /// further in the pool.
-    Owner,
-}
 
 /// Node configuration: the node's policy (the core's configuration tree) and what only the data
 /// plane has.
@@ -180,110 +106,6 @@ pub enum LaunchError {
     NoFreeRegion,
 }
 
-/// The regions: those on the dispatcher's thread, the worker threads, and where each instance
-/// runs.
-struct Exec {
-    inline: Vec<Option<Region>>,
-    workers: Vec<WorkerHandle>,
-    placement: Vec<Place>,
-    next: usize,
-    /// Scratch for the in-flight caps, per instance: its worker if active there, and its cap.
-    on_worker: Vec<Option<usize>>,
-    caps: Vec<f64>,
-}
-
-impl Exec {
-    /// `workers` worker threads (none: every region on the dispatcher's thread), each on a core
-    /// of its own if `pin` (the dispatcher keeps the first, and is pinned to it); on a virtual
-    /// clock (`timer`'s, at `now`) each worker is a virtual core of its own.
-    fn start(workers: usize, pin: bool, slots: &Arc<Slots>, timer: &WorkTimer, now: Instant) -> Result<Exec, WorkerError> {
-        let cores = if pin && workers > 0 { process_cores().to_vec() } else { Vec::new() };
-        let mut handles = Vec::with_capacity(workers);
-        for w in 0..workers {
-            let core = (!cores.is_empty()).then(|| cores[(w + 1) % cores.len()]);
-            let timer = if timer.is_virtual() { WorkTimer::virtual_core(now.as_nanos()) } else { WorkTimer::Real };
-            handles.push(WorkerHandle::spawn(w, slots.clone(), core, 1024, timer)?);
-        }
-        if let Some(c) = cores.first() {
-            core_affinity::set_for_current(*c);
-        }
-        Ok(Exec { inline: Vec::new(), workers: handles, placement: Vec::new(), next: 0, on_worker: Vec::new(), caps: Vec::new() })
-    }
-
-    /// Keeps instance `i`'s region on the dispatcher's thread.
-    fn put_inline(&mut self, i: usize, region: Region) {
-        if self.inline.len() <= i {
-            self.inline.resize_with(i + 1, || None);
-        }
-        self.inline[i] = Some(region);
-    }
-
-    /// Where instance `inst`'s region runs.
-    fn place_of(&self, inst: InstanceId) -> Place {
-        self.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher)
-    }
-
-    /// A batch worker `w` finished: on the real clock, any that came back; on a virtual clock,
-    /// one done by the dispatcher's time, once the thread has run all it was sent (see
-    /// [`crate::worker`]).
-    fn next_done(&mut self, w: usize, timer: &WorkTimer) -> Option<Work> {
-        let worker = &mut self.workers[w];
-        if !worker.is_virtual() {
-            return worker.poll_done();
-        }
-        worker.wait_all_back();
-        worker.poll_done_by(timer.now_ns())
-    }
-
-    /// Worker `w`'s ring is full: on a virtual clock the dispatcher waits (its time moves on)
-    /// until the worker's oldest batch is done; then the caller takes what came back.
-    fn wait_for_room(&mut self, w: usize, timer: &WorkTimer) {
-        let worker = &mut self.workers[w];
-        if worker.is_virtual() {
-            worker.wait_all_back();
-            if let Some(done) = worker.next_done_ns() {
-                timer.spend(done.saturating_sub(timer.now_ns()));
-            }
-        }
-    }
-
-    /// True while worker threads hold batches that a poll could take at `now_ns`: on the real
-    /// clock, any that have not come back; on a virtual clock, any done by then (a batch its
-    /// worker finishes later in virtual time waits for the clock to get there).
-    fn busy(&self, now_ns: u64) -> bool {
-        self.workers.iter().any(|w| {
-            if !w.is_virtual() {
-                return w.outstanding() > 0;
-            }
-            w.wait_all_back();
-            w.next_done_ns().is_some_and(|d| d <= now_ns)
-        })
-    }
-
-    /// Caps the work in flight of instances that share a worker (the policy:
-    /// [`snic_core::placement::inflight_caps`], at the scheduler's `quantum_ns`).
-    fn bound_shared(&mut self, core: &mut NodeCore, quantum_ns: f64) {
-        if self.workers.is_empty() {
-            return;
-        }
-        let sched = core.sched();
-        let active = |i: usize| {
-            matches!(sched.state(InstanceId(i as u16)), InstanceState::Running | InstanceState::Launching | InstanceState::Draining)
-        };
-        self.on_worker.clear();
-        self.on_worker.extend(self.placement.iter().enumerate().map(|(i, p)| match p {
-            Place::Worker(k) if active(i) => Some(*k),
-            _ => None,
-        }));
-        snic_core::placement::inflight_caps(&self.on_worker, quantum_ns, &mut self.caps);
-        for (i, (cap, p)) in self.caps.iter().zip(&self.placement).enumerate() {
-            if matches!(p, Place::Worker(_)) {
-                core.set_inflight_cap(InstanceId(i as u16), *cap);
-            }
-        }
-    }
-}
-
 /// One node's data plane. See the module docs.
 pub struct Node<B: Backend> {
     cfg: NodeConfig,
@@ -296,7 +118,6 @@ pub struct Node<B: Backend> {
     slots: Arc<Slots>,
     mat: Arc<ArcSwap<Mat>>,
     fdb: Fdb,
-    chains: Vec<Vec<NtSpec>>,
     exec: Exec,
     stats: Stats,
     rx_idx: Vec<u32>,
@@ -307,17 +128,8 @@ pub struct Node<B: Backend> {
     batch_buf: Vec<u32>,
     /// The transmit half: forwarding, encapsulation, the link's queues.
     tx: transmit::Transmit,
-    /// The last MAT lookup (key and result): consecutive packets of a flow share it. It belongs
-    /// to `memo_table`, held here so that its address cannot be reused; a newly published table
-    /// clears it (checked once per batch).
-    mat_memo: Option<(MatKey, Option<Action>)>,
-    /// The same for keys that pack into one word ([`memo_key`]: IPv4 and non-IP), checked
-    /// first: comparing a packed key cost ~12 instructions a packet less than building and
-    /// comparing a [`MatKey`]. [`NO_MEMO`]: none.
-    mat_fast: (u128, Option<Action>),
-    memo_table: Arc<Mat>,
-    /// Counters of each launched region, by instance.
-    region_counters: Vec<Option<Arc<crate::region::RegionCounters>>>,
+    /// The receive half: parsing, the MAT and its memo, the tenant's checks and charge.
+    rx: ingress::Ingress,
     /// When regions with emitting NTs were last ticked ([`Node::tick_regions`]).
     ticked: Instant,
     /// The node's epoch-time policy: demand, fair shares, ingress limits, elasticity.
@@ -396,8 +208,10 @@ impl Counters for EpochCounters<'_> {
 mod arrive;
 mod fork;
 mod handback;
+mod ingress;
 
 mod elastic;
+mod exec;
 mod placement;
 mod pool;
 mod receive;
@@ -406,19 +220,12 @@ mod redirect;
 mod retire;
 mod transmit;
 use elastic::OnDemand;
+use exec::Exec;
 pub use handback::ChainState;
+use ingress::{Arrival, Source};
 pub use placement::{MoveError, PLACEMENT_PERIOD};
 pub use pool::PoolRequest;
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
-
-/// The cores this process may run on, read once. `core_affinity::get_core_ids` reads the
-/// calling thread's affinity, and a node with pinned cores pins the thread that builds it: read
-/// afresh, a second node built on that thread would see one core and put every worker on the
-/// dispatcher's.
-fn process_cores() -> &'static [core_affinity::CoreId] {
-    static CORES: std::sync::OnceLock<Vec<core_affinity::CoreId>> = std::sync::OnceLock::new();
-    CORES.get_or_init(|| core_affinity::get_core_ids().unwrap_or_default())
-}
 
 /// How often the dispatcher's core time is read (a system call on the real clock), at most.
 const CORE_TIME_EVERY: Duration = Duration::from_millis(1);
@@ -450,25 +257,22 @@ impl<B: Backend> Node<B> {
             },
             clock.now(),
         );
+        let framing = backend.framing();
         Ok(Node {
-            framing: backend.framing(),
+            framing,
             tx: transmit::Transmit::new(backend.framing(), cfg.batch, store.capacity(), cfg.local),
             backend,
             work_timer,
             clock,
             mat: Arc::new(ArcSwap::from_pointee(Mat::new())),
             fdb: Fdb::new(cfg.fdb),
-            chains: Vec::new(),
             exec,
             stats: Stats::default(),
             rx_idx: Vec::with_capacity(MAX_BATCH),
             rx_meta: vec![RxMeta::default(); MAX_BATCH],
             arriving: arrive::Arriving::new(),
             batch_buf: Vec::with_capacity(MAX_BATCH),
-            mat_memo: None,
-            mat_fast: (NO_MEMO, None),
-            memo_table: Arc::new(Mat::new()),
-            region_counters: Vec::new(),
+            rx: ingress::Ingress::new(framing, cfg.vtep_port),
             ticked: Instant::ZERO,
             core,
             core_time: (Instant::ZERO, None),
@@ -525,7 +329,7 @@ impl<B: Backend> Node<B> {
 
     /// The counters of the region running `instance`.
     pub fn region_counters(&self, instance: InstanceId) -> Option<&crate::region::RegionCounters> {
-        self.region_counters.get(instance.index()).and_then(|c| c.as_deref())
+        self.exec.counters(instance).map(|c| &**c)
     }
 
     /// Resets counters and the latency histogram.
@@ -553,13 +357,7 @@ impl<B: Backend> Node<B> {
         let kinds: Vec<&str> = specs.iter().map(NtSpec::kind).collect();
         let instances = if specs.iter().any(NtSpec::single_instance) { Instances::One } else { Instances::Many };
         let id = self.core.add_chain(&kinds, instances);
-        if id.index() < self.chains.len() {
-            // A gone chain's id, reused.
-            self.chains[id.index()] = specs;
-        } else {
-            self.elastic.add_chain();
-            self.chains.push(specs);
-        }
+        self.elastic.add_chain(id, specs);
         id
     }
 
@@ -596,12 +394,7 @@ impl<B: Backend> Node<B> {
         if self.core.elastic().on() {
             return self.prelaunch(chain)?.ok_or(LaunchError::NoFreeRegion);
         }
-        let place = if self.exec.workers.is_empty() {
-            Place::Dispatcher
-        } else {
-            self.exec.next += 1;
-            Place::Worker((self.exec.next - 1) % self.exec.workers.len())
-        };
+        let place = self.exec.next_place();
         self.launch_on(chain, place)
     }
 
@@ -609,11 +402,7 @@ impl<B: Backend> Node<B> {
     /// another can be given its own core (e.g. a costly chain on a worker, the rest inline).
     /// Outside the region limit: with elasticity on, use [`Node::launch`].
     pub fn launch_on(&mut self, chain: ChainId, place: Place) -> Result<InstanceId, LaunchError> {
-        if let Place::Worker(w) = place {
-            if w >= self.exec.workers.len() {
-                return Err(LaunchError::NoWorker(w));
-            }
-        }
+        self.exec.check(place)?;
         let nts = self.build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.core.add_instance(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
@@ -660,7 +449,7 @@ impl<B: Backend> Node<B> {
     /// away, DAGs switching forms, a move, launches under way); otherwise `None`: only
     /// traffic or a control command needs it.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        if self.exec.workers.iter().any(|w| w.outstanding() > 0) || self.core.sched().has_ready() {
+        if self.exec.outstanding() || self.core.sched().has_ready() {
             return Some(Duration::ZERO);
         }
         if self.tx.pending() {
@@ -671,10 +460,7 @@ impl<B: Backend> Node<B> {
         let core = self.core.poll_at().map(|at| at.saturating_since(now));
         // What only the driver knows: traffic since the epoch began.
         let busy = !self.stats.touched().is_empty();
-        let tick = self
-            .region_counters
-            .iter()
-            .any(|c| c.as_ref().and_then(|c| c.outbox.as_ref()).is_some_and(|o| o.is_waiting()))
+        let tick = (self.exec.waiting().next().is_some())
             .then(|| Duration::from_nanos((self.ticked.as_nanos() + TICK_NS).saturating_sub(now.as_nanos())));
         busy.then_some(epoch).into_iter().chain(core).chain(tick).min()
     }
@@ -697,11 +483,7 @@ impl<B: Backend> Node<B> {
     pub fn poll(&mut self) -> usize {
         let now = self.clock.now();
         let mat = self.mat.load_full();
-        if !Arc::ptr_eq(&mat, &self.memo_table) {
-            self.memo_table = mat.clone();
-            self.mat_memo = None;
-            self.mat_fast = (NO_MEMO, None);
-        }
+        self.rx.begin(&mat);
         // One poll in SAMPLE_EVERY is timed phase by phase for the meter's cost estimates.
         self.polls = self.polls.wrapping_add(1);
         let sampled = self.sampled();
@@ -776,11 +558,8 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     fn tick_regions(&mut self, now: Instant) {
-        for i in 0..self.region_counters.len() {
-            if !self.region_counters[i].as_ref().and_then(|c| c.outbox.as_ref()).is_some_and(|o| o.is_waiting()) {
-                continue;
-            }
-            let inst = InstanceId(i as u16);
+        let waiting: Vec<InstanceId> = self.exec.waiting().collect();
+        for inst in waiting {
             match self.exec.place_of(inst) {
                 Place::Dispatcher => self.run_inline(inst, &[], now, false),
                 Place::Worker(w) => {
@@ -822,7 +601,7 @@ impl<B: Backend> Node<B> {
             core: self.core_time.1,
             stats: &self.stats,
             store: &self.store,
-            regions: &self.region_counters,
+            regions: &self.exec.counters,
             lost,
             own: self.rx_queues.lost_own(),
             queues: self.rx_queues.owners(),
@@ -846,161 +625,30 @@ impl<B: Backend> Node<B> {
     }
 
     #[cold]
-    fn drop_uncharged(&mut self, idx: u32, t: TenantId, why: Drop) {
-        self.link().1.drop_uncharged(idx, t, why);
-    }
-
-    #[cold]
     fn drop_charged(&mut self, idx: u32, t: TenantId, why: Drop) {
         self.link().1.drop_charged(idx, t, why);
     }
 
-    /// A received datagram, from `source`. Inlined at both of its calls: left to itself, the
-    /// compiler kept it out of line once it had two, at ~20% more instructions a packet
-    /// (callgrind, dummy 64 B).
+    /// A received datagram, from `source`, through the receive half ([`ingress::Ingress`]) and
+    /// on the way it says.
     #[inline(always)]
     fn ingress(&mut self, idx: u32, m: RxMeta, now: Instant, mat: &Mat, source: Source) {
-        // SAFETY: the dispatcher owns `idx` (just received, not yet handed to a worker).
-        let (buf, d) = unsafe { self.slots.get(idx) };
-        if m.truncated {
-            return self.drop_unattributed(idx, Drop::Oversize);
-        }
-        let data = &buf[HEADROOM..HEADROOM + m.len as usize];
-        // The source VTEP, at the node's VTEP port if it has one (replies go there).
-        let (off, len, vni, src) = match self.framing {
-            Framing::Ethernet => match layout::parse_outer(data) {
-                Ok(o) => (
-                    HEADROOM + o.vxlan_off as usize,
-                    o.vxlan_len as usize,
-                    o.vni,
-                    Peer { addr: SocketAddr::new(o.src_ip, self.cfg.vtep_port.unwrap_or(o.src_port)), mac: o.src_mac },
-                ),
-                Err(e) => return self.drop_unattributed(idx, Drop::Parse(e)),
-            },
-            Framing::Datagram => match layout::parse_vxlan(data) {
-                Ok(v) => {
-                    let mut addr = m.src;
-                    if let Some(p) = self.cfg.vtep_port {
-                        addr.set_port(p);
-                    }
-                    (HEADROOM, m.len as usize, v, Peer { addr, mac: Default::default() })
-                }
-                // Not VXLAN: a peer's redirected packet, or a drop.
-                Err(e) => return self.ingress_other(idx, m, e, now),
-            },
-        };
-        // Parsed straight into the descriptor (a layout built on the stack and copied in cost
-        // ~30 instructions a packet, and a store-forwarding stall).
-        let parse_err = layout::parse_inner_into(&buf[off + vxlan::HEADER_LEN..off + len], &mut d.meta.inner).err();
-        let packed = memo_key(vni, &d.meta.inner);
-        let action = match self.mat_fast {
-            (k, a) if k == packed => a,
-            _ => Self::classify(&mut self.mat_memo, &mut self.mat_fast, mat, vni, &d.meta.inner, packed),
-        };
-        let (tenant, dag) = match action {
-            Some(Action::Dag { tenant, dag }) => (tenant, Some(dag)),
-            Some(Action::PassThrough { tenant }) => (tenant, None),
-            Some(Action::Drop) => return self.drop_unattributed(idx, Drop::MatDrop),
-            None => return self.drop_unattributed(idx, parse_err.map_or(Drop::NoRule, Drop::Parse)),
-        };
-        if tenant.index() >= MAX_TENANTS {
-            return self.drop_unattributed(idx, Drop::TenantQuota);
-        }
-        // Only the tenant's own VTEPs may send on its VNIs (docs/endpoints.md, "Trust"): a frame
-        // from elsewhere is counted and dropped before it is charged, admitted or learned from.
-        if mat.restricts_sources() {
-            match mat.source_check(vni, &src.addr.ip(), m.ifindex) {
-                SourceCheck::Allowed => {}
-                SourceCheck::Foreign => return self.drop_uncharged(idx, tenant, Drop::ForeignVtep),
-                SourceCheck::WrongInterface => return self.drop_uncharged(idx, tenant, Drop::SpoofedVtep),
+        let (_, mut l, _, core, rx) = self.parts();
+        match rx.admit(&mut l, core, idx, m, now, mat, source) {
+            Arrival::Dropped => {}
+            Arrival::Out => self.egress(idx),
+            Arrival::Other(e) => self.ingress_other(idx, m, e, now),
+            Arrival::Pooled(uid) => self.arrive_pooled(idx, uid, now),
+            Arrival::Held(uid) => self.hold(idx, uid),
+            Arrival::Route { tenant, route, len } if self.pool.on => {
+                self.stats.count_rx(tenant, 1, len as u64);
+                self.store.tag_route(idx, route);
+                self.enter_pooled(idx, now)
             }
+            // It enters with the rest of its run, after the batch ([`Node::enter_arrivals`]),
+            // which counts it received and tags its buffer with the route, a run at a time.
+            Arrival::Route { tenant, route, len } => self.arriving.push(idx, tenant, route, len),
         }
-        if !self.core.admit(tenant, now) {
-            return self.drop_uncharged(idx, tenant, Drop::RateLimit);
-        }
-        if let Err(e) = self.store.charge(idx, tenant, HEADROOM..HEADROOM + m.len as usize) {
-            return self.drop_uncharged(idx, tenant, e);
-        }
-        // An endpoint that keeps its transmit offloads leaves inner TCP and UDP checksums
-        // partial for a NIC to finish (docs/endpoints.md): finished here, before any NT reads
-        // or updates them. (The parse compared the field with the pseudo-header: the payload is
-        // summed only on a match.)
-        if let Some(l) = d.meta.inner.as_ref().filter(|l| l.l4_partial) {
-            let ip = off + vxlan::HEADER_LEN + l.l3_off as usize..off + vxlan::HEADER_LEN + l.l3_end as usize;
-            complete_partial(&mut buf[ip], (l.l4_off - l.l3_off) as usize, l.key.proto);
-        }
-        let inner = &d.meta.inner;
-        // Learning gives the sender's id: the descriptor keeps 4 bytes, not its 40-byte address
-        // (written per packet, that cost ~20 instructions a packet).
-        let src = match inner {
-            Some(l) => self.fdb.learn(vni, l.src_mac, src),
-            None => self.fdb.sender(src),
-        };
-        let flow_hash = flow_hash(buf, inner, off, len);
-        // Field by field, in place: building a whole `Desc` and copying it cost more.
-        d.meta.off = off as u16;
-        d.meta.len = len as u16;
-        d.meta.vni = vni;
-        d.meta.tenant = tenant;
-        d.src = src;
-        d.flow_hash = flow_hash;
-        d.rx_ns = m.arrival(now);
-        d.verdict = None;
-        d.charged = true;
-        let Some(uid) = dag else {
-            d.walk = Walk::start(DagUid::default());
-            self.stats.count_rx(tenant, 1, len as u64);
-            return self.egress(idx);
-        };
-        // In a pool behind a switch: a packet whose state another node holds goes there.
-        if self.core.owners().on() && source == Source::Endpoint {
-            self.stats.count_rx(tenant, 1, len as u64);
-            return self.arrive_pooled(idx, uid, now);
-        }
-        // The route its arrivals take now (node-internal UID), unless the DAG is switching
-        // between chain candidates or unknown.
-        let Some(route) = self.core.dags().arriving(uid) else {
-            self.stats.count_rx(tenant, 1, len as u64);
-            return self.hold(idx, uid);
-        };
-        d.walk = Walk::start(DagUid(route));
-        if self.pool.on {
-            self.stats.count_rx(tenant, 1, len as u64);
-            self.store.tag_route(idx, route);
-            return self.enter_pooled(idx, now);
-        }
-        // It enters with the rest of its run, after the batch ([`Node::enter_arrivals`]),
-        // which counts it received and tags its buffer with the route, a run at a time.
-        self.arriving.push(idx, tenant, route, len as u32);
-    }
-
-    /// The MAT's action for a packet on `vni` whose inner frame is `inner`, through the memo
-    /// of the last key (and into the packed one's when `packed` is not 0).
-    #[inline(never)]
-    fn classify(
-        memo: &mut Option<(MatKey, Option<Action>)>,
-        fast: &mut (u128, Option<Action>),
-        mat: &Mat,
-        vni: u32,
-        inner: &Option<layout::InnerLayout>,
-        packed: u128,
-    ) -> Option<Action> {
-        let key = match inner {
-            Some(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(rebuild(&l.key.dst)), dst_port: l.key.dst_port },
-            _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
-        };
-        let action = match memo {
-            Some((k, a)) if *k == key => *a,
-            _ => {
-                let a = mat.lookup(&key);
-                *memo = Some((key, a));
-                a
-            }
-        };
-        if packed != 0 {
-            *fast = (packed, action);
-        }
-        action
     }
 
     /// [`Node::ingress`]'s last step in a pool behind a switch: the packet goes to the node
@@ -1018,39 +666,6 @@ impl<B: Backend> Node<B> {
         d.walk = Walk::start(DagUid(route));
         self.store.tag_route(idx, route);
         self.enter(idx, now);
-    }
-
-    /// Admits a received packet of `tenant` (`stored` bytes from `HEADROOM`, `len` of them its
-    /// VXLAN datagram): its ingress limit, a charge in the store, its receive counters. False:
-    /// dropped, counted. (On the fields it needs, so that the caller keeps its descriptor. The
-    /// usual path, [`Node::ingress`], writes the same steps out: calling this from there cost
-    /// dummy 64 B 6–8% in wall time, alternating runs, for 4 more instructions a packet.)
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    fn charge_rx(
-        core: &mut NodeCore,
-        store: &mut Store,
-        stats: &mut Stats,
-        idx: u32,
-        tenant: TenantId,
-        stored: usize,
-        len: usize,
-        now: Instant,
-    ) -> bool {
-        let why = if !core.admit(tenant, now) {
-            Drop::RateLimit
-        } else {
-            match store.charge(idx, tenant, HEADROOM..HEADROOM + stored) {
-                Ok(()) => {
-                    stats.count_rx(tenant, 1, len as u64);
-                    return true;
-                }
-                Err(e) => e,
-            }
-        };
-        stats.tenant_mut(tenant).drops[why.index()] += 1;
-        store.release(idx);
-        false
     }
 
     /// `idx` enters the step its walk is at (unless its chain is redirected to a peer).
@@ -1171,7 +786,7 @@ impl<B: Backend> Node<B> {
         // One turn per instance per poll (and one more for packets moving on to their next
         // chain): a backlogged or slow chain gets its batch and then waits for the next round,
         // so it cannot hold the dispatcher away from receiving other tenants' packets.
-        let mut turns = 2 * self.region_counters.len().max(1);
+        let mut turns = 2 * self.exec.counters.len().max(1);
         while turns > 0 {
             turns -= 1;
             let Some(inst) = self.core.poll_dispatch(&mut batch, max) else {
@@ -1223,15 +838,7 @@ impl<B: Backend> Node<B> {
     /// Runs a batch in a region on the dispatcher's thread, and completes it.
     #[inline]
     fn run_inline(&mut self, inst: InstanceId, batch: &[u32], now: Instant, sampled: bool) {
-        if let Some(Some(r)) = self.exec.inline.get_mut(inst.index()) {
-            let t0 = sampled.then(|| self.work_timer.now_ns());
-            // SAFETY: the dispatcher owns every index in the batch, each once (the scheduler
-            // queues an index at most once).
-            unsafe { r.run(&self.slots, batch, now, &self.work_timer) };
-            if let Some(t0) = t0 {
-                self.sample_nt_ns += self.work_timer.now_ns().saturating_sub(t0);
-            }
-        }
+        self.sample_nt_ns += self.exec.run_inline(&self.slots, inst, batch, now, &self.work_timer, sampled);
         self.complete(inst, batch, now);
     }
 
@@ -1252,14 +859,15 @@ impl<B: Backend> Node<B> {
     /// The transmit half, and what it touches of the node.
     #[inline(always)]
     fn link(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>) {
-        let (tx, l, _, _) = self.parts();
+        let (tx, l, ..) = self.parts();
         (tx, l)
     }
 
-    /// The node's parts that move packets (the transmit half, the pool's data path), what they
-    /// touch of it, and the core, borrowed apart.
+    /// The node's parts that move packets (the transmit half, the pool's data path, the receive
+    /// half), what they touch of it, and the core, borrowed apart.
     #[inline(always)]
-    fn parts(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>, &mut redirect::PoolLink, &mut NodeCore) {
+    #[allow(clippy::type_complexity)]
+    fn parts(&mut self) -> (&mut transmit::Transmit, transmit::Link<'_, B>, &mut redirect::PoolLink, &mut NodeCore, &mut ingress::Ingress) {
         let l = transmit::Link {
             backend: &mut self.backend,
             slots: &self.slots,
@@ -1268,7 +876,7 @@ impl<B: Backend> Node<B> {
             fdb: &mut self.fdb,
             clock: &*self.clock,
         };
-        (&mut self.tx, l, &mut self.pool, &mut self.core)
+        (&mut self.tx, l, &mut self.pool, &mut self.core, &mut self.rx)
     }
 
     /// Sends a packet that finished its route ([`transmit::Transmit::egress`]).
@@ -1280,7 +888,7 @@ impl<B: Backend> Node<B> {
 
     fn complete(&mut self, inst: InstanceId, batch: &[u32], now: Instant) {
         self.core.handle_completion(inst, batch.len() as u32);
-        if let Some(Some(c)) = self.region_counters.get(inst.index()) {
+        if let Some(c) = self.exec.counters(inst) {
             if c.outbox.as_ref().is_some_and(|o| o.is_pending()) {
                 let c = c.clone();
                 let (tx, mut l) = self.link();
@@ -1306,76 +914,6 @@ impl<B: Backend> Node<B> {
                 Ran::Next => self.enter(idx, now),
                 Ran::Again => self.requeue(inst, idx, d.meta.tenant),
             }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-    use snic_wire::layout::{FlowKey, InnerLayout};
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-    /// An inner frame of kind `l3` toward `dst`, with the protocol and port given.
-    fn inner(l3: InnerL3, dst: IpAddr, proto: u8, dst_port: u16) -> Option<InnerLayout> {
-        let key = FlowKey { src: IpAddr::V4(Ipv4Addr::UNSPECIFIED), dst, proto, src_port: 1, dst_port };
-        Some(InnerLayout {
-            dst_mac: Default::default(),
-            src_mac: Default::default(),
-            l3,
-            l3_off: 14,
-            l4_off: 34,
-            l3_end: 60,
-            key,
-            l4_flags: 0,
-            l4_partial: false,
-        })
-    }
-
-    fn mat_key(vni: u32, l: &Option<InnerLayout>) -> MatKey {
-        match l {
-            Some(l) if l.l3 != InnerL3::Arp => MatKey { vni, proto: l.key.proto, dst: Some(l.key.dst), dst_port: l.key.dst_port },
-            _ => MatKey { vni, proto: 0, dst: None, dst_port: 0 },
-        }
-    }
-
-    proptest! {
-        /// Two packets share a packed memo key exactly when they share a MAT key (small
-        /// ranges, so that equal fields come up often).
-        #[test]
-        fn the_packed_memo_key_is_one_to_one_with_the_mat_key(
-            a in (0u32..3, 0usize..4, 0u8..3, 0u16..3, 0u32..3),
-            b in (0u32..3, 0usize..4, 0u8..3, 0u16..3, 0u32..3),
-        ) {
-            let frame = |(vni, kind, proto, port, ip): (u32, usize, u8, u16, u32)| {
-                let v4 = IpAddr::V4(Ipv4Addr::from(ip));
-                let l = match kind {
-                    0 => inner(InnerL3::Ipv4, v4, proto, port),
-                    1 => inner(InnerL3::Arp, v4, 0, 0),
-                    2 => inner(InnerL3::Ipv6, IpAddr::V6(Ipv6Addr::from(ip as u128)), proto, port),
-                    _ => None,
-                };
-                (vni << 22, l)
-            };
-            let ((va, la), (vb, lb)) = (frame(a), frame(b));
-            let (ka, kb) = (memo_key(va, &la), memo_key(vb, &lb));
-            let v6 = |l: &Option<InnerLayout>| l.is_some_and(|l| l.l3 == InnerL3::Ipv6);
-            prop_assert_eq!(ka == 0, v6(&la), "IPv6 alone is not packed");
-            if ka != 0 && kb != 0 {
-                prop_assert_eq!(ka == kb, mat_key(va, &la) == mat_key(vb, &lb));
-            }
-        }
-
-        #[test]
-        fn no_frame_packs_to_the_empty_memo(vni in any::<u32>(), proto in any::<u8>(), port in any::<u16>(), ip in any::<u32>(), kind in 0usize..3) {
-            let l = match kind {
-                0 => inner(InnerL3::Ipv4, IpAddr::V4(Ipv4Addr::from(ip)), proto, port),
-                1 => inner(InnerL3::Arp, IpAddr::V4(Ipv4Addr::from(ip)), 0, 0),
-                _ => None,
-            };
-            // The ingress memo's hit test is one comparison, against a key no frame packs to.
-            prop_assert_ne!(memo_key(vni, &l), NO_MEMO);
         }
     }
 }

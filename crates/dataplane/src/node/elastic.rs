@@ -3,7 +3,7 @@
 
 use super::{Backend, LaunchError, Node, Place};
 use crate::drops::Drop;
-use crate::elastic::{Elastic, EventKind, SAVED_PER_CHAIN};
+use crate::elastic::{Elastic, EventKind};
 use crate::region::Region;
 use snic_core::elastic::EndpointFallback;
 use snic_core::ids::{ChainId, InstanceId};
@@ -11,7 +11,7 @@ use snic_core::launches::LaunchStep;
 use snic_core::node::demand::{Demand, LaunchPlan, Scaled};
 use snic_core::sched::{Change, Reject};
 use snic_core::time::Instant;
-use snic_nt::{Nt, NtSpec};
+use snic_nt::Nt;
 
 /// What to do with a packet whose chain had no active instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl<B: Backend> Node<B> {
     /// The chain's NTs for a new instance: the state an evicted instance saved, else freshly
     /// built (the real instantiation cost, measured).
     pub(super) fn chain_nts(&mut self, chain: ChainId) -> Result<(Vec<Box<dyn Nt>>, u64), LaunchError> {
-        if let Some(nts) = self.elastic.saved.get_mut(chain.index()).and_then(Vec::pop) {
+        if let Some(nts) = self.elastic.take_saved(chain) {
             return Ok((nts, 0));
         }
         // Timed on the node's work timer: a node on a virtual clock builds in no time, so its
@@ -57,46 +57,26 @@ impl<B: Backend> Node<B> {
 
     /// A live chain's NTs, freshly built from its specs.
     pub(super) fn build_nts(&self, chain: ChainId) -> Result<Vec<Box<dyn Nt>>, LaunchError> {
-        let slots = self.cfg.core.slots;
-        let build = |spec: &NtSpec| match slots {
-            // In a pool behind a switch: a SNAT allocates from this node's block of ports.
-            Some(s) => snic_nt::build(&*spec.in_slot(s)?),
-            None => snic_nt::build(spec),
-        };
-        Ok(self.live_specs(chain)?.iter().map(build).collect::<Result<Vec<_>, _>>()?)
+        if !self.core.is_live(chain) {
+            return Err(LaunchError::UnknownChain(chain));
+        }
+        Ok(self.elastic.build(chain, self.cfg.core.slots)?)
     }
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
     pub(super) fn install(&mut self, chain: ChainId, inst: InstanceId, nts: Vec<Box<dyn Nt>>, place: Place) -> Result<(), LaunchError> {
         let region = Region::new(inst, nts, self.cfg.engine_buckets);
-        if self.region_counters.len() <= inst.index() {
-            self.region_counters.resize(inst.index() + 1, None);
-        }
-        self.region_counters[inst.index()] = Some(region.counters());
         self.core.instance_installed(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
-        let e = &mut self.exec;
-        match place {
-            Place::Dispatcher => e.put_inline(inst.index(), region),
-            Place::Worker(w) => e.workers[w].install(region)?,
-        }
-        if e.placement.len() <= inst.index() {
-            e.placement.resize(inst.index() + 1, Place::Dispatcher);
-        }
-        e.placement[inst.index()] = place;
-        Ok(())
+        Ok(self.exec.install(inst, region, place)?)
     }
 
     /// Takes the region of `inst` (an instance of `chain` the core took away) down; its NTs'
     /// state is saved for the chain's next launch if `keep`.
     fn teardown(&mut self, chain: ChainId, inst: InstanceId, keep: bool) {
-        let region = match self.exec.placement.get(inst.index()).copied().unwrap_or(Place::Dispatcher) {
-            Place::Dispatcher => self.exec.inline.get_mut(inst.index()).and_then(Option::take),
-            Place::Worker(w) => self.exec.workers[w].remove(inst).ok().flatten(),
-        };
-        if let Some(r) = region {
+        if let Some(r) = self.exec.take(inst) {
             // A chain going away keeps nothing (unless it moves to a peer).
             match keep {
-                true => self.save_state(chain, r.into_nts()),
+                true => self.elastic.save(chain, r.into_nts()),
                 false => self.exported_nts(chain, r.into_nts()),
             }
         }
@@ -132,16 +112,6 @@ impl<B: Backend> Node<B> {
         ran
     }
 
-    /// Keeps `nts` (a stopped instance's NTs, with their state) for `chain`'s next launch; the
-    /// oldest saved state goes past [`SAVED_PER_CHAIN`].
-    pub(super) fn save_state(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
-        let saved = &mut self.elastic.saved[chain.index()];
-        if saved.len() == SAVED_PER_CHAIN {
-            saved.remove(0);
-        }
-        saved.push(nts);
-    }
-
     /// Pre-launch at deploy: `chain` gets a free region; `None` when there is none (it will be
     /// launched when its first packet arrives). Its NTs are built first: the build time is
     /// part of the launch time the policy expects.
@@ -149,7 +119,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let (nts, build) = self.chain_nts(chain)?;
         let Some(plan) = self.core.prelaunch_plan(chain, now) else {
-            self.save_state(chain, nts);
+            self.elastic.save(chain, nts);
             return Ok(None);
         };
         self.begin_plan(plan, nts, build, now).map_err(|_| LaunchError::UnknownChain(chain))
@@ -209,7 +179,7 @@ impl<B: Backend> Node<B> {
                 Ok(inst)
             }
             Err(e) => {
-                self.save_state(plan.chain, nts);
+                self.elastic.save(plan.chain, nts);
                 Err(e)
             }
         }

@@ -136,8 +136,7 @@ impl<B: Backend> Node<B> {
         // SAFETY: the dispatcher owns `idx`.
         let d = unsafe { self.slots.get(idx) }.1;
         let chain = self.core.sched().chain_of(d.instance);
-        self.chains
-            .get(chain.index())
-            .map_or(0, |specs| specs.iter().enumerate().filter(|(i, _)| d.walk.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes))
+        let specs = self.elastic.specs(chain).iter().enumerate();
+        specs.filter(|(i, _)| d.walk.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes)
     }
 }

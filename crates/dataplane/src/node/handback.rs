@@ -60,7 +60,7 @@ impl<B: Backend> Node<B> {
             return;
         }
         // State that stopped instances saved for the chain's next launch moves too.
-        for nts in self.elastic.saved.get_mut(chain.index()).map(std::mem::take).unwrap_or_default() {
+        for nts in std::mem::take(&mut self.elastic.saved[chain.index()]) {
             state.instances.push(save_all(&nts, now));
         }
         self.pool.handback.exporting.push((chain, state));
@@ -129,7 +129,7 @@ impl<B: Backend> Node<B> {
                 n += s.as_ref().and_then(|s| nt.restore_state(s, now).ok()).unwrap_or(0);
             }
         }
-        self.save_state(chain, nts);
+        self.elastic.save(chain, nts);
         n as u32
     }
 }

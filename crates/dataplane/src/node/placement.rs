@@ -11,6 +11,7 @@
 //! batch a worker is running, and it keeps taking finished batches while it waits. Nothing is
 //! lost or reordered: the instance's queue simply waits.
 
+use super::exec::Later;
 use super::{Backend, Node, Place};
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
@@ -50,30 +51,21 @@ impl<B: Backend> Node<B> {
 
     /// Moves an idle region (an error means a worker thread died).
     fn transfer(&mut self, inst: InstanceId, to: Place, now: Instant) -> Result<(), WorkerError> {
-        let i = inst.index();
-        let from = self.exec.placement[i];
-        let region = match from {
-            Place::Dispatcher => self.exec.inline.get_mut(i).and_then(Option::take),
-            Place::Worker(w) => {
-                let rx = self.exec.workers[w].remove_later(inst)?;
-                self.wait_for_worker(rx, now)?
-            }
-        };
-        let Some(region) = region else { return Err(WorkerError::Gone) };
-        match to {
-            Place::Dispatcher => self.exec.put_inline(i, region),
-            Place::Worker(w) => {
-                let rx = self.exec.workers[w].install_later(region)?;
-                self.wait_for_worker(rx, now)?;
-            }
-        }
-        self.exec.placement[i] = to;
+        let taken = self.exec.take_later(inst)?;
+        let Some(region) = self.wait_for_worker(taken, now)? else { return Err(WorkerError::Gone) };
+        let put = self.exec.put_later(region, to)?;
+        self.wait_for_worker(put, now)?;
+        self.exec.placement[inst.index()] = to;
         Ok(())
     }
 
     /// Waits for a worker's answer, taking finished batches meanwhile (a worker whose finished
     /// batches are not taken cannot get to its control messages).
-    fn wait_for_worker<T>(&mut self, rx: mpsc::Receiver<T>, now: Instant) -> Result<T, WorkerError> {
+    fn wait_for_worker<T>(&mut self, answer: Later<T>, now: Instant) -> Result<T, WorkerError> {
+        let rx = match answer {
+            Later::Now(v) => return Ok(v),
+            Later::Wait(rx) => rx,
+        };
         let t0 = std::time::Instant::now();
         loop {
             match rx.try_recv() {

@@ -26,7 +26,7 @@ impl<B: Backend> Node<B> {
     /// the old route finish it (it leaves once they have), and arrivals wait until they have.
     pub fn set_dag(&mut self, uid: DagUid, route: DagRoute) {
         // What its stateful NTs claim of return traffic, in a pool behind a switch.
-        let claims = route.steps().iter().flat_map(|s| &self.chains[s.chain.index()]).filter_map(NtSpec::claim).collect();
+        let claims = route.steps().iter().flat_map(|s| self.elastic.specs(s.chain)).filter_map(NtSpec::claim).collect();
         self.core.set_claims(uid, claims);
         let (now, store, mut acts) = (self.clock.now(), &self.store, std::mem::take(&mut self.dag_acts));
         self.core.set_dag(uid, route, now, |r| store.in_route(r) as usize, &mut acts);
@@ -46,8 +46,8 @@ impl<B: Backend> Node<B> {
     /// NTs in route order (each planned chain once). The node may then switch the DAG between
     /// its forms at run time (with elasticity on). Idempotent for the same specs.
     pub fn set_compact_form(&mut self, uid: DagUid, specs: Vec<NtSpec>, names: &[String]) -> Result<ChainId, CompactError> {
-        let chains = &self.chains;
-        if let Some(c) = self.core.check_compact(uid, specs.len(), |c| chains[c.index()] == specs)? {
+        let elastic = &self.elastic;
+        if let Some(c) = self.core.check_compact(uid, specs.len(), |c| elastic.specs(c) == specs)? {
             return Ok(c);
         }
         let mut acts = std::mem::take(&mut self.dag_acts);
@@ -159,9 +159,9 @@ impl<B: Backend> Node<B> {
         }
         if moved {
             for &c in into.iter().rev() {
-                let k = self.chains[c.index()].len();
+                let k = self.elastic.specs(c).len();
                 let part = nts.split_off(nts.len() - k);
-                self.save_state(c, part);
+                self.elastic.save(c, part);
             }
         }
         for &c in into {

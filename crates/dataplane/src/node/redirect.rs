@@ -9,8 +9,9 @@
 //! it is read. Datagram framing (UDP sockets, the daemon's backend) only: with Ethernet framing
 //! the node neither redirects nor accepts redirected packets.
 
+use super::ingress::Source;
 use super::transmit::{Link, Transmit};
-use super::{Node, Source};
+use super::Node;
 use crate::backend::{Backend, Framing, RxMeta};
 use crate::fdb::Route;
 use crate::store::Peer;
@@ -251,17 +252,7 @@ impl<B: Backend> Node<B> {
     /// The flows whose state this node's running NTs hold, by hash, both directions of each
     /// (asks every worker thread: off the packet path).
     pub fn flow_hashes(&self) -> Result<Vec<u64>, crate::worker::WorkerError> {
-        let now = self.clock.now();
-        let mut out = Vec::new();
-        for r in self.exec.inline.iter().flatten() {
-            r.flow_hashes(now, &mut out);
-        }
-        for w in &self.exec.workers {
-            out.extend(w.flow_hashes(now)?);
-        }
-        out.sort_unstable();
-        out.dedup();
-        Ok(out)
+        self.exec.flow_hashes(self.clock.now())
     }
 
     /// Redirected packets this node forwarded as a pass-through node, and their bytes.
@@ -274,7 +265,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn redirect(&mut self, idx: u32, now: Instant) -> bool {
-        let (tx, mut l, pool, core) = self.parts();
+        let (tx, mut l, pool, core, _) = self.parts();
         pool.redirect(&mut l, tx, core, idx, now)
     }
 
@@ -283,7 +274,7 @@ impl<B: Backend> Node<B> {
     #[cold]
     #[inline(never)]
     pub(super) fn send_to_owner(&mut self, idx: u32, dag: DagUid) -> bool {
-        let (tx, mut l, pool, core) = self.parts();
+        let (tx, mut l, pool, core, _) = self.parts();
         pool.send_to_owner(&mut l, tx, core, idx, dag)
     }
 
@@ -298,7 +289,7 @@ impl<B: Backend> Node<B> {
         if !snic_wire::redirect::is_redirect(&buf[HEADROOM..HEADROOM + m.len as usize]) {
             return self.drop_unattributed(idx, Drop::Parse(e));
         }
-        let (tx, mut l, pool, core) = self.parts();
+        let (tx, mut l, pool, core, _) = self.parts();
         if pool.ingress(&mut l, tx, core, idx, m, now) {
             let e = self.walk_enter(idx, now);
             self.entered(idx, e, now);
@@ -444,7 +435,7 @@ impl PoolLink {
         // (What home sent arrived: a DAG given back waits for this count, `Fence`.)
         self.hosted.count(h.route);
         d.meta.inner = layout::parse_inner(&buf[off + snic_wire::vxlan::HEADER_LEN..off + len]).ok();
-        if !Node::<B>::charge_rx(core, l.store, l.stats, idx, tenant, stored, len, now) {
+        if !super::ingress::charge_rx(core, l.store, l.stats, idx, tenant, stored, len, now) {
             return false;
         }
         // The home node resolved the destination: deliver where it would have.
@@ -456,7 +447,7 @@ impl PoolLink {
         d.meta.vni = vni;
         d.meta.tenant = tenant;
         d.src = l.fdb.sender(Peer { addr: m.src, mac: Default::default() });
-        d.flow_hash = super::flow_hash(buf, &d.meta.inner, off, len);
+        d.flow_hash = super::ingress::flow_hash(buf, &d.meta.inner, off, len);
         d.rx_ns = m.arrival(now);
         d.verdict = None;
         d.charged = true;

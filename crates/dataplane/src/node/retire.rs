@@ -3,9 +3,8 @@
 //! core's ([`snic_core::chains`], [`snic_core::dags`]); this module stops the instances and
 //! frees what they held.
 
-use super::{Backend, LaunchError, Node};
+use super::{Backend, Node};
 use snic_core::ids::ChainId;
-use snic_nt::NtSpec;
 
 impl<B: Backend> Node<B> {
     /// Takes a chain away (see [`snic_core::chains`]). DAG routes that use it should be
@@ -17,14 +16,6 @@ impl<B: Backend> Node<B> {
         }
         self.elastic.forget_chain(chain);
         self.advance_retired();
-    }
-
-    /// A live chain's NT specs.
-    pub(super) fn live_specs(&self, chain: ChainId) -> Result<&[NtSpec], LaunchError> {
-        match self.chains.get(chain.index()) {
-            Some(specs) if self.core.is_live(chain) => Ok(specs),
-            _ => Err(LaunchError::UnknownChain(chain)),
-        }
     }
 
     /// Routes whose packets have all finished leave the scheduler; retiring chains that nothing
@@ -41,7 +32,7 @@ impl<B: Backend> Node<B> {
             // (A stop refused while the chain's instances change is tried again next epoch.)
             self.stop_chain(chain);
             if self.core.settle_chain(chain) {
-                self.chains[chain.index()] = Vec::new();
+                self.elastic.chain_gone(chain);
             }
         }
     }

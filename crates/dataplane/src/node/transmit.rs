@@ -142,7 +142,7 @@ impl Transmit {
                 let (buf, d) = unsafe { l.slots.get(c) };
                 buf[HEADROOM..HEADROOM + dgram.len()].copy_from_slice(dgram);
                 let inner = layout::parse_inner(&buf[HEADROOM + vxlan::HEADER_LEN..HEADROOM + dgram.len()]).ok();
-                d.flow_hash = super::flow_hash(buf, &inner, HEADROOM, dgram.len());
+                d.flow_hash = super::ingress::flow_hash(buf, &inner, HEADROOM, dgram.len());
                 d.meta = snic_nt::PktMeta { off: HEADROOM as u16, len: dgram.len() as u16, vni, tenant: t, inner };
                 d.src = PeerId::NONE;
                 d.rx_ns = now.as_nanos();
