@@ -36,6 +36,58 @@ pub struct Joined<T> {
     pub items: [Option<T>; MAX_BRANCHES],
 }
 
+/// What a joined packet comes to ([`Joined::merge`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Merged<T> {
+    /// Some branch dropped it: every copy's buffer goes.
+    Dropped {
+        /// The copy whose NT verdict is the drop's reason (none when a branch that failed was
+        /// counted already).
+        counted: Option<T>,
+    },
+    /// It goes on in one copy; the other copies go.
+    Goes {
+        /// The copy of the branch that writes the packet (headers or payload: at most one
+        /// branch of a group may), else the first.
+        keep: T,
+        /// The copy whose branch writes the VNI, if one does: the packet takes its VNI.
+        vni: Option<T>,
+    },
+}
+
+impl<T: Copy + PartialEq> Joined<T> {
+    /// The copies that ran (`failed` marks a branch that never did), in branch order.
+    pub fn live(&self, failed: T) -> impl Iterator<Item = T> + Clone + '_ {
+        self.items.iter().flatten().copied().filter(move |&c| c != failed)
+    }
+
+    /// What the packet comes to: dropped (counted once: by a failed branch, else by the first
+    /// copy with an NT verdict, `verdict`), or going on in one copy's buffer with another's VNI
+    /// (`writes(c)`: copy `c`'s branch writes (the packet's bytes, its VNI)). `None`: no copy
+    /// ran.
+    pub fn merge(&self, failed: T, verdict: impl Fn(T) -> bool, writes: impl Fn(T) -> (bool, bool)) -> Option<Merged<T>> {
+        let first = self.live(failed).next()?;
+        if self.dropped {
+            let counted = match self.items.iter().flatten().any(|&c| c == failed) {
+                true => None,
+                false => self.live(failed).find(|&c| verdict(c)),
+            };
+            return Some(Merged::Dropped { counted });
+        }
+        let (mut keep, mut vni) = (first, None);
+        for c in self.live(failed) {
+            let (bytes, v) = writes(c);
+            if bytes {
+                keep = c;
+            }
+            if v {
+                vni = Some(c);
+            }
+        }
+        Some(Merged::Goes { keep, vni })
+    }
+}
+
 impl<T: Copy> JoinTable<T> {
     /// A table of `capacity` slots (packets being joined at once).
     pub fn new(capacity: usize) -> Self {
@@ -103,5 +155,26 @@ mod tests {
         assert_eq!(j.in_use(), 0);
         assert_eq!(j.open(1), None, "a group has at least two branches");
         assert_eq!(j.open(MAX_BRANCHES as u8 + 1), None);
+    }
+
+    #[test]
+    fn a_joined_packet_goes_on_in_the_writing_branch_with_the_vni_writers_vni() {
+        const F: u32 = u32::MAX;
+        let joined = |dropped, items: &[u32]| {
+            let mut it = [None; MAX_BRANCHES];
+            for (i, &c) in items.iter().enumerate() {
+                it[i] = Some(c);
+            }
+            Joined { dropped, items: it }
+        };
+        let writes = |c: u32| (c == 11, c == 12);
+        let j = joined(false, &[10, 11, 12]);
+        assert_eq!(j.merge(F, |_| false, writes), Some(Merged::Goes { keep: 11, vni: Some(12) }));
+        assert_eq!(j.merge(F, |_| false, |_| (false, false)), Some(Merged::Goes { keep: 10, vni: None }), "nobody writes: the first");
+        let d = joined(true, &[10, 11, 12]);
+        assert_eq!(d.merge(F, |c| c >= 11, writes), Some(Merged::Dropped { counted: Some(11) }), "the first verdict counts");
+        let failed = joined(true, &[10, F]);
+        assert_eq!(failed.merge(F, |_| true, writes), Some(Merged::Dropped { counted: None }), "a failed branch was counted");
+        assert_eq!(joined(true, &[F, F]).merge(F, |_| true, writes), None, "no copy ran");
     }
 }

@@ -80,6 +80,22 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
+    /// The core's configuration, with what the data plane sets itself.
+    fn core_config(&self) -> NodeCoreConfig {
+        NodeCoreConfig {
+            max_tenants: MAX_TENANTS,
+            join_slots: self.core.store_buffers / 2,
+            // Set each epoch by the core: while several tenants send, their packets wait
+            // unread while a batch runs — in their own receive queues, or behind it in the one
+            // all share — and a batch's work is bounded to a quantum even with one instance
+            // ready (issue 49: with one shared queue, a tenant's module cut at 100 µs a packet
+            // ran batches of 5 ms alone, and its neighbour lost 7-10 % of its packets at the
+            // full queue, p99 20 ms).
+            sched: SchedConfig { quantum_alone: false, ..self.core.sched },
+            ..self.core
+        }
+    }
+
     /// The most time a tenant's queue at an instance holds, at the instance's cost.
     fn max_queue_time(&self) -> Duration {
         Duration::from_nanos(self.core.sched.max_queue_ns as u64)
@@ -242,21 +258,7 @@ impl<B: Backend> Node<B> {
         let work_timer = clock.work_timer();
         let exec = Exec::start(cfg.core.workers, cfg.pin_cores, &slots, &work_timer, clock.now())?;
         let queues = backend.rx_queues().max(1);
-        let core = NodeCore::new(
-            NodeCoreConfig {
-                max_tenants: MAX_TENANTS,
-                join_slots: cfg.core.store_buffers / 2,
-                // Set each epoch by the core: while several tenants send, their packets
-                // wait unread while a batch runs — in their own receive queues, or behind it
-                // in the one all share — and a batch's work is bounded to a quantum even
-                // with one instance ready (issue 49: with one shared queue, a tenant's
-                // module cut at 100 µs a packet ran batches of 5 ms alone, and its
-                // neighbour lost 7-10 % of its packets at the full queue, p99 20 ms).
-                sched: SchedConfig { quantum_alone: false, ..cfg.core.sched },
-                ..cfg.core
-            },
-            clock.now(),
-        );
+        let core = NodeCore::new(cfg.core_config(), clock.now());
         let framing = backend.framing();
         Ok(Node {
             framing,
@@ -814,16 +816,11 @@ impl<B: Backend> Node<B> {
             };
             let sent_ns = if self.exec.workers[w].is_virtual() { self.work_timer.now_ns() } else { 0 };
             let mut work = Work::new(inst, &batch, now, sent_ns);
-            loop {
-                match self.exec.workers[w].submit(work) {
-                    Ok(()) => break,
-                    Err(back) => {
-                        // The ring is full: finish what has come back to make room.
-                        work = back;
-                        self.exec.wait_for_room(w, &self.work_timer);
-                        self.drain_completions(now);
-                    }
-                }
+            while let Err(back) = self.exec.workers[w].submit(work) {
+                // The ring is full: finish what has come back to make room.
+                work = back;
+                self.exec.wait_for_room(w, &self.work_timer);
+                self.drain_completions(now);
             }
         }
         self.batch_buf = batch;

@@ -10,7 +10,7 @@
 
 use super::{Backend, Node};
 use crate::Drop;
-use snic_core::join::JoinId;
+use snic_core::join::{JoinId, Merged};
 use snic_core::time::Instant;
 use snic_nt::Access;
 use snic_wire::vxlan;
@@ -75,52 +75,31 @@ impl<B: Backend> Node<B> {
 
     fn branch_back(&mut self, j: JoinId, branch: u8, idx: u32, dropped: bool, now: Instant) {
         let Some(done) = self.core.handle_branch(j, branch, idx, dropped) else { return };
-        let copies = done.items.iter().flatten().copied();
-        let live = || copies.clone().filter(|&c| c != FAILED);
-        let Some(first) = live().next() else { return };
-        // SAFETY: every live copy is back with the dispatcher.
-        let t = unsafe { self.slots.get(first) }.1.meta.tenant;
-        if done.dropped {
-            // Counted once: a failed branch was counted when it failed; else the first NT
-            // verdict is the packet's reason.
-            let failed = copies.clone().any(|c| c == FAILED);
-            let mut counted = failed;
-            for c in live() {
-                // SAFETY: as above.
-                let verdict = unsafe { self.slots.get(c) }.1.verdict;
-                match verdict {
-                    Some(r) if !counted => {
-                        counted = true;
-                        self.drop_charged(c, t, Drop::Nt(r));
-                    }
-                    _ => {
-                        self.store.free_charged(c, t);
-                    }
-                }
-            }
-            return;
-        }
-        // The packet goes on in the buffer of the branch that wrote it, with the VNI of the
-        // branch that wrote the VNI.
-        let mut keep = first;
-        let mut vni = None;
-        for c in live() {
+        let slots = self.slots.clone();
+        // SAFETY: every copy that ran is back with the dispatcher; the closure's borrow ends
+        // before `keep`'s buffer is written.
+        let desc = |c: u32| unsafe { slots.get(c) }.1;
+        let writes = |c| {
             let w = self.step_writes(c);
-            // SAFETY: as above.
-            let d = unsafe { self.slots.get(c) }.1;
-            if w & (Access::HEADERS | Access::PAYLOAD) != 0 {
-                keep = c;
-            }
-            if w & Access::VNI != 0 {
-                vni = Some(d.meta.vni);
-            }
-        }
-        for c in live().filter(|&c| c != keep) {
+            (w & (Access::HEADERS | Access::PAYLOAD) != 0, w & Access::VNI != 0)
+        };
+        let Some(merged) = done.merge(FAILED, |c| desc(c).verdict.is_some(), writes) else { return };
+        let Some(first) = done.live(FAILED).next() else { return };
+        let t = desc(first).meta.tenant;
+        let (keep, vni) = match merged {
+            Merged::Dropped { counted } => (counted, None),
+            Merged::Goes { keep, vni } => (Some(keep), vni.map(|c| desc(c).meta.vni)),
+        };
+        for c in done.live(FAILED).filter(|&c| Some(c) != keep) {
             self.store.free_charged(c, t);
         }
-        let slots = self.slots.clone();
+        let Some(keep) = keep else { return };
         // SAFETY: `keep` is back with the dispatcher.
         let (buf, d) = unsafe { slots.get(keep) };
+        if done.dropped {
+            // (`merge` counts a copy with a verdict.)
+            return self.drop_charged(keep, t, d.verdict.map_or(Drop::StoreFull, Drop::Nt));
+        }
         if let Some(v) = vni {
             // The VNI lives in the descriptor and in the packet's VXLAN header.
             let off = d.meta.off as usize;

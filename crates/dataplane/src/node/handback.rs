@@ -47,6 +47,37 @@ fn save_all(nts: &[Box<dyn Nt>], now: Instant) -> Vec<Option<Vec<u8>>> {
     nts.iter().map(|n| n.save_state(now)).collect()
 }
 
+impl Handback {
+    /// An instance of `chain` stopped with `nts`: their state, if the chain's is being
+    /// collected.
+    fn collect(&mut self, chain: ChainId, nts: &[Box<dyn Nt>], now: Instant) {
+        if let Some((_, state)) = self.exporting.iter_mut().find(|e| e.0 == chain) {
+            state.instances.push(save_all(nts, now));
+        }
+    }
+
+    /// `chain`'s state is whole if `stopped` (no instance of it runs or launches): it goes out.
+    fn finish(&mut self, chain: ChainId, stopped: impl FnOnce() -> bool) {
+        let Some(i) = self.exporting.iter().position(|e| e.0 == chain) else { return };
+        if stopped() {
+            let e = self.exporting.swap_remove(i);
+            self.exported.push_back(e);
+        }
+    }
+}
+
+/// Restores into `nts` every instance's state of `states` (each per NT, in chain order): the
+/// entries restored. A state that does not parse is left out: its NT starts without it.
+fn restore_into(nts: &mut [Box<dyn Nt>], states: &[&Vec<Option<Vec<u8>>>], now: Instant) -> u32 {
+    let mut n = 0;
+    for inst in states {
+        for (nt, s) in nts.iter_mut().zip(inst.iter()) {
+            n += s.as_ref().and_then(|s| nt.restore_state(s, now).ok()).unwrap_or(0);
+        }
+    }
+    n as u32
+}
+
 impl<B: Backend> Node<B> {
     /// Takes `chain` away (as [`Node::remove_chain`]) and collects its NTs' state as its
     /// instances stop: what they have finishes first. The state comes out of
@@ -76,22 +107,16 @@ impl<B: Backend> Node<B> {
     /// An instance of a chain taken away stopped with `nts`: their state, if the chain's is
     /// being collected.
     pub(super) fn exported_nts(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
-        let now = self.clock.now();
-        if let Some((_, state)) = self.pool.handback.exporting.iter_mut().find(|e| e.0 == chain) {
-            state.instances.push(save_all(&nts, now));
-        }
+        self.pool.handback.collect(chain, &nts, self.clock.now());
     }
 
     /// The chain's state is whole once no instance of it runs or launches.
     pub(super) fn export_if_stopped(&mut self, chain: ChainId) {
-        let h = &mut self.pool.handback;
-        let Some(i) = h.exporting.iter().position(|e| e.0 == chain) else { return };
         // (A launch evicting the chain's last instance does not hold it back: that instance is
         // gone, and nothing would call this again once the launch ran.)
-        if self.core.sched().instances_of(chain).is_empty() && !self.core.launches().launches_of(chain) {
-            let e = h.exporting.swap_remove(i);
-            h.exported.push_back(e);
-        }
+        let core = &self.core;
+        let stopped = || core.sched().instances_of(chain).is_empty() && !core.launches().launches_of(chain);
+        self.pool.handback.finish(chain, stopped);
     }
 
     /// The answer to [`PoolRequest::Return`](super::PoolRequest::Return) for `chain`: the
@@ -122,14 +147,8 @@ impl<B: Backend> Node<B> {
             return 0;
         }
         let Ok(mut nts) = self.build_nts(chain) else { return 0 };
-        let mut n = 0;
-        for inst in mine {
-            for (nt, s) in nts.iter_mut().zip(inst) {
-                // (A state that does not parse is left out: the NT starts without it.)
-                n += s.as_ref().and_then(|s| nt.restore_state(s, now).ok()).unwrap_or(0);
-            }
-        }
+        let n = restore_into(&mut nts, &mine, now);
         self.elastic.save(chain, nts);
-        n as u32
+        n
     }
 }

@@ -65,6 +65,20 @@ pub(crate) struct PoolLink {
 const MAX_SENDERS: usize = 4096;
 
 impl PoolLink {
+    /// Keys the link with `secret`, under a new random sender id (its counter from 0), and
+    /// gives the node a random generation if it has none.
+    fn set_secret(&mut self, secret: Option<&[u8]>) {
+        self.key = secret.map(derive);
+        let mut s = [0u8; 4];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s).expect("the system's random source");
+        (self.sender, self.counter) = (u32::from_ne_bytes(s), 0);
+        if self.gen == 0 {
+            let mut g = [0u8; 8];
+            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut g).expect("the system's random source");
+            self.gen = u64::from_ne_bytes(g);
+        }
+    }
+
     /// True if `(sender, counter)` of an authenticated redirected packet is new (anti-replay,
     /// [`snic_core::replay`]): a duplicate or replay of one already received is not.
     fn admit(&mut self, sender: u32, counter: u64) -> bool {
@@ -127,15 +141,7 @@ impl<B: Backend> Node<B> {
     /// Keys the pool's redirects with `secret` (the pool secret; `None`: this node neither
     /// redirects nor accepts redirected packets).
     pub fn set_pool_secret(&mut self, secret: Option<&[u8]>) {
-        self.pool.key = secret.map(derive);
-        let mut s = [0u8; 4];
-        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut s).expect("the system's random source");
-        (self.pool.sender, self.pool.counter) = (u32::from_ne_bytes(s), 0);
-        if self.pool.gen == 0 {
-            let mut g = [0u8; 8];
-            ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut g).expect("the system's random source");
-            self.pool.gen = u64::from_ne_bytes(g);
-        }
+        self.pool.set_secret(secret);
         self.update_pool_on();
     }
 
