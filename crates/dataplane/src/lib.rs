@@ -13,8 +13,10 @@
 //!
 //! ```text
 //! node (the driver: node.rs, node/*)                      — applies snic-core's decisions
+//! │  (node/ingress: parse, MAT, checks, charge; node/exec: where regions run;
+//! │   node/transmit: the way out; node/redirect: the pool's packets)
 //! ├─ receive / transmit: backend (udp, mem)                — I/O
-//! ├─ execute: worker → region; elastic (regions' contents) — chains on threads
+//! ├─ execute: worker → region; elastic (specs, NTs outside regions) — chains on threads
 //! ├─ transmit: egress → fdb                                — routes and outer headers
 //! ├─ stats                                                 — counters
 //! └─ store (buffers, descriptors, batch size) → drops      — the packet store
@@ -31,8 +33,8 @@
 //!   chains apart from short ones.
 //! - [`fdb`] and [`egress`]: per-VNI forwarding (static entries and learning) and outer
 //!   re-encapsulation toward the destination VTEP.
-//! - [`elastic`]: what the regions hold (instances, launches under way, saved NT state) and what
-//!   happened; `snic_core::elastic` decides launches, resumes, scale events and victims.
+//! - [`elastic`]: the chains' NT specs and the NTs outside regions (built for a launch under
+//!   way, saved by stopped instances); `snic_core::elastic` decides launches, resumes, scale events and victims.
 //! - `snic_core::meter` decides demand, fair shares and ingress limits; the node hands it its
 //!   counters once an epoch (`node::EpochCounters`) and asks it at ingress. `snic_core::walk`
 //!   decides a packet's next step.
