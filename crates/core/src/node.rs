@@ -44,6 +44,7 @@ use crate::pool::spill::{Look, Spills};
 use crate::pool::{LoadReport, MemberEvent, PoolAct, PoolAgent};
 use crate::sched::{InstanceState, SchedConfig, Scheduler};
 use crate::time::Instant;
+use core::time::Duration;
 use std::net::SocketAddr;
 
 pub mod dags;
@@ -273,7 +274,24 @@ impl NodeCore {
     /// launch's time; `None`: only traffic or a command needs it. The driver merges it with its
     /// own deadlines (batches held by threads, NTs' timers).
     pub fn poll_at(&self) -> Option<Instant> {
-        let busy = self.wants_epoch()
+        self.poll_at_with(false)
+    }
+
+    /// How long the driver may wait for traffic: zero while the scheduler has items to
+    /// dispatch; else until [`NodeCore::poll_at`], the epoch's end if there was `traffic` since
+    /// it began, or the driver's own deadline `driver` (NTs' timers), whichever is first;
+    /// `None`: only traffic or a command needs a poll.
+    pub fn poll_timeout(&self, now: Instant, traffic: bool, driver: Option<Instant>) -> Option<Duration> {
+        if self.sched.has_ready() {
+            return Some(Duration::ZERO);
+        }
+        let at = self.poll_at_with(traffic).into_iter().chain(driver).min()?;
+        Some(at.saturating_since(now))
+    }
+
+    fn poll_at_with(&self, traffic: bool) -> Option<Instant> {
+        let busy = traffic
+            || self.wants_epoch()
             || self.dags.switching()
             || self.dags.retiring()
             || self.life.retiring()

@@ -242,6 +242,7 @@ use ingress::{Arrival, Source};
 pub use placement::{MoveError, PLACEMENT_PERIOD};
 pub use pool::PoolRequest;
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
+pub use redirect::PoolLink;
 
 /// How often the dispatcher's core time is read (a system call on the real clock), at most.
 const CORE_TIME_EVERY: Duration = Duration::from_millis(1);
@@ -451,20 +452,16 @@ impl<B: Backend> Node<B> {
     /// away, DAGs switching forms, a move, launches under way); otherwise `None`: only
     /// traffic or a control command needs it.
     pub fn poll_timeout(&self) -> Option<Duration> {
-        if self.exec.outstanding() || self.core.sched().has_ready() {
+        if self.exec.outstanding() {
             return Some(Duration::ZERO);
         }
         if self.tx.pending() {
             return Some(Duration::from_millis(1));
         }
-        let now = self.clock.now();
-        let epoch = self.core.next_epoch().saturating_since(now);
-        let core = self.core.poll_at().map(|at| at.saturating_since(now));
-        // What only the driver knows: traffic since the epoch began.
-        let busy = !self.stats.touched().is_empty();
-        let tick = (self.exec.waiting().next().is_some())
-            .then(|| Duration::from_nanos((self.ticked.as_nanos() + TICK_NS).saturating_sub(now.as_nanos())));
-        busy.then_some(epoch).into_iter().chain(core).chain(tick).min()
+        // What only the driver knows: traffic since the epoch began, and NTs' timers.
+        let traffic = !self.stats.touched().is_empty();
+        let tick = (self.exec.waiting().next().is_some()).then(|| Instant::from_nanos(self.ticked.as_nanos() + TICK_NS));
+        self.core.poll_timeout(self.clock.now(), traffic, tick)
     }
 
     /// The node's clock, now.

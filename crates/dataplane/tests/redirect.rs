@@ -105,7 +105,7 @@ fn pool() -> (Node<MemPort>, Node<MemPort>, u32) {
     p.set_pool_secret(Some(SECRET));
 
     h.redirect_chain(nat, peer(), SHARE_ALL);
-    assert!(h.redirect_route(DagUid(1), peer(), hosted, p.pool_generation()));
+    assert!(h.redirect_route(DagUid(1), peer(), hosted, p.pool_link().generation()));
     (h, p, hosted)
 }
 
@@ -131,7 +131,7 @@ fn a_redirected_chain_runs_on_the_peer_from_its_step_and_is_delivered_where_home
     // The firewall ran at home: 10 denied there; 90 redirected to the peer, with the header.
     let ht = &h.stats().tenants[1];
     assert_eq!(ht.drops[Drop::Nt(DropReason::FirewallDeny).index()], 10);
-    assert_eq!((h.redirected(ChainId(1)), ht.tx_packets), (90, 90));
+    assert_eq!((h.pool_link().redirected(ChainId(1)), ht.tx_packets), (90, 90));
     assert!(h.backend().tx.iter().all(|(d, _)| RedirectRepr::parse(d).is_ok_and(|r| r.pos == 1 && r.delivery == Some(b()))));
     assert_eq!(carry(&mut h, home(), &mut p, peer()), 90);
     run_until_idle(&mut p);
@@ -146,7 +146,7 @@ fn a_redirected_chain_runs_on_the_peer_from_its_step_and_is_delivered_where_home
         assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]), "SNAT ran on the peer");
         assert_eq!(k.dst_port, 80);
     }
-    assert_eq!(p.hosted().map(|(_, x)| (x.home, x.packets)).collect::<Vec<_>>(), vec![(home(), 90)]);
+    assert_eq!(p.pool_link().hosted().map(|(_, x)| (x.home, x.packets)).collect::<Vec<_>>(), vec![(home(), 90)]);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn the_peer_drops_and_counts_what_the_pool_did_not_seal_and_what_it_does_not_hos
         sender: 1,
         counter: 1,
         route: hosted,
-        incarnation: snic_core::pool::redirect::incarnation(p.pool_generation()),
+        incarnation: snic_core::pool::redirect::incarnation(p.pool_link().generation()),
         pos: 1,
         hops: 0,
         delivery: Some(b()),
@@ -217,8 +217,8 @@ fn the_peer_runs_a_redirected_packet_once_and_accepts_reordering() {
     assert_eq!(p.stats().tenants[7].tx_packets, 3, "each packet ran once");
     assert_eq!(p.stats().unattributed[Drop::ReplayedRedirect.index()], 2);
     // What a DAG given back waits for (the home's count of packets sent) counts each once.
-    assert_eq!(p.hosted_received(hosted), Some(3), "replays are not received packets");
-    assert_eq!(p.hosted_received(hosted + 1), None);
+    assert_eq!(p.pool_link().hosted_received(hosted), Some(3), "replays are not received packets");
+    assert_eq!(p.pool_link().hosted_received(hosted + 1), None);
     assert_eq!(Drop::name(Drop::ReplayedRedirect.index()), "replayed_redirect");
 }
 
@@ -258,7 +258,7 @@ fn a_pass_through_node_forwards_a_redirected_packet_without_running_it_and_count
     assert_eq!(to_t(&h), vec![(t_addr, Ok((Some(peer()), 0))); 20], "to T, for the peer");
     assert_eq!(carry(&mut h, home(), &mut t, t_addr), 20);
     run_until_idle(&mut t);
-    assert_eq!(t.pass_through().0, 20);
+    assert_eq!(t.pool_link().pass_through().0, 20);
     assert_eq!(to_t(&t), vec![(peer(), Ok((None, 1))); 20], "on to the peer, one hop more, T the last on the way");
     assert_eq!(t.store().charged(), 0, "nothing held once sent");
     assert!(t.stats().unattributed.iter().all(|&c| c == 0));
@@ -275,7 +275,7 @@ fn a_pass_through_node_forwards_a_redirected_packet_without_running_it_and_count
     d[HEADER_LEN + 20] ^= 1;
     t.backend_mut().rx.push_back((d, home()));
     run_until_idle(&mut t);
-    assert_eq!((t.stats().unattributed[Drop::Unauthenticated.index()], t.pass_through().0), (1, 20));
+    assert_eq!((t.stats().unattributed[Drop::Unauthenticated.index()], t.pool_link().pass_through().0), (1, 20));
 }
 
 /// Two nodes whose routes point at each other (links that disagree): the datagram bounces a
@@ -304,7 +304,7 @@ fn a_redirected_packet_caught_in_a_loop_of_pass_through_nodes_is_dropped_after_t
         assert!(bounces <= 40, "the loop did not end");
     }
     let limit = snic_dataplane::MAX_PASS_THROUGH as u64;
-    assert_eq!(h.pass_through().0 + t.pass_through().0, limit);
+    assert_eq!(h.pool_link().pass_through().0 + t.pool_link().pass_through().0, limit);
     let hops = Drop::PassThroughHops.index();
     assert_eq!(h.stats().unattributed[hops] + t.stats().unattributed[hops], 1);
     assert_eq!(Drop::name(hops), "pass_through_hops");
@@ -321,7 +321,7 @@ fn stopping_a_redirect_brings_the_chain_back_home() {
     h.backend_mut().rx.push_back((datagram(80, 1), a()));
     run_until_idle(&mut h);
     let t = &h.stats().tenants[1];
-    assert_eq!((h.redirected(nat), t.tx_packets), (0, 1));
+    assert_eq!((h.pool_link().redirected(nat), t.tx_packets), (0, 1));
     assert_eq!(h.backend().tx[0].1, b(), "delivered from home");
     // And a peer that died takes its redirects with it.
     h.redirect_chain(nat, peer(), SHARE_ALL);

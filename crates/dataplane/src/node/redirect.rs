@@ -29,9 +29,9 @@ use snic_wire::layout;
 use snic_wire::redirect::{RedirectError, RedirectRepr, AUTHENTICATED_FROM, HEADER_LEN, NONCE, TAG};
 use std::net::SocketAddr;
 
-/// The node's side of the pool's data path.
+/// The node's side of the pool's data path ([`Node::pool_link`]).
 #[derive(Default)]
-pub(crate) struct PoolLink {
+pub struct PoolLink {
     pub(super) key: Option<LessSafeKey>,
     /// The nonce's sender part (random per node start) and counter.
     sender: u32,
@@ -65,6 +65,33 @@ pub(crate) struct PoolLink {
 const MAX_SENDERS: usize = 4096;
 
 impl PoolLink {
+    /// This node's generation in the pool.
+    pub fn generation(&self) -> u64 {
+        self.gen
+    }
+
+    /// Packets of `chain` sent to a peer so far (they count as transmitted too).
+    pub fn redirected(&self, chain: ChainId) -> u64 {
+        self.sent.get(chain.index()).copied().unwrap_or(0)
+    }
+
+    /// Packets received so far for the DAG hosted as `route` (`None`: not hosted): a DAG given
+    /// back waits until what its home sent has arrived
+    /// ([`snic_core::pool::redirect::Fence`]).
+    pub fn hosted_received(&self, route: u32) -> Option<u64> {
+        self.hosted.get(route).map(|h| h.packets)
+    }
+
+    /// The DAGs this node hosts for its peers.
+    pub fn hosted(&self) -> impl Iterator<Item = (u32, &Hosted)> + '_ {
+        self.hosted.iter()
+    }
+
+    /// Redirected packets this node forwarded as a pass-through node, and their bytes.
+    pub fn pass_through(&self) -> (u64, u64) {
+        self.pass_through
+    }
+
     /// Keys the link with `secret`, under a new random sender id (its counter from 0), and
     /// gives the node a random generation if it has none.
     fn set_secret(&mut self, secret: Option<&[u8]>) {
@@ -153,9 +180,10 @@ impl<B: Backend> Node<B> {
         self.pool.gen = gen;
     }
 
-    /// This node's generation in the pool.
-    pub fn pool_generation(&self) -> u64 {
-        self.pool.gen
+    /// The node's side of the pool's data path, read-only: its generation, what it sent to
+    /// peers and received for them, what it passed on.
+    pub fn pool_link(&self) -> &PoolLink {
+        &self.pool
     }
 
     /// True if this node can send packets to its peers and take theirs: a pool key, and
@@ -208,11 +236,6 @@ impl<B: Backend> Node<B> {
         self.core.redirects().paths(chain).map(|p| (p.flows(), p.unpinned()))
     }
 
-    /// Packets of `chain` sent to a peer so far (they count as transmitted too).
-    pub fn redirected(&self, chain: ChainId) -> u64 {
-        self.pool.sent.get(chain.index()).copied().unwrap_or(0)
-    }
-
     /// Hosts a DAG for the peer whose data address is `home`: its packets, redirected from
     /// there, are charged to local tenant `tenant` and take `route` from the step they name.
     /// Its number, for the peer's redirected packets.
@@ -222,24 +245,12 @@ impl<B: Backend> Node<B> {
         r
     }
 
-    /// Packets received so far for the DAG hosted as `route` (`None`: not hosted): a DAG given
-    /// back waits until what its home sent has arrived
-    /// ([`snic_core::pool::redirect::Fence`]).
-    pub fn hosted_received(&self, route: u32) -> Option<u64> {
-        self.pool.hosted.get(route).map(|h| h.packets)
-    }
-
     /// Stops hosting `route`: what arrives for it from now is dropped (`not_hosted`); what runs
     /// it finishes.
     pub fn unhost_dag(&mut self, route: u32) -> Option<Hosted> {
         let h = self.pool.hosted.remove(route)?;
         self.core.remove_hosted(route);
         Some(h)
-    }
-
-    /// The DAGs this node hosts for its peers.
-    pub fn hosted(&self) -> impl Iterator<Item = (u32, &Hosted)> + '_ {
-        self.pool.hosted.iter()
     }
 
     /// The draining peer at data address `owner` holds the state of these flows (by hash):
@@ -259,11 +270,6 @@ impl<B: Backend> Node<B> {
     /// (asks every worker thread: off the packet path).
     pub fn flow_hashes(&self) -> Result<Vec<u64>, crate::worker::WorkerError> {
         self.exec.flow_hashes(self.clock.now())
-    }
-
-    /// Redirected packets this node forwarded as a pass-through node, and their bytes.
-    pub fn pass_through(&self) -> (u64, u64) {
-        self.pool.pass_through
     }
 
     /// If the chain `idx` enters is redirected (for its flow and route), seals it for the peer

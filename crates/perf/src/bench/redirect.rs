@@ -144,7 +144,7 @@ fn setup(specs: &[NtSpec], path: Path, sink: SocketAddr) -> anyhow::Result<(Vec<
     p.set_pool_secret(Some(SECRET));
     h.set_pool_secret(Some(SECRET));
     h.redirect_chain(c, pa, SHARE_ALL);
-    anyhow::ensure!(h.redirect_route(DagUid(1), pa, hosted, p.pool_generation()), "the DAG is deployed");
+    anyhow::ensure!(h.redirect_route(DagUid(1), pa, hosted, p.pool_link().generation()), "the DAG is deployed");
     if path == Path::Redirected {
         return Ok((vec![h, p], ha));
     }

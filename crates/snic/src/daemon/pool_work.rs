@@ -262,7 +262,7 @@ impl PoolWork {
     fn check_fences(&mut self, node: &mut Node<UdpBackend>) {
         let now = node.now();
         for f in std::mem::take(&mut self.fenced) {
-            let received = node.hosted_received(f.route).unwrap_or(0);
+            let received = node.pool_link().hosted_received(f.route).unwrap_or(0);
             match f.fence.check(received, now) {
                 FenceState::Wait => self.fenced.push(f),
                 FenceState::Ready => self.stop_and_export(node, f.home, f.route, f.reply),
@@ -399,7 +399,7 @@ impl PoolWork {
                 dag: req.dag.clone(),
                 route: *r,
                 local_tenant: t.0,
-                packets: node.hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
+                packets: node.pool_link().hosted().find(|(x, _)| x == r).map_or(0, |(_, h)| h.packets),
             })
             .collect()
     }

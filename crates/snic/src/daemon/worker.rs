@@ -871,7 +871,7 @@ fn run(
                 let dt = last_pub.elapsed().as_secs_f64();
                 last_pub = Instant::now();
                 log_news(n, &plan, &mut logged);
-                let (pass_through_packets, pass_through_bytes) = n.pass_through();
+                let (pass_through_packets, pass_through_bytes) = n.pool_link().pass_through();
                 let s = Snapshot {
                     published: Some(last_pub),
                     hosted: pool.hosted_snap(n),
@@ -885,7 +885,7 @@ fn run(
                             share: r.share,
                             flows: n.spill_flows(c).map(|((here, peer), unpinned)| SpillFlows { here, peer, unpinned }),
                             via: n.core().pool().via(r.peer).map(|a| a.to_string()),
-                            packets: n.redirected(c),
+                            packets: n.pool_link().redirected(c),
                         })
                         .collect(),
                     pass_through_packets,
