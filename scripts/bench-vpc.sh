@@ -4,11 +4,15 @@
 #   snic1:  S4 --vxlan--> node N [firewall -> NAT] --vxlan--> R4  (like for like with the kernel's)
 #   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2
 #   socat:  S3 --vxlan--> relay namespace (socat copies each datagram, no processing) --vxlan--> R3
+#   ovs:    S5 --vxlan--> O [Open vSwitch, userspace datapath: VXLAN, firewall, conntrack SNAT]
+#           --vxlan--> R5  (the userspace peer of the one-node path: same endpoints, same work)
 # Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then the
-# snic paths' ratios to the kernel router's ("ratios"). For the one-node path, the node's CPU
+# snic and OVS paths' ratios to the kernel router's, and the one-node path's to OVS's
+# ("ratios"). For the one-node path, the node's CPU
 # per datagram it received ("snic-1node-cpu"; needs a binary with `receive` in its status).
 #
-#   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool if missing)
+#   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool,
+#                                         openvswitch-switch if missing)
 #
 # VPC_ENDPOINT_OFFLOAD=1 lets the one-node path's endpoints keep their transmit offloads: their
 # TCP bursts then reach the node unsegmented, one datagram each, and the node cuts them.
@@ -31,7 +35,7 @@ secs=${1:-5}
 here=$(cd "$(dirname "$0")/.." && pwd)
 snic=${SNIC_BIN:-$here/target/release/snic}
 [ -x "$snic" ] || cargo build --release --manifest-path "$here/Cargo.toml" -p snic >&2
-for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-ping; do
+for t in iperf3:iperf3 socat:socat nft:nftables ethtool:ethtool ping:iputils-ping ovs-vswitchd:openvswitch-switch; do
   command -v "${t%%:*}" >/dev/null 2>&1 || { apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${t#*:}" >/dev/null; }
 done
 . "$here/scripts/netns-lib.sh" bench-vpc vb
@@ -149,9 +153,57 @@ measure snic-1node-fw-nat s4 10.1.0.2
 t1=$(cpu_ticks); r1=$(received)
 python3 -c 'import os,sys; t0,t1,r0,r1=map(int,sys.argv[1:]); hz=os.sysconf("SC_CLK_TCK"); print("{\"bench\":\"vpc\",\"path\":\"snic-1node-cpu\",\"datagrams\":%d,\"cpu_us_per_datagram\":%s}" % (r1-r0, round((t1-t0)/hz*1e6/(r1-r0), 3) if r1 > r0 else "null"))' "$t0" "$t1" "$r0" "$r1"
 
+# ---- ovs: S5 - O [OVS userspace datapath: VXLAN, firewall, conntrack SNAT] - R5 --------------
+# Open vSwitch as Debian ships it (no DPDK): datapath_type=netdev, its ports the veths (read
+# and written by ovs-vswitchd over AF_PACKET), userspace tunnelling (the VTEP addresses on the
+# physical bridges' internal ports), the same firewall and SNAT as the one-node path in
+# OpenFlow with conntrack. Its own database and sockets in $work; both daemons are ours (PIDs).
+ns s5; ns o; ns r5
+veth s5 192.168.41.2 o 192.168.41.1
+veth o 192.168.42.1 r5 192.168.42.2
+vxlan s5 192.168.41.2 192.168.41.1 10.1.0.1
+vxlan r5 192.168.42.2 192.168.42.1 10.1.0.2
+ovs=$work/ovs; mkdir -p "$ovs"
+export OVS_RUNDIR=$ovs OVS_LOGDIR=$ovs OVS_DBDIR=$ovs
+ovsdb-tool create "$ovs/conf.db" /usr/share/openvswitch/vswitch.ovsschema
+ip netns exec "$P-o" ovsdb-server "$ovs/conf.db" --remote=punix:"$ovs/db.sock" --unixctl="$ovs/ovsdb.ctl" --log-file="$ovs/ovsdb.log" -vconsole:off >/dev/null 2>&1 & pids+=($!)
+wait_for "ovsdb-server" test -S "$ovs/db.sock"
+vsctl() { ip netns exec "$P-o" ovs-vsctl --db=unix:"$ovs/db.sock" "$@"; }
+vsctl --no-wait init
+ip netns exec "$P-o" ovs-vswitchd unix:"$ovs/db.sock" --unixctl="$ovs/vswitchd.ctl" --log-file="$ovs/vswitchd.log" -vconsole:off >/dev/null 2>&1 & pids+=($!)
+wait_for "ovs-vswitchd" test -S "$ovs/vswitchd.ctl"
+i=0
+for v in $(ip -n "$P-o" -o link show type veth | awk -F': ' '{print $2}' | cut -d@ -f1); do
+  a=$(ip -n "$P-o" -4 -o addr show dev "$v" | awk '{print $4}')
+  ip -n "$P-o" addr flush dev "$v"
+  vsctl add-br br-phy$i -- set bridge br-phy$i datapath_type=netdev -- add-port br-phy$i "$v"
+  ip -n "$P-o" addr add "$a" dev br-phy$i; ip -n "$P-o" link set br-phy$i up
+  i=$((i + 1))
+done
+vsctl add-br br-int -- set bridge br-int datapath_type=netdev \
+  -- add-port br-int vxs -- set interface vxs type=vxlan options:remote_ip=192.168.41.2 options:local_ip=192.168.41.1 options:key=100 \
+  -- add-port br-int vxr -- set interface vxr type=vxlan options:remote_ip=192.168.42.2 options:local_ip=192.168.42.1 options:key=100
+ip netns exec "$P-o" ovs-ofctl del-flows br-int
+ip netns exec "$P-o" ovs-ofctl add-flows br-int - <<F
+priority=200,tcp,tp_dst=22,actions=drop
+priority=100,ip,in_port=vxs,actions=ct(commit,zone=1,nat(src=10.1.0.100)),output:vxr
+priority=100,ip,in_port=vxr,actions=ct(zone=1,nat,table=1)
+table=1,priority=100,ct_state=+trk+est,ip,actions=output:vxs
+table=1,priority=100,ct_state=+trk+rel,ip,actions=output:vxs
+priority=50,arp,actions=NORMAL
+F
+ip -n "$P-r5" neigh add 10.1.0.100 lladdr "$(vxmac s5)" dev vx0 nud permanent
+server r5
+# (Its first packets wait while OVS resolves the tunnel's next hops: measure pings first.)
+ip netns exec "$P-s5" ping -c 3 -i 0.3 -W 3 10.1.0.2 >/dev/null || true
+measure ovs-userspace-fw-nat s5 10.1.0.2
+
 python3 - "$work/gbps" <<'PY'
 import json, sys
 g = dict(l.split() for l in open(sys.argv[1]))
 k = float(g.get("kernel-router-nft-fw-nat", 0)) or float("nan")
-print(json.dumps({"bench": "vpc", "ratios": {p: round(float(v) / k, 3) for p, v in g.items() if p.startswith("snic")}}))
+o = float(g.get("ovs-userspace-fw-nat", 0)) or float("nan")
+r = {p: round(float(v) / k, 3) for p, v in g.items() if p.startswith(("snic", "ovs"))}
+r["snic-1node-fw-nat/ovs"] = round(float(g.get("snic-1node-fw-nat", 0)) / o, 3)
+print(json.dumps({"bench": "vpc", "ratios": r}))
 PY
