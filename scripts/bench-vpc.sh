@@ -2,13 +2,15 @@
 # VPC between two snic nodes (paper §6.2), beside references, in one run:
 #   snic:   S --vxlan--> node A [firewall -> NAT -> AES-GCM encrypt] --> node B [decrypt] --vxlan--> R
 #   snic1:  S4 --vxlan--> node N [firewall -> NAT] --vxlan--> R4  (like for like with the kernel's)
-#   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2
+#   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2,
+#           then again with every offload off on its veths (TSO, GSO, GRO, checksums): frames
+#           cross one by one, the ceiling of any per-packet forwarder on these veths
 #   socat:  S3 --vxlan--> relay namespace (socat copies each datagram, no processing) --vxlan--> R3
 #   ovs:    S5 --vxlan--> O [Open vSwitch, userspace datapath: VXLAN, firewall, conntrack SNAT]
 #           --vxlan--> R5  (the userspace peer of the one-node path: same endpoints, same work)
 # Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then the
-# snic and OVS paths' ratios to the kernel router's, and the one-node path's to OVS's
-# ("ratios"). For the one-node path, the node's CPU
+# snic and OVS paths' ratios to the kernel router's, and the one-node path's to OVS's and to
+# the kernel's per-packet forwarding ("ratios"). For the one-node path, the node's CPU
 # per datagram it received ("snic-1node-cpu"; needs a binary with `receive` in its status).
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool,
@@ -118,6 +120,12 @@ table inet snicbench {
 N
 server r2
 measure kernel-router-nft-fw-nat s2 192.168.12.2
+for n in s2 k r2; do
+  for i in $(ip -n "$P-$n" -o link show type veth | awk -F': ' '{print $2}' | cut -d@ -f1); do
+    ip netns exec "$P-$n" ethtool -K "$i" tso off gso off gro off tx off >/dev/null
+  done
+done
+measure kernel-router-per-packet s2 192.168.12.2
 
 # ---- socat: S3 - relay (copies datagrams) - R3 ----------------------------------------------
 ns s3; ns x; ns r3
@@ -203,7 +211,9 @@ import json, sys
 g = dict(l.split() for l in open(sys.argv[1]))
 k = float(g.get("kernel-router-nft-fw-nat", 0)) or float("nan")
 o = float(g.get("ovs-userspace-fw-nat", 0)) or float("nan")
-r = {p: round(float(v) / k, 3) for p, v in g.items() if p.startswith(("snic", "ovs"))}
+pp = float(g.get("kernel-router-per-packet", 0)) or float("nan")
+r = {p: round(float(v) / k, 3) for p, v in g.items() if p.startswith(("snic", "ovs", "kernel-router-per"))}
 r["snic-1node-fw-nat/ovs"] = round(float(g.get("snic-1node-fw-nat", 0)) / o, 3)
+r["snic-1node-fw-nat/kernel-per-packet"] = round(float(g.get("snic-1node-fw-nat", 0)) / pp, 3)
 print(json.dumps({"bench": "vpc", "ratios": r}))
 PY
