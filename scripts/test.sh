@@ -52,9 +52,10 @@ step "toolchain: $(cargo --version)"
 # System tools the namespace tests drive (real endpoints: kernel VXLAN, ping, iperf3, memcached; ss is
 # iproute2's), etcd for the pool's shared desired state, and clang + lld, which compile the C
 # examples of tenants' WebAssembly NTs (examples/wasm) in the tests, as a tenant would; openssl
-# makes the API test's certificate.
+# makes the API test's certificate; Open vSwitch is the VPC bench's userspace peer (its test runs
+# the bench with short windows).
 need=()
-for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached memcaslap:libmemcached-tools etcd:etcd-server clang:clang wasm-ld:lld openssl:openssl; do
+for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached memcaslap:libmemcached-tools etcd:etcd-server clang:clang wasm-ld:lld openssl:openssl ovs-vswitchd:openvswitch-switch; do
   command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -556,28 +556,41 @@ fn kernel_vxlan_endpoints_through_firewall_and_nat() {
 }
 
 /// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
-/// firewall → NAT → AES-GCM across two nodes, the kernel reference, the socat reference, snic's
-/// one-node firewall → NAT) must carry TCP and ping. The script creates and deletes its own namespaces.
+/// firewall → NAT → AES-GCM across two nodes, the kernel references with and without offloads,
+/// the socat reference, snic's one-node firewall → NAT, Open vSwitch's userspace datapath doing
+/// the same) must carry TCP and ping. The script creates and deletes its own namespaces and
+/// stops the daemons it starts.
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn two_node_vpc_through_encryption() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    require_root_and(&["ip", "ethtool", "ping", "iperf3"]);
+    require_root_and(&["ip", "ethtool", "ping", "iperf3", "ovs-vswitchd"]);
     // The README tour's endpoints: a VXLAN MTU of 1500 on 1500-byte links (issue 49). The
     // nodes' datagrams (the encrypted ones 32 bytes more) exceed the links' MTU: fragmented,
     // none refused, and TCP carries.
     let (rows, stdout) = bench_script("bench-vpc.sh", &["1"], &[("VPC_ENDPOINT_MTU", "1500")]);
-    // Four paths, the MTU line, the one node's CPU line, the ratios line.
-    assert_eq!(rows.len(), 7, "{stdout}");
-    assert!(rows[5]["cpu_us_per_datagram"].as_f64().is_some_and(|c| c > 0.0), "{}", rows[5]);
-    assert!(rows[6]["ratios"].is_object(), "{stdout}");
-    for r in rows.iter().filter(|r| r.get("path").is_some_and(|p| p != "snic-mtu" && p != "snic-1node-cpu")) {
+    let row = |path: &str| rows.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("no {path} row: {stdout}"));
+    // Six paths, the MTU line, the one node's CPU line, the ratios line.
+    assert_eq!(rows.len(), 9, "{stdout}");
+    assert!(row("snic-1node-cpu")["cpu_us_per_datagram"].as_f64().is_some_and(|c| c > 0.0), "{stdout}");
+    let ratios = &rows.last().expect("rows")["ratios"];
+    assert!(ratios["snic-1node-fw-nat/ovs"].as_f64().is_some_and(|r| r > 0.0), "{stdout}");
+    let paths = [
+        "snic-2node-fw-nat-aesgcm",
+        "kernel-router-nft-fw-nat",
+        "kernel-router-per-packet",
+        "socat-relay-no-processing",
+        "snic-1node-fw-nat",
+        "ovs-userspace-fw-nat",
+    ];
+    for p in paths {
+        let r = row(p);
         assert!(r.get("error").is_none(), "{r}");
         assert!(r["iperf3_tcp_gbps"].as_f64().unwrap() > 0.0, "every path carries TCP: {r}");
     }
     assert_eq!(rows[0]["path"], "snic-2node-fw-nat-aesgcm");
-    assert_eq!(rows[1]["path"], "snic-mtu");
-    assert_eq!((rows[1]["ping_1422_df_of_5"].as_u64(), rows[1]["tx_error"].as_u64()), (Some(5), Some(0)), "{}", rows[1]);
+    let mtu = row("snic-mtu");
+    assert_eq!((mtu["ping_1422_df_of_5"].as_u64(), mtu["tx_error"].as_u64()), (Some(5), Some(0)), "{mtu}");
 }
 
 /// Runs `scripts/<script>` with `args` and `env` on this build's snic (`SNIC_BIN`); it must
