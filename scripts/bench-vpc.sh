@@ -43,11 +43,7 @@ done
 . "$here/scripts/netns-lib.sh" bench-vpc vb
 
 # vxlan NS LOCAL REMOTE INNER
-vxlan() {
-  ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
-  ip -n "$P-$1" link set vx0 mtu "${VPC_ENDPOINT_MTU:-1400}"
-  ip -n "$P-$1" addr add "$4/24" dev vx0; ip -n "$P-$1" link set vx0 up
-}
+vxlan() { vxlan_ep "$1" "$2" "$3" "$4" "${VPC_ENDPOINT_MTU:-1400}"; }
 vxmac() { ip -n "$P-$1" link show vx0 | awk '/link\/ether/{print $2}'; }
 # measure NAME SENDER DEST: iperf3 and ping from SENDER to DEST (server already in the receiver)
 measure() {
@@ -106,18 +102,7 @@ print(n, json.dumps(per).replace(" ", ""))')
 echo "{\"bench\":\"vpc\",\"path\":\"snic-mtu\",\"endpoint_mtu\":${VPC_ENDPOINT_MTU:-1400},\"ping_1422_df_of_5\":${big:-0},\"tx_error\":${txerr% *},\"rx_datagrams_per_message_a_b\":${txerr#* }}"
 
 # ---- kernel: S2 - K (nftables firewall + SNAT, forwarding) - R2 -------------------------------
-ns s2; ns k; ns r2
-veth s2 192.168.11.2 k 192.168.11.1 keep-offload
-veth k 192.168.12.1 r2 192.168.12.2 keep-offload
-ip -n "$P-s2" route add default via 192.168.11.1
-ip -n "$P-r2" route add default via 192.168.12.1
-ip netns exec "$P-k" sysctl -qw net.ipv4.ip_forward=1
-ip netns exec "$P-k" nft -f - <<N
-table inet snicbench {
-  chain forward { type filter hook forward priority 0; policy accept; tcp dport 22 drop; }
-  chain post { type nat hook postrouting priority 100; ip saddr 192.168.11.2 snat to 192.168.12.1; }
-}
-N
+kernel_router s2 k r2 192.168.11 192.168.12
 server r2
 measure kernel-router-nft-fw-nat s2 192.168.12.2
 for n in s2 k r2; do

@@ -6,7 +6,8 @@
 # NAME goes into messages; PREFIX (two letters) and the shell's PID name the namespaces. Gives
 # $P, a scratch directory $work, the arrays nslist and pids (append what you create), ns NAME
 # (a namespace with lo up), veth NS1 ADDR1 NS2 ADDR2 [keep-offload], gro NS, listens NS PROTO
-# PORT and wait_for WHAT CMD... A bench that defines before_cleanup has it called first on exit.
+# PORT, wait_for WHAT CMD..., vxlan_ep (a kernel VXLAN endpoint) and kernel_router (the kernel
+# reference path). A bench that defines before_cleanup has it called first on exit.
 bench_name=$1
 P=$2$$
 work=$(mktemp -d)
@@ -57,4 +58,30 @@ veth() {
     ip netns exec "$P-$1" ethtool -K "${a:0:15}" tx off >/dev/null
     ip netns exec "$P-$3" ethtool -K "${b:0:15}" tx off >/dev/null
   fi
+}
+
+# vxlan_ep NS LOCAL REMOTE INNER MTU: a kernel VXLAN endpoint in NS (device vx0, VNI 100, port
+# 4789) from underlay address LOCAL to REMOTE, with inner address INNER/24 and MTU.
+vxlan_ep() {
+  ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
+  ip -n "$P-$1" link set vx0 mtu "$5"
+  ip -n "$P-$1" addr add "$4/24" dev vx0; ip -n "$P-$1" link set vx0 up
+}
+
+# kernel_router S K R NET1 NET2: the kernel as the VPC benches' reference — S (NET1.2) routed
+# through K (NET1.1, NET2.1: forwarding, an nftables firewall dropping TCP 22, SNAT of S to
+# NET2.1) to R (NET2.2); the veths keep their offloads. NET1, NET2: /24 prefixes (a.b.c).
+kernel_router() {
+  ns "$1"; ns "$2"; ns "$3"
+  veth "$1" "$4.2" "$2" "$4.1" keep-offload
+  veth "$2" "$5.1" "$3" "$5.2" keep-offload
+  ip -n "$P-$1" route add default via "$4.1"
+  ip -n "$P-$3" route add default via "$5.1"
+  ip netns exec "$P-$2" sysctl -qw net.ipv4.ip_forward=1
+  ip netns exec "$P-$2" nft -f - <<N
+table inet snicbench {
+  chain forward { type filter hook forward priority 0; policy accept; tcp dport 22 drop; }
+  chain post { type nat hook postrouting priority 100; ip saddr $4.2 snat to $5.1; }
+}
+N
 }

@@ -55,12 +55,8 @@ PY
 ns s; ns a; ns r
 veth s 192.168.1.2 a 192.168.1.1
 veth a 192.168.2.1 r 192.168.2.2
-for n in s:192.168.1.2:192.168.1.1:10.1.0.1 r:192.168.2.2:192.168.2.1:10.1.0.2; do
-  IFS=: read -r x local remote inner <<<"$n"
-  ip -n "$P-$x" link add vx0 type vxlan id 100 remote "$remote" local "$local" dstport 4789
-  ip -n "$P-$x" link set vx0 mtu 1400
-  ip -n "$P-$x" addr add "$inner/24" dev vx0; ip -n "$P-$x" link set vx0 up
-done
+vxlan_ep s 192.168.1.2 192.168.1.1 10.1.0.1 1400
+vxlan_ep r 192.168.2.2 192.168.2.1 10.1.0.2 1400
 for gro in on off; do
   for i in $(ip -n "$P-a" -o link show type veth | awk -F'[ :@]+' '{print $2}'); do
     ip netns exec "$P-a" ethtool -K "$i" gro "$gro" >/dev/null

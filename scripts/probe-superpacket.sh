@@ -86,12 +86,8 @@ for mode in whole segmented; do
   ns s; ns a; ns r
   veth s 192.168.61.2 a 192.168.61.1 $([ $mode = whole ] && echo keep-offload)
   veth a 192.168.62.1 r 192.168.62.2 $([ $mode = whole ] && echo keep-offload)
-  for n in s:192.168.61.2:192.168.61.1:10.6.0.1 r:192.168.62.2:192.168.62.1:10.6.0.2; do
-    IFS=: read -r x local remote inner <<<"$n"
-    ip -n "$P-$x" link add vx0 type vxlan id 100 remote "$remote" local "$local" dstport 4789
-    ip -n "$P-$x" link set vx0 mtu 1400
-    ip -n "$P-$x" addr add "$inner/24" dev vx0; ip -n "$P-$x" link set vx0 up
-  done
+  vxlan_ep s 192.168.61.2 192.168.61.1 10.6.0.1 1400
+  vxlan_ep r 192.168.62.2 192.168.62.1 10.6.0.2 1400
   ip netns exec "$P-a" $py "$work/relay.py" $((secs + 4)) >"$work/relay.out" & relay=$!; pids+=($relay)
   wait_for "relay up" listens a u 4789
   ip netns exec "$P-r" iperf3 -s -1 >/dev/null 2>&1 & pids+=($!)
@@ -102,18 +98,7 @@ for mode in whole segmented; do
   echo "{\"probe\":\"superpacket\",\"relay\":\"$mode\",\"iperf3_tcp_gbps\":$g,$(cat "$work/relay.out"),\"seconds\":$secs}"
 done
 
-ns s2; ns k; ns r2
-veth s2 192.168.71.2 k 192.168.71.1 keep-offload
-veth k 192.168.72.1 r2 192.168.72.2 keep-offload
-ip -n "$P-s2" route add default via 192.168.71.1
-ip -n "$P-r2" route add default via 192.168.72.1
-ip netns exec "$P-k" sysctl -qw net.ipv4.ip_forward=1
-ip netns exec "$P-k" nft -f - <<N
-table inet probe {
-  chain forward { type filter hook forward priority 0; policy accept; tcp dport 22 drop; }
-  chain post { type nat hook postrouting priority 100; ip saddr 192.168.71.2 snat to 192.168.72.1; }
-}
-N
+kernel_router s2 k r2 192.168.71 192.168.72
 ip netns exec "$P-r2" iperf3 -s -1 >/dev/null 2>&1 & pids+=($!)
 wait_for "iperf3 server" listens r2 t 5201
 echo "{\"probe\":\"superpacket\",\"relay\":\"kernel-router-nft-fw-nat\",\"iperf3_tcp_gbps\":$(ip netns exec "$P-s2" iperf3 -c 192.168.72.2 -t "$secs" -J | gbps),\"seconds\":$secs}"
