@@ -390,7 +390,7 @@ impl<B: Backend> Node<B> {
     /// Launches an instance of `chain` into a new region: instantiates its NTs (the software
     /// analogue of partial reconfiguration) and gives the scheduler its credits. The region runs
     /// on the dispatcher's thread without worker threads, else on the workers in turn. With a
-    /// region limit ([`ElasticConfig::regions`]) this is the deploy-time pre-launch: it takes a
+    /// region limit ([`crate::elastic::ElasticConfig::regions`]) this is the deploy-time pre-launch: it takes a
     /// free region or fails with [`LaunchError::NoFreeRegion`], and the instance runs after the
     /// emulated launch delay.
     pub fn launch(&mut self, chain: ChainId) -> Result<InstanceId, LaunchError> {
