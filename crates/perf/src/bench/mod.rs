@@ -22,6 +22,7 @@ use snic_core::dag::{DagRoute, NtMask, Step};
 use snic_core::ids::TenantId;
 use snic_core::mat::PortRange;
 use snic_core::node::NodeCoreConfig;
+use snic_core::sched::SchedConfig;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::node::{Clock, MonotonicClock};
 use snic_dataplane::store::Peer;
@@ -126,6 +127,11 @@ pub struct DataplaneArgs {
     /// Receive and dispatch batch size.
     #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// The scheduler's initial credits per instance (the descriptors its region may hold at
+    /// once), comma-separated: each value is a case, with every size (the paper's Fig. 9 sweeps
+    /// credits against packet size).
+    #[arg(long, default_value = "256", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=65536))]
+    credits: Vec<u32>,
     /// Run exactly this many packets (after a warm-up of the same count) instead of timing;
     /// for instruction counting under callgrind. The node's time then moves 100 ns a packet
     /// sent, not with the machine's clock, so that epochs and sweeps come as often a packet as
@@ -300,6 +306,8 @@ struct DataplaneResult {
     /// What the generator wrote into each buffer (`--rx-writes`).
     rx_writes: RxWrites,
     cores: usize,
+    /// The scheduler's initial credits per instance (`--credits`).
+    credits: u32,
     mpps: f64,
     /// The rate in each whole tenth of a second of a timed run, Mpps (none in a counted run):
     /// how steady the machine was. On a shared guest it moves between speeds within one run.
@@ -436,8 +444,8 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
         c => vec![c],
     };
     for chain in chains {
-        for &size in &a.size {
-            let r = dataplane_case(&a, chain, size)?;
+        for (&credits, &size) in a.credits.iter().flat_map(|c| a.size.iter().map(move |s| (c, s))) {
+            let r = dataplane_case(&a, chain, size, credits)?;
             emit(a.json, &r, |r| {
                 let paired = match &r.paired_seal {
                     Some(p) => format!(
@@ -450,11 +458,17 @@ fn dataplane(a: DataplaneArgs) -> anyhow::Result<()> {
                     Some((lo, hi)) => format!(" ({lo:.2}-{hi:.2} in 100 ms slices)"),
                     None => String::new(),
                 };
+                let credits = if a.credits.len() > 1 || r.credits != default_credits() {
+                    format!("  {:>5} credits", r.credits)
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{:>6} {:>5} B {:>4} idle  {:>6.2} Mpps{}  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB{}{}",
+                    "{:>6} {:>5} B {:>4} idle{}  {:>6.2} Mpps{}  {:>6.2} Gbit/s  p50 {:>6} ns  p99 {:>6} ns  drops {}  allocs {}  rss {:.0} MiB{}{}",
                     r.chain,
                     r.packet_size,
                     r.idle_tenants,
+                    credits,
                     r.mpps,
                     slices,
                     r.gbps,
@@ -551,8 +565,13 @@ impl Seal {
     }
 }
 
-fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize) -> anyhow::Result<DataplaneResult> {
-    Ok(run_chain(a, chain, chain_specs(chain, a.fw_rules)?, size)?.0)
+fn dataplane_case(a: &DataplaneArgs, chain: &str, size: usize, credits: u32) -> anyhow::Result<DataplaneResult> {
+    Ok(run_chain(a, chain, chain_specs(chain, a.fw_rules)?, size, credits)?.0)
+}
+
+/// The scheduler's default credits per instance.
+pub(crate) fn default_credits() -> u32 {
+    NodeCoreConfig::default().sched.credits
 }
 
 /// The clock of a counted run (`--packets`): it reads the machine's clock, so that a read costs
@@ -585,13 +604,17 @@ impl Clock for PacketClock {
 
 /// The full in-memory path through a chain of `specs`, as `snic bench dataplane` runs it; also
 /// the chain's measured cost per packet (ns, NTs only).
-fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) -> anyhow::Result<(DataplaneResult, f64)> {
+fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, credits: u32) -> anyhow::Result<(DataplaneResult, f64)> {
     let (headers, payload) = templates(size, a.flows)?;
     let wire = headers[0].len() + payload.len();
     let gen = Generator::new(Framing::Ethernet, headers, payload, "192.0.2.10:4789".parse()?, u64::MAX).with_writes(a.rx_writes);
     let local = Peer { addr: "192.0.2.1:4789".parse()?, mac: MacAddr([2, 0, 0, 0, 0, 1]) };
     let cfg = NodeConfig {
-        core: NodeCoreConfig { workers: a.workers, ..NodeCoreConfig::default() },
+        core: NodeCoreConfig {
+            workers: a.workers,
+            sched: SchedConfig { credits, ..NodeCoreConfig::default().sched },
+            ..NodeCoreConfig::default()
+        },
         local,
         pin_cores: a.workers > 0,
         batch: a.batch,
@@ -660,6 +683,7 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize) ->
         packet_size: size,
         rx_writes: a.rx_writes,
         cores: 1 + a.workers,
+        credits,
         mpps,
         paired_seal: seal.map(|(_, v)| PairedSeal::new(size, &slice_mpps, v)),
         slice_mpps,

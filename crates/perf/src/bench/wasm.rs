@@ -124,6 +124,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
         fw_rules: a.fw_rules,
         workers: 0,
         batch: 32,
+        credits: vec![super::default_credits()],
         packets: None,
         idle_tenants: 0,
         rx_writes: RxWrites::Frame,
@@ -131,7 +132,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
     };
     for &size in &a.size {
         for (engine, spec) in &specs {
-            let (r, nt_ns) = run_chain(&d, "firewall", vec![spec.clone()], size)?;
+            let (r, nt_ns) = run_chain(&d, "firewall", vec![spec.clone()], size, d.credits[0])?;
             let out = WasmResult {
                 bench: "wasm",
                 nt: "firewall",
