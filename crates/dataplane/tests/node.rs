@@ -6,7 +6,7 @@ use snic_core::mat::{Action, Mat, PortRange, Rule};
 use snic_core::node::NodeCoreConfig;
 use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::udp::UdpBackend;
-use snic_dataplane::backend::Framing;
+use snic_dataplane::backend::{Backend, Framing};
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::store::Peer;
 use snic_dataplane::{Drop, Node, NodeConfig};

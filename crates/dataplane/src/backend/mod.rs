@@ -158,6 +158,37 @@ pub trait Backend: Send {
     fn waker(&mut self) -> Option<Waker> {
         None
     }
+
+    /// Steers each group of VNIs to a receive queue of its own (a tenant's VNIs, one group per
+    /// tenant) and returns each group's queue (0: the shared one). An empty list undoes any
+    /// steering. The default has one queue: it refuses any group, naming why.
+    fn steer(&mut self, groups: &[Vec<u32>]) -> std::io::Result<Vec<usize>> {
+        match groups.is_empty() {
+            true => Ok(Vec::new()),
+            false => Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "this backend has one receive queue: it cannot steer tenants apart",
+            )),
+        }
+    }
+
+    /// The address the node receives on (its VTEP), if it has one.
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "this backend has no socket address"))
+    }
+
+    /// Receive calls' entries and the packets they carried, cumulative: more packets than
+    /// entries when runs arrive coalesced ([`gro`]). The default counts one packet an entry,
+    /// and none.
+    fn rx_runs(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
+    /// The largest datagram sent with segmentation offload, lowered when the path refuses a
+    /// size (0: the backend has no segmentation offload).
+    fn gso_max_segment(&self) -> usize {
+        0
+    }
 }
 
 /// Wakes a data-plane thread blocked in [`Backend::wait`]: an eventfd the backend's wait also

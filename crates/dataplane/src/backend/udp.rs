@@ -251,27 +251,6 @@ impl UdpBackend {
         })
     }
 
-    /// Steers each group of VNIs to a receive queue of its own: group `i` to queue `i + 1`
-    /// (sockets are added to the reuseport group as needed, and kept); every other VNI to
-    /// queue 0. Groups past [`MAX_QUEUES`] − 1 go to queue 0 too. Returns the queue of each group.
-    /// A backend from [`UdpBackend::bind`] has one queue and refuses.
-    pub fn steer(&mut self, groups: &[Vec<u32>]) -> io::Result<Vec<usize>> {
-        if !self.steered {
-            return Err(io::Error::new(io::ErrorKind::Unsupported, "a backend bound without steering has one receive queue"));
-        }
-        let n = groups.len().min(MAX_QUEUES - 1);
-        let addr = self.sock.local_addr()?;
-        while self.queues.len() < n {
-            let sock = reuseport_socket(addr)?;
-            tune(&sock)?;
-            epoll_add(self.epoll.as_raw_fd(), sock.as_raw_fd(), self.queues.len() + 1)?;
-            self.queues.push(Queue { sock, dropped: Drops::default() });
-        }
-        let map: Vec<(u32, u32)> = groups.iter().take(n).enumerate().flat_map(|(i, g)| g.iter().map(move |&v| (v, i as u32 + 1))).collect();
-        attach_steering(self.sock.as_raw_fd(), &map)?;
-        Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
-    }
-
     fn queue_fd(&self, q: usize) -> Option<i32> {
         match q {
             0 => Some(self.sock.as_raw_fd()),
@@ -344,23 +323,6 @@ impl UdpBackend {
     /// Turns segmentation offload off (it is on by default).
     pub fn set_gso(&mut self, on: bool) {
         self.gso = on;
-    }
-
-    /// The largest segment sent with segmentation offload (lowered when the kernel refuses a
-    /// group for its size: larger datagrams go one per message, fragmented by the kernel).
-    pub fn gso_max_segment(&self) -> usize {
-        self.gso_max_seg
-    }
-
-    /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
-    /// datagrams than messages when runs arrive coalesced.
-    pub fn rx_runs(&self) -> (u64, u64) {
-        self.gro.runs()
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.sock.local_addr()
     }
 
     /// One `sendmmsg` of `reqs` (at most a batch): what it did, and whether to try again at once
@@ -615,6 +577,44 @@ fn socket_drops(fd: i32) -> Option<u32> {
 }
 
 impl Backend for UdpBackend {
+    /// Steers each group of VNIs to a receive queue of its own: group `i` to queue `i + 1`
+    /// (sockets are added to the reuseport group as needed, and kept); every other VNI to
+    /// queue 0. Groups past [`MAX_QUEUES`] − 1 go to queue 0 too. Returns the queue of each group.
+    /// A backend from [`UdpBackend::bind`] has one queue and refuses.
+    fn steer(&mut self, groups: &[Vec<u32>]) -> io::Result<Vec<usize>> {
+        if !self.steered {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "a backend bound without steering has one receive queue"));
+        }
+        let n = groups.len().min(MAX_QUEUES - 1);
+        let addr = self.sock.local_addr()?;
+        while self.queues.len() < n {
+            let sock = reuseport_socket(addr)?;
+            tune(&sock)?;
+            epoll_add(self.epoll.as_raw_fd(), sock.as_raw_fd(), self.queues.len() + 1)?;
+            self.queues.push(Queue { sock, dropped: Drops::default() });
+        }
+        let map: Vec<(u32, u32)> = groups.iter().take(n).enumerate().flat_map(|(i, g)| g.iter().map(move |&v| (v, i as u32 + 1))).collect();
+        attach_steering(self.sock.as_raw_fd(), &map)?;
+        Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
+    }
+
+    /// The largest segment sent with segmentation offload (lowered when the kernel refuses a
+    /// group for its size: larger datagrams go one per message, fragmented by the kernel).
+    fn gso_max_segment(&self) -> usize {
+        self.gso_max_seg
+    }
+
+    /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
+    /// datagrams than messages when runs arrive coalesced.
+    fn rx_runs(&self) -> (u64, u64) {
+        self.gro.runs()
+    }
+
+    /// The bound address.
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
     fn framing(&self) -> Framing {
         Framing::Datagram
     }

@@ -22,6 +22,7 @@ use snic_core::ids::{DagUid, TenantId};
 use snic_core::mat::Mat;
 use snic_core::pool::redirect::SHARE_ALL;
 use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::Backend as _;
 use snic_dataplane::node::MonotonicClock;
 use snic_dataplane::stats::Histogram;
 use snic_dataplane::store::Peer;

@@ -10,7 +10,7 @@ use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::pool::redirect::{Fence, FenceState};
 use snic_core::pool::MemberEvent;
 use snic_core::time::Instant;
-use snic_dataplane::backend::udp::UdpBackend;
+use snic_dataplane::backend::Backend;
 use snic_dataplane::backend::Waker;
 use snic_dataplane::node::{ChainState, PoolRequest};
 use snic_dataplane::Node;
@@ -75,7 +75,7 @@ impl PoolWork {
     }
 
     /// The pool thread, to reach peers.
-    pub(super) fn set_link(&mut self, node: Option<&mut Node<UdpBackend>>, link: PoolLink) {
+    pub(super) fn set_link<B: Backend>(&mut self, node: Option<&mut Node<B>>, link: PoolLink) {
         // Peers name this node's generation in the packets they redirect here.
         if let Some(n) = node {
             n.set_pool_generation(link.gen);
@@ -84,7 +84,7 @@ impl PoolWork {
     }
 
     /// A membership change, for the node's pool agent (and kept for a node built anew).
-    pub(super) fn member(&mut self, node: Option<&mut Node<UdpBackend>>, event: MemberEvent) {
+    pub(super) fn member<B: Backend>(&mut self, node: Option<&mut Node<B>>, event: MemberEvent) {
         match event {
             MemberEvent::Up(a) => {
                 self.members.insert(a);
@@ -102,7 +102,7 @@ impl PoolWork {
     /// `node` replaces the one the pool knew (a rebuild): it takes the pool's generation (peers
     /// name it in what they redirect here) and learns the members that are up; their load
     /// reports come with the next gossip.
-    pub(super) fn attach(&self, node: &mut Node<UdpBackend>) {
+    pub(super) fn attach<B: Backend>(&self, node: &mut Node<B>) {
         if let Some(l) = &self.link {
             node.set_pool_generation(l.gen);
         }
@@ -113,7 +113,7 @@ impl PoolWork {
 
     /// Hosts `req` for `home` on `node`: a local tenant for it, its chains (the entry step's
     /// launched, the others on demand), its route. Its number here.
-    pub(super) fn host(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
+    pub(super) fn host<B: Backend>(&mut self, node: &mut Node<B>, plan: &Plan, home: SocketAddr, req: HostRequest) -> Result<u32, String> {
         req.validate()?;
         // One stand-in per home tenant: its DAGs hosted here are charged together.
         let t = match self.hosted.iter().find(|h| h.0 == home && h.1.tenant == req.tenant) {
@@ -147,7 +147,7 @@ impl PoolWork {
             })
             .collect();
         let shared = self.hosted.iter().any(|h| h.2 == t);
-        let undo = |node: &mut Node<UdpBackend>| {
+        let undo = |node: &mut Node<B>| {
             for c in &ids {
                 node.remove_chain(*c);
             }
@@ -201,7 +201,7 @@ impl PoolWork {
 
     /// The peer at data address `peer` is down: the chains redirected to it run here again, and
     /// the DAGs hosted for it go (their chains and their tenant).
-    pub(super) fn peer_down(&mut self, node: &mut Node<UdpBackend>, peer: SocketAddr) {
+    pub(super) fn peer_down<B: Backend>(&mut self, node: &mut Node<B>, peer: SocketAddr) {
         for c in node.forget_peer(peer) {
             tracing::warn!(peer = %peer, chain = chain_name(node, c), "pool: the peer running a chain is down; it runs here again");
         }
@@ -215,7 +215,7 @@ impl PoolWork {
     /// places its chains afresh — and the DAGs hosted here for peers are gone with the old
     /// node: their homes' redirected packets are dropped here (`not_hosted`) until they move
     /// them.
-    pub(super) fn rebuilt(&mut self, old: &Node<UdpBackend>) {
+    pub(super) fn rebuilt<B: Backend>(&mut self, old: &Node<B>) {
         for (peer, hosted) in old.placed_dags() {
             tracing::warn!(peer = %peer, hosted, "pool: the data plane was rebuilt; the DAG a peer hosted for it is given up (placed again on demand)");
             if let Some(l) = &self.link {
@@ -232,7 +232,7 @@ impl PoolWork {
     }
 
     /// The home node at data address `home` no longer needs its DAG hosted here as `route`.
-    pub(super) fn unhost(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32) {
+    pub(super) fn unhost<B: Backend>(&mut self, node: &mut Node<B>, home: SocketAddr, route: u32) {
         for (home, req, _, r) in self.unhost_where(node, |h| h.0 == home && h.3 == route, false) {
             tracing::info!(home = %home, tenant = req.tenant, dag = req.dag, route = r, "pool: the home node took its DAG back; no longer hosting it");
         }
@@ -242,9 +242,9 @@ impl PoolWork {
     /// sent it `sent` packets: once they have arrived (or [`Fence`] stops waiting) it stops
     /// here, what it has runs to the end, and `reply` gets its chains' state once their
     /// instances have stopped (an error at once if it is not hosted here).
-    pub(super) fn give_back(
+    pub(super) fn give_back<B: Backend>(
         &mut self,
-        node: &mut Node<UdpBackend>,
+        node: &mut Node<B>,
         home: SocketAddr,
         route: u32,
         sent: u64,
@@ -259,7 +259,7 @@ impl PoolWork {
     }
 
     /// Gives back the DAGs whose home's packets have all arrived, or waited long enough.
-    fn check_fences(&mut self, node: &mut Node<UdpBackend>) {
+    fn check_fences<B: Backend>(&mut self, node: &mut Node<B>) {
         let now = node.now();
         for f in std::mem::take(&mut self.fenced) {
             let received = node.pool_link().hosted_received(f.route).unwrap_or(0);
@@ -280,7 +280,7 @@ impl PoolWork {
     }
 
     /// Stops the DAG hosted for `home` as `route` and collects its chains' state for `reply`.
-    fn stop_and_export(&mut self, node: &mut Node<UdpBackend>, home: SocketAddr, route: u32, reply: mpsc::Sender<Returned>) {
+    fn stop_and_export<B: Backend>(&mut self, node: &mut Node<B>, home: SocketAddr, route: u32, reply: mpsc::Sender<Returned>) {
         let Some((_, req, _, _)) = self.hosted.iter().find(|h| h.0 == home && h.3 == route) else {
             let _ = reply.send(Err(format!("no DAG {route} is hosted here for {home}")));
             return;
@@ -293,7 +293,7 @@ impl PoolWork {
 
     /// Stops hosting the DAGs `which` picks: their chains (with their state collected if
     /// `export`) and their stand-in tenants go. Returns them.
-    fn unhost_where(&mut self, node: &mut Node<UdpBackend>, which: impl Fn(&Hosted) -> bool, export: bool) -> Vec<Hosted> {
+    fn unhost_where<B: Backend>(&mut self, node: &mut Node<B>, which: impl Fn(&Hosted) -> bool, export: bool) -> Vec<Hosted> {
         let (gone, kept): (Vec<Hosted>, Vec<Hosted>) = std::mem::take(&mut self.hosted).into_iter().partition(which);
         self.hosted = kept;
         for (_, req, t, r) in &gone {
@@ -325,7 +325,7 @@ impl PoolWork {
     /// Carries out what the node asks of the pool (remote launches, moves home, unhosting),
     /// and gives it the answers that came; sends the state of DAGs given back once collected.
     /// The answers given to the node.
-    pub(super) fn poll(&mut self, node: &mut Node<UdpBackend>, plan: &Plan) -> usize {
+    pub(super) fn poll<B: Backend>(&mut self, node: &mut Node<B>, plan: &Plan) -> usize {
         while let Some(r) = node.poll_pool() {
             self.request(node, plan, r);
         }
@@ -366,7 +366,7 @@ impl PoolWork {
         waiting.saturating_sub(self.placing.len() + self.returning.len())
     }
 
-    fn request(&mut self, node: &mut Node<UdpBackend>, plan: &Plan, r: PoolRequest) {
+    fn request<B: Backend>(&mut self, node: &mut Node<B>, plan: &Plan, r: PoolRequest) {
         match r {
             PoolRequest::Place { chain, route, dag, pos, peer } => {
                 let d = plan.dags.iter().find(|d| d.uid == dag);
@@ -390,7 +390,7 @@ impl PoolWork {
     }
 
     /// The DAGs hosted for peers, with their packet counts, for status.
-    pub(super) fn hosted_snap(&self, node: &Node<UdpBackend>) -> Vec<HostedSnap> {
+    pub(super) fn hosted_snap<B: Backend>(&self, node: &Node<B>) -> Vec<HostedSnap> {
         self.hosted
             .iter()
             .map(|(home, req, t, r)| HostedSnap {
@@ -415,7 +415,7 @@ fn answered<T>(rx: &mpsc::Receiver<Result<T, String>>, gone: &str) -> Option<Res
 }
 
 /// The chains a hosted route steps through.
-fn route_chains(node: &Node<UdpBackend>, route: u32) -> Vec<ChainId> {
+fn route_chains<B: Backend>(node: &Node<B>, route: u32) -> Vec<ChainId> {
     let mut chains: Vec<ChainId> =
         node.core().sched().route(DagUid(route)).map(|rt| rt.steps().iter().map(|s| s.chain).collect()).unwrap_or_default();
     chains.sort_by_key(|c| c.index());
@@ -438,6 +438,7 @@ fn stand_in(req: &HostRequest, t: TenantId) -> TenantPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use snic_dataplane::backend::udp::UdpBackend;
     use snic_dataplane::node::MonotonicClock;
     use snic_dataplane::NodeConfig;
 

@@ -438,8 +438,8 @@ pub struct SpillFlows {
 
 /// Sends DAG `uid`'s packets to `peer` (which hosts it as `hosted`, in its incarnation of
 /// generation `gen`): its first chain is redirected, for all flows.
-fn redirect(
-    node: &mut Node<UdpBackend>,
+fn redirect<B: Backend>(
+    node: &mut Node<B>,
     plan: &Plan,
     ids: &[ChainId],
     uid: DagUid,
@@ -530,7 +530,7 @@ fn owners_snap(o: &snic_core::pool::owner::Owners) -> Option<OwnersSnap> {
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build(cfg: &Config, mut backend: UdpBackend, plan: &Plan) -> anyhow::Result<(Node<UdpBackend>, anyhow::Result<ChainIds>)> {
+fn build<B: Backend>(cfg: &Config, mut backend: B, plan: &Plan) -> anyhow::Result<(Node<B>, anyhow::Result<ChainIds>)> {
     // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues. A
     // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
     // puts the previous one back on the same socket — and leaves everything on queue 0.
@@ -582,7 +582,7 @@ fn assign_queues<B: snic_dataplane::backend::Backend>(node: &mut Node<B>, plan: 
 
 /// Applies a change of tenants (added, removed, weights, quotas, VNIs) to a running node: fair
 /// sharing, quotas and receive-queue steering, without rebuilding it.
-fn update_tenants(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+fn update_tenants<B: Backend>(cfg: &Config, node: &mut Node<B>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
     // Steering first: if the kernel refuses it, nothing has changed.
     if cfg.settings.rx_queues == RxQueues::PerTenant {
         let groups = steering_groups(new);
@@ -623,7 +623,7 @@ type ChainIds = Vec<ChainId>;
 
 /// The node's chains for `new`'s: those `old` had too (same NTs, same configuration) are
 /// `ids`' and taken out of `kept`; the others are added and launched.
-fn match_chains(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, kept: &mut [Option<ChainId>]) -> anyhow::Result<ChainIds> {
+fn match_chains<B: Backend>(node: &mut Node<B>, old: &Plan, new: &Plan, kept: &mut [Option<ChainId>]) -> anyhow::Result<ChainIds> {
     let mut out = Vec::with_capacity(new.chains.len());
     // Plans mostly keep their chains in order (a chain added or removed shifts those after
     // it): look where the last match was first.
@@ -649,7 +649,7 @@ fn match_chains(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, kept: &mut 
 
 /// Applies a change of forwarding entries to a running node: removed ones first (a default
 /// replaced is set again below), then the new ones.
-fn update_routes(node: &mut Node<UdpBackend>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
+fn update_routes<B: Backend>(node: &mut Node<B>, old: &Plan, new: &Plan) -> anyhow::Result<()> {
     let (was, is): (HashSet<&RoutePlan>, HashSet<&RoutePlan>) = (old.routes.iter().collect(), new.routes.iter().collect());
     for r in old.routes.iter().filter(|r| !is.contains(r)) {
         crate::deploy::remove_route(node, r);
@@ -666,6 +666,12 @@ impl DataPlane {
     pub fn start(cfg: &Config, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
         let addr = backend.local_addr()?;
+        Ok((Self::start_on(cfg, backend, plan, ifaces)?, addr))
+    }
+
+    /// Deploys `plan` on a node over `backend` and starts the thread: the data plane over any
+    /// [`Backend`] (the daemon binds UDP; a test hands it an in-memory port).
+    pub fn start_on<B: Backend + 'static>(cfg: &Config, backend: B, plan: Plan, ifaces: Interfaces) -> anyhow::Result<Self> {
         let (mut node, deployed) = build(cfg, backend, &plan)?;
         let ids = deployed?;
         store_mat(&mut node, &plan, &ifaces);
@@ -688,7 +694,7 @@ impl DataPlane {
             tracing::error!("the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
             std::process::exit(70);
         })?;
-        Ok((DataPlane { tx, waker, stop, join: Some(join), snapshot }, addr))
+        Ok(DataPlane { tx, waker, stop, join: Some(join), snapshot })
     }
 
     /// Hands a plan to the data plane and waits until it runs. Every step of a deployment is
@@ -750,9 +756,9 @@ impl DataPlane {
 }
 
 #[allow(clippy::too_many_arguments)] // the thread's whole state, handed over once
-fn run(
+fn run<B: Backend>(
     cfg: Config,
-    mut node: Node<UdpBackend>,
+    mut node: Node<B>,
     mut plan: Plan,
     mut ids: ChainIds,
     mut ifaces: Interfaces,
@@ -903,9 +909,9 @@ fn run(
     }
 }
 
-fn apply(
+fn apply<B: Backend>(
     cfg: &Config,
-    slot: &mut Option<Node<UdpBackend>>,
+    slot: &mut Option<Node<B>>,
     old: &Plan,
     new: &Plan,
     ids: &mut ChainIds,
@@ -935,7 +941,7 @@ fn apply(
 
 /// Applies what changed from `old` to `new` to the running node (see the module docs); returns
 /// the node's chain for each of `new`'s.
-fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
+fn change<B: Backend>(cfg: &Config, node: &mut Node<B>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
     if old.tenants != new.tenants {
         update_tenants(cfg, node, old, new)?;
     }
@@ -963,7 +969,7 @@ fn change(cfg: &Config, node: &mut Node<UdpBackend>, old: &Plan, new: &Plan, ids
 }
 
 /// Publishes `plan`'s MAT with the interfaces its tenants' VTEPs are reached through.
-fn store_mat(node: &mut Node<UdpBackend>, plan: &Plan, ifaces: &Interfaces) {
+fn store_mat<B: Backend>(node: &mut Node<B>, plan: &Plan, ifaces: &Interfaces) {
     let mut m = plan.mat();
     m.set_source_interfaces(|p| ifaces.get(p).copied());
     node.mat_handle().store(Arc::new(m));
@@ -978,7 +984,7 @@ struct Prev {
     alarms: std::collections::HashMap<(u16, String, &'static str), u64>,
 }
 
-fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebuilds: u64) -> Snapshot {
+fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, rebuilds: u64) -> Snapshot {
     let s = node.stats();
     let mut out =
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
@@ -1079,12 +1085,12 @@ fn snapshot(node: &Node<UdpBackend>, plan: &Plan, prev: &mut Prev, dt: f64, rebu
 const EVENTS_SHOWN: usize = 32;
 
 /// A chain, by its NTs' names.
-pub(super) fn chain_name(node: &Node<UdpBackend>, c: ChainId) -> String {
+pub(super) fn chain_name<B: Backend>(node: &Node<B>, c: ChainId) -> String {
     node.core().meter().chain_names(c).join(" → ")
 }
 
 /// What an elastic event says, in words (`snic status` and the log).
-fn describe(node: &Node<UdpBackend>, plan: &Plan, ev: &Event) -> String {
+fn describe<B: Backend>(node: &Node<B>, plan: &Plan, ev: &Event) -> String {
     let dag_name =
         |u: snic_core::ids::DagUid| plan.dags.iter().find(|d| d.uid == u).map_or_else(|| format!("#{}", u.0), |d| d.name.clone());
     let form = |f: snic_core::rechain::Form| match f {
@@ -1142,7 +1148,7 @@ struct Logged {
 
 /// Logs the elastic events recorded since the last call, and tenants that fair sharing began
 /// or stopped limiting. Runs with the snapshot (every 250 ms), never per packet.
-fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
+fn log_news<B: Backend>(node: &Node<B>, plan: &Plan, logged: &mut Logged) {
     let seg = node.backend().gso_max_segment();
     if logged.gso_max_segment != 0 && seg < logged.gso_max_segment {
         tracing::warn!(
@@ -1212,7 +1218,7 @@ fn log_news(node: &Node<UdpBackend>, plan: &Plan, logged: &mut Logged) {
     }
 }
 
-fn elastic_snap(node: &Node<UdpBackend>, plan: &Plan) -> ElasticSnap {
+fn elastic_snap<B: Backend>(node: &Node<B>, plan: &Plan) -> ElasticSnap {
     let (st, policy) = (node.core().events(), node.core().elastic());
     let events = st.events.iter().skip(st.events.len().saturating_sub(EVENTS_SHOWN));
     ElasticSnap {
@@ -1270,7 +1276,7 @@ fn state_name(s: InstanceState) -> &'static str {
     }
 }
 
-fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
+fn fair_snap<B: Backend>(node: &Node<B>, t: snic_core::ids::TenantId) -> FairSnap {
     let fair = node.core().meter().fairness();
     let Some(s) = fair.shares().iter().find(|s| s.tenant == t) else { return FairSnap::default() };
     let names = fair.resources().iter().map(|r| r.name.clone());
@@ -1288,7 +1294,108 @@ fn fair_snap(node: &Node<UdpBackend>, t: snic_core::ids::TenantId) -> FairSnap {
 
 #[cfg(test)]
 mod tests {
+    use super::super::config::NodeSettings;
     use super::*;
+    use snic_control::{manifest::parse, plan::plan, state::State};
+    use snic_dataplane::backend::mem::MemPort;
+    use snic_dataplane::backend::{Framing, RxMeta, TxReq, TxResult};
+    use snic_dataplane::store::Slots;
+    use snic_wire::build::{build, FrameSpec, L4Spec};
+
+    /// An in-memory port the test keeps a handle on while the data plane's thread owns it.
+    #[derive(Clone)]
+    struct Shared(Arc<Mutex<MemPort>>);
+
+    impl Backend for Shared {
+        fn framing(&self) -> Framing {
+            Framing::Datagram
+        }
+        fn recv(&mut self, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
+            self.0.lock().unwrap().recv(slots, idx, meta)
+        }
+        fn send(&mut self, slots: &Slots, reqs: &[TxReq]) -> TxResult {
+            self.0.lock().unwrap().send(slots, reqs)
+        }
+        fn wait(&mut self, timeout: Duration) {
+            std::thread::sleep(timeout.min(Duration::from_millis(1)));
+        }
+    }
+
+    const VTEP_OUT: &str = "127.0.0.1:6000";
+
+    /// Tenant red: VNI 400 through a counter to the endpoint behind `VTEP_OUT`; with `blue`,
+    /// a second tenant beside it.
+    fn red_plan(blue: bool) -> Plan {
+        let mut y = format!(
+            "apiVersion: snic/v1\nkind: Tenant\nmetadata: {{name: red}}\nspec: {{vnis: [400]}}\n---\napiVersion: snic/v1\nkind: NT\nmetadata: {{name: red-counter}}\nspec: {{tenant: red, config: {{kind: counter}}}}\n---\napiVersion: snic/v1\nkind: DAG\nmetadata: {{name: red-dag}}\nspec: {{tenant: red, nodes: [red-counter]}}\n---\napiVersion: snic/v1\nkind: Rule\nmetadata: {{name: red-all}}\nspec: {{vni: 400, action: {{dag: red-dag}}}}\n---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: red-r}}\nspec: {{vni: 400, mac: '02:00:00:00:00:0b', vtep: '{VTEP_OUT}'}}\n"
+        );
+        if blue {
+            y.push_str("---\napiVersion: snic/v1\nkind: Tenant\nmetadata: {name: blue}\nspec: {vnis: [100]}\n");
+        }
+        plan(&State::default().apply(parse(&y).unwrap()).unwrap(), 8).unwrap()
+    }
+
+    fn red_datagram() -> Vec<u8> {
+        let spec = FrameSpec {
+            outer: None,
+            vni: 400,
+            inner_src_mac: snic_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0xa]),
+            inner_dst_mac: snic_wire::ethernet::MacAddr([2, 0, 0, 0, 0, 0xb]),
+            src: "10.1.0.5".parse().unwrap(),
+            dst: "10.2.0.9".parse().unwrap(),
+            l4: L4Spec::Udp { src_port: 4000, dst_port: 5001 },
+            payload_len: 64,
+            payload_byte: 7,
+        };
+        let mut b = vec![0u8; 2048];
+        let n = build(&spec, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    fn settings(rx_queues: RxQueues) -> Config {
+        NodeSettings { rx_queues, ..NodeSettings::default() }.validate().unwrap()
+    }
+
+    /// The daemon's data plane is not written for UDP sockets: on an in-memory port it deploys,
+    /// forwards a tenant's packets through its chain, takes a change of tenants in place and
+    /// publishes what it did. Per-tenant receive queues on a port that has one are refused,
+    /// saying so, not run on a shared queue unannounced.
+    #[test]
+    fn the_data_plane_runs_over_any_backend() {
+        let port = Shared(Arc::new(Mutex::new(MemPort::new(Framing::Datagram))));
+        let e = DataPlane::start_on(&settings(RxQueues::PerTenant), port.clone(), red_plan(false), Interfaces::new()).err().unwrap();
+        assert!(format!("{e:#}").contains("one receive queue"), "{e:#}");
+
+        let dp = DataPlane::start_on(&settings(RxQueues::Shared), port.clone(), red_plan(false), Interfaces::new()).unwrap();
+        let from: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        let sent = |n: usize| {
+            let mut p = port.0.lock().unwrap();
+            p.rx.extend(std::iter::repeat_n((red_datagram(), from), n));
+        };
+        // Bounded: the data plane's thread runs on the machine's clock.
+        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+            let t0 = Instant::now();
+            while !done() {
+                assert!(t0.elapsed() < Duration::from_secs(20), "{what}: not within 20 s");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        sent(20);
+        wait_for("red's packets out", &|| port.0.lock().unwrap().tx.len() == 20);
+        assert!(port.0.lock().unwrap().tx.iter().all(|(_, dst)| dst.to_string() == VTEP_OUT));
+
+        dp.deploy(red_plan(true)).unwrap();
+        sent(10);
+        wait_for("red's packets out after the change", &|| port.0.lock().unwrap().tx.len() == 30);
+        wait_for("a snapshot with red's packets", &|| {
+            dp.snapshot.lock().unwrap().tenants.iter().any(|t| t.rx_packets == 30 && t.tx_packets == 30)
+        });
+        let s = dp.snapshot.lock().unwrap();
+        assert_eq!((s.tenants.len(), s.rebuilds), (2, 0), "blue added in place");
+        drop(s);
+        dp.stop();
+    }
 
     #[test]
     fn a_data_plane_that_stopped_publishing_is_reported_down() {
