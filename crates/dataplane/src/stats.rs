@@ -5,7 +5,7 @@ use crate::drops::Drop;
 use crate::store::MAX_TENANTS;
 
 /// Per-tenant counters.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantStats {
     /// Packets received (charged to the tenant).
     pub rx_packets: u64,
