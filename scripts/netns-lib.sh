@@ -60,10 +60,11 @@ veth() {
   fi
 }
 
-# vxlan_ep NS LOCAL REMOTE INNER MTU: a kernel VXLAN endpoint in NS (device vx0, VNI 100, port
-# 4789) from underlay address LOCAL to REMOTE, with inner address INNER/24 and MTU.
+# vxlan_ep NS LOCAL REMOTE INNER MTU [VNI]: a kernel VXLAN endpoint in NS (device vx0, VNI 100
+# unless given, port 4789) from underlay address LOCAL to REMOTE, with inner address INNER/24
+# and MTU.
 vxlan_ep() {
-  ip -n "$P-$1" link add vx0 type vxlan id 100 remote "$3" local "$2" dstport 4789
+  ip -n "$P-$1" link add vx0 type vxlan id "${6:-100}" remote "$3" local "$2" dstport 4789
   ip -n "$P-$1" link set vx0 mtu "$5"
   ip -n "$P-$1" addr add "$4/24" dev vx0; ip -n "$P-$1" link set vx0 up
 }
