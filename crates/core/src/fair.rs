@@ -27,7 +27,12 @@
 //!
 //! Everything here is driven by `now` arguments; nothing reads a clock.
 
-use crate::drf::{Allocation, Drf, TenantDemand};
+mod board;
+mod grant;
+
+pub use board::{Board, OnBoard};
+pub use grant::{Allocate, Grant, Grants, Wants};
+
 use crate::ids::TenantId;
 use crate::time::Instant;
 use core::time::Duration;
@@ -51,6 +56,21 @@ pub struct Resource {
     pub kind: Kind,
     /// Capacity: per second for rates, absolute for levels.
     pub capacity: f64,
+    /// Whether the node has one of it or each dispatcher thread its own (see [`Board`]).
+    #[serde(skip)]
+    pub scope: Scope,
+}
+
+/// Whose a resource is, on a node with several dispatcher threads ([`Board`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Every thread's (its core, its packet store, its regions' instances): each thread
+    /// reports its own, and DRF sees one per thread.
+    #[default]
+    Thread,
+    /// The node's, shared by its threads (the link): each reports its tenants' use of it,
+    /// and DRF sees their sum against one capacity.
+    Node,
 }
 
 /// Fair-sharing parameters.
@@ -254,14 +274,13 @@ pub struct Fairness {
     next_epoch: Instant,
     epoch_start: Instant,
     epochs: u64,
-    drf: Drf,
     scratch: Vec<f64>,
     scratch_fixed: Vec<f64>,
-    demands: Vec<TenantDemand>,
-    allocs: Vec<Allocation>,
-    capacities: Vec<f64>,
-    binding: Vec<bool>,
-    users: Vec<Use>,
+    /// The visited tenants' demand, and what the allocation grants them (in `visit`'s order).
+    wants: Vec<Wants>,
+    grants: Vec<Grant>,
+    /// The allocation when the node's threads do not share one ([`Fairness::end_epoch_with`]).
+    local: Grants,
     /// Share index by tenant index (`u32::MAX`: not registered).
     index_of: Vec<u32>,
     /// Shares with something to account for (demand, a window, a limit): visited every epoch.
@@ -274,27 +293,6 @@ pub struct Fairness {
     activated: bool,
 }
 
-/// How the tenants use one resource, after DRF.
-#[derive(Debug, Clone, Copy, Default)]
-struct Use {
-    users: usize,
-    fixed: f64,
-    allocated: f64,
-    any_satisfied: bool,
-}
-
-/// Whether a resource may limit admission. Only a resource DRF has filled can: on one with room
-/// left, a tenant's allocation is a side effect of its bottleneck elsewhere, and holding it to
-/// it would only idle the node. Limits exist to protect other tenants, so a resource only one
-/// tenant uses limits nobody either (a lone tenant over capacity is served as fast as the node
-/// can). And when receiving alone (the fixed parts) fills a resource, throttling cannot relieve
-/// it — over-limit packets are received all the same — so it is worth doing only to protect a
-/// tenant that is within its share; between tenants all over theirs it would idle the node too.
-fn binds(u: &Use, capacity: f64) -> bool {
-    let full = u.allocated >= capacity * (1.0 - 1e-6);
-    full && u.users >= 2 && (u.fixed < capacity || u.any_satisfied)
-}
-
 impl Fairness {
     /// A controller with no resources and no tenants; the first epoch ends at `now + epoch`.
     pub fn new(cfg: FairConfig, now: Instant) -> Self {
@@ -305,14 +303,11 @@ impl Fairness {
             next_epoch: now + cfg.epoch,
             epoch_start: now,
             epochs: 0,
-            drf: Drf::new(),
             scratch: Vec::new(),
             scratch_fixed: Vec::new(),
-            demands: Vec::new(),
-            allocs: Vec::new(),
-            capacities: Vec::new(),
-            binding: Vec::new(),
-            users: Vec::new(),
+            wants: Vec::new(),
+            grants: Vec::new(),
+            local: Grants::default(),
             index_of: Vec::new(),
             live: Vec::new(),
             visit: Vec::new(),
@@ -454,7 +449,21 @@ impl Fairness {
 
     /// Closes the epoch at `now`: `observe` fills each tenant's observations, then demand is
     /// smoothed, DRF runs and the limits are set. Returns the tenants' new shares.
-    pub fn end_epoch(&mut self, now: Instant, mut observe: impl FnMut(TenantId, &mut Observed<'_>)) -> &[TenantShare] {
+    pub fn end_epoch(&mut self, now: Instant, observe: impl FnMut(TenantId, &mut Observed<'_>)) -> &[TenantShare] {
+        self.end_epoch_with(now, observe, None)
+    }
+
+    /// [`Fairness::end_epoch`], the allocation made by `shared` when it is given (the node's
+    /// [`Board`], for a node whose dispatcher threads each run a `Fairness` of their own) and on
+    /// this one's resources otherwise. Either way each tenant's limit is the share of *its rate
+    /// here* that the allocation admits: a tenant on two threads is limited on each to that share
+    /// of what it sends there.
+    pub fn end_epoch_with(
+        &mut self,
+        now: Instant,
+        mut observe: impl FnMut(TenantId, &mut Observed<'_>),
+        shared: Option<&mut dyn Allocate>,
+    ) -> &[TenantShare] {
         let secs = now.saturating_since(self.epoch_start).as_secs_f64();
         self.epoch_start = now;
         self.next_epoch = now + self.cfg.epoch;
@@ -470,8 +479,8 @@ impl Fairness {
             return &self.shares;
         }
         let (r, a) = (self.resources.len(), self.cfg.smoothing.clamp(0.0, 1.0));
-        self.demands.resize_with(self.visit.len(), || TenantDemand { weight: 1.0, demand: Vec::new() });
-        for (&i, d) in self.visit.iter().zip(&mut self.demands) {
+        self.wants.resize_with(self.visit.len(), Wants::default);
+        for (&i, d) in self.visit.iter().zip(&mut self.wants) {
             let s = &mut self.shares[i];
             self.scratch.clear();
             self.scratch.resize(r, 0.0);
@@ -546,54 +555,25 @@ impl Fairness {
                 o.fixed.iter_mut().for_each(|x| *x = 0.0);
                 (o.offered, o.quiet, o.epochs, o.secs) = (0, 0, 0, 0.0);
             }
-            d.weight = s.weight;
+            (d.tenant, d.weight) = (s.tenant, s.weight);
             d.demand.clear();
             d.demand.extend_from_slice(&s.demand);
+            d.fixed.clear();
+            d.fixed.extend_from_slice(&s.fixed);
         }
-        self.capacities.clear();
-        self.capacities.extend(self.resources.iter().map(|r| r.capacity));
-        self.drf.allocate(&self.capacities, &self.demands[..self.visit.len()], &mut self.allocs);
-        // Which resources may limit admission (see `binds`).
-        // Per resource: tenants using it, their fixed use, whether one of them is satisfied
-        // (one pass over the tenants, resources innermost).
-        self.users.clear();
-        self.users.resize(r, Use::default());
-        for (&i, al) in self.visit.iter().zip(&self.allocs) {
-            let s = &self.shares[i];
-            let sat = al.fraction >= 1.0 - 1e-6;
-            for (((u, &d), &f), &a) in self.users.iter_mut().zip(&s.demand).zip(&s.fixed).zip(&al.amounts) {
-                if d > 0.0 {
-                    u.users += 1;
-                    u.fixed += f;
-                    u.allocated += a;
-                    u.any_satisfied |= sat;
-                }
-            }
+        let wants = &self.wants[..self.visit.len()];
+        match shared {
+            Some(a) => a.allocate(&self.resources, wants, &mut self.grants),
+            None => self.local.allocate(&self.resources, wants, &mut self.grants),
         }
-        self.binding.clear();
-        self.binding.extend(self.users.iter().zip(&self.capacities).map(|(u, &c)| binds(u, c)));
-        for (&i, al) in self.visit.iter().zip(&self.allocs) {
+        for (&i, g) in self.visit.iter().zip(&self.grants) {
             let s = &mut self.shares[i];
             s.allocation.clear();
-            s.allocation.extend_from_slice(&al.amounts);
-            s.dominant = al.dominant;
-            s.dominant_share = al.dominant_share;
-            // DRF's arithmetic can land a hair under 1 for a tenant whose demand is met.
-            s.fraction = if al.dominant.is_none() || al.fraction >= 1.0 - 1e-9 { 1.0 } else { al.fraction };
-            // The share of offered packets whose variable use fits what is left of the
-            // allocation once the fixed use is paid, on every resource.
-            let admit = if s.fraction >= 1.0 - 1e-6 {
-                1.0
-            } else {
-                s.demand
-                    .iter()
-                    .zip(&s.fixed)
-                    .zip(&s.allocation)
-                    .zip(&self.binding)
-                    .filter(|(((d, f), _), b)| **b && *d - *f > 1e-12)
-                    .map(|(((d, f), al), _)| ((al - f) / (d - f)).clamp(0.0, 1.0))
-                    .fold(1.0, f64::min)
-            };
+            s.allocation.extend_from_slice(&g.amounts);
+            s.dominant = g.dominant;
+            s.dominant_share = g.dominant_share;
+            s.fraction = g.fraction;
+            let admit = g.admit;
             // The limit is what the allocation pays for: the variable part's share (`admit`)
             // of the rate that part was measured at. (Of `offered_pps`, smoothed over other
             // windows, it was off by their ratio: a tenant at 2.5 kpps whose offered window

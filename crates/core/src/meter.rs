@@ -24,7 +24,7 @@
 //! packet (the driver times some of each region's batches NT by NT: [`Counters::nt_time`]).
 
 use crate::dag::DagRoute;
-use crate::fair::{FairConfig, Fairness, Kind, Resource, TenantShare, TokenBucket};
+use crate::fair::{Allocate, FairConfig, Fairness, Kind, OnBoard, Resource, Scope, TenantShare, TokenBucket};
 use crate::ids::{ChainId, InstanceId, TenantId};
 use crate::sched::Scheduler;
 use crate::time::Instant;
@@ -305,6 +305,9 @@ pub struct Meter {
     /// Tenants that sent within [`SHARING_HOLD`] (each once: those whose `Seen::last_sent` is set).
     recent: Vec<TenantId>,
     extra: Vec<TenantId>,
+    /// The node's board when its dispatcher threads share one allocation
+    /// ([`Meter::share_fairness`]).
+    shared: Option<OnBoard>,
 }
 
 impl Meter {
@@ -344,6 +347,7 @@ impl Meter {
             visit: Vec::with_capacity(max_tenants),
             recent: Vec::with_capacity(max_tenants),
             extra: Vec::new(),
+            shared: None,
         };
         m.publish_resources();
         m
@@ -498,14 +502,18 @@ impl Meter {
     }
 
     fn publish_resources(&mut self) {
-        let rate = |name: &str, capacity: f64| Resource { name: name.into(), kind: Kind::Rate, capacity };
+        let rate = |name: &str, capacity: f64| Resource { name: name.into(), kind: Kind::Rate, capacity, scope: Scope::Thread };
+        let link = |name: &str, capacity: f64| Resource { scope: Scope::Node, ..rate(name, capacity) };
+        let level = |name: &str, capacity: f64| Resource { kind: Kind::Level, ..rate(name, capacity) };
         let core = self.fair.config().core_target;
+        // (With several dispatcher threads, each has its own core, store, NT memory and
+        // regions; the link is the node's: see `fair::Board`.)
         let mut res = vec![
-            rate("ingress", self.link_bytes),
-            rate("egress", self.link_bytes),
-            Resource { name: "store".into(), kind: Kind::Level, capacity: self.store_size },
+            link("ingress", self.link_bytes),
+            link("egress", self.link_bytes),
+            level("store", self.store_size),
             rate("dispatcher", core * self.core_scale * self.core_share),
-            Resource { name: "memory".into(), kind: Kind::Level, capacity: self.fair.config().nt_memory },
+            level("memory", self.fair.config().nt_memory),
         ];
         if self.workers > 0 {
             res.push(rate("workers", core * self.core_scale * self.workers as f64));
@@ -519,6 +527,13 @@ impl Meter {
             }
         }
         self.fair.set_resources(res);
+    }
+
+    /// This meter is one of a node's dispatcher threads (`data_cores`): its epochs allocate
+    /// through the node's board, DRF once over every thread's demand (see [`crate::fair::Board`]),
+    /// and its limits are its tenants' parts of the node's allocation.
+    pub fn share_fairness(&mut self, on: OnBoard) {
+        self.shared = Some(on);
     }
 
     /// Tenant `t`'s NTs hold `bytes` of memory (by their configuration; the driver says so
@@ -766,14 +781,19 @@ impl Meter {
             row[STORE] = counters.store_buffers(tid) as f64;
         }
         let (rows, fixed, row_of, epoch) = (&self.rows, &self.fixed, &self.row_of, &self.epoch);
-        self.fair.end_epoch(now, |t, o| {
-            let i = row_of[t.index()] as usize;
-            o.amounts.copy_from_slice(&rows[i * r..(i + 1) * r]);
-            o.fixed.copy_from_slice(&fixed[i * r..(i + 1) * r]);
-            let e = epoch[t.index()];
-            o.offered_packets = (e.offered_packets as f64 * inflate).round() as u64;
-            o.admitted_packets = e.admitted_packets;
-        });
+        let shared = self.shared.as_mut().map(|b| b as &mut dyn Allocate);
+        self.fair.end_epoch_with(
+            now,
+            |t, o| {
+                let i = row_of[t.index()] as usize;
+                o.amounts.copy_from_slice(&rows[i * r..(i + 1) * r]);
+                o.fixed.copy_from_slice(&fixed[i * r..(i + 1) * r]);
+                let e = epoch[t.index()];
+                o.offered_packets = (e.offered_packets as f64 * inflate).round() as u64;
+                o.admitted_packets = e.admitted_packets;
+            },
+            shared,
+        );
         let enforce = self.fair.config().enforce;
         for &tid in &self.visit {
             let i = self.row_of[tid.index()] as usize;

@@ -62,6 +62,10 @@ pub struct NodeConfig {
     pub vtep_port: Option<u16>,
     /// Per-tenant token buckets in front of engine NTs shared by several tenants (FairNIC).
     pub engine_buckets: bool,
+    /// This node is one of a node's dispatcher threads (`data_cores`), sharing fair sharing
+    /// through their board: its tenants get their parts of one allocation for the whole node,
+    /// and its source NATs allocate from the thread's block of their ports. `None`: the only one.
+    pub data_core: Option<snic_core::fair::OnBoard>,
 }
 
 impl Default for NodeConfig {
@@ -75,6 +79,7 @@ impl Default for NodeConfig {
             fdb: FdbConfig::default(),
             vtep_port: snic_core::config::NodeSettings::default().vtep_port,
             engine_buckets: true,
+            data_core: None,
         }
     }
 }
@@ -93,6 +98,15 @@ impl NodeConfig {
             // full queue, p99 20 ms).
             sched: SchedConfig { quantum_alone: false, ..self.core.sched },
             ..self.core
+        }
+    }
+
+    /// The block of a stateful NT's ports this node allocates from: its slot in a pool behind a
+    /// switch, and within it its dispatcher thread's part.
+    pub(crate) fn port_slots(&self) -> Option<snic_core::pool::owner::Slots> {
+        match &self.data_core {
+            Some(on) if on.threads > 1 => Some(on.ports(self.core.slots)),
+            _ => self.core.slots,
         }
     }
 
@@ -236,6 +250,7 @@ mod redirect;
 mod retire;
 mod transmit;
 use elastic::OnDemand;
+pub use exec::pin_current;
 use exec::Exec;
 pub use handback::ChainState;
 use ingress::{Arrival, Source};
@@ -259,7 +274,10 @@ impl<B: Backend> Node<B> {
         let work_timer = clock.work_timer();
         let exec = Exec::start(cfg.core.workers, cfg.pin_cores, &slots, &work_timer, clock.now())?;
         let queues = backend.rx_queues().max(1);
-        let core = NodeCore::new(cfg.core_config(), clock.now());
+        let mut core = NodeCore::new(cfg.core_config(), clock.now());
+        if let Some(on) = cfg.data_core.clone() {
+            core.share_fairness(on);
+        }
         let framing = backend.framing();
         Ok(Node {
             framing,

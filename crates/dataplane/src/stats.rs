@@ -198,6 +198,12 @@ impl Histogram {
         self.total += 1;
     }
 
+    /// Adds what `other` recorded (another dispatcher thread's).
+    pub fn merge(&mut self, other: &Histogram) {
+        self.counts.iter_mut().zip(other.counts.iter()).for_each(|(a, b)| *a += b);
+        self.total += other.total;
+    }
+
     /// Values recorded.
     pub fn count(&self) -> u64 {
         self.total

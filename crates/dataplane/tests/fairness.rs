@@ -309,3 +309,39 @@ fn weights_hold_at_a_few_packets_an_epoch() {
     let limited = f.node.stats().tenants[1].drops[Drop::RateLimit.index()];
     assert!(limited > 30_000, "the weight-1 tenant is held at ingress ({limited} rate-limited)");
 }
+
+/// `data_cores`: two dispatcher threads of one node, each a node of its own on its own receive
+/// queue, share fair sharing through one board. User 1's flows land on both threads (4 units
+/// each), user 2's on thread 0 only (4 units); the NTs have room, the link (the node's, shared by
+/// both threads) does not. DRF once over both threads gives each user half the link: user 1 is
+/// limited on each thread to its part, and gets its weight, not twice it. Each thread on its own
+/// (no board) would give user 1 half of thread 0's view of the link and all of thread 1's.
+#[test]
+fn a_tenant_on_two_dispatcher_threads_gets_its_weight_of_the_link_not_twice_it() {
+    fn run(board: bool) -> [u64; 2] {
+        let fair = FairConfig { epoch: EPOCH, min_burst_packets: 4.0, ..FairConfig::default() };
+        // 64 B frames leave as ~110 B on the wire: the link carries about 5 units, 12 are offered.
+        let core = NodeCoreConfig { fair, link_bps: 5.0 * UNIT * 110.0 * 8.0, ..NodeCoreConfig::default() };
+        let on = snic_core::fair::Board::shared(2);
+        let cfg = |k: usize| NodeConfig { core, data_core: board.then(|| on[k].clone()), ..Default::default() };
+        let (mut t0, mut t1) = (Fig7::new(cfg(0), UNIT).unwrap(), Fig7::new(cfg(1), UNIT).unwrap());
+        let mut got = [0u64; 2];
+        let (mut warm, total) = (Duration::ZERO, Duration::from_millis(150));
+        while warm < total {
+            let a = t0.drive([4.0, 4.0], STEP, STEP, |_| {});
+            let b = t1.drive([4.0, 0.0], STEP, STEP, |_| {});
+            warm += STEP;
+            if warm > Duration::from_millis(70) {
+                got[0] += a[0] + b[0];
+                got[1] += a[1];
+            }
+        }
+        got
+    }
+    let shared = run(true);
+    let ratio = shared[0] as f64 / shared[1] as f64;
+    assert!((0.85..1.15).contains(&ratio), "with the board, user 1 on two threads against user 2 on one: {shared:?}");
+    let apart = run(false);
+    let ratio = apart[0] as f64 / apart[1] as f64;
+    assert!(ratio > 1.3, "each thread alone gives user 1 more than its weight: {apart:?}");
+}

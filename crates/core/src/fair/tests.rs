@@ -1,7 +1,7 @@
 use super::*;
 
 fn rate(name: &str, capacity: f64) -> Resource {
-    Resource { name: name.into(), kind: Kind::Rate, capacity }
+    Resource { name: name.into(), kind: Kind::Rate, capacity, scope: Default::default() }
 }
 
 const EPOCH_NS: u64 = 100_000;

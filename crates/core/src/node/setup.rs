@@ -216,6 +216,12 @@ impl NodeCore {
         self.sched.set_weight(t, weight.round().max(1.0) as u32);
     }
 
+    /// This node is one of several dispatcher threads of one node (`data_cores`): fair sharing
+    /// allocates through their board, once for all of them ([`crate::fair::Board`]).
+    pub fn share_fairness(&mut self, on: crate::fair::OnBoard) {
+        self.meter.share_fairness(on);
+    }
+
     /// Tenant `t`'s NTs hold `bytes` of memory: its demand on the `memory` resource from the next
     /// epoch.
     pub fn set_tenant_memory(&mut self, t: TenantId, bytes: f64) {

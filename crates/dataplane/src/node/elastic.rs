@@ -60,7 +60,7 @@ impl<B: Backend> Node<B> {
         if !self.core.is_live(chain) {
             return Err(LaunchError::UnknownChain(chain));
         }
-        Ok(self.elastic.build(chain, self.cfg.core.slots)?)
+        Ok(self.elastic.build(chain, self.cfg.port_slots())?)
     }
 
     /// Puts a region for `inst` in place (the dispatcher's thread or a worker).

@@ -253,6 +253,14 @@ pub(super) enum Later<T> {
     Wait(std::sync::mpsc::Receiver<T>),
 }
 
+/// Pins the calling thread to the `k`-th core this process may run on (counting round); false if
+/// the cores cannot be read or the pin failed. A node's dispatcher threads (`data_cores`) each
+/// take one.
+pub fn pin_current(k: usize) -> bool {
+    let cores = process_cores();
+    !cores.is_empty() && core_affinity::set_for_current(cores[k % cores.len()])
+}
+
 /// The cores this process may run on, read once. `core_affinity::get_core_ids` reads the
 /// calling thread's affinity, and a node with pinned cores pins the thread that builds it: read
 /// afresh, a second node built on that thread would see one core and put every worker on the

@@ -154,6 +154,11 @@ pub struct DataplaneArgs {
     /// the same speed, where separate runs minutes apart may not. Doubles the run's time.
     #[arg(long)]
     pair_seal: bool,
+    /// Dispatcher threads (node.yaml `data_cores`): each a node of its own over a generator of
+    /// its own, pinned to a core of its own, all sharing one fair-sharing board; the rate is
+    /// their sum over the same timed window. Not with --packets, --pair-seal or --workers.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    data_cores: u16,
 }
 
 /// Options of `snic bench crypto`.
@@ -257,7 +262,12 @@ fn drf(a: DrfArgs) -> anyhow::Result<()> {
         use snic_core::fair::{Fairness, Kind, Resource};
         use snic_core::time::Instant as At;
         let mut f = Fairness::new(Default::default(), At::ZERO);
-        f.set_resources(cap.iter().enumerate().map(|(k, &c)| Resource { name: format!("r{k}"), kind: Kind::Rate, capacity: c }).collect());
+        f.set_resources(
+            cap.iter()
+                .enumerate()
+                .map(|(k, &c)| Resource { name: format!("r{k}"), kind: Kind::Rate, capacity: c, scope: Default::default() })
+                .collect(),
+        );
         for (i, t) in tenants.iter().enumerate() {
             f.set_tenant(TenantId(i as u16), t.weight);
         }
@@ -306,6 +316,8 @@ struct DataplaneResult {
     /// What the generator wrote into each buffer (`--rx-writes`).
     rx_writes: RxWrites,
     cores: usize,
+    /// Dispatcher threads (`--data-cores`).
+    data_cores: u16,
     /// The scheduler's initial credits per instance (`--credits`).
     credits: u32,
     mpps: f64,
@@ -602,9 +614,16 @@ impl Clock for PacketClock {
     }
 }
 
-/// The full in-memory path through a chain of `specs`, as `snic bench dataplane` runs it; also
-/// the chain's measured cost per packet (ns, NTs only).
-fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, credits: u32) -> anyhow::Result<(DataplaneResult, f64)> {
+/// A node over the in-memory generator with one tenant on a chain of `specs` (and
+/// `--idle-tenants` beside it), its chain launched; and the wire size of a packet.
+fn bench_node(
+    a: &DataplaneArgs,
+    specs: Vec<NtSpec>,
+    size: usize,
+    credits: u32,
+    clock: Box<dyn Clock>,
+    data_core: Option<snic_core::fair::OnBoard>,
+) -> anyhow::Result<(Node<Generator>, snic_core::ids::ChainId, usize)> {
     let (headers, payload) = templates(size, a.flows)?;
     let wire = headers[0].len() + payload.len();
     let gen = Generator::new(Framing::Ethernet, headers, payload, "192.0.2.10:4789".parse()?, u64::MAX).with_writes(a.rx_writes);
@@ -618,12 +637,9 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, cr
         local,
         pin_cores: a.workers > 0,
         batch: a.batch,
+        data_core,
         ..Default::default()
     };
-    // Counted runs (`--packets`, under callgrind) tell time by packets sent; timed runs by the
-    // machine's clock.
-    let packet_time = PacketClock::default();
-    let clock: Box<dyn Clock> = if a.packets.is_some() { Box::new(packet_time.clone()) } else { Box::new(MonotonicClock::default()) };
     let mut node = Node::new(cfg, gen, clock)?;
     let n = specs.len();
     let c = node.add_chain(specs);
@@ -642,7 +658,20 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, cr
         }
         node.mat_handle().store(std::sync::Arc::new(mat));
     }
+    Ok((node, c, wire))
+}
 
+/// The full in-memory path through a chain of `specs`, as `snic bench dataplane` runs it; also
+/// the chain's measured cost per packet (ns, NTs only).
+fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, credits: u32) -> anyhow::Result<(DataplaneResult, f64)> {
+    if a.data_cores > 1 {
+        return run_chain_cores(a, chain, specs, size, credits);
+    }
+    // Counted runs (`--packets`, under callgrind) tell time by packets sent; timed runs by the
+    // machine's clock.
+    let packet_time = PacketClock::default();
+    let clock: Box<dyn Clock> = if a.packets.is_some() { Box::new(packet_time.clone()) } else { Box::new(MonotonicClock::default()) };
+    let (mut node, c, wire) = bench_node(a, specs, size, credits, clock, None)?;
     let count = |node: &mut Node<Generator>, n: u64| {
         let t0 = Instant::now();
         let target = node.backend().tx_packets + n;
@@ -683,6 +712,7 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, cr
         packet_size: size,
         rx_writes: a.rx_writes,
         cores: 1 + a.workers,
+        data_cores: 1,
         credits,
         mpps,
         paired_seal: seal.map(|(_, v)| PairedSeal::new(size, &slice_mpps, v)),
@@ -698,6 +728,114 @@ fn run_chain(a: &DataplaneArgs, chain: &str, specs: Vec<NtSpec>, size: usize, cr
         rss_mib: rss_mib(),
     };
     Ok((r, nt_ns))
+}
+
+/// [`run_chain`] on `--data-cores` dispatcher threads: each builds its node on its own core,
+/// warms up for a second, and all run the same timed window together (a barrier before and
+/// after); the rate is the packets all sent over the longest thread's time.
+fn run_chain_cores(
+    a: &DataplaneArgs,
+    chain: &str,
+    specs: Vec<NtSpec>,
+    size: usize,
+    credits: u32,
+) -> anyhow::Result<(DataplaneResult, f64)> {
+    if a.packets.is_some() || a.pair_seal || a.workers > 0 {
+        bail!("--data-cores above 1 runs a timed window on dispatcher threads alone: not with --packets, --pair-seal or --workers");
+    }
+    let n = a.data_cores as usize;
+    let boards = snic_core::fair::Board::shared(n);
+    let (ready, done) = (std::sync::Barrier::new(n), std::sync::Barrier::new(n));
+    struct Ran {
+        pkts: u64,
+        elapsed: Duration,
+        stats: snic_dataplane::stats::Stats,
+        slices: Vec<f64>,
+        wire: usize,
+        nt_ns: f64,
+        pinned: bool,
+        /// Allocations in the process over the window (thread 0 reads them).
+        allocs: u64,
+    }
+    let ran: Vec<anyhow::Result<Ran>> = std::thread::scope(|sc| {
+        let threads: Vec<_> = boards
+            .into_iter()
+            .enumerate()
+            .map(|(k, on)| {
+                let (specs, ready, done) = (specs.clone(), &ready, &done);
+                sc.spawn(move || -> anyhow::Result<Ran> {
+                    let pinned = snic_dataplane::node::pin_current(k);
+                    let built = bench_node(a, specs, size, credits, Box::new(MonotonicClock::default()), Some(on));
+                    // (Every thread reaches both barriers, built or not, so that none waits for ever.)
+                    let mut node = match built {
+                        Ok(b) => Some(b),
+                        Err(e) => {
+                            ready.wait();
+                            done.wait();
+                            return Err(e);
+                        }
+                    };
+                    let (node_ref, c, wire) = node.as_mut().expect("built");
+                    spin(node_ref, Duration::from_secs(1));
+                    let mut slices = Vec::with_capacity((a.seconds / SLICE.as_secs_f64()) as usize + 2);
+                    node_ref.reset_stats();
+                    ready.wait();
+                    let allocs0 = alloc_count::allocations();
+                    let tx0 = node_ref.backend().tx_packets;
+                    let elapsed = spin_sliced(node_ref, Duration::from_secs_f64(a.seconds), SLICE, &mut slices, None);
+                    done.wait();
+                    let allocs = if k == 0 { alloc_count::allocations() - allocs0 } else { 0 };
+                    let elapsed = elapsed?;
+                    let pkts = node_ref.backend().tx_packets - tx0;
+                    let nt_ns = node_ref.core().meter().chain_cost_ns(*c);
+                    Ok(Ran { pkts, elapsed, stats: node_ref.stats().clone(), slices, wire: *wire, nt_ns, pinned, allocs })
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a dispatcher thread panicked")))).collect()
+    });
+    let ran = ran.into_iter().collect::<anyhow::Result<Vec<Ran>>>()?;
+    if ran.iter().any(|r| !r.pinned) {
+        eprintln!("bench dataplane: could not pin every dispatcher thread to a core of its own");
+    }
+    let pkts: u64 = ran.iter().map(|r| r.pkts).sum();
+    let elapsed = ran.iter().map(|r| r.elapsed).max().unwrap_or_default();
+    let mpps = pkts as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6;
+    let mut latency = snic_dataplane::stats::Histogram::default();
+    ran.iter().for_each(|r| latency.merge(&r.stats.latency));
+    let dropped: u64 = ran.iter().map(|r| r.stats.total().dropped() + r.stats.unattributed.iter().sum::<u64>()).sum();
+    let mut reasons: Vec<(&'static str, u64)> = Vec::new();
+    for (name, k) in ran.iter().flat_map(|r| r.stats.drops_by_reason()) {
+        match reasons.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, c)) => *c += k,
+            None => reasons.push((name, k)),
+        }
+    }
+    // The node's rate in each slice: the threads' slices, index by index.
+    let slices = (0..ran.iter().map(|r| r.slices.len()).min().unwrap_or(0)).map(|i| ran.iter().map(|r| r.slices[i]).sum()).collect();
+    let r = DataplaneResult {
+        bench: "dataplane",
+        chain: chain.to_string(),
+        idle_tenants: a.idle_tenants,
+        packet_size: size,
+        rx_writes: a.rx_writes,
+        cores: n,
+        data_cores: a.data_cores,
+        credits,
+        mpps,
+        paired_seal: None,
+        slice_mpps: slices,
+        gbps: mpps * 1e6 * size as f64 * 8.0 / 1e9,
+        p50_ns: latency.quantile(0.5),
+        p99_ns: latency.quantile(0.99),
+        wire_bytes: ran[0].wire,
+        packets: pkts,
+        dropped,
+        drop_reasons: reasons,
+        allocs_during_run: ran.iter().map(|r| r.allocs).sum(),
+        rss_mib: rss_mib(),
+    };
+    Ok((r, ran.iter().map(|r| r.nt_ns).sum::<f64>() / n as f64))
 }
 
 #[derive(Serialize)]

@@ -129,6 +129,7 @@ pub fn run(a: &WasmArgs) -> anyhow::Result<()> {
         idle_tenants: 0,
         rx_writes: RxWrites::Frame,
         pair_seal: false,
+        data_cores: 1,
     };
     for &size in &a.size {
         for (engine, spec) in &specs {
