@@ -745,7 +745,7 @@ fn run_chain_cores(
     }
     let n = a.data_cores as usize;
     let boards = snic_core::fair::Board::shared(n);
-    let (ready, done) = (std::sync::Barrier::new(n), std::sync::Barrier::new(n));
+    let (ready, done, counted) = (std::sync::Barrier::new(n), std::sync::Barrier::new(n), std::sync::Barrier::new(n));
     struct Ran {
         pkts: u64,
         elapsed: Duration,
@@ -762,7 +762,7 @@ fn run_chain_cores(
             .into_iter()
             .enumerate()
             .map(|(k, on)| {
-                let (specs, ready, done) = (specs.clone(), &ready, &done);
+                let (specs, ready, done, counted) = (specs.clone(), &ready, &done, &counted);
                 sc.spawn(move || -> anyhow::Result<Ran> {
                     let pinned = snic_dataplane::node::pin_current(k);
                     let built = bench_node(a, specs, size, credits, Box::new(MonotonicClock::default()), Some(on));
@@ -772,6 +772,7 @@ fn run_chain_cores(
                         Err(e) => {
                             ready.wait();
                             done.wait();
+                            counted.wait();
                             return Err(e);
                         }
                     };
@@ -784,7 +785,9 @@ fn run_chain_cores(
                     let tx0 = node_ref.backend().tx_packets;
                     let elapsed = spin_sliced(node_ref, Duration::from_secs_f64(a.seconds), SLICE, &mut slices, None);
                     done.wait();
+                    // (Read before any thread copies its counters out, which allocates.)
                     let allocs = if k == 0 { alloc_count::allocations() - allocs0 } else { 0 };
+                    counted.wait();
                     let elapsed = elapsed?;
                     let pkts = node_ref.backend().tx_packets - tx0;
                     let nt_ns = node_ref.core().meter().chain_cost_ns(*c);
