@@ -74,7 +74,14 @@ impl Board {
         me.wants.truncate(wants.len());
         for (i, w) in wants.iter().enumerate() {
             match me.wants.get_mut(i) {
-                Some(m) => m.clone_from(w),
+                // (Field by field: a derived `clone_from` allocates anew, two vectors an epoch.)
+                Some(m) => {
+                    (m.tenant, m.weight) = (w.tenant, w.weight);
+                    m.demand.clear();
+                    m.demand.extend_from_slice(&w.demand);
+                    m.fixed.clear();
+                    m.fixed.extend_from_slice(&w.fixed);
+                }
                 None => me.wants.push(w.clone()),
             }
         }
