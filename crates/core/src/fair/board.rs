@@ -48,11 +48,6 @@ impl Board {
         Board { threads: (0..threads).map(|_| Reported::default()).collect(), ..Board::default() }
     }
 
-    /// The number of threads.
-    pub fn threads(&self) -> usize {
-        self.threads.len()
-    }
-
     /// A board for `threads` threads behind one mutex, and each thread's way to it.
     pub fn shared(threads: usize) -> Vec<OnBoard> {
         let board = Arc::new(Mutex::new(Board::new(threads)));

@@ -766,9 +766,9 @@ fn run_chain_cores(
                 sc.spawn(move || -> anyhow::Result<Ran> {
                     let pinned = snic_dataplane::node::pin_current(k);
                     let built = bench_node(a, specs, size, credits, Box::new(MonotonicClock::default()), Some(on));
-                    // (Every thread reaches both barriers, built or not, so that none waits for ever.)
-                    let mut node = match built {
-                        Ok(b) => Some(b),
+                    // (Every thread reaches every barrier, built or not, so that none waits for ever.)
+                    let (mut node, c, wire) = match built {
+                        Ok(b) => b,
                         Err(e) => {
                             ready.wait();
                             done.wait();
@@ -776,22 +776,21 @@ fn run_chain_cores(
                             return Err(e);
                         }
                     };
-                    let (node_ref, c, wire) = node.as_mut().expect("built");
-                    spin(node_ref, Duration::from_secs(1));
+                    spin(&mut node, Duration::from_secs(1));
                     let mut slices = Vec::with_capacity((a.seconds / SLICE.as_secs_f64()) as usize + 2);
-                    node_ref.reset_stats();
+                    node.reset_stats();
                     ready.wait();
                     let allocs0 = alloc_count::allocations();
-                    let tx0 = node_ref.backend().tx_packets;
-                    let elapsed = spin_sliced(node_ref, Duration::from_secs_f64(a.seconds), SLICE, &mut slices, None);
+                    let tx0 = node.backend().tx_packets;
+                    let elapsed = spin_sliced(&mut node, Duration::from_secs_f64(a.seconds), SLICE, &mut slices, None);
                     done.wait();
                     // (Read before any thread copies its counters out, which allocates.)
                     let allocs = if k == 0 { alloc_count::allocations() - allocs0 } else { 0 };
                     counted.wait();
                     let elapsed = elapsed?;
-                    let pkts = node_ref.backend().tx_packets - tx0;
-                    let nt_ns = node_ref.core().meter().chain_cost_ns(*c);
-                    Ok(Ran { pkts, elapsed, stats: node_ref.stats().clone(), slices, wire: *wire, nt_ns, pinned, allocs })
+                    let pkts = node.backend().tx_packets - tx0;
+                    let nt_ns = node.core().meter().chain_cost_ns(c);
+                    Ok(Ran { pkts, elapsed, stats: node.stats().clone(), slices, wire, nt_ns, pinned, allocs })
                 })
             })
             .collect();
