@@ -58,6 +58,11 @@ need=()
 for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached memcaslap:libmemcached-tools etcd:etcd-server clang:clang wasm-ld:lld openssl:openssl ovs-vswitchd:openvswitch-switch; do
   command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
 done
+# The AF_XDP backend (cargo feature af_xdp) builds libxdp and libbpf with cc and links libelf
+# and zlib: their headers.
+for h in libelf.h:libelf-dev zlib.h:zlib1g-dev; do
+  [ -e "/usr/include/${h%%:*}" ] || need+=("${h#*:}")
+done
 if [ ${#need[@]} -gt 0 ]; then
   if is_root; then
     step "installing ${need[*]}"
@@ -125,6 +130,15 @@ prebuild_join() {
   printf '(waited %s s for the background build)\n' $(( $(date +%s) - t0 ))
   prebuild_pid=
 }
+# The workspace's features in every cargo command below (the same set each time, or cargo
+# builds again): the AF_XDP backend when its build's libraries are there.
+features=()
+if [ -e /usr/include/libelf.h ] && [ -e /usr/include/zlib.h ]; then
+  features=(--features snic/af_xdp)
+else
+  skip "the AF_XDP backend (feature af_xdp) and its tests" "libelf-dev or zlib1g-dev is not installed"
+fi
+
 # Every cargo command below, in the workspace's target directory, with clippy as the wrapper:
 # the same environment as the build, or cargo would build the workspace's crates again.
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver" CLIPPY_ARGS="$clippy_args"
@@ -141,9 +155,9 @@ cargo fmt --all -- --check || fail "format"
 # shared by the steps below. A lint stops that build: then the tests are built again without
 # clippy, so that they still run, and the lint is what failed.
 step "lint and build the tests (clippy, warnings are errors)"
-if ! cargo test --workspace --all-targets --locked --no-run; then
+if ! cargo test --workspace "${features[@]}" --all-targets --locked --no-run; then
   unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
-  if cargo test --workspace --all-targets --locked --no-run; then fail "lint"; else fail "build"; fi
+  if cargo test --workspace "${features[@]}" --all-targets --locked --no-run; then fail "lint"; else fail "build"; fi
 fi
 
 # The wasmtime engine for tenants' wasm NTs is a cargo feature (off by default): snic-nt and its
@@ -152,7 +166,7 @@ step "lint and build snic-nt with the wasmtime feature"
 wasmtime_build || fail "lint or build (wasmtime)"
 
 step "tests (unit, property, integration, virtual-clock isolation, corpus replay)"
-cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
+cargo test --workspace "${features[@]}" --locked --no-fail-fast 2>&1 | tee "$test_log"
 [ "${PIPESTATUS[0]}" = 0 ] || fail "tests"
 
 # (--workspace, as the build above: with -p the features of shared dependencies unify
@@ -165,10 +179,10 @@ cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$test_log"
 # autogroup of its own, docs/testing.md; stopping the builds did not cure it alone.)
 if is_root; then
   step "tests that need root (network namespaces, kernel VXLAN endpoints, iperf3)"
-  cargo test --workspace --locked --test netns -- --ignored --skip weights_hold 2>&1 | tee "$root_log"
+  cargo test --workspace "${features[@]}" --locked --test netns -- --ignored --skip weights_hold 2>&1 | tee "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests"
   [ -z "$prebuild_pid" ] || kill -STOP -- -"$prebuild_pid" 2>/dev/null
-  cargo test --workspace --locked --test netns -- --ignored weights_hold 2>&1 | tee -a "$root_log"
+  cargo test --workspace "${features[@]}" --locked --test netns -- --ignored weights_hold 2>&1 | tee -a "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests (weights, the background builds stopped)"
   [ -z "$prebuild_pid" ] || kill -CONT -- -"$prebuild_pid" 2>/dev/null
 else
@@ -179,7 +193,7 @@ fi
 # counted here where they run (in the same log as the root tests).
 if command -v etcd >/dev/null 2>&1; then
   step "tests that need etcd (the pool's one desired state)"
-  cargo test --workspace --locked --test daemon -- --ignored 2>&1 | tee -a "$root_log"
+  cargo test --workspace "${features[@]}" --locked --test daemon -- --ignored 2>&1 | tee -a "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "etcd tests"
 else
   skip "tests that need etcd (crates/snic/tests/daemon.rs, two_nodes_share_…)" "etcd is not installed (apt-get install etcd-server, as root)"

@@ -61,6 +61,9 @@ pub struct NodeSettings {
     /// steering each datagram by its VNI, so that one tenant's flood waits and is dropped in its
     /// own queue) or `shared` (one socket for everyone).
     pub rx_queues: RxQueues,
+    /// How packets come and go: `udp` (sockets on `data`; the default, no privileges) or
+    /// `{af_xdp: {interface, queue, mode}}` (an AF_XDP socket on one interface queue; root).
+    pub io: Io,
     /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
     pub elastic: ElasticSection,
     /// The pool this node belongs to (absent: the node is alone).
@@ -168,6 +171,7 @@ impl Default for NodeSettings {
             vtep_port: Some(snic_wire::vxlan::PORT),
             fairness: FairnessSection::default(),
             rx_queues: RxQueues::PerTenant,
+            io: Io::Udp,
             elastic: ElasticSection::default(),
             pool: None,
             auth: None,
@@ -185,6 +189,42 @@ pub enum RxQueues {
     PerTenant,
     /// One socket.
     Shared,
+}
+
+/// The `io:` setting: the node's packet I/O backend (docs/dataplane.md, "Backends").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Io {
+    /// UDP sockets on `data` (receive runs with UDP_GRO, send with GSO).
+    Udp,
+    /// An AF_XDP socket on one receive queue of one interface; `data` gives its port (and its
+    /// address, or 0.0.0.0 for the interface's first IPv4 address).
+    AfXdp(AfXdpSection),
+}
+
+/// `io: {af_xdp: ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AfXdpSection {
+    /// The interface endpoints' VXLAN arrives on.
+    pub interface: String,
+    /// Its receive queue (default 0).
+    #[serde(default)]
+    pub queue: u32,
+    /// Where the XDP program runs: `native` (in the driver; default) or `generic`.
+    #[serde(default)]
+    pub mode: XdpMode,
+}
+
+/// Where an XDP program runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XdpMode {
+    /// In the driver, before the kernel allocates anything.
+    #[default]
+    Native,
+    /// After the kernel made an skb: any interface, slower.
+    Generic,
 }
 
 /// The `fairness:` section.
@@ -516,6 +556,14 @@ impl NodeSettings {
         let elastic = self.elastic.validate(self.regions)?;
         let pool = self.pool.as_ref().map(PoolSection::validate).transpose()?;
         self.limits.validate()?;
+        if let Io::AfXdp(x) = &self.io {
+            ensure(!x.interface.is_empty(), "io.af_xdp.interface must name an interface")?;
+            ensure(
+                self.rx_queues == RxQueues::Shared,
+                "io: af_xdp has one receive queue: set rx_queues: shared (per_tenant steers UDP sockets by VNI)",
+            )?;
+            ensure(self.data.is_ipv4(), "io: af_xdp carries an IPv4 underlay: data must be an IPv4 address")?;
+        }
         Ok(Config { fair, link_bps, elastic, pool, settings: self })
     }
 }
@@ -560,6 +608,22 @@ mod tests {
             s.regions = 0
         })
         .contains("at least one region"));
+        let xdp = |i: &str| Io::AfXdp(AfXdpSection { interface: i.into(), queue: 0, mode: XdpMode::Native });
+        assert!(bad(|s| s.io = Io::AfXdp(AfXdpSection { interface: String::new(), queue: 0, mode: XdpMode::Native }))
+            .contains("io.af_xdp.interface"));
+        let mut s = NodeSettings { io: xdp("eth1"), ..Default::default() };
+        assert!(s.clone().validate().unwrap_err().0.contains("rx_queues: shared"));
+        s.rx_queues = RxQueues::Shared;
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn io_reads_as_a_word_or_a_section() {
+        let s: NodeSettings = serde_json::from_str(r#"{"io": "udp"}"#).unwrap();
+        assert_eq!(s.io, Io::Udp);
+        let s: NodeSettings = serde_json::from_str(r#"{"io": {"af_xdp": {"interface": "veth0", "mode": "generic"}}}"#).unwrap();
+        assert_eq!(s.io, Io::AfXdp(AfXdpSection { interface: "veth0".into(), queue: 0, mode: XdpMode::Generic }));
+        assert!(serde_json::from_str::<NodeSettings>(r#"{"io": {"af_xdp": {"iface": "veth0"}}}"#).is_err());
     }
 
     #[test]

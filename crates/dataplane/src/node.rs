@@ -267,10 +267,15 @@ const SAMPLE_EVERY: u64 = 32;
 
 impl<B: Backend> Node<B> {
     /// A node on `backend`, with worker threads spawned if configured.
-    pub fn new(mut cfg: NodeConfig, backend: B, clock: Box<dyn Clock>) -> Result<Self, WorkerError> {
+    pub fn new(mut cfg: NodeConfig, mut backend: B, clock: Box<dyn Clock>) -> Result<Self, WorkerError> {
         cfg.batch = cfg.batch.clamp(1, MAX_BATCH);
-        let store = Store::new(cfg.core.store_buffers, cfg.batch);
+        if let Some(p) = backend.local_peer() {
+            cfg.local = p;
+        }
+        let (lent, in_flight) = backend.held_buffers();
+        let (store, lent) = Store::with_held(cfg.core.store_buffers, cfg.batch, lent, in_flight);
         let slots = store.slots().clone();
+        backend.attach(&slots, lent).map_err(WorkerError::Backend)?;
         let work_timer = clock.work_timer();
         let exec = Exec::start(cfg.core.workers, cfg.pin_cores, &slots, &work_timer, clock.now())?;
         let queues = backend.rx_queues().max(1);
@@ -281,7 +286,7 @@ impl<B: Backend> Node<B> {
         let framing = backend.framing();
         Ok(Node {
             framing,
-            tx: transmit::Transmit::new(backend.framing(), cfg.batch, store.capacity(), cfg.local),
+            tx: transmit::Transmit::new(backend.framing(), cfg.batch, store.capacity(), cfg.local).keeping_sent(backend.keeps_sent()),
             backend,
             work_timer,
             clock,
@@ -509,6 +514,14 @@ impl<B: Backend> Node<B> {
         // With worker threads, completions (egress of finished packets) belong to the rest of
         // the way, not to receiving: the receive phase starts after them.
         let rx_start = if sampled && work > 0 { self.clock.now() } else { now };
+        if self.tx.keeps_sent() {
+            // Transmissions the kernel completed come back to the store (`rx_idx` as scratch).
+            self.backend.reclaim(&mut self.rx_idx);
+            for &i in &self.rx_idx {
+                self.store.release(i);
+            }
+            self.rx_idx.clear();
+        }
         self.store.take_for_rx(self.cfg.batch, &mut self.rx_idx);
         let n = if self.rx_idx.is_empty() {
             0

@@ -105,22 +105,54 @@ impl Default for Desc {
     }
 }
 
-/// One buffer, a cache line of padding after it. At a stride of exactly 2 KiB every buffer's
-/// bytes at one offset fell in the same two L1 sets (set index = address bits 6..11), so a
-/// batch's 32 header lines fought over 16 ways, and evicted descriptors with them. At 2 KiB
-/// + 64 consecutive buffers start one set further each.
-#[repr(C, align(64))]
-struct Buf(UnsafeCell<[u8; BUF_SIZE]>, [u8; 64]);
+/// Distance between consecutive buffers in the store's memory: each buffer has a cache line of
+/// padding after it. At a stride of exactly 2 KiB every buffer's bytes at one offset fell in the
+/// same two L1 sets (set index = address bits 6..11), so a batch's 32 header lines fought over
+/// 16 ways, and evicted descriptors with them. At 2 KiB plus 64 consecutive buffers start one set
+/// further each (and stay 64-byte aligned: [`BUF_BASE`] is too).
+pub const BUF_STRIDE: usize = BUF_SIZE + 64;
+
+/// Offset of buffer 0 in the store's memory ([`Slots::region`]). The memory starts on a page
+/// (an AF_XDP UMEM must), and the buffers `BUF_BASE` bytes into it, so that a chunk an AF_XDP
+/// socket fills from `BUF_BASE` bytes before a buffer gets the frame at the buffer's
+/// [`snic_nt::HEADROOM`] (the kernel writes it `XDP_PACKET_HEADROOM`, 256, into the chunk).
+pub const BUF_BASE: usize = 256 - snic_nt::HEADROOM;
+
+/// The buffers' memory: one zeroed, page-aligned allocation.
+struct BufMem {
+    ptr: std::ptr::NonNull<u8>,
+    count: usize,
+    layout: std::alloc::Layout,
+}
+
+impl BufMem {
+    fn new(count: usize) -> Self {
+        let size = (BUF_BASE + count * BUF_STRIDE).next_multiple_of(4096);
+        let layout = std::alloc::Layout::from_size_align(size, 4096).expect("store size fits a layout");
+        // SAFETY: the layout's size is non-zero (BUF_BASE > 0).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        BufMem { ptr, count, layout }
+    }
+}
+
+impl std::ops::Drop for BufMem {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
 
 /// Buffers and descriptors, shared between the dispatcher and the workers.
 pub struct Slots {
-    bufs: Box<[Buf]>,
+    bufs: BufMem,
     descs: Box<[UnsafeCell<Desc>]>,
 }
 
 // SAFETY: Slots hands out references only through `unsafe` accessors whose contract is the
 // ownership protocol in the module docs: one thread at a time per index, transfers through
 // rings that synchronize. Under that protocol no two threads access the same cell concurrently.
+// (A backend that lends buffers to the kernel, AF_XDP, gives them up by that same protocol.)
 unsafe impl Sync for Slots {}
 // SAFETY: the cells contain plain bytes and Copy descriptors; moving the allocation between
 // threads is fine.
@@ -128,19 +160,32 @@ unsafe impl Send for Slots {}
 
 impl Slots {
     fn new(n: usize) -> Self {
-        let bufs = (0..n).map(|_| Buf(UnsafeCell::new([0u8; BUF_SIZE]), [0; 64])).collect();
         let descs = (0..n).map(|_| UnsafeCell::new(Desc::default())).collect();
-        Slots { bufs, descs }
+        Slots { bufs: BufMem::new(n), descs }
     }
 
     /// Number of slots.
     pub fn len(&self) -> usize {
-        self.bufs.len()
+        self.bufs.count
     }
 
     /// Never true: a store has at least one slot.
     pub fn is_empty(&self) -> bool {
-        self.bufs.is_empty()
+        self.bufs.count == 0
+    }
+
+    /// The buffers' memory, page-aligned, and its length: buffer `i` is at
+    /// `BUF_BASE + i * BUF_STRIDE`. For a backend that registers it with the kernel (an AF_XDP
+    /// UMEM), which then writes only into buffers the dispatcher lent it.
+    pub fn region(&self) -> (*mut u8, usize) {
+        (self.bufs.ptr.as_ptr(), self.bufs.layout.size())
+    }
+
+    /// The buffer at byte `offset` of [`Slots::region`], if one is there.
+    #[inline]
+    pub fn index_at(&self, offset: usize) -> Option<u32> {
+        let i = offset.checked_sub(BUF_BASE)? / BUF_STRIDE;
+        (i < self.bufs.count).then_some(i as u32)
     }
 
     /// The buffer and descriptor of `idx`.
@@ -154,9 +199,14 @@ impl Slots {
         // Every index in circulation comes from the store's own free list, built from
         // `0..len`; checked in debug builds, trusted in release (this is on every stage of the
         // per-packet path).
-        debug_assert!(i < self.bufs.len());
-        // SAFETY: `i < len` as above; exclusive ownership of `idx` is the caller's contract.
-        unsafe { (&mut *self.bufs.get_unchecked(i).0.get(), &mut *self.descs.get_unchecked(i).get()) }
+        debug_assert!(i < self.bufs.count);
+        // SAFETY: `i < len` as above, so the buffer lies inside the allocation; exclusive
+        // ownership of `idx` is the caller's contract. No reference to the whole region is
+        // ever made, so this one aliases nothing.
+        unsafe {
+            let b = self.bufs.ptr.as_ptr().add(BUF_BASE + i * BUF_STRIDE) as *mut [u8; BUF_SIZE];
+            (&mut *b, &mut *self.descs.get_unchecked(i).get())
+        }
     }
 }
 
@@ -207,6 +257,20 @@ impl Store {
             route_of: vec![UNTAGGED; n],
             in_route: Vec::new(),
         }
+    }
+
+    /// A store of `n` buffers as [`Store::new`], and `lent + in_flight` more for a backend that
+    /// holds buffers outside the store's accounting (AF_XDP: `lent` given to the kernel for good
+    /// to receive into, returned as the result; up to `in_flight` transmitted and not yet
+    /// completed). Tenants can still be charged `n - rx_reserve` buffers at most, as with
+    /// [`Store::new`].
+    pub fn with_held(n: usize, rx_reserve: usize, lent: usize, in_flight: usize) -> (Self, Vec<u32>) {
+        let n = n.max(rx_reserve + 1);
+        let mut s = Store::new(n + lent + in_flight, rx_reserve);
+        s.charge_limit = n - rx_reserve;
+        let at = s.free.len() - lent;
+        let out = s.free.split_off(at);
+        (s, out)
     }
 
     /// The shared slots (for workers).
@@ -342,11 +406,19 @@ impl Store {
     /// caller does once for a run of the tenant's buffers ([`Store::uncharge`]).
     #[inline(always)]
     pub fn free_uncounted(&mut self, idx: u32) {
+        self.untag(idx);
+        self.free.push(idx);
+    }
+
+    /// Buffer `idx` leaves its DAG route's count ([`Store::tag_route`]) without being freed: a
+    /// backend that keeps transmitted buffers until the kernel completes them gives them back
+    /// with [`Store::release`].
+    #[inline(always)]
+    pub fn untag(&mut self, idx: u32) {
         let r = std::mem::replace(&mut self.route_of[idx as usize], UNTAGGED);
         if r != UNTAGGED {
             self.in_route[r as usize] -= 1;
         }
-        self.free.push(idx);
     }
 
     /// `n` buffers charged to `t`, freed with [`Store::free_uncounted`], leave its count and

@@ -86,6 +86,9 @@ pub enum WorkerError {
     /// The worker did not answer (it died).
     #[error("worker thread is not responding")]
     Gone,
+    /// The backend could not take the packet store (an AF_XDP socket registering it).
+    #[error("the I/O backend cannot use the packet store: {0}")]
+    Backend(std::io::Error),
 }
 
 impl WorkerHandle {

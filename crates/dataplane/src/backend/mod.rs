@@ -9,6 +9,8 @@
 pub mod gro;
 pub mod mem;
 pub mod udp;
+#[cfg(feature = "af_xdp")]
+pub mod xdp;
 
 use crate::store::Slots;
 use std::net::SocketAddr;
@@ -177,6 +179,20 @@ pub trait Backend: Send {
         Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "this backend has no socket address"))
     }
 
+    /// This node's own VTEP as frames carry it (address and MAC), for a backend of Ethernet
+    /// framing that knows its interface: the node writes it as every outer header's source.
+    /// The default: none (the node's configured one stands).
+    fn local_peer(&self) -> Option<crate::store::Peer> {
+        None
+    }
+
+    /// Packets received and sent through the kernel's own stack beside a bypass path,
+    /// cumulative (AF_XDP: reassembled outer fragments in, frames to unresolved next hops
+    /// out). The default: none.
+    fn via_kernel(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Receive calls' entries and the packets they carried, cumulative: more packets than
     /// entries when runs arrive coalesced ([`gro`]). The default counts one packet an entry,
     /// and none.
@@ -189,6 +205,33 @@ pub trait Backend: Send {
     fn gso_max_segment(&self) -> usize {
         0
     }
+
+    /// Buffers this backend holds outside the store's accounting: `(lent, in_flight)` — lent
+    /// to it for good at [`Backend::attach`] (to receive into), and at most transmitted and
+    /// not yet given back ([`Backend::keeps_sent`]). The node sizes its store that much larger.
+    /// The default holds none.
+    fn held_buffers(&self) -> (usize, usize) {
+        (0, 0)
+    }
+
+    /// Called once by the node with its store and the [`Backend::held_buffers`] lent to the
+    /// backend, before any other call: a backend that receives into the store's memory
+    /// itself (AF_XDP's UMEM) registers it here. It keeps `slots` alive while the kernel may
+    /// write into it. The default does nothing.
+    fn attach(&mut self, _slots: &std::sync::Arc<Slots>, _lent: Vec<u32>) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// True if transmitted buffers stay the backend's until the kernel is done with them (the
+    /// node then does not free them; [`Backend::reclaim`] gives them back). The default copies
+    /// what it sends: false.
+    fn keeps_sent(&self) -> bool {
+        false
+    }
+
+    /// Appends to `out` buffers the backend gives back to the store (transmissions the kernel
+    /// completed). The default keeps none.
+    fn reclaim(&mut self, _out: &mut Vec<u32>) {}
 }
 
 /// Wakes a data-plane thread blocked in [`Backend::wait`]: an eventfd the backend's wait also

@@ -44,6 +44,8 @@ pub(crate) struct Transmit {
     flood: Vec<PeerId>,
     emitted: Vec<u32>,
     templates: egress::Templates,
+    /// The backend keeps transmitted buffers until the kernel completes them.
+    keeps_sent: bool,
 }
 
 /// What transmitting touches of the node, for one call.
@@ -111,7 +113,20 @@ impl Transmit {
             flood: Vec::with_capacity(64),
             emitted: Vec::new(),
             templates: egress::Templates::new(local),
+            keeps_sent: false,
         }
+    }
+
+    /// The backend keeps what it transmits until the kernel completes it
+    /// ([`Backend::keeps_sent`]): sent buffers are not freed here.
+    pub fn keeping_sent(mut self, yes: bool) -> Self {
+        self.keeps_sent = yes;
+        self
+    }
+
+    /// True if the backend keeps what it transmits ([`Transmit::keeping_sent`]).
+    pub fn keeps_sent(&self) -> bool {
+        self.keeps_sent
     }
 
     /// True while packets wait for the backend.
@@ -322,7 +337,11 @@ impl Transmit {
                         h.record(lat);
                     }
                 }
-                l.store.free_uncounted(idx);
+                if self.keeps_sent {
+                    l.store.untag(idx);
+                } else {
+                    l.store.free_uncounted(idx);
+                }
             }
             end_run(l.stats, l.store, run);
             for i in done + r.sent..done + r.sent + r.failed {

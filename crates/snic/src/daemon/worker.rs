@@ -16,6 +16,7 @@ use crate::deploy::deploy;
 use anyhow::Context;
 use serde::Serialize;
 use snic_control::plan::{HostRequest, Plan, RoutePlan, TenantPlan};
+use snic_core::config::{AfXdpSection, Io};
 use snic_core::ids::{ChainId, DagUid, TenantId};
 use snic_core::node::NodeCoreConfig;
 use snic_core::pool::{AgentConfig, LoadReport, MemberEvent};
@@ -165,6 +166,12 @@ pub struct Snapshot {
     pub rx_messages: u64,
     /// The datagrams.
     pub rx_datagrams: u64,
+    /// Packets received and sent through the kernel's own stack beside a bypass backend
+    /// (AF_XDP: outer fragments the kernel reassembled; frames to a next hop it had not
+    /// resolved yet).
+    pub rx_via_kernel: u64,
+    /// See `rx_via_kernel`.
+    pub tx_via_kernel: u64,
     /// Resources fair sharing divides.
     pub resources: Vec<ResourceSnap>,
     /// Fair-sharing epochs run.
@@ -664,9 +671,33 @@ impl DataPlane {
     /// Binds the data socket, deploys `plan` (its tenants' VTEPs reached through `ifaces`) and
     /// starts the thread.
     pub fn start(cfg: &Config, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
+        if let Io::AfXdp(x) = &cfg.settings.io {
+            return Self::start_af_xdp(cfg, x, plan, ifaces);
+        }
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
         let addr = backend.local_addr()?;
         Ok((Self::start_on(cfg, backend, plan, ifaces)?, addr))
+    }
+
+    /// [`DataPlane::start`] on an AF_XDP socket (`io: {af_xdp: ...}`).
+    #[cfg(feature = "af_xdp")]
+    fn start_af_xdp(cfg: &Config, x: &AfXdpSection, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
+        use snic_dataplane::backend::xdp::{XdpBackend, XdpConfig, XdpMode};
+        let SocketAddr::V4(addr) = cfg.settings.data else { anyhow::bail!("io: af_xdp needs an IPv4 data address") };
+        let mode = match x.mode {
+            snic_core::config::XdpMode::Native => XdpMode::Native,
+            snic_core::config::XdpMode::Generic => XdpMode::Generic,
+        };
+        let xc = XdpConfig { interface: x.interface.clone(), queue: x.queue, mode, addr };
+        let backend = XdpBackend::new(xc).with_context(|| format!("opening AF_XDP on {} queue {}", x.interface, x.queue))?;
+        let addr = backend.local_addr()?;
+        Ok((Self::start_on(cfg, backend, plan, ifaces)?, addr))
+    }
+
+    /// Without the `af_xdp` feature: says how to get it.
+    #[cfg(not(feature = "af_xdp"))]
+    fn start_af_xdp(_: &Config, _: &AfXdpSection, _: Plan, _: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
+        anyhow::bail!("io: af_xdp needs a snic built with the AF_XDP backend: cargo build --release -p snic --features af_xdp (docs/dataplane.md, \"The AF_XDP backend\")")
     }
 
     /// Deploys `plan` on a node over `backend` and starts the thread: the data plane over any
@@ -989,6 +1020,7 @@ fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, r
     let mut out =
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
     (out.rx_messages, out.rx_datagrams) = node.backend().rx_runs();
+    (out.rx_via_kernel, out.tx_via_kernel) = node.backend().via_kernel();
     prev.tenants.resize(plan.tenants.len(), (0, 0));
     for (i, t) in plan.tenants.iter().enumerate() {
         let ts = &s.tenants[t.id.index()];
