@@ -55,6 +55,9 @@ const XDP_PACKET_HEADROOM: usize = 256;
 /// In unaligned mode a descriptor's address carries an offset in its top 16 bits.
 const ADDR_MASK: u64 = (1 << 48) - 1;
 const SOL_XDP: i32 = 283;
+/// Slots of the program's socket map: queue ids it can hold (a queue the interface lacks is
+/// refused when the socket binds to it).
+const MAX_QUEUES: u32 = 256;
 const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1;
 const XDP_FLAGS_SKB_MODE: u32 = 2;
 const XDP_FLAGS_DRV_MODE: u32 = 4;
@@ -151,11 +154,8 @@ impl XdpBackend {
     /// already attached to the interface.
     pub fn new(cfg: XdpConfig) -> io::Result<XdpBackend> {
         let iface = Iface::get(&cfg.interface)?;
-        if cfg.queue >= iface.rx_queues {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} has {} receive queues: no queue {}", iface.name, iface.rx_queues, cfg.queue),
-            ));
+        if cfg.queue >= MAX_QUEUES {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("queue {}: at most {MAX_QUEUES} receive queues", cfg.queue)));
         }
         let ip = match *cfg.addr.ip() {
             Ipv4Addr::UNSPECIFIED => iface.ipv4.ok_or_else(|| {
@@ -171,7 +171,7 @@ impl XdpBackend {
             .map_err(|e| io::Error::new(e.kind(), format!("binding the UDP socket beside AF_XDP on {local}: {e}")))?;
         udp.set_nonblocking(true)?;
         let filter = prog::Filter { port: cfg.addr.port(), addr: Some(ip), no_socket: prog::XDP_PASS };
-        let prog = prog::Loaded::load(&filter, iface.rx_queues)?;
+        let prog = prog::Loaded::load(&filter, MAX_QUEUES)?;
         let flags = XDP_FLAGS_UPDATE_IF_NOEXIST | if cfg.mode == XdpMode::Native { XDP_FLAGS_DRV_MODE } else { XDP_FLAGS_SKB_MODE };
         // SAFETY: a valid interface index and program descriptor.
         let r = unsafe { sys::bpf_xdp_attach(iface.index as i32, prog.prog.as_raw_fd(), flags, std::ptr::null()) };
@@ -344,12 +344,12 @@ fn chunk_of(idx: u32) -> u64 {
     (crate::store::BUF_BASE + idx as usize * BUF_STRIDE + HEADROOM - XDP_PACKET_HEADROOM) as u64
 }
 
-impl Drop for XdpBackend {
-    fn drop(&mut self) {
-        // SAFETY: objects made by `new` and `attach`, each deleted once; the program is detached
-        // before its socket goes, the UMEM after its socket.
+impl XdpBackend {
+    /// Deletes the socket and the UMEM (the socket leaves the map with it), then lets go of
+    /// the store's memory: buffers the kernel held are the old store's.
+    fn close_socket(&mut self) {
+        // SAFETY: objects made by `attach`, each deleted once, the UMEM after its socket.
         unsafe {
-            sys::bpf_xdp_detach(self.iface.index as i32, self.attached_flags & !XDP_FLAGS_UPDATE_IF_NOEXIST, std::ptr::null());
             if !self.xsk.is_null() {
                 sys::xsk_socket__delete(self.xsk);
             }
@@ -357,7 +357,22 @@ impl Drop for XdpBackend {
                 sys::xsk_umem__delete(self.umem);
             }
         }
-        // `slots` (the UMEM's memory) is released only now, after the kernel let go of it.
+        self.xsk = std::ptr::null_mut();
+        self.umem = std::ptr::null_mut();
+        // SAFETY: all-zero rings are what libxdp expects to fill in (it holds none any more).
+        *self.rings = unsafe { std::mem::zeroed::<Rings>() };
+        self.in_flight = 0;
+        self.done.clear();
+        self.slots = None;
+    }
+}
+
+impl Drop for XdpBackend {
+    fn drop(&mut self) {
+        // SAFETY: the program attached by `new`, detached once, before its socket goes.
+        unsafe { sys::bpf_xdp_detach(self.iface.index as i32, self.attached_flags & !XDP_FLAGS_UPDATE_IF_NOEXIST, std::ptr::null()) };
+        // `slots` (the UMEM's memory) is released only after the kernel let go of it.
+        self.close_socket();
     }
 }
 
@@ -371,9 +386,10 @@ impl Backend for XdpBackend {
     }
 
     fn attach(&mut self, slots: &Arc<Slots>, lent: Vec<u32>) -> io::Result<()> {
-        if !self.xsk.is_null() {
-            return Err(io::Error::other("the AF_XDP backend is attached to a store already"));
-        }
+        // A node rebuilt on this backend (the daemon after a failed change) brings a new store:
+        // the socket and UMEM over the old one go first. Meanwhile the map's slot is empty and
+        // the program passes the node's frames to the kernel, i.e. the UDP socket beside.
+        self.close_socket();
         let (area, size) = slots.region();
         let ucfg = sys::xsk_umem_config {
             fill_size: FILL as u32,
@@ -399,8 +415,18 @@ impl Backend for XdpBackend {
         scfg.xdp_flags = self.attached_flags & !XDP_FLAGS_UPDATE_IF_NOEXIST;
         scfg.bind_flags = sys::XDP_USE_NEED_WAKEUP as u16;
         let name = std::ffi::CString::new(self.iface.name.clone()).map_err(io::Error::other)?;
-        // SAFETY: a registered UMEM, boxed rings, a valid name and config.
-        let rc = unsafe { sys::xsk_socket__create(&mut self.xsk, name.as_ptr(), self.cfg.queue, self.umem, &mut r.rx, &mut r.tx, &scfg) };
+        // The kernel frees a queue's previous socket (a rebuild's, or a node's just stopped) in
+        // deferred work: until then the queue is busy. Bounded: 2 s.
+        let t0 = std::time::Instant::now();
+        let rc = loop {
+            // SAFETY: a registered UMEM, boxed rings, a valid name and config.
+            let rc =
+                unsafe { sys::xsk_socket__create(&mut self.xsk, name.as_ptr(), self.cfg.queue, self.umem, &mut r.rx, &mut r.tx, &scfg) };
+            if rc != -libc::EBUSY || t0.elapsed() > Duration::from_secs(2) {
+                break rc;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
         if rc != 0 {
             self.xsk = std::ptr::null_mut();
             return Err(err(&format!("creating the AF_XDP socket on {} queue {}", self.iface.name, self.cfg.queue), rc));
@@ -435,11 +461,15 @@ impl Backend for XdpBackend {
         // kernel, which is now ours; the buffers we put in the fill ring instead are the node's
         // free ones it lent to this call, which it gives up for those it gets back.
         let n = unsafe {
-            let n = sys::xsk_ring_cons__peek(&mut r.rx, idx.len() as u32, &mut at);
+            let mut n = sys::xsk_ring_cons__peek(&mut r.rx, idx.len() as u32, &mut at);
             if n > 0 {
-                // The kernel took `n` buffers from the fill ring to fill them, so it has room.
+                // The kernel took `n` buffers from the fill ring to fill them, so it has room
+                // for as many; should it not, what it has no room for waits in the ring.
                 let got = sys::xsk_ring_prod__reserve(&mut r.fill, n, &mut fat);
-                debug_assert_eq!(got, n);
+                if got < n {
+                    sys::xsk_ring_cons__cancel(&mut r.rx, n - got);
+                    n = got;
+                }
                 for i in 0..n as usize {
                     let d = *sys::xsk_ring_cons__rx_desc(&r.rx, at + i as u32);
                     let data = ((d.addr & ADDR_MASK) + (d.addr >> 48)) as usize;

@@ -18,12 +18,11 @@ pub struct Iface {
     pub mac: MacAddr,
     /// Its first IPv4 address, if it has one.
     pub ipv4: Option<Ipv4Addr>,
-    /// Receive queues (`/sys/class/net/<name>/queues/rx-*`).
-    pub rx_queues: u32,
 }
 
 impl Iface {
-    /// Looks up interface `name`.
+    /// Looks up interface `name` in the calling thread's network namespace (through sockets,
+    /// not /sys, which shows the namespace it was mounted in).
     pub fn get(name: &str) -> io::Result<Iface> {
         let c = std::ffi::CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "interface name has a NUL"))?;
         // SAFETY: a valid C string.
@@ -31,15 +30,40 @@ impl Iface {
         if index == 0 {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("no interface {name:?} in this network namespace")));
         }
-        let mac = std::fs::read_to_string(format!("/sys/class/net/{name}/address"))?;
-        let mac = parse_mac(mac.trim())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("{name} has no Ethernet address ({mac:?})")))?;
-        let rx_queues = std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
-            .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
-            .unwrap_or(1)
-            .max(1);
-        Ok(Iface { name: name.to_string(), index, mac, ipv4: ipv4_of(name)?, rx_queues })
+        Ok(Iface { name: name.to_string(), index, mac: mac_of(name)?, ipv4: ipv4_of(name)? })
     }
+}
+
+/// The hardware address of interface `name` (SIOCGIFHWADDR); an error if it is not Ethernet.
+fn mac_of(name: &str) -> io::Result<MacAddr> {
+    // SAFETY: a plain socket for the ioctl, closed below.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a zeroed ifreq is valid; its name is set below (shorter than IFNAMSIZ).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: our socket and a valid ifreq, which the ioctl fills.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) };
+    let e = io::Error::last_os_error();
+    // SAFETY: our descriptor.
+    unsafe { libc::close(fd) };
+    if r < 0 {
+        return Err(e);
+    }
+    // SAFETY: SIOCGIFHWADDR fills the hardware-address member of the union.
+    let a = unsafe { req.ifr_ifru.ifru_hwaddr };
+    if a.sa_family != libc::ARPHRD_ETHER {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{name} is not an Ethernet interface")));
+    }
+    let mut m = [0u8; 6];
+    for (d, s) in m.iter_mut().zip(a.sa_data.iter()) {
+        *d = *s as u8;
+    }
+    Ok(MacAddr(m))
 }
 
 fn parse_mac(s: &str) -> Option<MacAddr> {
@@ -80,7 +104,8 @@ fn ipv4_of(name: &str) -> io::Result<Option<Ipv4Addr>> {
     Ok(found)
 }
 
-/// Next hops' MACs, read from the kernel's neighbour table (`/proc/net/arp`) on a miss, at most
+/// Next hops' MACs, read from the kernel's neighbour table (`/proc/thread-self/net/arp`: the
+/// namespace of the thread that reads, which is the one the socket is in) on a miss, at most
 /// once per [`Neighbours::REREAD`]. A next hop the kernel has not resolved is not guessed: the
 /// backend hands that packet to the kernel's own stack, whose ARP then resolves it.
 #[derive(Debug)]
@@ -88,33 +113,42 @@ pub struct Neighbours {
     ifname: String,
     known: HashMap<Ipv4Addr, MacAddr>,
     read: Option<Instant>,
+    /// How long a miss waits before it reads the table again: doubles from
+    /// [`Neighbours::REREAD_MIN`] to [`Neighbours::REREAD_MAX`] while misses stay misses (a
+    /// VTEP that never answers ARP costs a read every 100 ms, not one a packet).
+    backoff: Duration,
     /// Times the table was read.
     pub reads: u64,
 }
 
 impl Neighbours {
-    /// How often a miss may read the table again.
-    pub const REREAD: Duration = Duration::from_millis(100);
+    /// A miss re-reads the table after this at first (the kernel's ARP takes about a round trip).
+    pub const REREAD_MIN: Duration = Duration::from_millis(1);
+    /// ... and after this at most.
+    pub const REREAD_MAX: Duration = Duration::from_millis(100);
+    /// A MAC read is used this long, then read again (a neighbour whose MAC changed).
+    pub const FRESH: Duration = Duration::from_secs(5);
 
     /// The neighbours on interface `ifname`.
     pub fn new(ifname: &str) -> Self {
-        Neighbours { ifname: ifname.to_string(), known: HashMap::new(), read: None, reads: 0 }
+        Neighbours { ifname: ifname.to_string(), known: HashMap::new(), read: None, backoff: Self::REREAD_MIN, reads: 0 }
     }
 
     /// The MAC of `ip`, if the kernel has resolved it on this interface.
     pub fn get(&mut self, ip: Ipv4Addr) -> Option<MacAddr> {
-        if let Some(m) = self.known.get(&ip) {
-            return Some(*m);
-        }
-        if self.read.is_some_and(|t| t.elapsed() < Self::REREAD) {
-            return None;
+        let age = self.read.map_or(Duration::MAX, |t| t.elapsed());
+        let cached = self.known.get(&ip).copied();
+        if (cached.is_some() && age < Self::FRESH) || (cached.is_none() && age < self.backoff) {
+            return cached;
         }
         self.read = Some(Instant::now());
         self.reads += 1;
-        if let Ok(s) = std::fs::read_to_string("/proc/net/arp") {
+        if let Ok(s) = std::fs::read_to_string("/proc/thread-self/net/arp") {
             self.known = parse_arp(&s, &self.ifname);
         }
-        self.known.get(&ip).copied()
+        let m = self.known.get(&ip).copied();
+        self.backoff = if m.is_some() { Self::REREAD_MIN } else { (self.backoff * 2).min(Self::REREAD_MAX) };
+        m
     }
 }
 
@@ -150,10 +184,9 @@ mod tests {
     }
 
     #[test]
-    fn loopback_has_an_index_and_an_address() {
-        let lo = Iface::get("lo").unwrap();
-        assert!(lo.index > 0);
-        assert_eq!(lo.ipv4, Some(Ipv4Addr::LOCALHOST));
+    fn loopback_is_refused_and_has_an_address() {
+        assert!(Iface::get("lo").unwrap_err().to_string().contains("not an Ethernet interface"));
         assert!(Iface::get("no-such-if0").unwrap_err().to_string().contains("no interface"));
+        assert_eq!(ipv4_of("lo").unwrap(), Some(Ipv4Addr::LOCALHOST));
     }
 }
