@@ -180,6 +180,13 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     );
     pass.get_or_create(&l(&[("unit", "packets")])).inc_by(snap.pass_through_packets);
     pass.get_or_create(&l(&[("unit", "bytes")])).inc_by(snap.pass_through_bytes);
+    let kernel = family::<Counter>(
+        &mut reg,
+        "snic_via_kernel_packets",
+        "AF_XDP: packets received through the kernel's stack (outer fragments it reassembled) and sent through it (next hop not yet resolved)",
+    );
+    kernel.get_or_create(&l(&[("direction", "received")])).inc_by(snap.rx_via_kernel);
+    kernel.get_or_create(&l(&[("direction", "sent")])).inc_by(snap.tx_via_kernel);
     if let Some(o) = &snap.owners {
         let own = family::<Counter>(
             &mut reg,
