@@ -113,7 +113,7 @@ impl Drop for Netns {
 /// another there: the first frames to a next hop the kernel has not resolved go out through the
 /// kernel (`via_kernel`), the rest from the store through the AF_XDP socket once its neighbour
 /// table has the MAC; and a node rebuilt on the same backend (the daemon after a failed change)
-/// forwards again.
+/// forwards again; a program a node left attached is replaced by the next node's.
 #[test]
 #[ignore = "needs root (network namespaces, XDP): scripts/test.sh runs it as root with --ignored"]
 fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
@@ -199,4 +199,9 @@ fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
         assert!(tx_kernel >= 1 && tx_kernel < 100 * (round + 1), "round {round}: {tx_kernel} of 200 sent through the kernel");
         backend = node.into_backend();
     }
+    // A node that could not detach its program (killed): the next one takes the interface back.
+    std::mem::forget(backend);
+    // (Another port: the forgotten backend's UDP socket still holds 4789.)
+    let cfg = XdpConfig { interface: "sx0".into(), queue: 0, mode: XdpMode::Native, addr: "0.0.0.0:4790".parse().unwrap() };
+    XdpBackend::new(cfg).expect("a program snic left attached is replaced");
 }

@@ -174,10 +174,17 @@ impl XdpBackend {
         let prog = prog::Loaded::load(&filter, MAX_QUEUES)?;
         let flags = XDP_FLAGS_UPDATE_IF_NOEXIST | if cfg.mode == XdpMode::Native { XDP_FLAGS_DRV_MODE } else { XDP_FLAGS_SKB_MODE };
         // SAFETY: a valid interface index and program descriptor.
-        let r = unsafe { sys::bpf_xdp_attach(iface.index as i32, prog.prog.as_raw_fd(), flags, std::ptr::null()) };
+        let attach = |flags: u32| unsafe { sys::bpf_xdp_attach(iface.index as i32, prog.prog.as_raw_fd(), flags, std::ptr::null()) };
+        let mut r = attach(flags);
+        if (-r == libc::EBUSY || -r == libc::EEXIST) && prog::attached_is_ours(iface.index, flags & !XDP_FLAGS_UPDATE_IF_NOEXIST) {
+            // A node that could not detach (killed, or crashed) left its program: a restarted
+            // node takes the interface back. Anyone else's program is left alone.
+            tracing::warn!(interface = %iface.name, "replacing the XDP program a previous snic node left attached");
+            r = attach(flags & !XDP_FLAGS_UPDATE_IF_NOEXIST);
+        }
         if r < 0 {
             let hint = if -r == libc::EBUSY || -r == libc::EEXIST {
-                " (another XDP program is attached: `ip link set dev IF xdp off`)"
+                " (another program is attached: `ip link set dev IF xdp off` removes it)"
             } else {
                 ""
             };

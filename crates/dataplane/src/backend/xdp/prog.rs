@@ -155,7 +155,7 @@ impl Loaded {
         let prog = unsafe {
             sys::bpf_prog_load(
                 sys::bpf_prog_type_BPF_PROG_TYPE_XDP,
-                c"snic_vxlan".as_ptr(),
+                NAME.as_ptr(),
                 c"Dual MIT/GPL".as_ptr(),
                 insns.as_ptr() as *const sys::bpf_insn,
                 insns.len(),
@@ -198,6 +198,36 @@ impl Loaded {
         }
         Ok(())
     }
+}
+
+/// The program's name in the kernel (at most 15 bytes).
+pub const NAME: &std::ffi::CStr = c"snic_vxlan";
+
+/// True if the XDP program attached to interface `ifindex` in mode `mode_flags` is one of
+/// snic's (by its name): one a node left behind when it could not detach it.
+pub fn attached_is_ours(ifindex: u32, mode_flags: u32) -> bool {
+    let mut id = 0u32;
+    // SAFETY: plain FFI with a valid out-pointer.
+    if unsafe { sys::bpf_xdp_query_id(ifindex as i32, mode_flags as i32, &mut id) } < 0 || id == 0 {
+        return false;
+    }
+    // SAFETY: as above; a non-negative result is a descriptor we own.
+    let fd = unsafe { sys::bpf_prog_get_fd_by_id(id) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: as above.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed info struct and its length, filled by the kernel.
+    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<sys::bpf_prog_info>() as u32;
+    // SAFETY: a program descriptor and a buffer of `len` bytes.
+    if unsafe { sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } < 0 {
+        return false;
+    }
+    // SAFETY: the kernel NUL-terminates the name within its 16 bytes.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.name.as_ptr()) };
+    name == NAME
 }
 
 #[cfg(test)]
