@@ -3,6 +3,7 @@
 #![cfg(feature = "af_xdp")]
 
 use snic_dataplane::backend::xdp::prog::{Filter, Loaded, XDP_DROP, XDP_PASS};
+use snic_dataplane::backend::xdp::XdpMode;
 use std::net::Ipv4Addr;
 
 fn require_root() {
@@ -68,8 +69,9 @@ fn the_xdp_program_takes_only_vxlan_to_the_node() {
 struct Netns(String);
 
 impl Netns {
-    fn new() -> Netns {
-        let name = format!("snx{}", std::process::id());
+    /// Named after this process and `tag` (tests run side by side).
+    fn new(tag: &str) -> Netns {
+        let name = format!("snx{tag}{}", std::process::id());
         let ip = |args: &[&str]| {
             let out = std::process::Command::new("ip").args(args).output().unwrap();
             assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -117,10 +119,21 @@ impl Drop for Netns {
 #[test]
 #[ignore = "needs root (network namespaces, XDP): scripts/test.sh runs it as root with --ignored"]
 fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
+    forwards_resolves_and_survives_a_rebuild(XdpMode::Native);
+}
+
+/// The same with the program in generic mode (after the kernel made an skb).
+#[test]
+#[ignore = "needs root (network namespaces, XDP): scripts/test.sh runs it as root with --ignored"]
+fn a_node_on_af_xdp_in_generic_mode_forwards_resolves_and_survives_a_rebuild() {
+    forwards_resolves_and_survives_a_rebuild(XdpMode::Generic);
+}
+
+fn forwards_resolves_and_survives_a_rebuild(mode: XdpMode) {
     use snic_core::dag::{DagRoute, NtMask, Step};
     use snic_core::ids::{DagUid, TenantId};
     use snic_core::mat::Mat;
-    use snic_dataplane::backend::xdp::{XdpBackend, XdpConfig, XdpMode};
+    use snic_dataplane::backend::xdp::{XdpBackend, XdpConfig};
     use snic_dataplane::backend::Backend;
     use snic_dataplane::node::MonotonicClock;
     use snic_dataplane::store::Peer;
@@ -132,7 +145,7 @@ fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
     use std::sync::Arc;
     use std::time::Duration;
     require_root();
-    let ns = Netns::new();
+    let ns = Netns::new(if mode == XdpMode::Native { "n" } else { "g" });
     // The peer's sockets are made in its namespace (a socket stays in the one it was made in).
     let (a, b) = std::thread::scope(|s| {
         s.spawn(|| {
@@ -145,7 +158,7 @@ fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
     });
     ns.enter("n");
     let (mac_a, mac_b) = (MacAddr([2, 0, 0, 0, 0, 0xa]), MacAddr([2, 0, 0, 0, 0, 0xb]));
-    let cfg = XdpConfig { interface: "sx0".into(), queue: 0, mode: XdpMode::Native, addr: "0.0.0.0:4789".parse().unwrap() };
+    let cfg = XdpConfig { interface: "sx0".into(), queue: 0, mode, addr: "0.0.0.0:4789".parse().unwrap() };
     let mut backend = XdpBackend::new(cfg).unwrap();
     assert_eq!(backend.local_addr().unwrap(), "192.0.2.1:4789".parse().unwrap(), "the interface's address");
     b.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -202,6 +215,6 @@ fn a_node_on_af_xdp_forwards_resolves_its_next_hop_and_survives_a_rebuild() {
     // A node that could not detach its program (killed): the next one takes the interface back.
     std::mem::forget(backend);
     // (Another port: the forgotten backend's UDP socket still holds 4789.)
-    let cfg = XdpConfig { interface: "sx0".into(), queue: 0, mode: XdpMode::Native, addr: "0.0.0.0:4790".parse().unwrap() };
+    let cfg = XdpConfig { interface: "sx0".into(), queue: 0, mode, addr: "0.0.0.0:4790".parse().unwrap() };
     XdpBackend::new(cfg).expect("a program snic left attached is replaced");
 }
