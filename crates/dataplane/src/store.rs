@@ -449,6 +449,39 @@ mod tests {
     }
 
     #[test]
+    fn the_region_is_page_aligned_and_names_each_buffer_by_its_offset() {
+        let slots = Slots::new(10);
+        let (base, len) = slots.region();
+        assert_eq!(base as usize % 4096, 0);
+        assert!(len >= BUF_BASE + 10 * BUF_STRIDE && len % 4096 == 0);
+        for i in 0..10u32 {
+            // SAFETY: no other reference to any slot is live.
+            let at = unsafe { slots.get(i) }.0.as_ptr() as usize - base as usize;
+            assert_eq!(at, BUF_BASE + i as usize * BUF_STRIDE);
+            assert_eq!(slots.index_at(at + snic_nt::HEADROOM), Some(i), "a frame inside buffer {i}");
+        }
+        assert_eq!(slots.index_at(BUF_BASE - 1), None, "before buffer 0");
+        assert_eq!(slots.index_at(BUF_BASE + 10 * BUF_STRIDE), None, "past the last");
+    }
+
+    #[test]
+    fn held_buffers_are_outside_the_tenants_accounting() {
+        let (mut s, lent) = Store::with_held(8, 2, 3, 4);
+        assert_eq!((s.capacity(), lent.len(), s.free_count()), (15, 3, 12));
+        assert!(lent.iter().all(|&i| i < 15));
+        // Tenants can be charged as in a store of 8 with 2 kept for reception: 6.
+        let got = take_charged(&mut s, 6, TenantId(1));
+        assert_eq!(got.len(), 6);
+        let mut rx = Vec::new();
+        s.take_for_rx(1, &mut rx);
+        assert_eq!(s.charge(rx[0], TenantId(1), 0..0), Err(Drop::StoreFull));
+        // A buffer kept by the backend after transmission leaves its route, not the store.
+        s.tag_route(got[0], 3);
+        s.untag(got[0]);
+        assert_eq!(s.in_route(3), 0);
+    }
+
+    #[test]
     fn peer_key_is_exact_for_ipv4_and_separates_families() {
         let p = |a: &str, m: u8| Peer { addr: a.parse().unwrap(), mac: MacAddr([2, 0, 0, 0, 0, m]) };
         let v4 = [p("192.0.2.1:4789", 1), p("192.0.2.1:4790", 1), p("192.0.2.2:4789", 1), p("192.0.2.1:4789", 2)];
