@@ -118,7 +118,8 @@ pub const BUF_STRIDE: usize = BUF_SIZE + 64;
 /// [`snic_nt::HEADROOM`] (the kernel writes it `XDP_PACKET_HEADROOM`, 256, into the chunk).
 pub const BUF_BASE: usize = 256 - snic_nt::HEADROOM;
 
-/// The buffers' memory: one zeroed, page-aligned allocation.
+/// The buffers' memory: one zeroed, page-aligned allocation, every page written at start (the
+/// store is allocated at start: the data path must take no page fault on a buffer's first use).
 struct BufMem {
     ptr: std::ptr::NonNull<u8>,
     count: usize,
@@ -130,8 +131,20 @@ impl BufMem {
         let size = (BUF_BASE + count * BUF_STRIDE).next_multiple_of(4096);
         let layout = std::alloc::Layout::from_size_align(size, 4096).expect("store size fits a layout");
         // SAFETY: the layout's size is non-zero (BUF_BASE > 0).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = unsafe { std::alloc::alloc(layout) };
         let ptr = std::ptr::NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        // Zeroed by writing, not `alloc_zeroed`: a large zeroed allocation comes as untouched
+        // pages from mmap, each faulted in (and zeroed by the kernel) on its first use, on the
+        // dispatcher's time, during traffic. The old per-buffer construction wrote them all.
+        // (The volatile write a page keeps the compiler from folding the two into a zeroed
+        // allocation again.)
+        // SAFETY: `ptr` is valid for `size` bytes just allocated.
+        unsafe {
+            std::ptr::write_bytes(ptr.as_ptr(), 0, size);
+            for page in (0..size).step_by(4096) {
+                std::ptr::write_volatile(ptr.as_ptr().add(page), 0);
+            }
+        }
         BufMem { ptr, count, layout }
     }
 }
