@@ -682,13 +682,9 @@ impl DataPlane {
     /// [`DataPlane::start`] on an AF_XDP socket (`io: {af_xdp: ...}`).
     #[cfg(feature = "af_xdp")]
     fn start_af_xdp(cfg: &Config, x: &AfXdpSection, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
-        use snic_dataplane::backend::xdp::{XdpBackend, XdpConfig, XdpMode};
+        use snic_dataplane::backend::xdp::{XdpBackend, XdpConfig};
         let SocketAddr::V4(addr) = cfg.settings.data else { anyhow::bail!("io: af_xdp needs an IPv4 data address") };
-        let mode = match x.mode {
-            snic_core::config::XdpMode::Native => XdpMode::Native,
-            snic_core::config::XdpMode::Generic => XdpMode::Generic,
-        };
-        let xc = XdpConfig { interface: x.interface.clone(), queue: x.queue, mode, addr };
+        let xc = XdpConfig { interface: x.interface.clone(), queue: x.queue, mode: x.mode, addr };
         let backend = XdpBackend::new(xc).with_context(|| format!("opening AF_XDP on {} queue {}", x.interface, x.queue))?;
         let addr = backend.local_addr()?;
         Ok((Self::start_on(cfg, backend, plan, ifaces)?, addr))

@@ -62,15 +62,8 @@ const XDP_FLAGS_UPDATE_IF_NOEXIST: u32 = 1;
 const XDP_FLAGS_SKB_MODE: u32 = 2;
 const XDP_FLAGS_DRV_MODE: u32 = 4;
 
-/// Where the XDP program runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum XdpMode {
-    /// In the driver, before the kernel allocates anything (veth supports it).
-    Native,
-    /// After the kernel's receive path made an skb: any interface, slower.
-    Generic,
-}
+/// Where the XDP program runs: node.yaml's `io.af_xdp.mode`.
+pub use snic_core::config::XdpMode;
 
 /// What an AF_XDP backend binds to.
 #[derive(Debug, Clone)]
