@@ -76,5 +76,6 @@ pub mod pool;
 pub mod rechain;
 pub mod replay;
 pub mod sched;
+pub mod steer;
 pub mod time;
 pub mod walk;

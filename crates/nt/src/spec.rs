@@ -415,6 +415,16 @@ impl NtSpec {
         }
     }
 
+    /// What a node of several dispatcher threads must steer to the thread holding this NT's
+    /// state ([`snic_core::steer`]): a NAT's source and destination translations.
+    pub fn steering(&self) -> Vec<snic_core::steer::NatKind> {
+        use snic_core::steer::NatKind;
+        let NtSpec::Nat(c) = self else { return Vec::new() };
+        let snat = c.snat.map(|s| NatKind::Snat { public: s.public, ports: s.ports });
+        let dnat = c.dnat.iter().map(|d| NatKind::Dnat { proto: d.proto, public: d.public, port: d.port, to: d.to, to_port: d.to_port });
+        snat.into_iter().chain(dnat).collect()
+    }
+
     /// What the NT claims of return traffic in a pool behind a switch: a source NAT, the
     /// packets to its public address and ports.
     pub fn claim(&self) -> Option<Claim> {

@@ -6,6 +6,7 @@
 //! later); datagram backends move the VXLAN datagram only and report addresses beside it (UDP
 //! sockets).
 
+pub mod cbpf;
 pub mod gro;
 pub mod mem;
 pub mod udp;
@@ -174,6 +175,13 @@ pub trait Backend: Send {
         }
     }
 
+    /// Which dispatcher thread each datagram goes to, for a node of several
+    /// ([`snic_core::steer`]): its tenants' NATs. The default has one thread and accepts only
+    /// that.
+    fn set_steering(&mut self, s: &snic_core::steer::Steering) -> std::io::Result<()> {
+        one_thread(s)
+    }
+
     /// The address the node receives on (its VTEP), if it has one.
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "this backend has no socket address"))
@@ -271,5 +279,16 @@ impl Waker {
     pub fn fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
         self.0.as_raw_fd()
+    }
+}
+
+/// A backend of one dispatcher thread: accepts steering for one thread only.
+pub(crate) fn one_thread(s: &snic_core::steer::Steering) -> std::io::Result<()> {
+    match s.threads {
+        0 | 1 => Ok(()),
+        n => Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            format!("this backend has one dispatcher thread, not {n}: bind it with UdpBackend::bind_threads"),
+        )),
     }
 }

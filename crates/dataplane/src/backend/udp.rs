@@ -35,8 +35,9 @@
 //! in `put_cmsg`, "Kernel memory exposure attempt detected"), which kills the receiving thread —
 //! the daemon's data plane died under a flood that way.
 
-use super::{gro, Backend, Framing, RxMeta, TxReq, TxResult};
+use super::{cbpf, gro, Backend, Framing, RxMeta, TxReq, TxResult};
 use crate::store::{Slots, MAX_BATCH};
+use snic_core::steer::Steering;
 use snic_nt::HEADROOM;
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -113,6 +114,9 @@ pub struct UdpBackend {
     queues: Vec<Queue>,
     /// A steered backend: `sock` is in a reuseport group with a steering program.
     steered: bool,
+    /// One of a node's dispatcher threads (`data_cores`): the group they share, and this
+    /// thread's number in it.
+    threads: Option<(std::sync::Arc<Group>, usize)>,
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
     addrs: Vec<libc::sockaddr_storage>,
@@ -209,8 +213,35 @@ impl UdpBackend {
         // (and resolves port 0).
         let addr = UdpSocket::bind(addr)?.local_addr()?;
         let sock = reuseport_socket(addr)?;
-        attach_steering(sock.as_raw_fd(), &[])?;
+        attach_program(sock.as_raw_fd(), &cbpf::vni_program(&[]))?;
         Self::with_socket(sock, true)
+    }
+
+    /// Binds `addr` for a node of `threads` dispatcher threads (`data_cores`): one backend per
+    /// thread, all in one reuseport group whose program gives each datagram to a thread by
+    /// [`snic_core::steer`]'s rule ([`Backend::set_steering`] gives it the tenants' NATs) and,
+    /// `steered`, to that thread's receive queue of the datagram's tenant ([`Backend::steer`]).
+    /// Fails with `AddrInUse` if anything already holds the address.
+    pub fn bind_threads(addr: SocketAddr, threads: usize, steered: bool) -> io::Result<Vec<Self>> {
+        let threads = threads.max(1);
+        let addr = UdpSocket::bind(addr)?.local_addr()?;
+        let socks = (0..threads).map(|_| reuseport_socket(addr)).collect::<io::Result<Vec<_>>>()?;
+        let steering = Steering { threads: threads as u16, claims: Vec::new() };
+        attach_program(socks[0].as_raw_fd(), &cbpf::thread_program(&[], &steering)?)?;
+        let group = std::sync::Arc::new(Group {
+            addr,
+            threads,
+            state: std::sync::Mutex::new(GroupState { made: Vec::new(), map: Vec::new(), steering }),
+        });
+        socks
+            .into_iter()
+            .enumerate()
+            .map(|(k, sock)| {
+                let mut b = Self::with_socket(sock, steered)?;
+                b.threads = Some((group.clone(), k));
+                Ok(b)
+            })
+            .collect()
     }
 
     fn with_socket(sock: UdpSocket, steered: bool) -> io::Result<Self> {
@@ -229,6 +260,7 @@ impl UdpBackend {
             sock,
             queues: Vec::new(),
             steered,
+            threads: None,
             hdrs,
             iovs,
             addrs,
@@ -249,6 +281,14 @@ impl UdpBackend {
             wait_clock: WaitClock::Fine,
             slack_set: false,
         })
+    }
+
+    /// Adds `sock` as the next receive queue.
+    fn add_queue(&mut self, sock: UdpSocket) -> io::Result<()> {
+        tune(&sock)?;
+        epoll_add(self.epoll.as_raw_fd(), sock.as_raw_fd(), self.queues.len() + 1)?;
+        self.queues.push(Queue { sock, dropped: Drops::default() });
+        Ok(())
     }
 
     fn queue_fd(&self, q: usize) -> Option<i32> {
@@ -489,25 +529,9 @@ fn reuseport_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(sock)
 }
 
-/// The steering program, classic BPF over the UDP payload (a VXLAN header): load bytes 4..8
-/// (VNI and the reserved byte), shift the VNI down, compare it with each mapped VNI and return
-/// that VNI's socket index in the group; 0 otherwise (and for datagrams too short to load).
-fn steering_program(map: &[(u32, u32)]) -> Vec<libc::sock_filter> {
-    let op = |code: u32, jt: u8, jf: u8, k: u32| libc::sock_filter { code: code as u16, jt, jf, k };
-    let mut p = vec![op(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 4), op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 0, 0, 8)];
-    for &(vni, queue) in map {
-        p.push(op(libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K, 0, 1, vni));
-        p.push(op(libc::BPF_RET | libc::BPF_K, 0, 0, queue));
-    }
-    p.push(op(libc::BPF_RET | libc::BPF_K, 0, 0, 0));
-    p
-}
-
 /// Attaches (or replaces) the reuseport group's steering program through member `fd`.
-fn attach_steering(fd: i32, map: &[(u32, u32)]) -> io::Result<()> {
-    let prog = steering_program(map);
-    // A classic program holds at most BPF_MAXINSNS (4096) instructions: 2 per VNI.
-    if prog.len() > 4096 {
+fn attach_program(fd: i32, prog: &[cbpf::Insn]) -> io::Result<()> {
+    if prog.len() > cbpf::MAX_INSNS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many VNIs to steer (at most 2046)"));
     }
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
@@ -525,6 +549,53 @@ fn attach_steering(fd: i32, map: &[(u32, u32)]) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// The reuseport group of a node's dispatcher threads ([`UdpBackend::bind_threads`]): socket
+/// `q·threads + k` of the group is thread `k`'s receive queue `q`. The sockets of a queue are
+/// made for every thread at once, in that order (the kernel numbers a group's sockets as they
+/// join), by whichever thread steers first; each thread takes its own.
+pub struct Group {
+    addr: SocketAddr,
+    threads: usize,
+    state: std::sync::Mutex<GroupState>,
+}
+
+struct GroupState {
+    /// The sockets of queues 1.. that their thread has not taken yet: `made[q - 1][k]`.
+    made: Vec<Vec<Option<UdpSocket>>>,
+    /// VNI → queue, as last steered.
+    map: Vec<(u32, u32)>,
+    steering: Steering,
+}
+
+impl Group {
+    fn state(&self) -> std::sync::MutexGuard<'_, GroupState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl GroupState {
+    /// Makes the sockets of queues up to `n` for every thread. A failure closes the sockets of
+    /// the unfinished queue last first, so that the group's numbering stays as it was.
+    fn make(&mut self, addr: SocketAddr, threads: usize, n: usize) -> io::Result<()> {
+        while self.made.len() < n {
+            let mut row = Vec::with_capacity(threads);
+            for _ in 0..threads {
+                match reuseport_socket(addr) {
+                    Ok(s) => row.push(Some(s)),
+                    Err(e) => {
+                        while let Some(s) = row.pop() {
+                            drop(s);
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            self.made.push(row);
+        }
+        Ok(())
     }
 }
 
@@ -586,16 +657,44 @@ impl Backend for UdpBackend {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "a backend bound without steering has one receive queue"));
         }
         let n = groups.len().min(MAX_QUEUES - 1);
-        let addr = self.sock.local_addr()?;
-        while self.queues.len() < n {
-            let sock = reuseport_socket(addr)?;
-            tune(&sock)?;
-            epoll_add(self.epoll.as_raw_fd(), sock.as_raw_fd(), self.queues.len() + 1)?;
-            self.queues.push(Queue { sock, dropped: Drops::default() });
-        }
         let map: Vec<(u32, u32)> = groups.iter().take(n).enumerate().flat_map(|(i, g)| g.iter().map(move |&v| (v, i as u32 + 1))).collect();
-        attach_steering(self.sock.as_raw_fd(), &map)?;
+        if let Some((group, k)) = self.threads.clone() {
+            let mut g = group.state();
+            g.make(group.addr, group.threads, n)?;
+            attach_program(self.sock.as_raw_fd(), &cbpf::thread_program(&map, &g.steering)?)?;
+            g.map = map;
+            while self.queues.len() < n {
+                let q = self.queues.len();
+                let sock = g.made[q][k].take().ok_or_else(|| io::Error::other("a thread's receive queue was taken twice"))?;
+                self.add_queue(sock)?;
+            }
+        } else {
+            let addr = self.sock.local_addr()?;
+            while self.queues.len() < n {
+                self.add_queue(reuseport_socket(addr)?)?;
+            }
+            attach_program(self.sock.as_raw_fd(), &cbpf::vni_program(&map))?;
+        }
         Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
+    }
+
+    /// The thread rule of a node's dispatcher threads (its tenants' NATs), compiled into the
+    /// group's program beside the queues last steered. A backend of one thread accepts only
+    /// one thread.
+    fn set_steering(&mut self, s: &Steering) -> io::Result<()> {
+        let Some((group, _)) = self.threads.clone() else { return super::one_thread(s) };
+        if usize::from(s.threads) != group.threads {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("steering for {} threads on a group of {}", s.threads, group.threads),
+            ));
+        }
+        let mut g = group.state();
+        if g.steering != *s {
+            attach_program(self.sock.as_raw_fd(), &cbpf::thread_program(&g.map, s)?)?;
+            g.steering = s.clone();
+        }
+        Ok(())
     }
 
     /// The largest segment sent with segmentation offload (lowered when the kernel refuses a
