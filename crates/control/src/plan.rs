@@ -265,6 +265,45 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The steering rule of a node of `threads` dispatcher threads running this plan
+    /// ([`snic_core::steer`]): each NAT's translations, claimed on the VNIs of every tenant
+    /// whose DAGs visit its chain.
+    pub fn steering(&self, threads: u16) -> snic_core::steer::Steering {
+        let mut claims = Vec::new();
+        for (ci, c) in self.chains.iter().enumerate() {
+            let kinds: Vec<_> = c.specs.iter().flat_map(NtSpec::steering).collect();
+            if kinds.is_empty() {
+                continue;
+            }
+            let mut vnis: Vec<u32> = self
+                .dags
+                .iter()
+                .filter(|d| d.steps.iter().any(|s| s.0 == ci))
+                .filter_map(|d| self.tenants.iter().find(|t| t.id == d.tenant))
+                .flat_map(|t| t.vnis.iter().copied())
+                .collect();
+            vnis.sort_unstable();
+            vnis.dedup();
+            claims.extend(kinds.into_iter().map(|kind| snic_core::steer::NatClaim { vnis: vnis.clone(), kind }));
+        }
+        snic_core::steer::Steering { threads, claims }
+    }
+
+    /// The NTs of this plan that keep state instances cannot split (a cache, writes waiting
+    /// for replicas: [`NtSpec::single_instance`]), by name.
+    pub fn single_instance_nts(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self
+            .chains
+            .iter()
+            .flat_map(|c| c.nts.iter().zip(&c.specs))
+            .filter(|(_, s)| s.single_instance())
+            .map(|(n, _)| n.as_str())
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
     /// The memory each tenant's NTs hold by their configuration ([`NtSpec::memory_bytes`]),
     /// bytes, for every tenant of the plan: a chain's is split evenly between the tenants whose
     /// DAGs visit it. Fair sharing weighs it in each tenant's dominant share.

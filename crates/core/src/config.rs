@@ -45,8 +45,13 @@ pub struct NodeSettings {
     pub state_dir: PathBuf,
     /// Regions (chain instances) the node may run.
     pub regions: usize,
-    /// Worker threads for regions (0: on the data-plane thread).
+    /// Worker threads for regions (0: on the data-plane thread); with `data_cores` above 1,
+    /// each dispatcher thread's own.
     pub workers: usize,
+    /// Dispatcher threads, each pinned to a core of its own with its own receive queues and
+    /// its own instance of every chain, the kernel steering each datagram to one by its flow
+    /// (docs/dataplane.md, "Several dispatcher threads"); fair sharing stays one for the node.
+    pub data_cores: usize,
     /// With workers: move regions between cores so that long chains (≥ 5 µs and 10× the
     /// cheapest per packet) run apart from short ones and never on the data-plane thread.
     pub auto_place: bool,
@@ -166,6 +171,7 @@ impl Default for NodeSettings {
             state_dir: PathBuf::from("snic-state"),
             regions: 8,
             workers: 0,
+            data_cores: 1,
             auto_place: true,
             store_buffers: 8192,
             vtep_port: Some(snic_wire::vxlan::PORT),
@@ -180,6 +186,9 @@ impl Default for NodeSettings {
         }
     }
 }
+
+/// Most dispatcher threads (`data_cores`).
+pub const MAX_DATA_CORES: usize = 64;
 
 /// How datagrams are received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -556,6 +565,22 @@ impl NodeSettings {
         let elastic = self.elastic.validate(self.regions)?;
         let pool = self.pool.as_ref().map(PoolSection::validate).transpose()?;
         self.limits.validate()?;
+        ensure((1..=MAX_DATA_CORES).contains(&self.data_cores), &format!("data_cores must be 1 to {MAX_DATA_CORES}"))?;
+        if self.data_cores > 1 {
+            ensure(self.io == Io::Udp, "data_cores above 1 needs io: udp (the AF_XDP backend opens one interface queue: one thread)")?;
+            ensure(
+                self.pool.is_none(),
+                "data_cores above 1 is not built for a node in a pool yet (its pool agent, redirects and hosted DAGs run on one thread): use data_cores: 1 with pool",
+            )?;
+            ensure(
+                self.limits.fdb_macs / self.data_cores >= self.limits.fdb_macs_per_tenant as usize,
+                "limits.fdb_macs split over data_cores must leave each thread at least limits.fdb_macs_per_tenant",
+            )?;
+            ensure(
+                self.store_buffers / self.data_cores >= 256,
+                "store_buffers split over data_cores must leave each thread at least 256 buffers",
+            )?;
+        }
         if let Io::AfXdp(x) = &self.io {
             ensure(!x.interface.is_empty(), "io.af_xdp.interface must name an interface")?;
             ensure(
@@ -614,7 +639,17 @@ mod tests {
         let mut s = NodeSettings { io: xdp("eth1"), ..Default::default() };
         assert!(s.clone().validate().unwrap_err().0.contains("rx_queues: shared"));
         s.rx_queues = RxQueues::Shared;
-        s.validate().unwrap();
+        s.clone().validate().unwrap();
+        assert!(bad(|s| s.data_cores = 0).contains("data_cores must be 1 to 64"));
+        s.data_cores = 2;
+        assert!(s.validate().unwrap_err().0.contains("data_cores above 1 needs io: udp"));
+        assert!(bad(|s| {
+            s.data_cores = 2;
+            s.store_buffers = 300
+        })
+        .contains("store_buffers split over data_cores"));
+        let two = NodeSettings { data_cores: 2, ..Default::default() }.validate().unwrap();
+        assert_eq!(two.settings.data_cores, 2);
     }
 
     #[test]

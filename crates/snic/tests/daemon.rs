@@ -5,6 +5,7 @@
 use snic_wire::build::{build, FrameSpec, L4Spec};
 use snic_wire::ethernet::MacAddr;
 use snic_wire::layout::{parse_inner, parse_vxlan};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
@@ -2087,4 +2088,61 @@ fn the_api_serves_https_with_a_configured_certificate() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn a_node_of_two_dispatcher_threads_spreads_flows_keeps_each_whole_and_counts_it_once() {
+    let dir = TempDir::new("cores");
+    let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let g = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let d = start_with(&dir.0, "data_cores: 2\n");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &demo_with_routes(&b, &g));
+    assert_eq!(s, 200, "{v}");
+    // 64 flows of blue (firewall → source NAT), 5 packets each, a window at a time.
+    let a = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let (flows, each) = (64u16, 5);
+    let mut nat_port: HashMap<u16, Vec<u16>> = HashMap::new();
+    for f in 0..flows {
+        for _ in 0..each {
+            a.send_to(&frame(100, L4Spec::Udp { src_port: 4000 + f, dst_port: 5001 }), d.data).unwrap();
+        }
+        for p in recv_n(&b, each) {
+            let k = parse_inner(&p[8..]).unwrap().key;
+            assert_eq!(k.src, IpAddr::from([203, 0, 113, 1]), "NATed");
+            nat_port.entry(f).or_default().push(k.src_port);
+        }
+    }
+    assert_eq!(nat_port.values().map(Vec::len).sum::<usize>(), usize::from(flows) * each, "every packet delivered once");
+    // Each flow kept one mapping (one thread holds it), and both threads' blocks of the NAT's
+    // ports (1024–33279, 33280–65535) were used: flows landed on both.
+    assert!(nat_port.values().all(|p| p.iter().all(|&x| x == p[0])), "{nat_port:?}");
+    let block = |p: u16| usize::from(p >= 33280);
+    let mut per_block = [0; 2];
+    nat_port.values().for_each(|p| per_block[block(p[0])] += 1);
+    assert!(per_block.iter().all(|&n| n >= 8), "flows per thread {per_block:?}");
+    // Status adds the threads up: every packet once; both threads' regions ran packets.
+    let sent = u64::from(flows) * each as u64;
+    let v = status_until(&d.api, |v| tenant_stat(v, "blue", "tx_packets") == sent);
+    assert_eq!(tenant_stat(&v, "blue", "tx_packets"), sent, "{v}");
+    let ran = |t: u64| {
+        v["regions"]["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["thread"] == t && r["chain"][0] == "blue/blue-firewall")
+            .map(|r| r["packets"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(ran(0) + ran(1), sent, "{v}");
+    assert!(ran(0) > 0 && ran(1) > 0, "{v}");
+    let (_, m) = http("GET", &format!("{}/metrics", d.api), "");
+    assert!(m.as_str().unwrap().contains("thread=\"1\""), "region series name their thread");
+    // A cache cannot be split between the threads' instances: refused, by name; the node
+    // keeps forwarding.
+    let kv = include_str!("../../../examples/kv.yaml").replace("blue", "kvt").replace("[100]", "[700]").replace("vni: 100", "vni: 700");
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &kv);
+    assert_ne!(s, 200, "{v}");
+    assert!(v.to_string().contains("kvt/kvt-cache") && v.to_string().contains("data_cores: 2"), "{v}");
+    assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
+    assert_eq!(stop(d), 0);
 }

@@ -478,6 +478,45 @@ fn endpoints_that_keep_their_offloads_get_through_firewall_and_nat() {
 
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn two_dispatcher_threads_carry_kernel_vxlan_endpoints_through_firewall_and_nat() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
+    let mut t = Topo::new("m");
+    t.add_ns("node");
+    t.endpoint("a", 1, 100, "10.1.0.1/24");
+    t.endpoint("b", 2, 100, "10.1.0.2/24");
+    t.start_node_with(&format!("{MANIFEST}{}{}", flood("fa", 100, 1), flood("fb", 100, 2)), Some("data_cores: 2\n"));
+    let amac = t.mac("a");
+    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+    let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("3 received"), "{out}");
+    // Eight TCP connections: spread over both threads by their inner ports, each source-NATed
+    // by the thread it landed on; their ACKs (to the NAT's address and port, another outer
+    // and inner hash) must reach that thread, or the connection stalls.
+    t.spawn("b", &["iperf3", "-s", "-p", "5203"]);
+    t.listening("b", &[5203]);
+    let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5203", "-t", "2", "-P", "8", "-J"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let streams = v["end"]["streams"].as_array().unwrap();
+    assert_eq!(streams.len(), 8, "{v}");
+    assert!(streams.iter().all(|s| s["receiver"]["bytes"].as_f64().unwrap() > 1e5), "every connection carried data: {v}");
+    blue_tcp_and_udp_get_through_firewall_and_nat(&mut t);
+    // Both threads ran blue's chain.
+    let v = t.status();
+    let ran = |k: u64| {
+        v["regions"]["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["thread"] == k && r["chain"][0] == "blue/blue-fw")
+            .map(|r| r["packets"].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert!(ran(0) > 1000 && ran(1) > 1000, "thread 0 ran {}, thread 1 {}: {v}", ran(0), ran(1));
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn kernel_vxlan_endpoints_through_firewall_and_nat() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);

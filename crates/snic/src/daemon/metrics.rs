@@ -120,18 +120,28 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     for (reason, n) in &snap.unattributed_drops {
         unattr.get_or_create(&l(&[("reason", reason)])).inc_by(*n);
     }
+    // A node of several dispatcher threads numbers regions per thread: its series say which.
+    let threads = snap.regions.iter().any(|r| r.thread > 0);
     for r in &snap.regions {
-        let rl = l(&[("region", &r.region.to_string()), ("chain", &r.chain.join(","))]);
+        let (region, thread) = (r.region.to_string(), r.thread.to_string());
+        let on = |labels: &[(&str, &str)]| {
+            let mut v = labels.to_vec();
+            if threads {
+                v.push(("thread", thread.as_str()));
+            }
+            l(&v)
+        };
+        let rl = on(&[("region", &region), ("chain", &r.chain.join(","))]);
         queue.get_or_create(&rl).set(r.queued as i64);
         credits.get_or_create(&rl).set(r.credits as i64);
         region_p.get_or_create(&rl).inc_by(r.packets);
         for (nt, p, d) in &r.nts {
-            let nl = l(&[("nt", nt), ("region", &r.region.to_string())]);
+            let nl = on(&[("nt", nt), ("region", &region)]);
             nt_p.get_or_create(&nl).inc_by(*p);
             nt_d.get_or_create(&nl).inc_by(*d);
         }
         for (nt, counter, v) in &r.counters {
-            nt_c.get_or_create(&l(&[("nt", nt), ("region", &r.region.to_string()), ("counter", counter)])).inc_by(*v);
+            nt_c.get_or_create(&on(&[("nt", nt), ("region", &region), ("counter", counter)])).inc_by(*v);
         }
     }
     for (event, n) in &snap.elastic.counters {

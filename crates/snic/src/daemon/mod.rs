@@ -12,6 +12,7 @@ pub mod api;
 pub mod config;
 pub mod etcd;
 pub mod handback;
+mod merge;
 pub mod metrics;
 pub mod persist;
 pub mod pool;
@@ -101,6 +102,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         state_dir = %s.state_dir.display(),
         regions = s.regions,
         workers = s.workers,
+        data_cores = s.data_cores,
         rx_queues = ?s.rx_queues,
         elastic = s.elastic.enabled,
         link_gbps = s.fairness.link_gbps,

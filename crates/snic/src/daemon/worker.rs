@@ -109,12 +109,18 @@ pub struct ResourceSnap {
     pub name: String,
     /// Capacity.
     pub capacity: f64,
+    /// The node has it once, whatever its dispatcher threads (the link); otherwise each thread
+    /// has its own (its core, its store), and a snapshot of several adds them up.
+    #[serde(skip)]
+    pub node_wide: bool,
 }
 
 /// One region as last published.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RegionSnap {
-    /// Region (instance) id.
+    /// The dispatcher thread it belongs to (`data_cores`; 0 with one).
+    pub thread: u16,
+    /// Region (instance) id, on its thread.
     pub region: u16,
     /// `launching`, `running`, `draining` or `victim` (loaded, not running).
     pub state: &'static str,
@@ -319,6 +325,8 @@ enum Cmd {
 pub struct DpLink {
     tx: mpsc::Sender<Cmd>,
     waker: Option<Waker>,
+    /// The node's other dispatcher threads (`data_cores`), for what each must hear (draining).
+    others: Arc<Vec<(mpsc::Sender<Cmd>, Option<Waker>)>>,
 }
 
 impl DpLink {
@@ -345,8 +353,11 @@ impl DpLink {
         self.tell(Cmd::Pins(owner, flows));
     }
 
-    /// Starts draining (`true`) or stops.
+    /// Starts draining (`true`) or stops, on every dispatcher thread.
     pub fn drain(&self, on: bool) -> Result<(), String> {
+        for (tx, waker) in self.others.iter() {
+            DpLink { tx: tx.clone(), waker: waker.clone(), others: Arc::default() }.ask(|r| Cmd::Drain(on, r))?;
+        }
         self.ask(|r| Cmd::Drain(on, r))
     }
 
@@ -479,24 +490,58 @@ pub enum DeployError {
     NoAnswer,
 }
 
-/// Handle on the data-plane thread.
+/// Handle on the data plane: its dispatcher threads (one, or `data_cores`).
 pub struct DataPlane {
-    tx: mpsc::Sender<Cmd>,
-    /// Ends the data plane's idle wait, so that a command does not wait for traffic or a timer.
-    waker: Option<Waker>,
+    threads: Vec<DpThread>,
     stop: Arc<AtomicBool>,
-    join: Option<JoinHandle<()>>,
-    /// Last published snapshot.
+    /// The plan every thread runs: with several, put back on those that took a plan another
+    /// refused.
+    plan: Mutex<Plan>,
+    /// Thread 0's last published snapshot (the pool thread reads it: a node in a pool has one
+    /// dispatcher thread).
     pub snapshot: Arc<Mutex<Snapshot>>,
+}
+
+/// One dispatcher thread.
+struct DpThread {
+    tx: mpsc::Sender<Cmd>,
+    /// Ends the thread's idle wait, so that a command does not wait for traffic or a timer.
+    waker: Option<Waker>,
+    join: Option<JoinHandle<()>>,
+    snapshot: Arc<Mutex<Snapshot>>,
+}
+
+impl DpThread {
+    fn tell(&self, cmd: Cmd) {
+        let _ = self.tx.send(cmd);
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+    }
+
+    /// Hands the thread `plan`; its answer comes on the receiver.
+    fn ask_deploy(&self, plan: Plan) -> Result<mpsc::Receiver<anyhow::Result<()>>, DeployError> {
+        let (ack, done) = mpsc::channel();
+        self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| DeployError::Failed(anyhow::anyhow!("the data plane has stopped")))?;
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
+        Ok(done)
+    }
+
+    fn snapshot(&self) -> std::sync::MutexGuard<'_, Snapshot> {
+        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// The data plane's configuration: node.yaml's validated sections and the data plane's own
 /// defaults for what node.yaml does not set.
-fn node_config(cfg: &Config) -> NodeConfig {
+fn node_config(cfg: &Config, seat: &Seat) -> NodeConfig {
     let s = &cfg.settings;
     NodeConfig {
         core: NodeCoreConfig {
-            store_buffers: s.store_buffers,
+            // (Node-wide bounds, split between the dispatcher threads.)
+            store_buffers: s.store_buffers / seat.threads,
             workers: s.workers,
             auto_place: s.auto_place,
             fair: cfg.fair,
@@ -513,12 +558,44 @@ fn node_config(cfg: &Config) -> NodeConfig {
         },
         vtep_port: s.vtep_port,
         fdb: snic_dataplane::fdb::FdbConfig {
-            max_learned: s.limits.fdb_macs,
+            max_learned: s.limits.fdb_macs / seat.threads,
             per_tenant: s.limits.fdb_macs_per_tenant,
             age: Duration::from_secs(s.limits.fdb_age_s),
         },
+        data_core: seat.board.clone(),
         ..Default::default()
     }
+}
+
+/// Which of the node's dispatcher threads (`data_cores`) a data-plane thread is.
+#[derive(Clone)]
+struct Seat {
+    /// Its number.
+    thread: usize,
+    /// The node's dispatcher threads.
+    threads: usize,
+    /// The node's fair-sharing board, with more than one thread.
+    board: Option<snic_core::fair::OnBoard>,
+}
+
+impl Seat {
+    /// A node of one dispatcher thread.
+    fn one() -> Self {
+        Seat { thread: 0, threads: 1, board: None }
+    }
+}
+
+/// With several dispatcher threads, each runs its own instance of every chain: NTs whose state
+/// instances cannot split are refused, by name.
+fn refuse_split_state(plan: &Plan, threads: usize) -> anyhow::Result<()> {
+    let nts = plan.single_instance_nts();
+    if threads > 1 && !nts.is_empty() {
+        anyhow::bail!(
+            "NT {} keeps state that instances cannot split (a cache, writes waiting for replicas), and with data_cores: {threads} every dispatcher thread runs its own instance of every chain: run it on a node with data_cores: 1",
+            nts.join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn owners_snap(o: &snic_core::pool::owner::Owners) -> Option<OwnersSnap> {
@@ -537,7 +614,7 @@ fn owners_snap(o: &snic_core::pool::owner::Owners) -> Option<OwnersSnap> {
 /// A node on `backend` with `plan` deployed. Constructing the node failing is fatal (the socket
 /// goes with it); a failed deployment gives the node back so its socket can be reused.
 #[allow(clippy::type_complexity)]
-fn build<B: Backend>(cfg: &Config, mut backend: B, plan: &Plan) -> anyhow::Result<(Node<B>, anyhow::Result<ChainIds>)> {
+fn build<B: Backend>(cfg: &Config, seat: &Seat, mut backend: B, plan: &Plan) -> anyhow::Result<(Node<B>, anyhow::Result<ChainIds>)> {
     // Each tenant's VNIs to a receive queue of its own, before the node sizes its queues. A
     // plan that cannot be steered fails like a plan that cannot be deployed — the caller then
     // puts the previous one back on the same socket — and leaves everything on queue 0.
@@ -547,14 +624,26 @@ fn build<B: Backend>(cfg: &Config, mut backend: B, plan: &Plan) -> anyhow::Resul
         }),
         RxQueues::Shared => Ok(Vec::new()),
     };
-    let mut node = Node::new(node_config(cfg), backend, Box::new(MonotonicClock::default()))?;
+    // Several dispatcher threads: the plan's NATs steered to the thread holding their state.
+    let steered = steered.and_then(|q| {
+        if seat.threads > 1 {
+            backend.set_steering(&plan.steering(seat.threads as u16))?;
+        }
+        Ok(q)
+    });
+    let mut node = Node::new(node_config(cfg, seat), backend, Box::new(MonotonicClock::default()))?;
     if let Some(p) = &cfg.pool {
         node.set_pool_secret(Some(&super::config::read_pool_secret(p)?));
         node.set_pool_links(p.listen, &p.links);
     }
     let queues = match steered {
         Ok(q) => q,
-        Err(e) => return Ok((node, Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues")))),
+        Err(e) => {
+            return Ok((
+                node,
+                Err(anyhow::Error::new(e).context("steering tenants' VNIs to their receive queues and flows to their threads")),
+            ))
+        }
     };
     assign_queues(&mut node, plan, &queues);
     let r = deploy(&mut node, plan).map(|d| d.into_iter().map(|(c, _)| c).collect());
@@ -669,10 +758,13 @@ fn update_routes<B: Backend>(node: &mut Node<B>, old: &Plan, new: &Plan) -> anyh
 
 impl DataPlane {
     /// Binds the data socket, deploys `plan` (its tenants' VTEPs reached through `ifaces`) and
-    /// starts the thread.
+    /// starts the thread (or, with `data_cores` above 1, the threads).
     pub fn start(cfg: &Config, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
         if let Io::AfXdp(x) = &cfg.settings.io {
             return Self::start_af_xdp(cfg, x, plan, ifaces);
+        }
+        if cfg.settings.data_cores > 1 {
+            return Self::start_threads(cfg, plan, ifaces);
         }
         let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
         let addr = backend.local_addr()?;
@@ -696,51 +788,84 @@ impl DataPlane {
         anyhow::bail!("io: af_xdp needs a snic built with the AF_XDP backend: cargo build --release -p snic --features af_xdp (docs/dataplane.md, \"The AF_XDP backend\")")
     }
 
+    /// `data_cores` dispatcher threads, each a node of its own on its part of one reuseport
+    /// group (the kernel steers each datagram to a thread by its flow, [`snic_core::steer`]),
+    /// pinned to a core of its own, all sharing one fair-sharing board.
+    fn start_threads(cfg: &Config, plan: Plan, ifaces: Interfaces) -> anyhow::Result<(Self, SocketAddr)> {
+        let n = cfg.settings.data_cores;
+        refuse_split_state(&plan, n)?;
+        let per_tenant = cfg.settings.rx_queues == RxQueues::PerTenant;
+        let backends = UdpBackend::bind_threads(cfg.settings.data, n, per_tenant)
+            .with_context(|| format!("binding the data sockets of {n} dispatcher threads on {}", cfg.settings.data))?;
+        let addr = backends[0].local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::with_capacity(n);
+        for (k, (backend, on)) in backends.into_iter().zip(snic_core::fair::Board::shared(n)).enumerate() {
+            let seat = Seat { thread: k, threads: n, board: Some(on) };
+            match spawn(cfg, seat, backend, plan.clone(), ifaces.clone(), &stop) {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    Self::from_threads(threads, stop, plan).stop();
+                    return Err(e.context(format!("starting dispatcher thread {k} of {n}")));
+                }
+            }
+        }
+        Ok((Self::from_threads(threads, stop, plan), addr))
+    }
+
     /// Deploys `plan` on a node over `backend` and starts the thread: the data plane over any
     /// [`Backend`] (the daemon binds UDP; a test hands it an in-memory port).
     pub fn start_on<B: Backend + 'static>(cfg: &Config, backend: B, plan: Plan, ifaces: Interfaces) -> anyhow::Result<Self> {
-        let (mut node, deployed) = build(cfg, backend, &plan)?;
-        let ids = deployed?;
-        store_mat(&mut node, &plan, &ifaces);
-        let waker = node.backend_mut().waker();
-        let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let snapshot = Arc::new(Mutex::new(Snapshot { published: Some(Instant::now()), ..Snapshot::default() }));
-        let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
-        let join = std::thread::Builder::new().name("snic-dataplane".into()).spawn(move || {
-            let stopping = st.clone();
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, node, plan, ids, ifaces, rx, st, snap)));
-            if stopping.load(Ordering::Relaxed) {
-                return;
-            }
-            // The data plane is gone while the daemon was not stopping: a node that keeps
-            // answering its API but forwards nothing would blackhole every tenant's traffic.
-            // Exit, so that the supervisor restarts the node. (A panic's message and place were
-            // printed by the panic hook. A thread the kernel kills outright cannot say so:
-            // `snic status` then reports the data plane down, see `health`.)
-            tracing::error!("the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
-            std::process::exit(70);
-        })?;
-        Ok(DataPlane { tx, waker, stop, join: Some(join), snapshot })
+        let t = spawn(cfg, Seat::one(), backend, plan.clone(), ifaces, &stop)?;
+        Ok(Self::from_threads(vec![t], stop, plan))
+    }
+
+    fn from_threads(threads: Vec<DpThread>, stop: Arc<AtomicBool>, plan: Plan) -> Self {
+        let snapshot = threads.first().map_or_else(Arc::default, |t| t.snapshot.clone());
+        DataPlane { threads, stop, plan: Mutex::new(plan), snapshot }
     }
 
     /// Hands a plan to the data plane and waits until it runs. Every step of a deployment is
     /// bounded (a tenant's module starts within its `max_init_ms`), so the data plane answers;
-    /// if it has not within [`DEPLOY_WAIT`], it is wedged: [`DeployError::NoAnswer`].
+    /// if it has not within [`DEPLOY_WAIT`], it is wedged: [`DeployError::NoAnswer`]. With
+    /// several dispatcher threads, each deploys it; if one refuses, those that took it go back
+    /// to the plan before, and the apply fails with the refusal.
     pub fn deploy(&self, plan: Plan) -> Result<(), DeployError> {
-        let (ack, done) = mpsc::channel();
-        self.tx.send(Cmd::Deploy(plan, ack)).map_err(|_| DeployError::Failed(anyhow::anyhow!("the data plane has stopped")))?;
-        self.wake();
-        match done.recv_timeout(DEPLOY_WAIT) {
+        refuse_split_state(&plan, self.threads.len()).map_err(DeployError::Failed)?;
+        let deadline = Instant::now() + DEPLOY_WAIT;
+        let wait = |done: mpsc::Receiver<anyhow::Result<()>>| match done.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok(r) => r.map_err(DeployError::Failed),
             Err(_) => Err(DeployError::NoAnswer),
+        };
+        let asked: Vec<_> = self.threads.iter().map(|t| t.ask_deploy(plan.clone())).collect();
+        let mut results: Vec<Result<(), DeployError>> = asked.into_iter().map(|a| a.and_then(wait)).collect();
+        let Some(bad) = results.iter().position(Result::is_err) else {
+            *self.plan.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = plan;
+            return Ok(());
+        };
+        if self.threads.len() > 1 {
+            let before = self.plan.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            for (t, r) in self.threads.iter().zip(&results) {
+                if r.is_ok() {
+                    let back = t
+                        .ask_deploy(before.clone())
+                        .and_then(|d| d.recv_timeout(DEPLOY_WAIT).map_err(|_| DeployError::NoAnswer)?.map_err(DeployError::Failed));
+                    if let Err(e) = back {
+                        tracing::error!(error = %e, "a dispatcher thread could not go back to the plan before a refused change");
+                    }
+                }
+            }
         }
+        results.swap_remove(bad)
     }
 
     /// The interfaces tenants' VTEPs are reached through (for the reverse-path check): the
     /// data plane uses them from its next command on (a deploy sent after this sees them).
     pub fn set_interfaces(&self, ifaces: Interfaces) {
-        self.link().tell(Cmd::Interfaces(ifaces));
+        for t in &self.threads {
+            t.tell(Cmd::Interfaces(ifaces.clone()));
+        }
     }
 
     /// The pool thread, for the chains this node has no room for.
@@ -748,43 +873,92 @@ impl DataPlane {
         self.link().tell(Cmd::SetPool(link));
     }
 
-    /// A handle for other threads.
+    /// A handle for other threads: on thread 0 (a node in a pool has only it), and draining
+    /// on all.
     pub fn link(&self) -> DpLink {
-        DpLink { tx: self.tx.clone(), waker: self.waker.clone() }
+        let others = self.threads.iter().skip(1).map(|t| (t.tx.clone(), t.waker.clone())).collect();
+        DpLink { tx: self.threads[0].tx.clone(), waker: self.threads[0].waker.clone(), others: Arc::new(others) }
     }
 
-    /// Whether the data plane is running, how long ago it last published, whether the node
-    /// drains, and the flows it still holds if it does (without copying the snapshot).
+    /// Whether the data plane is running (every thread), how long ago it last published (the
+    /// oldest thread's), whether the node drains, and the flows it still holds if it does
+    /// (without copying the snapshot).
     pub fn health(&self, now: Instant) -> (bool, Duration, Option<usize>) {
-        let s = self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (up, age) = s.health(now);
+        let (mut up, mut age) = (true, Duration::ZERO);
+        for t in &self.threads {
+            let (u, a) = t.snapshot().health(now);
+            (up, age) = (up && u, age.max(a));
+        }
+        let s = self.threads[0].snapshot();
         (up, age, s.draining.then_some(s.pins.len()))
     }
 
-    /// The last published snapshot.
+    /// The last published snapshot: with several dispatcher threads, theirs added up
+    /// ([`super::merge`]).
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-
-    fn wake(&self) {
-        if let Some(w) = &self.waker {
-            w.wake();
+        match self.threads.as_slice() {
+            [one] => one.snapshot().clone(),
+            many => super::merge::merge(many.iter().map(|t| t.snapshot().clone()).collect()),
         }
     }
 
-    /// Stops the thread.
+    /// Stops the threads.
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.wake();
-        if let Some(j) = self.join.take() {
-            let _ = j.join();
+        for t in &self.threads {
+            if let Some(w) = &t.waker {
+                w.wake();
+            }
+        }
+        for t in &mut self.threads {
+            if let Some(j) = t.join.take() {
+                let _ = j.join();
+            }
         }
     }
+}
+
+/// Deploys `plan` on a node over `backend` as dispatcher thread `seat` and starts its thread.
+fn spawn<B: Backend + 'static>(
+    cfg: &Config,
+    seat: Seat,
+    backend: B,
+    plan: Plan,
+    ifaces: Interfaces,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<DpThread> {
+    let (mut node, deployed) = build(cfg, &seat, backend, &plan)?;
+    let ids = deployed?;
+    store_mat(&mut node, &plan, &ifaces);
+    let waker = node.backend_mut().waker();
+    let (tx, rx) = mpsc::channel();
+    let snapshot = Arc::new(Mutex::new(Snapshot { published: Some(Instant::now()), ..Snapshot::default() }));
+    let (st, snap, cfg) = (stop.clone(), snapshot.clone(), cfg.clone());
+    let name = if seat.threads > 1 { format!("snic-dataplane-{}", seat.thread) } else { "snic-dataplane".into() };
+    let join = std::thread::Builder::new().name(name).spawn(move || {
+        if seat.threads > 1 && !snic_dataplane::node::pin_current(seat.thread) {
+            tracing::warn!(thread = seat.thread, "could not pin the dispatcher thread to a core of its own");
+        }
+        let stopping = st.clone();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(cfg, seat, node, plan, ids, ifaces, rx, st, snap)));
+        if stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        // The data plane is gone while the daemon was not stopping: a node that keeps
+        // answering its API but forwards nothing would blackhole every tenant's traffic.
+        // Exit, so that the supervisor restarts the node. (A panic's message and place were
+        // printed by the panic hook. A thread the kernel kills outright cannot say so:
+        // `snic status` then reports the data plane down, see `health`.)
+        tracing::error!("the data plane {}; exiting", if r.is_err() { "panicked" } else { "stopped" });
+        std::process::exit(70);
+    })?;
+    Ok(DpThread { tx, waker, join: Some(join), snapshot })
 }
 
 #[allow(clippy::too_many_arguments)] // the thread's whole state, handed over once
 fn run<B: Backend>(
     cfg: Config,
+    seat: Seat,
     mut node: Node<B>,
     mut plan: Plan,
     mut ids: ChainIds,
@@ -824,7 +998,7 @@ fn run<B: Backend>(
             while let Ok(cmd) = rx.try_recv() {
                 match cmd {
                     Cmd::Deploy(p, ack) => {
-                        let r = apply(&cfg, &mut node, &plan, &p, &mut ids, &mut rebuilds, &mut pool);
+                        let r = apply(&cfg, &seat, &mut node, &plan, &p, &mut ids, &mut rebuilds, &mut pool);
                         if r.is_ok() {
                             plan = p;
                             prev = Prev::default();
@@ -928,6 +1102,8 @@ fn run<B: Backend>(
                     draining: n.core().owners().draining(),
                     ..snapshot(n, &plan, &mut prev, dt, rebuilds)
                 };
+                let mut s = s;
+                s.regions.iter_mut().for_each(|r| r.thread = seat.thread as u16);
                 if let Ok(mut g) = snap.lock() {
                     *g = s;
                 }
@@ -936,8 +1112,10 @@ fn run<B: Backend>(
     }
 }
 
+#[allow(clippy::too_many_arguments)] // the thread's state the change touches
 fn apply<B: Backend>(
     cfg: &Config,
+    seat: &Seat,
     slot: &mut Option<Node<B>>,
     old: &Plan,
     new: &Plan,
@@ -946,7 +1124,7 @@ fn apply<B: Backend>(
     pool: &mut PoolWork,
 ) -> anyhow::Result<()> {
     let node = slot.as_mut().context("no data plane")?;
-    let e = match change(cfg, node, old, new, ids) {
+    let e = match change(cfg, seat, node, old, new, ids) {
         Ok(now) => {
             *ids = now;
             return Ok(());
@@ -958,7 +1136,7 @@ fn apply<B: Backend>(
     let mut old_node = slot.take().context("no data plane")?;
     old_node.drain(Duration::from_millis(200));
     pool.rebuilt(&old_node);
-    let (mut n, r) = build(cfg, old_node.into_backend(), old)?;
+    let (mut n, r) = build(cfg, seat, old_node.into_backend(), old)?;
     pool.attach(&mut n);
     *ids = r.context("restoring the previous deployment")?;
     *slot = Some(n);
@@ -968,9 +1146,12 @@ fn apply<B: Backend>(
 
 /// Applies what changed from `old` to `new` to the running node (see the module docs); returns
 /// the node's chain for each of `new`'s.
-fn change<B: Backend>(cfg: &Config, node: &mut Node<B>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
+fn change<B: Backend>(cfg: &Config, seat: &Seat, node: &mut Node<B>, old: &Plan, new: &Plan, ids: &[ChainId]) -> anyhow::Result<ChainIds> {
     if old.tenants != new.tenants {
         update_tenants(cfg, node, old, new)?;
+    }
+    if seat.threads > 1 {
+        node.backend_mut().set_steering(&new.steering(seat.threads as u16)).context("steering flows to their dispatcher threads")?;
     }
     if old.routes != new.routes {
         update_routes(node, old, new)?;
@@ -1081,6 +1262,7 @@ fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, r
             }
         }
         out.regions.push(RegionSnap {
+            thread: 0,
             region: r as u16,
             state: state_name(state),
             chain: names.to_vec(),
@@ -1098,7 +1280,11 @@ fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, r
         .collect();
     let fair = node.core().meter().fairness();
     out.epochs = fair.epochs();
-    out.resources = fair.resources().iter().map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity }).collect();
+    out.resources = fair
+        .resources()
+        .iter()
+        .map(|r| ResourceSnap { name: r.name.clone(), capacity: r.capacity, node_wide: r.scope == snic_core::fair::Scope::Node })
+        .collect();
     out.unattributed_drops = snic_dataplane::stats::named_drops(&s.unattributed);
     out.elastic = elastic_snap(node, plan);
     let (agent, now) = (node.core().pool(), node.now());
@@ -1110,7 +1296,7 @@ fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, r
 }
 
 /// Events shown by `snic status`.
-const EVENTS_SHOWN: usize = 32;
+pub(super) const EVENTS_SHOWN: usize = 32;
 
 /// A chain, by its NTs' names.
 pub(super) fn chain_name<B: Backend>(node: &Node<B>, c: ChainId) -> String {
