@@ -707,6 +707,25 @@ impl TokenBucket {
         Some(self.tokens.max(0.0).min(u32::MAX as f64) as u32)
     }
 
+    /// When the bucket will hold `want` whole tokens (at most its depth, at least one), if
+    /// limited: `now` if it does already. A receive queue held for its limit is read again
+    /// then, a batch at once, not a packet per wake-up.
+    pub fn ready_at(&self, now: Instant, want: f64) -> Option<Instant> {
+        if !self.limited {
+            return None;
+        }
+        let tokens = (self.tokens + now.0.saturating_sub(self.last.0) as f64 * self.per_ns).min(self.depth);
+        let want = want.min(self.depth).max(1.0);
+        if tokens >= want {
+            return Some(now);
+        }
+        if self.per_ns <= 0.0 {
+            return Some(Instant::from_nanos(u64::MAX));
+        }
+        let ns = ((want - tokens) / self.per_ns).ceil().min(u64::MAX as f64 / 2.0) as u64;
+        Some(Instant::from_nanos(now.as_nanos().saturating_add(ns)))
+    }
+
     /// Takes one token at `now`; false if the bucket is empty (the packet is over the limit).
     #[inline]
     pub fn take(&mut self, now: Instant) -> bool {

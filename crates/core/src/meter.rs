@@ -557,6 +557,11 @@ impl Meter {
         self.buckets.get_mut(t.index()).and_then(|b| b.available(now))
     }
 
+    /// When `t`'s limit admits `want` packets (a batch) again, if it is limited.
+    pub fn budget_at(&self, t: TenantId, now: Instant, want: f64) -> Option<Instant> {
+        self.buckets.get(t.index()).and_then(|b| b.ready_at(now, want))
+    }
+
     /// `t`'s own receive queue was read only up to its limit: packets were left waiting.
     #[inline]
     pub fn held_back(&mut self, t: TenantId) {

@@ -484,7 +484,16 @@ impl<B: Backend> Node<B> {
         // What only the driver knows: traffic since the epoch began, and NTs' timers.
         let traffic = !self.stats.touched().is_empty();
         let tick = (self.exec.waiting().next().is_some()).then(|| Instant::from_nanos(self.ticked.as_nanos() + TICK_NS));
-        self.core.poll_timeout(self.clock.now(), traffic, tick)
+        let now = self.clock.now();
+        let t = self.core.poll_timeout(now, traffic, tick);
+        // A tenant's own queue paused for its limit is read again when the limit admits a batch.
+        match self.rx_queues.resume_at(&self.core, now) {
+            Some(at) => {
+                let d = Duration::from_nanos(at.as_nanos().saturating_sub(now.as_nanos()));
+                Some(t.map_or(d, |t| t.min(d)))
+            }
+            None => t,
+        }
     }
 
     /// The node's clock, now.

@@ -237,6 +237,11 @@ struct LowRate {
 
 impl LowRate {
     fn new(fair: FairConfig, capacity_pps: u64) -> LowRate {
+        Self::on(fair, capacity_pps, None)
+    }
+
+    /// [`LowRate::new`] as one of a node's dispatcher threads (`data_core`).
+    fn on(fair: FairConfig, capacity_pps: u64, data_core: Option<snic_core::fair::OnBoard>) -> LowRate {
         use snic_core::dag::{DagRoute, NtMask, Step};
         use snic_core::ids::DagUid;
         use snic_core::mat::Mat;
@@ -248,7 +253,8 @@ impl LowRate {
         use snic_nt::NtSpec;
         use snic_perf::testbed::dag_rule;
         let clock = ManualClock::default();
-        let cfg = NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, ..Default::default() };
+        let cfg =
+            NodeConfig { core: NodeCoreConfig { fair, ..NodeCoreConfig::default() }, vtep_port: None, data_core, ..Default::default() };
         let mut node = snic_dataplane::Node::new(cfg, MemPort::new(Framing::Datagram), Box::new(clock.clone())).unwrap();
         let c = node.add_chain(vec![NtSpec::Synthetic(SyntheticConfig::declared(capacity_pps, true))]);
         node.launch(c).unwrap();
@@ -308,6 +314,35 @@ fn weights_hold_at_a_few_packets_an_epoch() {
     }
     let limited = f.node.stats().tenants[1].drops[Drop::RateLimit.index()];
     assert!(limited > 30_000, "the weight-1 tenant is held at ingress ({limited} rate-limited)");
+}
+
+/// Two dispatcher threads, both tenants on both (half of each one's flows on each), one NT
+/// instance per thread of half the capacity of [`weights_hold_at_a_few_packets_an_epoch`]'s:
+/// each thread's NT is the bottleneck, each tenant offers more than its weighted share of the
+/// two, and the board's one DRF splits what the node delivers 1:3, as one thread's does.
+#[test]
+fn weights_hold_across_two_dispatcher_threads_sharing_each_ones_nt() {
+    let on = snic_core::fair::Board::shared(2);
+    let mut t = [0, 1].map(|k| LowRate::on(FairConfig::default(), 12_500, Some(on[k].clone())));
+    let mut got = [0u64; 2];
+    for second in 0..3 {
+        let mut here = [0u64; 2];
+        // (In 10 ms slices, alternating: the threads' clocks stay within a slice of each other.)
+        for _ in 0..100 {
+            for th in &mut t {
+                let g = th.drive([15_000.0, 15_000.0], Duration::from_millis(10));
+                here[0] += g[0];
+                here[1] += g[1];
+            }
+        }
+        if second > 0 {
+            got[0] += here[0];
+            got[1] += here[1];
+        }
+    }
+    let ratio = got[1] as f64 / got[0] as f64;
+    assert!((ratio - 3.0).abs() / 3.0 < 0.10, "delivered {got:?}: ratio {ratio:.2}, DRF's is 3");
+    assert!(got[0] + got[1] > 2 * 22_000, "both NTs are kept busy: {got:?}");
 }
 
 /// `data_cores`: two dispatcher threads of one node, each a node of its own on its own receive

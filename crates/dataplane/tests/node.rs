@@ -563,6 +563,31 @@ fn a_backlogged_link_is_shared_by_bytes_not_packets() {
     assert!(b + s > 0.7 * 4000.0 * 2000.0, "the link stays busy: {b} + {s}");
 }
 
+/// A tenant's own queue its limit holds is paused: datagrams waiting there no longer end the
+/// dispatcher's idle wait (a node whose tenants were all held spun on them, its core at 100%),
+/// and resumed, they are read as before.
+#[test]
+fn a_paused_queue_does_not_end_a_wait_and_is_read_once_resumed() {
+    use snic_dataplane::backend::Backend;
+    let mut be = UdpBackend::bind_steered("127.0.0.1:0".parse().unwrap()).unwrap();
+    be.steer(&[vec![100]]).unwrap();
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    tx.send_to(&snic_perf::testbed::datagram(100, 1000, 16), be.local_addr().unwrap()).unwrap();
+    // (Once the datagram is there, a wait returns at once.)
+    let t0 = std::time::Instant::now();
+    be.wait(Duration::from_secs(5));
+    assert!(t0.elapsed() < Duration::from_secs(5), "the datagram never arrived");
+    be.pause_queue(1, true);
+    let t0 = std::time::Instant::now();
+    be.wait(Duration::from_millis(50));
+    assert!(t0.elapsed() >= Duration::from_millis(45), "a paused queue's datagram ended the wait after {:?}", t0.elapsed());
+    be.pause_queue(1, false);
+    let store = snic_dataplane::store::Store::new(64, 32);
+    let slots = store.slots().clone();
+    let (mut idx, mut meta): (Vec<u32>, _) = ((0..32).collect(), vec![snic_dataplane::backend::RxMeta::default(); 32]);
+    assert_eq!(be.recv_queue(1, &slots, &mut idx, &mut meta), 1);
+}
+
 #[test]
 fn a_steered_backend_queues_each_tenants_vnis_apart_and_counts_their_drops() {
     use snic_dataplane::backend::Backend;

@@ -490,12 +490,13 @@ fn two_dispatcher_threads_carry_kernel_vxlan_endpoints_through_firewall_and_nat(
     t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
     let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
     assert!(out.contains("3 received"), "{out}");
-    // Eight TCP connections: spread over both threads by their inner ports, each source-NATed
-    // by the thread it landed on; their ACKs (to the NAT's address and port, another outer
-    // and inner hash) must reach that thread, or the connection stalls.
+    // Eight TCP connections from consecutive ports, which the steering rule's hash puts half on
+    // each thread, each source-NATed by the thread it landed on; their ACKs (to the NAT's
+    // address and port, another outer and inner hash) must reach that thread, or the
+    // connection stalls.
     t.spawn("b", &["iperf3", "-s", "-p", "5203"]);
     t.listening("b", &[5203]);
-    let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5203", "-t", "2", "-P", "8", "-J"]);
+    let out = t.exec("a", &["iperf3", "-c", "10.1.0.2", "-p", "5203", "-t", "2", "-P", "8", "--cport", "40000", "-J"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let streams = v["end"]["streams"].as_array().unwrap();
     assert_eq!(streams.len(), 8, "{v}");

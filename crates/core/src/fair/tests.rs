@@ -263,6 +263,19 @@ fn token_bucket_admits_its_rate_plus_its_depth() {
     assert!(!b.is_limited() && b.take(Instant(10_000_000)));
 }
 
+#[test]
+fn a_drained_bucket_says_when_it_admits_a_batch_again() {
+    let mut b = TokenBucket::unlimited();
+    assert_eq!(b.ready_at(Instant::ZERO, 8.0), None, "no limit: never held");
+    b.set(Instant::ZERO, Some(1_000.0), 32.0);
+    while b.take(Instant::ZERO) {}
+    // 8 tokens at 1 kpps: 8 ms; a batch larger than the depth waits for the depth.
+    assert_eq!(b.ready_at(Instant::ZERO, 8.0), Some(Instant(8_000_000)));
+    assert_eq!(b.ready_at(Instant(3_000_000), 8.0), Some(Instant(8_000_000)), "it does not move as time passes");
+    assert_eq!(b.ready_at(Instant(9_000_000), 8.0), Some(Instant(9_000_000)), "ready: now");
+    assert_eq!(b.ready_at(Instant::ZERO, 100.0), Some(Instant(32_000_000)));
+}
+
 /// A limit lifted and set again every 100 µs epoch hands out its rate, not a full burst each
 /// time: at 5 kpps with a 256-packet depth, a flapping limit used to admit ~2.5 Mpps.
 #[test]

@@ -246,6 +246,12 @@ impl NodeCore {
         self.meter.budget(t, now)
     }
 
+    /// When `t`'s ingress limit admits `want` packets again (`None`: no limit): a receive queue
+    /// of its own that its limit stopped is read again then.
+    pub fn budget_at(&self, t: TenantId, now: Instant, want: f64) -> Option<Instant> {
+        self.meter.budget_at(t, now, want)
+    }
+
     /// `t`'s own receive queue was read only up to its limit: packets were left waiting.
     #[inline]
     pub fn held_back(&mut self, t: TenantId) {

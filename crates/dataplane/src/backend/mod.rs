@@ -175,6 +175,11 @@ pub trait Backend: Send {
         }
     }
 
+    /// Stops (`true`) or resumes reporting queue `q` readable in [`Backend::wait`] and
+    /// [`Backend::ready_queues`]: a tenant's own queue its ingress limit holds is not read, and
+    /// a wait that it woke at once would spin. The default has nothing to stop.
+    fn pause_queue(&mut self, _q: usize, _paused: bool) {}
+
     /// Which dispatcher thread each datagram goes to, for a node of several
     /// ([`snic_core::steer`]): its tenants' NATs. The default has one thread and accepts only
     /// that.

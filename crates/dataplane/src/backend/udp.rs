@@ -168,9 +168,13 @@ const WAKE: usize = usize::MAX;
 
 /// Adds `fd` to epoll instance `ep`, reporting `q` when it is readable.
 fn epoll_add(ep: i32, fd: i32, q: usize) -> io::Result<()> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: q as u64 };
+    epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, q, libc::EPOLLIN as u32)
+}
+
+fn epoll_ctl(ep: i32, op: i32, fd: i32, q: usize, events: u32) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: q as u64 };
     // SAFETY: both descriptors are open; `ev` is a valid event.
-    if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -676,6 +680,14 @@ impl Backend for UdpBackend {
             attach_program(self.sock.as_raw_fd(), &cbpf::vni_program(&map))?;
         }
         Ok((0..groups.len()).map(|i| if i < n { i + 1 } else { 0 }).collect())
+    }
+
+    /// A paused queue stays in the epoll set with no events (one `epoll_ctl(2)` each way).
+    fn pause_queue(&mut self, q: usize, paused: bool) {
+        if let Some(fd) = self.queue_fd(q) {
+            let events = if paused { 0 } else { libc::EPOLLIN as u32 };
+            let _ = epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_MOD, fd, q, events);
+        }
     }
 
     /// The thread rule of a node's dispatcher threads (its tenants' NATs), compiled into the

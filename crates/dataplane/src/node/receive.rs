@@ -32,7 +32,14 @@ pub(crate) struct RxQueues {
     touched: Vec<bool>,
     /// Per queue: the depth it was last given (`None`: the backend's default).
     depth: Vec<Option<usize>>,
+    /// Per queue: paused in the backend ([`Backend::pause_queue`]) because its tenant's limit
+    /// admits nothing now — until its limit admits [`RESUME_BATCH`] packets.
+    paused: Vec<bool>,
 }
+
+/// A tenant's own queue its limit paused is read again once the limit admits this many packets
+/// (or its whole burst, if less): one wake-up and one read per batch, not per packet.
+pub(crate) const RESUME_BATCH: f64 = 8.0;
 
 impl RxQueues {
     /// The backend's `queues` queues, none a tenant's yet.
@@ -46,6 +53,7 @@ impl RxQueues {
             ready: vec![false; queues],
             touched: vec![true; queues],
             depth: vec![None; queues],
+            paused: vec![false; queues],
         }
     }
 
@@ -77,12 +85,26 @@ impl RxQueues {
         }
         for k in 0..q {
             let queue = (self.next + k) % q;
-            if known && !self.ready[queue] {
+            let owner = self.tenant[queue];
+            if self.paused[queue] {
+                // Held for its limit: read again once the limit admits a batch (or at once if
+                // the limit was lifted). Until then it is still held back.
+                let ready = owner.and_then(|t| core.budget_at(t, now, RESUME_BATCH)).is_none_or(|at| at <= now);
+                if !ready {
+                    if let Some(t) = owner {
+                        core.held_back(t);
+                    }
+                    continue;
+                }
+                backend.pause_queue(queue, false);
+                self.paused[queue] = false;
+                self.touched[queue] = true;
+            } else if known && !self.ready[queue] {
                 continue;
             }
             let mut want = idx.len() - n;
             let mut capped = None;
-            if let Some(t) = self.tenant[queue] {
+            if let Some(t) = owner {
                 if let Some(b) = core.budget(t, now) {
                     if (b as usize) < want {
                         (want, capped) = (b as usize, Some(t));
@@ -93,6 +115,13 @@ impl RxQueues {
             if let Some(t) = capped.filter(|_| got == want) {
                 // Its limit, not its queue, stopped the read: it wants more than it is admitted.
                 core.held_back(t);
+                if want == 0 {
+                    // Nothing admitted now: its datagrams wait in the kernel, and a wait that
+                    // they woke at once would spin (a node whose tenants are all held burned
+                    // its core so). Paused until the limit admits a batch.
+                    backend.pause_queue(queue, true);
+                    self.paused[queue] = true;
+                }
             }
             n += got;
             if n == idx.len() {
@@ -114,10 +143,22 @@ impl RxQueues {
             self.ready.resize(n, false);
             self.touched.resize(n, true);
             self.depth.resize(n, None);
+            self.paused.resize(n, false);
         }
         if self.several() && queue < self.tenant.len() {
             self.tenant[queue] = t;
         }
+    }
+
+    /// When the first queue paused for its tenant's limit may be read again (`None`: none is
+    /// paused): the node's idle wait ends then at the latest.
+    pub fn resume_at(&self, core: &NodeCore, now: Instant) -> Option<Instant> {
+        let mut at: Option<Instant> = None;
+        for (q, _) in self.paused.iter().enumerate().filter(|(_, &p)| p) {
+            let t = self.tenant[q].and_then(|t| core.budget_at(t, now, RESUME_BATCH)).unwrap_or(now);
+            at = Some(at.map_or(t, |a| a.min(t)));
+        }
+        at
     }
 
     /// At an epoch's end: the losses since the last, those of a tenant's own queue counted as
