@@ -370,10 +370,14 @@ pub fn status(a: StatusArgs) -> anyhow::Result<()> {
     } else {
         println!("regions: {} of {} used", v["regions"]["used"], v["regions"]["total"]);
     }
-    for r in v["regions"]["instances"].as_array().into_iter().flatten() {
+    let instances = v["regions"]["instances"].as_array().map_or(&[][..], |a| a.as_slice());
+    // (With several dispatcher threads, each runs its own instances: say whose.)
+    let threads = instances.iter().any(|r| r["thread"].as_u64().unwrap_or(0) > 0);
+    for r in instances {
         let chain: Vec<&str> = r["chain"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
+        let thread = if threads { format!("thread {} ", r["thread"]) } else { String::new() };
         println!(
-            "  instance {:<3} {:<9} [{}]  on {}  queued {}  free credits {}",
+            "  {thread}instance {:<3} {:<9} [{}]  on {}  queued {}  free credits {}",
             r["region"],
             r["state"].as_str().unwrap_or(""),
             chain.join(" → "),
