@@ -345,6 +345,31 @@ fn weights_hold_across_two_dispatcher_threads_sharing_each_ones_nt() {
     assert!(got[0] + got[1] > 2 * 22_000, "both NTs are kept busy: {got:?}");
 }
 
+/// A hostile tenant puts all its flows on one dispatcher thread (it controls its inner headers)
+/// and floods it at 5× that thread's NT; its neighbour, on both threads, keeps all of what it
+/// sends on either: the flood fills thread 0's NT only, and DRF there gives the neighbour its
+/// demand (under its share) first.
+#[test]
+fn a_tenant_that_crowds_one_dispatcher_thread_does_not_take_its_neighbours_share() {
+    let on = snic_core::fair::Board::shared(2);
+    let mut t = [0, 1].map(|k| LowRate::on(FairConfig::default(), 12_500, Some(on[k].clone())));
+    let (mut got, mut offered) = ([[0u64; 2]; 2], 0.0);
+    for second in 0..3 {
+        for _ in 0..100 {
+            let a = t[0].drive([60_000.0, 4_000.0], Duration::from_millis(10));
+            let b = t[1].drive([0.0, 4_000.0], Duration::from_millis(10));
+            if second > 0 {
+                (got[0][0], got[0][1], got[1][1]) = (got[0][0] + a[0], got[0][1] + a[1], got[1][1] + b[1]);
+                offered += 4_000.0 * 0.01;
+            }
+        }
+    }
+    for (k, g) in got.iter().enumerate() {
+        assert!(g[1] as f64 > 0.95 * offered, "thread {k}: the neighbour got {} of {offered:.0}", g[1]);
+    }
+    assert!(got[0][0] as f64 <= 2.0 * 12_500.0 * 1.05, "the flood is held to what thread 0's NT has left: {got:?}");
+}
+
 /// `data_cores`: two dispatcher threads of one node, each a node of its own on its own receive
 /// queue, share fair sharing through one board. User 1's flows land on both threads (4 units
 /// each), user 2's on thread 0 only (4 units); the NTs have room, the link (the node's, shared by

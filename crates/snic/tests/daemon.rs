@@ -2143,6 +2143,16 @@ fn a_node_of_two_dispatcher_threads_spreads_flows_keeps_each_whole_and_counts_it
     let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &kv);
     assert_ne!(s, 200, "{v}");
     assert!(v.to_string().contains("kvt/kvt-cache") && v.to_string().contains("data_cores: 2"), "{v}");
+    // A tenant's NAT rules take room in the node's one steering program: at most its part.
+    let rules: Vec<String> =
+        (0..30).map(|i| format!("{{public: 203.0.113.1, proto: 6, port: {}, to: 10.1.0.9, to_port: 80}}", 8000 + i)).collect();
+    let nat = format!(
+        "apiVersion: snic/v1\nkind: NT\nmetadata: {{name: blue-nat}}\nspec: {{tenant: blue, config: {{kind: nat, snat: {{inside: 10.1.0.0/24, public: 203.0.113.1}}, dnat: [{}]}}}}\n",
+        rules.join(", ")
+    );
+    let (s, v) = http("POST", &format!("{}/v1/apply", d.api), &nat);
+    assert_ne!(s, 200, "{v}");
+    assert!(v.to_string().contains("tenant \\\"blue\\\"'s NATs need") && v.to_string().contains("a tenant may use 256"), "{v}");
     assert_eq!(burst(d.data, 100, &b, 50), 50, "blue still forwarded");
     assert_eq!(stop(d), 0);
 }

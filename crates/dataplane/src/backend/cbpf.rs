@@ -9,7 +9,7 @@
 //!   [`snic_core::steer`]'s rule, which this compiles (a test checks the kernel's choice
 //!   against [`Steering::thread_of`] on random datagrams).
 
-use snic_core::steer::{NatKind, Steering, ETHERTYPE_AT, IP_AT, VNI_AT};
+use snic_core::steer::{NatClaim, NatKind, Steering, ETHERTYPE_AT, IP_AT, VNI_AT};
 use std::io;
 
 /// One instruction.
@@ -17,6 +17,11 @@ pub type Insn = libc::sock_filter;
 
 /// A classic program holds at most this many instructions (`BPF_MAXINSNS`).
 pub const MAX_INSNS: usize = 4096;
+
+/// What one tenant's NATs may take of a thread program ([`claim_insns`]): the program is one for
+/// the node, so that no tenant's NT configurations fill it for the others (about 14 source or
+/// 16 destination translations on one VNI).
+pub const INSNS_PER_TENANT: usize = 256;
 
 /// Where a jump goes: on to the next instruction, or to a label.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -167,6 +172,54 @@ pub fn vni_program(map: &[(u32, u32)]) -> Vec<Insn> {
     p
 }
 
+/// The instructions one tenant's NAT translation takes in [`thread_program`]: a node of several
+/// threads bounds what each tenant's NATs may take of the program's [`MAX_INSNS`].
+pub fn claim_insns(c: &NatClaim) -> usize {
+    let mut a = Asm::default();
+    let (fold, ret) = (a.label(), a.label());
+    claim(&mut a, c, 2, fold, ret);
+    a.ops.iter().filter(|o| !matches!(o, Op::Label(_))).count()
+}
+
+/// The code of one claim: on a match, the thread in A and a jump to `ret` (or a hash in A and
+/// a jump to `fold`); otherwise on past it.
+fn claim(a: &mut Asm, c: &NatClaim, n: u32, fold: usize, ret: usize) {
+    let (mine, next) = (a.label(), a.label());
+    a.ld_mem(M_VNI);
+    for &v in &c.vnis {
+        a.jeq(v, mine);
+    }
+    a.ja(next).at(mine);
+    match c.kind {
+        NatKind::Snat { public, ports: r } => {
+            let proto = a.label();
+            a.ld_mem(M_DST).unless(BPF_JEQ, u32::from(public), next);
+            a.ld_mem(M_PROTO).jeq(1, proto).jeq(6, proto).jeq(17, proto).ja(next).at(proto);
+            a.ld_mem(M_DPORT).unless(BPF_JGE, u32::from(r.lo), next);
+            let inside = a.label();
+            a.ops.push(Op::Cond((BPF_JMP | BPF_JGT | BPF_K) as u16, u32::from(r.hi), To::L(next), To::L(inside)));
+            a.at(inside);
+            // The block of the port (`owner::slot_of`): ((port − lo + 1)·n − 1) / span.
+            let span = u32::from(r.hi) - u32::from(r.lo) + 1;
+            a.alu(BPF_SUB, u32::from(r.lo)).alu(BPF_ADD, 1).alu(BPF_MUL, n).alu(BPF_SUB, 1).alu(BPF_DIV, span).ja(ret);
+        }
+        NatKind::Dnat { proto, public, port, to, to_port } => {
+            a.ld_mem(M_PROTO).unless(BPF_JEQ, u32::from(proto), next);
+            a.ld_mem(M_SRC).unless(BPF_JEQ, u32::from(to), next);
+            a.ld_mem(M_SPORT).unless(BPF_JEQ, u32::from(to_port), next);
+            // As if from the public address and port the client sent to.
+            a.ld_imm(u32::from(public))
+                .ldx_mem(M_DST)
+                .alu_x(BPF_XOR)
+                .alu(BPF_XOR, u32::from(port))
+                .ldx_mem(M_DPORT)
+                .alu_x(BPF_XOR)
+                .ja(fold);
+        }
+    }
+    a.at(next);
+}
+
 /// Socket `q·n + k` of a group of `s.threads` threads: queue `q` from `map` (VNI → queue, 0 for
 /// the rest), thread `k` by `s`'s rule (see the module docs).
 pub fn thread_program(map: &[(u32, u32)], s: &Steering) -> io::Result<Vec<Insn>> {
@@ -204,40 +257,7 @@ pub fn thread_program(map: &[(u32, u32)], s: &Steering) -> io::Result<Vec<Insn>>
     // The tenants' NATs, in order; the first that matches decides.
     a.at(claims);
     for c in &s.claims {
-        let (mine, next) = (a.label(), a.label());
-        a.ld_mem(M_VNI);
-        for &v in &c.vnis {
-            a.jeq(v, mine);
-        }
-        a.ja(next).at(mine);
-        match c.kind {
-            NatKind::Snat { public, ports: r } => {
-                let proto = a.label();
-                a.ld_mem(M_DST).unless(BPF_JEQ, u32::from(public), next);
-                a.ld_mem(M_PROTO).jeq(1, proto).jeq(6, proto).jeq(17, proto).ja(next).at(proto);
-                a.ld_mem(M_DPORT).unless(BPF_JGE, u32::from(r.lo), next);
-                let inside = a.label();
-                a.ops.push(Op::Cond((BPF_JMP | BPF_JGT | BPF_K) as u16, u32::from(r.hi), To::L(next), To::L(inside)));
-                a.at(inside);
-                // The block of the port (`owner::slot_of`): ((port − lo + 1)·n − 1) / span.
-                let span = u32::from(r.hi) - u32::from(r.lo) + 1;
-                a.alu(BPF_SUB, u32::from(r.lo)).alu(BPF_ADD, 1).alu(BPF_MUL, n).alu(BPF_SUB, 1).alu(BPF_DIV, span).ja(ret);
-            }
-            NatKind::Dnat { proto, public, port, to, to_port } => {
-                a.ld_mem(M_PROTO).unless(BPF_JEQ, u32::from(proto), next);
-                a.ld_mem(M_SRC).unless(BPF_JEQ, u32::from(to), next);
-                a.ld_mem(M_SPORT).unless(BPF_JEQ, u32::from(to_port), next);
-                // As if from the public address and port the client sent to.
-                a.ld_imm(u32::from(public))
-                    .ldx_mem(M_DST)
-                    .alu_x(BPF_XOR)
-                    .alu(BPF_XOR, u32::from(port))
-                    .ldx_mem(M_DPORT)
-                    .alu_x(BPF_XOR)
-                    .ja(fold);
-            }
-        }
-        a.at(next);
+        claim(&mut a, c, n, fold, ret);
     }
     a.ja(hash);
 

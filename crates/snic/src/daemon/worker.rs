@@ -587,13 +587,30 @@ impl Seat {
 
 /// With several dispatcher threads, each runs its own instance of every chain: NTs whose state
 /// instances cannot split are refused, by name.
+/// And each tenant's NATs may take at most [`cbpf::INSNS_PER_TENANT`] of the steering program,
+/// which is the node's (a tenant's own NT configurations must not fill it for the others).
 fn refuse_split_state(plan: &Plan, threads: usize) -> anyhow::Result<()> {
+    use snic_dataplane::backend::cbpf;
+    if threads <= 1 {
+        return Ok(());
+    }
     let nts = plan.single_instance_nts();
-    if threads > 1 && !nts.is_empty() {
+    if !nts.is_empty() {
         anyhow::bail!(
             "NT {} keeps state that instances cannot split (a cache, writes waiting for replicas), and with data_cores: {threads} every dispatcher thread runs its own instance of every chain: run it on a node with data_cores: 1",
             nts.join(", ")
         );
+    }
+    let claims = plan.steering(threads as u16).claims;
+    for t in &plan.tenants {
+        let used: usize = claims.iter().filter(|c| c.vnis.iter().any(|v| t.vnis.contains(v))).map(cbpf::claim_insns).sum();
+        if used > cbpf::INSNS_PER_TENANT {
+            anyhow::bail!(
+                "tenant {:?}'s NATs need {used} instructions of the steering program that brings their replies to the right dispatcher thread (data_cores: {threads}); a tenant may use {}: fewer destination NAT rules or NAT NTs",
+                t.name,
+                cbpf::INSNS_PER_TENANT
+            );
+        }
     }
     Ok(())
 }
