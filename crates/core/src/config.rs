@@ -583,10 +583,6 @@ impl NodeSettings {
         }
         if let Io::AfXdp(x) = &self.io {
             ensure(!x.interface.is_empty(), "io.af_xdp.interface must name an interface")?;
-            ensure(
-                self.rx_queues == RxQueues::Shared,
-                "io: af_xdp has one receive queue: set rx_queues: shared (per_tenant steers UDP sockets by VNI)",
-            )?;
             ensure(self.data.is_ipv4(), "io: af_xdp carries an IPv4 underlay: data must be an IPv4 address")?;
         }
         Ok(Config { fair, link_bps, elastic, pool, settings: self })
@@ -637,8 +633,6 @@ mod tests {
         assert!(bad(|s| s.io = Io::AfXdp(AfXdpSection { interface: String::new(), queue: 0, mode: XdpMode::Native }))
             .contains("io.af_xdp.interface"));
         let mut s = NodeSettings { io: xdp("eth1"), ..Default::default() };
-        assert!(s.clone().validate().unwrap_err().0.contains("rx_queues: shared"));
-        s.rx_queues = RxQueues::Shared;
         s.clone().validate().unwrap();
         assert!(bad(|s| s.data_cores = 0).contains("data_cores must be 1 to 64"));
         s.data_cores = 2;

@@ -852,6 +852,42 @@ fn weights_hold_for_real_udp_senders_at_tens_of_kpps() {
     weighted_senders_get_1_to_3(&mut t);
 }
 
+/// The same over the AF_XDP backend, the endpoints behind a bridge with the node: its one
+/// receive ring is drained at every poll into per-tenant queues in the backend (`rx_queues:
+/// per_tenant`, the default), so each tenant is held in its own queue and the weights hold.
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn weights_hold_for_real_udp_senders_over_af_xdp() {
+    if !cfg!(feature = "af_xdp") {
+        panic!("needs the AF_XDP backend: run with --features snic/af_xdp (scripts/test.sh does)");
+    }
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "iperf3"]);
+    let mut t = Topo::new("wx");
+    t.priority = Priority::OwnGroup;
+    t.add_ns("node");
+    let dev = t.bridge_port("node", "192.168.50.1");
+    let mut routes = String::new();
+    for (n, i, vni, inner) in
+        [("a", 1, 100, "10.1.0.1/24"), ("b", 2, 100, "10.1.0.2/24"), ("c", 3, 200, "10.1.0.1/24"), ("d", 4, 200, "10.1.0.2/24")]
+    {
+        t.bridged_endpoint(n, i, vni, inner);
+        routes += &format!(
+            "---\napiVersion: snic/v1\nkind: Route\nmetadata: {{name: f{n}}}\nspec: {{vni: {vni}, vtep: '192.168.50.{}:4789', flood: true}}\n",
+            10 + i
+        );
+    }
+    let config = format!("io: {{af_xdp: {{interface: {dev}}}}}\n");
+    t.start_node_with(&format!("{WEIGHTED}{routes}"), Some(&config));
+    weighted_senders_get_1_to_3(&mut t);
+    let v = t.status();
+    let frames = v["receive"]["messages"].as_u64().unwrap();
+    assert!(frames > 20_000, "the senders' packets came through the AF_XDP socket: {frames} frames");
+    for n in ["blue", "green"] {
+        assert!(dropped(stats(&v, n), &["rx_queue_full"]) > 0, "{n} was held in its own queue: {}", stats(&v, n));
+    }
+}
+
 /// Blue (weight 1, A → B) and green (weight 3, C → D) each send 30 kpps of small UDP through the
 /// shared 40 µs NT: what the node delivers splits 1:3 within 15%.
 fn weighted_senders_get_1_to_3(t: &mut Topo) {

@@ -31,6 +31,7 @@
 
 pub mod neigh;
 pub mod prog;
+pub mod soft;
 
 use super::{Backend, Framing, RxMeta, TxReq, TxResult, Waker};
 use crate::store::{Slots, BUF_SIZE, BUF_STRIDE};
@@ -119,6 +120,8 @@ pub struct XdpBackend {
     /// Sent through the UDP socket (copied by the kernel): given back at the next reclaim.
     done: Vec<u32>,
     counters: XdpCounters,
+    /// Per-tenant receive queues, once steered ([`soft`]).
+    soft: soft::SoftQueues,
 }
 
 // SAFETY: the raw pointers are libxdp's objects for this socket, used only by the thread that
@@ -201,6 +204,7 @@ impl XdpBackend {
             in_flight: 0,
             done: Vec::new(),
             counters: XdpCounters::default(),
+            soft: soft::SoftQueues::default(),
         })
     }
 
@@ -363,7 +367,70 @@ impl XdpBackend {
         *self.rings = unsafe { std::mem::zeroed::<Rings>() };
         self.in_flight = 0;
         self.done.clear();
+        self.soft.reset();
         self.slots = None;
+    }
+
+    /// Where the kernel put a received frame: its buffer, and its metadata (a frame not where
+    /// the layout puts it, after a program that moved the head, is brought to `HEADROOM`).
+    fn frame_at(&self, slots: &Slots, d: &sys::xdp_desc) -> (u32, RxMeta) {
+        let data = ((d.addr & ADDR_MASK) + (d.addr >> 48)) as usize;
+        let b = slots.index_at(data).expect("the kernel returns chunks it was given");
+        let at_off = data - crate::store::BUF_BASE - b as usize * BUF_STRIDE;
+        let len = (d.len as usize).min(BUF_SIZE - HEADROOM);
+        if at_off != HEADROOM {
+            // SAFETY: the kernel gave the buffer back; the backend owns it until delivered.
+            let (buf, _) = unsafe { slots.get(b) };
+            let len = len.min(BUF_SIZE - at_off.max(HEADROOM));
+            buf.copy_within(at_off..at_off + len, HEADROOM);
+        }
+        (b, RxMeta { len: len as u16, truncated: len < d.len as usize, ifindex: self.iface.index, ..RxMeta::default() })
+    }
+
+    /// Steered: everything the receive ring holds, into the tenants' queues ([`soft`]); the
+    /// fill ring gets a buffer back for each frame.
+    fn drain(&mut self, slots: &Slots) {
+        if self.xsk.is_null() {
+            return;
+        }
+        let fd = self.fd();
+        loop {
+            let (mut at, mut fat) = (0, 0);
+            // SAFETY: this thread's rings; each descriptor names a chunk the kernel filled and
+            // gave back. For each, the fill ring gets the buffer the queues hand back (a spare
+            // for a queued frame, the frame's own for a dropped one).
+            let n = unsafe {
+                let r = &mut *self.rings;
+                let mut n = sys::xsk_ring_cons__peek(&mut r.rx, 256, &mut at);
+                if n == 0 {
+                    if sys::xsk_ring_prod__needs_wakeup(&r.fill) != 0 {
+                        libc::recvfrom(fd, std::ptr::null_mut(), 0, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut());
+                    }
+                    return;
+                }
+                let got = sys::xsk_ring_prod__reserve(&mut r.fill, n, &mut fat);
+                if got < n {
+                    sys::xsk_ring_cons__cancel(&mut r.rx, n - got);
+                    n = got;
+                }
+                for i in 0..n {
+                    let d = *sys::xsk_ring_cons__rx_desc(&self.rings.rx, at + i);
+                    let (b, meta) = self.frame_at(slots, &d);
+                    let (buf, _) = slots.get(b);
+                    let vni = soft::vni_of(&buf[HEADROOM..HEADROOM + meta.len as usize]);
+                    let back = self.soft.arrive(b, meta, vni);
+                    *sys::xsk_ring_prod__fill_addr(&mut self.rings.fill, fat + i) = chunk_of(back);
+                }
+                let r = &mut *self.rings;
+                sys::xsk_ring_prod__submit(&mut r.fill, n);
+                sys::xsk_ring_cons__release(&mut r.rx, n);
+                n
+            };
+            self.counters.rx_frames += u64::from(n);
+            if n == 0 {
+                return;
+            }
+        }
     }
 }
 
@@ -381,8 +448,9 @@ impl Backend for XdpBackend {
         Framing::Ethernet
     }
 
+    /// The fill ring's, and the spares of the tenants' queues ([`soft::SPARE`]).
     fn held_buffers(&self) -> (usize, usize) {
-        (FILL, IN_FLIGHT)
+        (FILL + soft::SPARE, IN_FLIGHT)
     }
 
     fn attach(&mut self, slots: &Arc<Slots>, lent: Vec<u32>) -> io::Result<()> {
@@ -433,7 +501,9 @@ impl Backend for XdpBackend {
         }
         let fd = self.fd();
         self.prog.set_socket(self.cfg.queue, fd)?;
-        // Every lent buffer goes to the fill ring.
+        // The fill ring's buffers; the rest are the queues' spares.
+        let mut lent = lent;
+        self.soft.give_spare(lent.split_off(FILL.min(lent.len())));
         let r = &mut *self.rings;
         let mut at = 0;
         // SAFETY: the fill ring of the UMEM just made; `lent` has at most FILL entries.
@@ -453,7 +523,6 @@ impl Backend for XdpBackend {
             return 0;
         }
         let fd = self.fd();
-        let ifindex = self.iface.index;
         let r = &mut *self.rings;
         let mut at = 0;
         let mut fat = 0;
@@ -471,22 +540,13 @@ impl Backend for XdpBackend {
                     n = got;
                 }
                 for i in 0..n as usize {
-                    let d = *sys::xsk_ring_cons__rx_desc(&r.rx, at + i as u32);
-                    let data = ((d.addr & ADDR_MASK) + (d.addr >> 48)) as usize;
-                    let b = slots.index_at(data).expect("the kernel returns chunks it was given");
-                    *sys::xsk_ring_prod__fill_addr(&mut r.fill, fat + i as u32) = chunk_of(idx[i]);
+                    let d = *sys::xsk_ring_cons__rx_desc(&self.rings.rx, at + i as u32);
+                    let (b, m) = self.frame_at(slots, &d);
+                    *sys::xsk_ring_prod__fill_addr(&mut self.rings.fill, fat + i as u32) = chunk_of(idx[i]);
                     idx[i] = b;
-                    let at_off = data - crate::store::BUF_BASE - b as usize * BUF_STRIDE;
-                    let len = (d.len as usize).min(BUF_SIZE - HEADROOM);
-                    if at_off != HEADROOM {
-                        // Not where the layout puts frames (a program that moved the head):
-                        // brought to HEADROOM, cut if it would not fit.
-                        let (buf, _) = slots.get(b);
-                        let len = len.min(BUF_SIZE - at_off.max(HEADROOM));
-                        buf.copy_within(at_off..at_off + len, HEADROOM);
-                    }
-                    meta[i] = RxMeta { len: len as u16, truncated: len < d.len as usize, ifindex, ..RxMeta::default() };
+                    meta[i] = m;
                 }
+                let r = &mut *self.rings;
                 sys::xsk_ring_prod__submit(&mut r.fill, got);
                 sys::xsk_ring_cons__release(&mut r.rx, n);
             } else if sys::xsk_ring_prod__needs_wakeup(&r.fill) != 0 {
@@ -580,8 +640,57 @@ impl Backend for XdpBackend {
         }
     }
 
+    /// The ring's losses, and the tenants' queues'.
     fn rx_dropped(&self) -> u64 {
-        self.statistics().map_or(0, |s| s.rx_dropped + s.rx_ring_full)
+        self.statistics().map_or(0, |s| s.rx_dropped + s.rx_ring_full) + self.soft.dropped_all()
+    }
+
+    /// Queue 0 also counts what the ring lost (tenant-blind).
+    fn rx_dropped_queue(&self, q: usize) -> u64 {
+        let ring = if q == 0 { self.statistics().map_or(0, |s| s.rx_dropped + s.rx_ring_full) } else { 0 };
+        ring + self.soft.dropped(q)
+    }
+
+    fn rx_queues(&self) -> usize {
+        self.soft.queues()
+    }
+
+    /// Per-tenant queues in the backend ([`soft`]), each tenant's VNIs to one.
+    fn steer(&mut self, groups: &[Vec<u32>]) -> io::Result<Vec<usize>> {
+        Ok(self.soft.steer(groups))
+    }
+
+    /// Steered: drains the ring into the queues (at every poll, whatever the node reads) and
+    /// says which hold frames; queue 0 is always read (the UDP socket beside feeds it).
+    fn ready_queues(&mut self, ready: &mut [bool]) -> bool {
+        if !self.soft.steered() || ready.len() < self.soft.queues() {
+            return false;
+        }
+        if let Some(slots) = self.slots.clone() {
+            self.drain(&slots);
+        }
+        for (q, r) in ready.iter_mut().enumerate().take(self.soft.queues()) {
+            *r = q == 0 || self.soft.has_frames(q);
+        }
+        true
+    }
+
+    fn recv_queue(&mut self, q: usize, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta]) -> usize {
+        if !self.soft.steered() {
+            return if q == 0 { self.recv(slots, idx, meta) } else { 0 };
+        }
+        self.drain(slots);
+        let mut n = self.soft.take(q, idx, meta);
+        while q == 0 && n < idx.len() {
+            let Some((len, truncated)) = self.recv_beside(slots, idx[n]) else { break };
+            meta[n] = RxMeta { len, truncated, ifindex: self.iface.index, ..RxMeta::default() };
+            n += 1;
+        }
+        n
+    }
+
+    fn set_rx_depth(&mut self, q: usize, packets: Option<usize>, _bytes: usize) {
+        self.soft.set_cap(q, packets);
     }
 
     fn wait(&mut self, timeout: Duration) {
