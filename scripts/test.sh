@@ -182,7 +182,13 @@ if is_root; then
   cargo test --workspace "${features[@]}" --locked --test netns -- --ignored --skip weights_hold 2>&1 | tee "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests"
   [ -z "$prebuild_pid" ] || kill -STOP -- -"$prebuild_pid" 2>/dev/null
-  cargo test --workspace "${features[@]}" --locked --test netns -- --ignored weights_hold 2>&1 | tee -a "$root_log"
+  # Weights across two dispatcher threads need two cores for the node and more for the senders.
+  few=()
+  if [ "$(nproc)" -lt 4 ]; then
+    few=(--skip weights_hold_across_two_dispatcher_threads)
+    skip "weights across two dispatcher threads with real senders (netns.rs)" "needs 4 cores, this machine has $(nproc)"
+  fi
+  cargo test --workspace "${features[@]}" --locked --test netns -- --ignored weights_hold "${few[@]}" 2>&1 | tee -a "$root_log"
   [ "${PIPESTATUS[0]}" = 0 ] || fail "root tests (weights, the background builds stopped)"
   [ -z "$prebuild_pid" ] || kill -CONT -- -"$prebuild_pid" 2>/dev/null
 else

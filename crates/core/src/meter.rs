@@ -300,6 +300,8 @@ pub struct Meter {
     memory: Vec<f64>,
     /// Per tenant: its own receive queue was left unread this epoch because its limit ran out.
     held: Vec<bool>,
+    /// Per tenant held back: the fraction of a packet its held demand left over (see `end_epoch`).
+    held_carry: Vec<f64>,
     /// The tenants the epoch visits, and those with arrivals at an NT (scratch).
     visit: Vec<TenantId>,
     /// Tenants that sent within [`SHARING_HOLD`] (each once: those whose `Seen::last_sent` is set).
@@ -343,6 +345,7 @@ impl Meter {
             chain_arrived: Vec::new(),
             chain_names: Vec::new(),
             held: vec![false; max_tenants],
+            held_carry: vec![0.0; max_tenants],
             memory: vec![0.0; max_tenants],
             visit: Vec::with_capacity(max_tenants),
             recent: Vec::with_capacity(max_tenants),
@@ -715,10 +718,22 @@ impl Meter {
             let mut offered = received + counters.lost_own(tid);
             // A tenant read from a queue of its own only up to its limit leaves its excess
             // waiting there, unseen until the queue overflows: while it is held back, it wants
-            // at least HELD_MARGIN more than it was admitted (so its limit is not lifted the
+            // at least HELD_MARGIN more than its limit admits (so its limit is not lifted the
             // moment its backlog hides its demand, and it may grow that fast when others leave).
+            // Its limit's rate over the epoch, not what it was admitted in it: a queue paused
+            // for its limit is admitted nothing for many epochs at a time (until the limit
+            // admits a batch), and read as wanting nothing then, it looked idle, its demand
+            // decayed, its limit was lifted and it flooded its neighbours' NTs (issue 51: two
+            // dispatcher threads, tenants limited to a few packets a millisecond each). The
+            // fraction of a packet an epoch this leaves is carried to the next.
             if std::mem::take(&mut self.held[t]) {
-                offered = offered.max(admitted + (admitted as f64 * HELD_MARGIN).ceil() as u64);
+                let rate = self.buckets[t].rate().unwrap_or(0.0) * secs;
+                let want = (admitted as f64).max(rate) * (1.0 + HELD_MARGIN) + self.held_carry[t];
+                let whole = want.floor();
+                self.held_carry[t] = want - whole;
+                offered = offered.max(whole as u64);
+            } else {
+                self.held_carry[t] = 0.0;
             }
             self.epoch[t] = if seen.primed {
                 Epoch {
@@ -1040,9 +1055,14 @@ mod tests {
     /// A meter and scheduler with one NT of 100 kpps declared, run by tenants 1 and 2 (DAGs 1
     /// and 2); demand replaces the last (smoothing 1).
     fn node() -> (Meter, Scheduler<u32>) {
+        node_with(SchedConfig::plain())
+    }
+
+    /// [`node`] with the scheduler configured `sched`.
+    fn node_with(sched: SchedConfig) -> (Meter, Scheduler<u32>) {
         let cfg = FairConfig { epoch: EPOCH, smoothing: 1.0, measure_core: true, ..FairConfig::default() };
         let mut m = Meter::new(cfg, Instant::ZERO, 10e9, 0, 1000, 8);
-        let mut s = Scheduler::new(SchedConfig::plain());
+        let mut s = Scheduler::new(sched);
         m.add_chain(&["nat"]);
         let c = s.add_chain(1);
         let i = s.add_instance(c, 1 << 20).unwrap();
@@ -1170,6 +1190,48 @@ mod tests {
         // A level is not a rate: the buffers held, scaled like the rest.
         assert!((d[STORE] - 2.0 * 40.0).abs() < 1e-9, "{d:?}");
         assert_eq!(m.chain_load(ChainId(0)), 50.0 / 100_000.0 / secs, "what arrived, in instances' worth");
+    }
+
+    /// A tenant held to its limit whose own receive queue is paused (its limit admits nothing
+    /// until a batch, [`Meter::held_back`] each poll) is admitted nothing for many epochs: it
+    /// still wants more than its limit, and keeps it. (Read as wanting nothing, it looked idle,
+    /// its demand decayed within a few epochs, its limit was lifted and it flooded the NT it
+    /// shares — issue 51, two dispatcher threads with tenants at a few packets a millisecond.)
+    #[test]
+    fn a_tenant_held_in_its_paused_queue_keeps_its_limit() {
+        // (Packets arrive at the NT and stay queued: room for all of them.)
+        let (mut m, mut s) = node_with(SchedConfig { max_queue_per_tenant: 1 << 20, max_held: 1 << 20, ..SchedConfig::plain() });
+        let both = vec![TenantId(1), TenantId(2)];
+        let mut c = Fake { touched: both.clone(), tenants: vec![TenantCounters::default(); 8], store: vec![0; 8], ..Fake::default() };
+        let mut now = Instant::ZERO;
+        // Each epoch both offer 100 packets (the NT does 100 an epoch): each is admitted what
+        // its limit allows, the rest dropped over the limit — or, while `paused`, tenant 1 is
+        // read not at all (its packets wait in its queue).
+        let mut epoch = |m: &mut Meter, s: &mut Scheduler<u32>, c: &mut Fake, paused: bool| {
+            now = now + EPOCH;
+            for t in [1u16, 2] {
+                let lim = m.limit(TenantId(t)).map_or(100, |l| (l * EPOCH.as_secs_f64()) as u64).min(100);
+                if t == 1 && paused {
+                    m.held_back(TenantId(1));
+                    continue;
+                }
+                let x = &mut c.tenants[t as usize];
+                (x.rx_packets, x.rx_bytes, x.over_limit) = (x.rx_packets + lim, x.rx_bytes + lim * 1000, x.over_limit + 100 - lim);
+                arrive(s, t, lim as u32);
+            }
+            c.touched = if paused { vec![TenantId(2)] } else { both.clone() };
+            m.end_epoch(now, s, c);
+            m.limit(TenantId(1))
+        };
+        for _ in 0..50 {
+            epoch(&mut m, &mut s, &mut c, false);
+        }
+        let before = m.limit(TenantId(1)).expect("both over their halves: limited");
+        assert!((30_000.0..70_000.0).contains(&before), "half of the NT: {before}");
+        for k in 0..40 {
+            let l = epoch(&mut m, &mut s, &mut c, true);
+            assert!(l.is_some_and(|l| l > 0.5 * before), "paused {k} epochs: limit {l:?} (was {before})");
+        }
     }
 
     /// Two tenants of equal weight each want 60% of the NT; one of them also holds 90% of the

@@ -170,8 +170,13 @@ impl RxQueues {
         }
         let mut shared = 0;
         for (q, seen) in self.lost_seen.iter_mut().enumerate() {
-            // An untouched queue lost nothing since its counter was last read.
-            let total = if std::mem::take(&mut self.touched[q]) { backend.rx_dropped_queue(q) } else { *seen };
+            // An untouched queue lost nothing since its counter was last read. A paused one is
+            // read although its datagrams woke nothing: it is the queue that overflows while its
+            // tenant is held, and what it loses is demand the limit must go on seeing (unread,
+            // the tenant's demand fell to what it was admitted, its limit lifted, and its
+            // neighbours lost their share to it).
+            let read = std::mem::take(&mut self.touched[q]) || self.paused[q];
+            let total = if read { backend.rx_dropped_queue(q) } else { *seen };
             let delta = total.saturating_sub(*seen);
             *seen = total;
             match self.tenant[q] {
