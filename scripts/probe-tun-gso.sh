@@ -19,8 +19,9 @@
 #   scripts/probe-tun-gso.sh [SECONDS]   (root; installs iperf3, ethtool, nftables,
 #                                         python3-numpy if missing)
 #
-# A probe, not a peer: the relay does no firewall or NAT, handles IPv4/TCP only, and answers the
-# other direction (R's ACKs) datagram by datagram. Prints one JSON line per path. Namespaces are
+# Like for like with the kernel router's work: the relay drops TCP to port 22 and source-NATs S's
+# inner address (address only), per burst. A probe, not a peer: IPv4/TCP only, no flow table,
+# and the other direction (R's ACKs) datagram by datagram. Prints one JSON line per path. Namespaces are
 # removed on exit.
 set -euo pipefail
 secs=${1:-5}
@@ -96,6 +97,45 @@ def outer(n):
                                socket.inet_aton("192.168.82.1"), socket.inet_aton("192.168.82.2")))
     ip[10:12] = struct.pack("!H", ip_sum(bytes(ip)))
     return bytes(ip) + struct.pack("!HHHH", 4789, 4789, 8 + n, 0)
+# Like for like with the kernel router: a firewall dropping TCP to port 22 and a source NAT of
+# S's inner address to 10.8.0.100 (address only), its replies translated back. Header work
+# only, once per burst: the rewrite adjusts a partial TCP checksum (the pseudo-header's sum,
+# which the kernel completes) by the address's difference, RFC 1624.
+INSIDE, PUBLIC = socket.inet_aton("10.8.0.1"), socket.inet_aton("10.8.0.100")
+def words(b):
+    return struct.unpack("!2H", b)
+def rewrite(d, at, new, l4, partial):
+    """Replaces the 4-byte address at d[at] (inner IPv4 at d[22]); fixes the IP checksum and, if
+    `partial`, the partial TCP checksum at d[l4 + 16]."""
+    old = bytes(d[at:at + 4])
+    d[at:at + 4] = new
+    e = 22
+    ihl = (d[e] & 15) * 4
+    d[e + 10:e + 12] = b"\0\0"
+    d[e + 10:e + 12] = struct.pack("!H", ~fold(sum16(d[e:e + ihl])) & 0xFFFF)
+    if partial:
+        c = struct.unpack("!H", d[l4 + 16:l4 + 18])[0]
+        c = fold(c + sum(~w & 0xFFFF for w in words(old)) + sum(words(new)))
+        d[l4 + 16:l4 + 18] = struct.pack("!H", c)
+dropped = 0
+def fw_nat_out(d, partial):
+    """S to R: False if the firewall drops it; else its source translated."""
+    global dropped
+    e = 22
+    if len(d) < e + 40 or bytes(d[e - 2:e]) != b"\x08\x00":
+        return True
+    ihl = (d[e] & 15) * 4
+    if d[e + 9] == 6 and struct.unpack("!H", d[e + ihl + 2:e + ihl + 4])[0] == 22:
+        dropped += 1
+        return False
+    if bytes(d[e + 12:e + 16]) == INSIDE:
+        rewrite(d, e + 12, PUBLIC, e + ihl, partial and d[e + 9] == 6)
+    return True
+def nat_back(d):
+    """R to S: replies to the public address back to S's (checksums completed after)."""
+    e = 22
+    if len(d) >= e + 20 and bytes(d[e - 2:e]) == b"\x08\x00" and bytes(d[e + 16:e + 20]) == PUBLIC:
+        rewrite(d, e + 16, INSIDE, e + (d[e] & 15) * 4, False)
 buf = bytearray(70000)
 tunneled = whole = single = 0
 end = time.time() + secs
@@ -108,7 +148,7 @@ while time.time() < end:
             step = gso if gso and n > gso else n
             for o in range(0, n, step):
                 x = d[o:min(o + step, n)]
-                complete(x); left.sendto(x, ("192.168.81.2", 4789)); single += 1
+                nat_back(x); complete(x); left.sendto(x, ("192.168.81.2", 4789)); single += 1
             continue
         e = 8 + 14  # VXLAN, inner Ethernet
         tcp = n >= e + 40 and bytes(d[e - 2:e]) == b"\x08\x00" and d[e + 9] == 6
@@ -116,6 +156,8 @@ while time.time() < end:
         if tun is not None and tcp:
             # Into the tap, checksum left partial for the kernel (NEEDS_CSUM); a burst as one
             # tunnel-GSO packet at the inner MSS.
+            if not fw_nat_out(d, True):
+                continue
             ihl = (d[e] & 15) * 4
             thl = (d[e + ihl + 12] >> 4) * 4
             l4 = 14 + 28 + e + ihl
@@ -128,13 +170,15 @@ while time.time() < end:
             os.writev(tun, [hdr, ETH, outer(n), d]); tunneled += big
             single += not big
         elif big:
-            complete(d); right.sendto(d, ("192.168.82.2", 4789)); whole += 1
+            if fw_nat_out(d, False):
+                complete(d); right.sendto(d, ("192.168.82.2", 4789)); whole += 1
         else:
             step = gso if gso and n > gso and not big else n
             for o in range(0, n, step):
                 x = d[o:min(o + step, n)]
-                complete(x); right.sendto(x, ("192.168.82.2", 4789)); single += 1
-print(f'"tunnel_gso_writes": {tunneled}, "whole_datagrams": {whole}, "single": {single}', end="")
+                if fw_nat_out(x, False):
+                    complete(x); right.sendto(x, ("192.168.82.2", 4789)); single += 1
+print(f'"tunnel_gso_writes": {tunneled}, "whole_datagrams": {whole}, "single": {single}, "firewall_dropped": {dropped}', end="")
 PY
 
 gbps() { python3 -c 'import json,sys; print(round(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9, 3))'; }
@@ -156,14 +200,20 @@ for mode in tap whole; do
       ip netns exec "$P-a" sysctl -qw "$k"
     done
   fi
-  ip netns exec "$P-r" iperf3 -s -1 >/dev/null 2>&1 & pids+=($!)
+  # The NAT's public address lives on the overlay: R must know where it is.
+  ip -n "$P-r" neigh add 10.8.0.100 lladdr "$(ip -n "$P-s" link show vx0 | awk '/link\/ether/{print $2}')" dev vx0 nud permanent
+  ip netns exec "$P-r" iperf3 -s -1 -J >"$work/server.json" 2>/dev/null & server=$!; pids+=($server)
   wait_for "iperf3 server" listens r t 5201
   ip netns exec "$P-s" ping -c 2 -W 2 10.8.0.2 >/dev/null
+  # The firewall holds: a connection to port 22 gets nowhere.
+  ! ip netns exec "$P-s" timeout 2 bash -c 'exec 3<>/dev/tcp/10.8.0.2/22' 2>/dev/null
   out=$(ip netns exec "$P-s" iperf3 -c 10.8.0.2 -t "$secs" -J || true)
   g=$(gbps <<<"$out" 2>/dev/null || echo 0)
   [ "$g" != 0 ] || echo "iperf3 through the $mode relay: $(tr -d '\n' <<<"$out" | head -c 300)" >&2
-  wait "$relay"
-  echo "{\"probe\":\"tun-gso\",\"relay\":\"$mode\",\"iperf3_tcp_gbps\":$g,$(cat "$work/relay.out"),\"seconds\":$secs}"
+  wait "$relay"; wait "$server" || true
+  # The source R saw: the NAT's public address.
+  seen=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["start"]["connected"][0]["remote_host"])' <"$work/server.json" 2>/dev/null || echo none)
+  echo "{\"probe\":\"tun-gso\",\"relay\":\"$mode\",\"iperf3_tcp_gbps\":$g,$(cat "$work/relay.out"),\"receiver_saw\":\"$seen\",\"seconds\":$secs}"
 done
 rm -f /tmp/ptun.ready
 
