@@ -55,10 +55,10 @@ step "toolchain: $(cargo --version)"
 # makes the API test's certificate; Open vSwitch is the VPC bench's userspace peer (its test runs
 # the bench with short windows).
 need=()
-for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached memcaslap:libmemcached-tools etcd:etcd-server clang:clang wasm-ld:lld openssl:openssl ovs-vswitchd:openvswitch-switch; do
+for t in ip:iproute2 ss:iproute2 ethtool:ethtool ping:iputils-ping iperf3:iperf3 memcached:memcached memcaslap:libmemcached-tools etcd:etcd-server clang:clang wasm-ld:lld openssl:openssl ovs-vswitchd:openvswitch-switch m4:m4; do
   command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
 done
-# The AF_XDP backend (cargo feature af_xdp) builds libxdp and libbpf with cc and links libelf
+# The AF_XDP backend (cargo feature af_xdp) builds libxdp and libbpf with cc, m4 and clang and links libelf
 # and zlib: their headers.
 for h in libelf.h:libelf-dev zlib.h:zlib1g-dev; do
   [ -e "/usr/include/${h%%:*}" ] || need+=("${h#*:}")

@@ -89,6 +89,12 @@ impl Elastic {
         self.specs.get(chain.index()).map_or(&[], Vec::as_slice)
     }
 
+    /// What the NTs of `chain` that `runs` (by position) write ([`snic_nt::Access`]).
+    pub(crate) fn writes(&self, chain: ChainId, runs: impl Fn(usize) -> bool) -> u8 {
+        let specs = self.specs(chain).iter().enumerate();
+        specs.filter(|(i, _)| runs(*i)).fold(0, |w, (_, s)| w | s.access().writes)
+    }
+
     /// Chain `chain`'s NTs, freshly built from its specs; in a pool behind a switch (`slot`),
     /// a SNAT allocates from this node's block of ports.
     pub(crate) fn build(&self, chain: ChainId, slot: Option<Slots>) -> Result<Vec<Box<dyn Nt>>, SpecError> {

@@ -247,6 +247,7 @@ mod pool;
 mod receive;
 mod rechain;
 mod redirect;
+mod regions;
 mod retire;
 mod transmit;
 use elastic::OnDemand;
@@ -255,7 +256,7 @@ use exec::Exec;
 pub use handback::ChainState;
 use ingress::{Arrival, Source};
 pub use placement::{MoveError, PLACEMENT_PERIOD};
-pub use pool::PoolRequest;
+pub use pool::{HostAnswer, PoolRequest};
 pub use rechain::{CompactError, SWITCH_TIMEOUT_PERIODS};
 pub use redirect::PoolLink;
 
@@ -360,11 +361,7 @@ impl<B: Backend> Node<B> {
 
     /// Resets counters and the latency histogram.
     pub fn reset_stats(&mut self) {
-        let tracked: Vec<TenantId> = self.core.meter().fairness().shares().iter().map(|s| s.tenant).collect();
-        self.stats = Stats::default();
-        for t in tracked {
-            self.stats.track_latency(t, true);
-        }
+        self.stats.reset();
     }
 
     /// The backend.
@@ -429,10 +426,10 @@ impl<B: Backend> Node<B> {
     /// Outside the region limit: with elasticity on, use [`Node::launch`].
     pub fn launch_on(&mut self, chain: ChainId, place: Place) -> Result<InstanceId, LaunchError> {
         self.exec.check(place)?;
-        let nts = self.build_nts(chain)?;
+        let nts = self.regions().build_nts(chain)?;
         // Reserve the instance id only once the NTs built, so a failed launch changes nothing.
         let inst = self.core.add_instance(chain).map_err(|_| LaunchError::UnknownChain(chain))?;
-        self.install(chain, inst, nts, place)?;
+        self.regions().install(chain, inst, nts, place)?;
         Ok(inst)
     }
 
@@ -487,13 +484,7 @@ impl<B: Backend> Node<B> {
         let now = self.clock.now();
         let t = self.core.poll_timeout(now, traffic, tick);
         // A tenant's own queue paused for its limit is read again when the limit admits a batch.
-        match self.rx_queues.resume_at(&self.core, now) {
-            Some(at) => {
-                let d = Duration::from_nanos(at.as_nanos().saturating_sub(now.as_nanos()));
-                Some(t.map_or(d, |t| t.min(d)))
-            }
-            None => t,
-        }
+        [t, self.rx_queues.until_resume(&self.core, now)].into_iter().flatten().min()
     }
 
     /// The node's clock, now.
@@ -911,6 +902,13 @@ impl<B: Backend> Node<B> {
             clock: &*self.clock,
         };
         (&mut self.tx, l, &mut self.pool, &mut self.core, &mut self.rx)
+    }
+
+    /// The node's parts that hold NT objects, and the core, borrowed apart.
+    fn regions(&mut self) -> regions::Regions<'_> {
+        let (slots, engine_buckets, now) = (self.cfg.port_slots(), self.cfg.engine_buckets, self.clock.now());
+        let (core, exec, elastic, timer) = (&mut self.core, &mut self.exec, &mut self.elastic, &self.work_timer);
+        regions::Regions { core, exec, elastic, handback: &mut self.pool.handback, timer, slots, engine_buckets, now }
     }
 
     /// Sends a packet that finished its route ([`transmit::Transmit::egress`]).

@@ -133,6 +133,16 @@ impl Stats {
         t
     }
 
+    /// Counters and histograms start again from zero; the tenants whose latency is recorded
+    /// stay so.
+    pub fn reset(&mut self) {
+        let tracked: Vec<bool> = self.tenant_latency.iter().map(Option::is_some).collect();
+        *self = Stats::default();
+        for (h, on) in self.tenant_latency.iter_mut().zip(tracked) {
+            *h = on.then(Box::default);
+        }
+    }
+
     /// Starts (a fresh histogram, unless it is recorded already) or stops recording `t`'s latency.
     pub fn track_latency(&mut self, t: snic_core::ids::TenantId, on: bool) {
         if let Some(h) = self.tenant_latency.get_mut(t.index()) {

@@ -14,7 +14,7 @@ use snic_dataplane::backend::mem::MemPort;
 use snic_dataplane::backend::Framing;
 use snic_dataplane::elastic::{ElasticConfig, EventKind, Launched};
 use snic_dataplane::node::LaunchError;
-use snic_dataplane::node::{ChainState, ManualClock, PoolRequest};
+use snic_dataplane::node::{ChainState, HostAnswer, ManualClock, PoolRequest};
 use snic_dataplane::store::Peer;
 use snic_dataplane::Drop;
 use snic_dataplane::{Node, NodeConfig};
@@ -614,12 +614,12 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     assert_eq!(b.node.poll_pool(), None, "asked once while its packets wait");
     assert_eq!(b.delivered.get(&101), None, "they wait for the answer");
     // 2. It refuses: the next member is asked.
-    b.node.pool_place_failed(chain, route, m2.0);
+    b.node.pool_answer(chain, route, m2.0, HostAnswer::Refused);
     b.run(0, 10, 2, 1);
     let Some(PoolRequest::Place { peer, .. }) = b.node.poll_pool() else { panic!("the next member is asked") };
     assert_eq!(peer, m1.0);
     // 3. It hosts: every waiting packet and those after go there, in order.
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
+    b.node.pool_answer(chain, route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 5, gen: 1 });
     for _ in 0..8 {
         b.run(0, 10, 2, 1);
         b.run(1, 5, 2, 1);
@@ -655,13 +655,13 @@ fn a_chain_with_no_room_goes_to_a_peer_asked_in_order_and_comes_home_when_room_l
     b.run(1, 5, 2, 1);
     let Some(PoolRequest::Place { chain, route, peer, .. }) = b.node.poll_pool() else { panic!("placed again") };
     assert_eq!((chain, peer), (ChainId(0), m1.0), "the chain without the region, on the member with a free region");
-    b.node.pool_placed(ChainId(1), route, m1.0, m1.1, 7, 1);
-    b.node.pool_placed(chain, route, m2.0, m2.1, 8, 1);
+    b.node.pool_answer(ChainId(1), route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 7, gen: 1 });
+    b.node.pool_answer(chain, route, m2.0, HostAnswer::Hosted { data: m2.1, hosted: 8, gen: 1 });
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m1.0, hosted: 7 }), "not asked: told to stop");
     assert_eq!(b.node.poll_pool(), Some(PoolRequest::Unhost { peer: m2.0, hosted: 8 }), "not asked of m2: told to stop");
     assert_eq!(b.node.core().events().answers_ignored, 2);
     assert!(b.node.core().redirects().iter().next().is_none(), "nothing redirected on an answer not asked for");
-    b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
+    b.node.pool_answer(chain, route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 6, gen: 1 });
     assert!(b.kinds().contains(&(0, EventKind::Placed { peer: m1.1 })));
     b.run(0, 10, 2, 2);
     b.node.pool_member(MemberEvent::Down(m1.0));
@@ -711,7 +711,7 @@ fn an_overloaded_chain_spills_new_flows_to_a_peer_and_every_flow_keeps_its_side(
     b.run_flows(0, 20, 9..=16, 2);
     assert_eq!(b.node.poll_pool(), None, "asked once");
     assert!(b.flows_sent.is_empty(), "nothing leaves while the peer is asked");
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
+    b.node.pool_answer(chain, route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 5, gen: 1 });
     let (_, r) = b.node.core().redirects().iter().next().expect("a share of the chain's flows is redirected");
     assert!(r.share > 0 && r.share < 1024, "a share, not all: {}", r.share);
     assert!(b.kinds().contains(&(0, EventKind::Spilled { peer: m1.1, share: r.share })));
@@ -771,7 +771,7 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     b.run(1, 4, 4, 1);
     let Some(PoolRequest::Place { chain, route, peer, .. }) = b.node.poll_pool() else { panic!("a remote launch is asked") };
     assert_eq!((chain, peer), (ChainId(1), m1.0));
-    b.node.pool_placed(chain, route, m1.0, m1.1, 5, 1);
+    b.node.pool_answer(chain, route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 5, gen: 1 });
     for _ in 0..4 {
         b.run(0, 10, 2, 1);
         b.run(1, 4, 4, 1);
@@ -817,7 +817,7 @@ fn a_chain_moving_home_waits_for_its_nat_state_and_every_flow_keeps_its_mapping(
     b.run(0, 10, 2, 20);
     let Some(PoolRequest::Place { chain, route, .. }) = b.node.poll_pool() else { panic!("chain 0 placed") };
     assert_eq!(chain, ChainId(0));
-    b.node.pool_placed(chain, route, m1.0, m1.1, 6, 1);
+    b.node.pool_answer(chain, route, m1.0, HostAnswer::Hosted { data: m1.1, hosted: 6, gen: 1 });
     b.run(0, 10, 2, 40);
     let r = b.node.poll_pool();
     assert!(matches!(r, Some(PoolRequest::Return { chain: ChainId(0), hosted: 6, .. })), "{r:?} {:?}", b.kinds());

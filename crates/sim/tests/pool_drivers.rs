@@ -175,10 +175,7 @@ impl Driver for Plane {
         std::iter::from_fn(|| self.node.poll_pool()).collect()
     }
     fn answer(&mut self, chain: ChainId, route: u32, peer: SocketAddr, answer: HostAnswer) {
-        match answer {
-            HostAnswer::Hosted { data, hosted, gen } => self.node.pool_placed(chain, route, peer, data, hosted, gen),
-            HostAnswer::Refused => self.node.pool_place_failed(chain, route, peer),
-        }
+        self.node.pool_answer(chain, route, peer, answer);
     }
     fn returned(&mut self, chain: ChainId) {
         self.node.pool_returned(chain, Ok(Vec::new()));

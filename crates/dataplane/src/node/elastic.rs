@@ -1,13 +1,11 @@
 //! The node's side of elasticity (see [`crate::elastic`]): pre-launch, on-demand launch,
 //! stop-and-launch, victims and auto-scaling, applied to the regions and the scheduler.
 
-use super::{Backend, LaunchError, Node, Place};
+use super::{Backend, LaunchError, Node};
 use crate::drops::Drop;
-use crate::elastic::{Elastic, EventKind};
-use crate::region::Region;
+use crate::elastic::Elastic;
 use snic_core::elastic::EndpointFallback;
 use snic_core::ids::{ChainId, InstanceId};
-use snic_core::launches::LaunchStep;
 use snic_core::node::demand::{Demand, LaunchPlan, Scaled};
 use snic_core::sched::{Change, Reject};
 use snic_core::time::Instant;
@@ -40,74 +38,13 @@ impl<B: Backend> Node<B> {
         self.core.set_endpoint_fallback(chain, fallback);
     }
 
-    /// The chain's NTs for a new instance: the state an evicted instance saved, else freshly
-    /// built (the real instantiation cost, measured).
-    pub(super) fn chain_nts(&mut self, chain: ChainId) -> Result<(Vec<Box<dyn Nt>>, u64), LaunchError> {
-        if let Some(nts) = self.elastic.take_saved(chain) {
-            return Ok((nts, 0));
-        }
-        // Timed on the node's work timer: a node on a virtual clock builds in no time, so its
-        // launch time (and MONITOR_PERIOD, which follows it) does not depend on the machine.
-        let t0 = self.work_timer.now_ns();
-        let nts = self.build_nts(chain)?;
-        let ns = self.work_timer.now_ns().saturating_sub(t0);
-        self.core.chain_built(ns);
-        Ok((nts, ns))
-    }
-
-    /// A live chain's NTs, freshly built from its specs.
-    pub(super) fn build_nts(&self, chain: ChainId) -> Result<Vec<Box<dyn Nt>>, LaunchError> {
-        if !self.core.is_live(chain) {
-            return Err(LaunchError::UnknownChain(chain));
-        }
-        Ok(self.elastic.build(chain, self.cfg.port_slots())?)
-    }
-
-    /// Puts a region for `inst` in place (the dispatcher's thread or a worker).
-    pub(super) fn install(&mut self, chain: ChainId, inst: InstanceId, nts: Vec<Box<dyn Nt>>, place: Place) -> Result<(), LaunchError> {
-        let region = Region::new(inst, nts, self.cfg.engine_buckets);
-        self.core.instance_installed(chain, inst, &region.counters().nt_capacity_pps, place != Place::Dispatcher);
-        Ok(self.exec.install(inst, region, place)?)
-    }
-
-    /// Takes the region of `inst` (an instance of `chain` the core took away) down; its NTs'
-    /// state is saved for the chain's next launch if `keep`.
-    fn teardown(&mut self, chain: ChainId, inst: InstanceId, keep: bool) {
-        if let Some(r) = self.exec.take(inst) {
-            // A chain going away keeps nothing (unless it moves to a peer).
-            match keep {
-                true => self.elastic.save(chain, r.into_nts()),
-                false => self.exported_nts(chain, r.into_nts()),
-            }
-        }
-        self.export_if_stopped(chain);
-    }
-
-    /// Carries out the core's steps for the launches under way ([`LaunchStep`]); true if a
-    /// launch ran.
+    /// Carries out the core's steps for the launches under way ([`super::regions::Regions`]);
+    /// true if a launch ran. What waited in an instance that cannot run is dropped, counted.
     pub(super) fn carry_out_launches(&mut self, now: Instant) -> bool {
-        let mut ran = false;
-        while let Some(step) = self.core.poll_launch() {
-            match step {
-                LaunchStep::Teardown { chain, inst, keep } => self.teardown(chain, inst, keep),
-                LaunchStep::Install { chain, inst, region, place, why, took_ns } => {
-                    // (A worker that does not answer: the instance cannot run anywhere.)
-                    let nts = self.elastic.built.get_mut(region).and_then(Option::take);
-                    if nts.is_some_and(|nts| self.install(chain, inst, nts, place).is_ok()) {
-                        self.core.launch_installed(region, inst);
-                        self.core.record(now, chain, Some(region), EventKind::Running { after: why }, took_ns);
-                        ran = true;
-                    } else {
-                        // What waited in the instance is dropped, counted (never left queued at
-                        // an instance that will not run).
-                        let mut lost = Vec::new();
-                        self.core.launch_failed(region, inst, &mut lost);
-                        for idx in lost {
-                            self.refuse(idx, Drop::Sched(Reject::NoInstance), now);
-                        }
-                    }
-                }
-            }
+        let mut lost = Vec::new();
+        let ran = self.regions().carry_out_launches(&mut lost);
+        for idx in lost {
+            self.refuse(idx, Drop::Sched(Reject::NoInstance), now);
         }
         ran
     }
@@ -117,7 +54,7 @@ impl<B: Backend> Node<B> {
     /// part of the launch time the policy expects.
     pub(super) fn prelaunch(&mut self, chain: ChainId) -> Result<Option<InstanceId>, LaunchError> {
         let now = self.clock.now();
-        let (nts, build) = self.chain_nts(chain)?;
+        let (nts, build) = self.regions().chain_nts(chain)?;
         let Some(plan) = self.core.prelaunch_plan(chain, now) else {
             self.elastic.save(chain, nts);
             return Ok(None);
@@ -158,7 +95,7 @@ impl<B: Backend> Node<B> {
     /// Builds the NTs for the launch the core planned and begins it (`Retry`: its packets
     /// schedule again, into its instance); a build that fails empties the region.
     fn launch_plan(&mut self, plan: LaunchPlan, now: Instant) -> OnDemand {
-        let Ok((nts, build)) = self.chain_nts(plan.chain) else {
+        let Ok((nts, build)) = self.regions().chain_nts(plan.chain) else {
             self.core.region_freed(plan.region);
             return OnDemand::Nothing;
         };

@@ -12,7 +12,9 @@ use snic_core::node::NodeCore;
 use snic_core::sched::InstanceState;
 use snic_core::time::Instant;
 use snic_nt::WorkTimer;
+use std::sync::mpsc::TryRecvError;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The regions: those on the dispatcher's thread, the worker threads, and where each instance
 /// runs.
@@ -251,6 +253,30 @@ impl Exec {
 pub(super) enum Later<T> {
     Now(T),
     Wait(std::sync::mpsc::Receiver<T>),
+}
+
+impl<T> Later<T> {
+    /// The answer, doing `meanwhile` while it waits (a worker whose finished batches are not
+    /// taken cannot get to its control messages); a worker that does not answer within 5 s
+    /// is gone.
+    pub(super) fn wait(self, mut meanwhile: impl FnMut()) -> Result<T, WorkerError> {
+        let rx = match self {
+            Later::Now(v) => return Ok(v),
+            Later::Wait(rx) => rx,
+        };
+        let t0 = std::time::Instant::now();
+        loop {
+            match rx.try_recv() {
+                Ok(v) => return Ok(v),
+                Err(TryRecvError::Disconnected) => return Err(WorkerError::Gone),
+                Err(TryRecvError::Empty) if t0.elapsed() > Duration::from_secs(5) => return Err(WorkerError::Gone),
+                Err(TryRecvError::Empty) => {
+                    meanwhile();
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
 }
 
 /// Pins the calling thread to the `k`-th core this process may run on (counting round); false if

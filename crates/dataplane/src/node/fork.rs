@@ -114,8 +114,6 @@ impl<B: Backend> Node<B> {
     fn step_writes(&self, idx: u32) -> u8 {
         // SAFETY: the dispatcher owns `idx`.
         let d = unsafe { self.slots.get(idx) }.1;
-        let chain = self.core.sched().chain_of(d.instance);
-        let specs = self.elastic.specs(chain).iter().enumerate();
-        specs.filter(|(i, _)| d.walk.mask.runs(*i)).fold(0, |w, (_, s)| w | s.access().writes)
+        self.elastic.writes(self.core.sched().chain_of(d.instance), |i| d.walk.mask.runs(i))
     }
 }

@@ -39,25 +39,25 @@ pub struct ChainState {
 /// for theirs are the core's: [`snic_core::pool::placements::Placements::returning`]).
 #[derive(Default)]
 pub(crate) struct Handback {
-    exporting: Vec<(ChainId, ChainState)>,
-    exported: VecDeque<(ChainId, ChainState)>,
+    pub(super) exporting: Vec<(ChainId, ChainState)>,
+    pub(super) exported: VecDeque<(ChainId, ChainState)>,
 }
 
-fn save_all(nts: &[Box<dyn Nt>], now: Instant) -> Vec<Option<Vec<u8>>> {
+pub(super) fn save_all(nts: &[Box<dyn Nt>], now: Instant) -> Vec<Option<Vec<u8>>> {
     nts.iter().map(|n| n.save_state(now)).collect()
 }
 
 impl Handback {
     /// An instance of `chain` stopped with `nts`: their state, if the chain's is being
     /// collected.
-    fn collect(&mut self, chain: ChainId, nts: &[Box<dyn Nt>], now: Instant) {
+    pub(super) fn collect(&mut self, chain: ChainId, nts: &[Box<dyn Nt>], now: Instant) {
         if let Some((_, state)) = self.exporting.iter_mut().find(|e| e.0 == chain) {
             state.instances.push(save_all(nts, now));
         }
     }
 
     /// `chain`'s state is whole if `stopped` (no instance of it runs or launches): it goes out.
-    fn finish(&mut self, chain: ChainId, stopped: impl FnOnce() -> bool) {
+    pub(super) fn finish(&mut self, chain: ChainId, stopped: impl FnOnce() -> bool) {
         let Some(i) = self.exporting.iter().position(|e| e.0 == chain) else { return };
         if stopped() {
             let e = self.exporting.swap_remove(i);
@@ -68,7 +68,7 @@ impl Handback {
 
 /// Restores into `nts` every instance's state of `states` (each per NT, in chain order): the
 /// entries restored. A state that does not parse is left out: its NT starts without it.
-fn restore_into(nts: &mut [Box<dyn Nt>], states: &[&Vec<Option<Vec<u8>>>], now: Instant) -> u32 {
+pub(super) fn restore_into(nts: &mut [Box<dyn Nt>], states: &[&Vec<Option<Vec<u8>>>], now: Instant) -> u32 {
     let mut n = 0;
     for inst in states {
         for (nt, s) in nts.iter_mut().zip(inst.iter()) {
@@ -84,39 +84,17 @@ impl<B: Backend> Node<B> {
     /// [`Node::poll_exported`] once the last instance has stopped. Routes that use the chain
     /// (the hosted DAG) should be removed first.
     pub fn export_chain(&mut self, chain: ChainId) {
-        let now = self.clock.now();
-        let mut state = ChainState { key: self.chain_key(chain), instances: Vec::new() };
-        if !self.core.is_live(chain) {
-            self.pool.handback.exported.push_back((chain, state));
-            return;
+        let key = self.chain_key(chain);
+        self.regions().begin_export(chain, key);
+        if self.core.is_live(chain) {
+            self.remove_chain(chain);
+            self.regions().export_if_stopped(chain);
         }
-        // State that stopped instances saved for the chain's next launch moves too.
-        for nts in std::mem::take(&mut self.elastic.saved[chain.index()]) {
-            state.instances.push(save_all(&nts, now));
-        }
-        self.pool.handback.exporting.push((chain, state));
-        self.remove_chain(chain);
-        self.export_if_stopped(chain);
     }
 
     /// A chain's state, collected ([`Node::export_chain`]), for the driver.
     pub fn poll_exported(&mut self) -> Option<(ChainId, ChainState)> {
         self.pool.handback.exported.pop_front()
-    }
-
-    /// An instance of a chain taken away stopped with `nts`: their state, if the chain's is
-    /// being collected.
-    pub(super) fn exported_nts(&mut self, chain: ChainId, nts: Vec<Box<dyn Nt>>) {
-        self.pool.handback.collect(chain, &nts, self.clock.now());
-    }
-
-    /// The chain's state is whole once no instance of it runs or launches.
-    pub(super) fn export_if_stopped(&mut self, chain: ChainId) {
-        // (A launch evicting the chain's last instance does not hold it back: that instance is
-        // gone, and nothing would call this again once the launch ran.)
-        let core = &self.core;
-        let stopped = || core.sched().instances_of(chain).is_empty() && !core.launches().launches_of(chain);
-        self.pool.handback.finish(chain, stopped);
     }
 
     /// The answer to [`PoolRequest::Return`](super::PoolRequest::Return) for `chain`: the
@@ -126,7 +104,7 @@ impl<B: Backend> Node<B> {
     pub fn pool_returned(&mut self, chain: ChainId, result: Result<Vec<ChainState>, String>) {
         let now = self.clock.now();
         let Some((data, since)) = self.core.pool_returned(chain) else { return };
-        let restored = result.ok().map(|states| self.restore(chain, &states, now));
+        let restored = result.ok().map(|states| self.regions().restore(chain, &states));
         self.came_home(chain, data, since, restored, now);
     }
 
@@ -136,19 +114,5 @@ impl<B: Backend> Node<B> {
         let took = now.saturating_since(since).as_nanos() as u64;
         self.core.record(now, chain, None, EventKind::MovedBack { peer: data, restored }, took);
         self.release_waiting(Some(chain), now);
-    }
-
-    /// Builds `chain`'s NTs and restores into them every instance's state of `states` for its
-    /// key; they are kept for its next launch. The entries restored.
-    fn restore(&mut self, chain: ChainId, states: &[ChainState], now: Instant) -> u32 {
-        let key = self.chain_key(chain);
-        let mine: Vec<&Vec<Option<Vec<u8>>>> = states.iter().filter(|s| s.key == key).flat_map(|s| &s.instances).collect();
-        if mine.iter().all(|i| i.iter().all(Option::is_none)) {
-            return 0;
-        }
-        let Ok(mut nts) = self.build_nts(chain) else { return 0 };
-        let n = restore_into(&mut nts, &mine, now);
-        self.elastic.save(chain, nts);
-        n
     }
 }

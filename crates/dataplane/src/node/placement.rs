@@ -11,13 +11,10 @@
 //! batch a worker is running, and it keeps taking finished batches while it waits. Nothing is
 //! lost or reordered: the instance's queue simply waits.
 
-use super::exec::Later;
 use super::{Backend, Node, Place};
 use crate::worker::WorkerError;
 use snic_core::ids::InstanceId;
 use snic_core::time::Instant;
-use std::sync::mpsc;
-use std::time::Duration;
 
 /// How often the node looks at where its instances run (the policy's).
 pub use snic_core::placement::PLACEMENT_PERIOD;
@@ -49,35 +46,14 @@ impl<B: Backend> Node<B> {
         }
     }
 
-    /// Moves an idle region (an error means a worker thread died).
+    /// Moves an idle region (an error means a worker thread died), taking finished batches
+    /// while a worker answers.
     fn transfer(&mut self, inst: InstanceId, to: Place, now: Instant) -> Result<(), WorkerError> {
         let taken = self.exec.take_later(inst)?;
-        let Some(region) = self.wait_for_worker(taken, now)? else { return Err(WorkerError::Gone) };
-        let put = self.exec.put_later(region, to)?;
-        self.wait_for_worker(put, now)?;
+        let Some(region) = taken.wait(|| _ = self.drain_completions(now))? else { return Err(WorkerError::Gone) };
+        self.exec.put_later(region, to)?.wait(|| _ = self.drain_completions(now))?;
         self.exec.placement[inst.index()] = to;
         Ok(())
-    }
-
-    /// Waits for a worker's answer, taking finished batches meanwhile (a worker whose finished
-    /// batches are not taken cannot get to its control messages).
-    fn wait_for_worker<T>(&mut self, answer: Later<T>, now: Instant) -> Result<T, WorkerError> {
-        let rx = match answer {
-            Later::Now(v) => return Ok(v),
-            Later::Wait(rx) => rx,
-        };
-        let t0 = std::time::Instant::now();
-        loop {
-            match rx.try_recv() {
-                Ok(v) => return Ok(v),
-                Err(mpsc::TryRecvError::Disconnected) => return Err(WorkerError::Gone),
-                Err(mpsc::TryRecvError::Empty) if t0.elapsed() > Duration::from_secs(5) => return Err(WorkerError::Gone),
-                Err(mpsc::TryRecvError::Empty) => {
-                    self.drain_completions(now);
-                    std::hint::spin_loop();
-                }
-            }
-        }
     }
 
     /// Asks the core whether a region should move now (it looks every [`PLACEMENT_PERIOD`]),

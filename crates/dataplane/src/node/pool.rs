@@ -3,7 +3,7 @@
 //! the placements themselves — the simulator's nodes run the same code). When packets need a chain this node has
 //! no room for and a peer has ([`snic_core::node::NodeCore::place`]), the node asks the driver
 //! to have that peer host the packets' DAG ([`PoolRequest::Place`], a remote launch); the
-//! packets wait meanwhile. The answer ([`Node::pool_placed`] / [`Node::pool_place_failed`])
+//! packets wait meanwhile. The answer ([`Node::pool_answer`])
 //! starts the redirect, or lets the packets take the next step of the launch order (the agent
 //! does not ask a peer that refused again until it reports anew). Each epoch the agent may bring
 //! a chain home ([`PoolAct::MoveBack`]: home has had room a whole MONITOR_PERIOD): the redirect
@@ -20,12 +20,12 @@
 
 use super::{Backend, Node};
 use snic_core::ids::ChainId;
-use snic_core::pool::placements::{HostAnswer, PoolNote};
+use snic_core::pool::placements::PoolNote;
 use snic_core::pool::{ChainKey, Heard, LoadReport, MemberEvent};
 use snic_core::time::Instant;
 use std::net::SocketAddr;
 
-pub use snic_core::pool::placements::PoolRequest;
+pub use snic_core::pool::placements::{HostAnswer, PoolRequest};
 
 impl<B: Backend> Node<B> {
     /// The pool's links (node.yaml's `pool.links`) and this node's pool address: the hop
@@ -74,23 +74,16 @@ impl<B: Backend> Node<B> {
         self.core.poll_pool_request()
     }
 
-    /// The peer at pool address `peer` (data address `data`), of generation `gen`, hosts
-    /// `route`'s DAG as `hosted`: if that peer was asked ([`PoolRequest::Place`]), `chain`'s
-    /// packets on that route go there from now, those that waited first (or, for a spill, the
-    /// share of its new flows), named for that incarnation. Otherwise the peer is told it need
-    /// not host it.
-    pub fn pool_placed(&mut self, chain: ChainId, route: u32, peer: SocketAddr, data: SocketAddr, hosted: u32, gen: u64) {
+    /// The peer at pool address `peer` answered whether it hosts `route`'s DAG for `chain`
+    /// ([`snic_core::node::NodeCore::host_answer`], the one rule for it). Hosted, by the peer
+    /// that was asked ([`PoolRequest::Place`]): `chain`'s packets on that route go there from
+    /// now, those that waited first (or, for a spill, the share of its new flows), named for
+    /// that incarnation; by another, the peer is told it need not host it. Refused (or no
+    /// answer): the agent does not ask it again until it reports anew, and the packets that
+    /// waited take the next step of the launch order (a spill looks for another peer).
+    pub fn pool_answer(&mut self, chain: ChainId, route: u32, peer: SocketAddr, answer: HostAnswer) {
         let now = self.clock.now();
-        let answer = HostAnswer::Hosted { data, hosted, gen };
         self.carry_out(now, |core, notes| core.host_answer(now, chain, route, peer, answer, notes));
-    }
-
-    /// The peer at pool address `peer` did not host `route`'s DAG for `chain` (it refused, or
-    /// did not answer): the agent does not ask it again until it reports anew, and the packets
-    /// that waited take the next step of the launch order (a spill looks for another peer).
-    pub fn pool_place_failed(&mut self, chain: ChainId, route: u32, peer: SocketAddr) {
-        let now = self.clock.now();
-        self.carry_out(now, |core, notes| core.host_answer(now, chain, route, peer, HostAnswer::Refused, notes));
     }
 
     /// `chain`'s pool-wide key (its NTs' names).

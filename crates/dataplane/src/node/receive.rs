@@ -152,13 +152,10 @@ impl RxQueues {
 
     /// When the first queue paused for its tenant's limit may be read again (`None`: none is
     /// paused): the node's idle wait ends then at the latest.
-    pub fn resume_at(&self, core: &NodeCore, now: Instant) -> Option<Instant> {
-        let mut at: Option<Instant> = None;
-        for (q, _) in self.paused.iter().enumerate().filter(|(_, &p)| p) {
-            let t = self.tenant[q].and_then(|t| core.budget_at(t, now, RESUME_BATCH)).unwrap_or(now);
-            at = Some(at.map_or(t, |a| a.min(t)));
-        }
-        at
+    pub fn until_resume(&self, core: &NodeCore, now: Instant) -> Option<Duration> {
+        let at = |q: usize| self.tenant[q].and_then(|t| core.budget_at(t, now, RESUME_BATCH)).unwrap_or(now);
+        let paused = self.paused.iter().enumerate().filter(|(_, &p)| p);
+        paused.map(|(q, _)| Duration::from_nanos(at(q).as_nanos().saturating_sub(now.as_nanos()))).min()
     }
 
     /// At an epoch's end: the losses since the last, those of a tenant's own queue counted as

@@ -15,7 +15,7 @@ use snic_core::ids::{ChainId, DagUid};
 use snic_core::rechain::Form;
 use snic_core::sched::Reject;
 use snic_core::time::Instant;
-use snic_nt::{Nt, NtSpec};
+use snic_nt::NtSpec;
 
 /// A switch not drained after this many MONITOR_PERIODs (and at least 100 ms) is abandoned.
 pub use snic_core::elastic::SWITCH_TIMEOUT_PERIODS;
@@ -148,22 +148,10 @@ impl<B: Backend> Node<B> {
     /// order) into the new form's chains, and those launch now, side by side, into the regions
     /// just freed (what finds none launches on demand).
     fn move_form(&mut self, from: &[ChainId], into: &[ChainId]) {
-        let mut nts: Vec<Box<dyn Nt>> = Vec::new();
-        let mut moved = true;
         for &c in from {
             self.stop_chain(c);
-            match self.chain_nts(c) {
-                Ok((mut n, _)) => nts.append(&mut n),
-                Err(_) => moved = false,
-            }
         }
-        if moved {
-            for &c in into.iter().rev() {
-                let k = self.elastic.specs(c).len();
-                let part = nts.split_off(nts.len() - k);
-                self.elastic.save(c, part);
-            }
-        }
+        self.regions().move_form(from, into);
         for &c in into {
             let _ = self.prelaunch(c);
         }

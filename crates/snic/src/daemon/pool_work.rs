@@ -7,6 +7,7 @@ use super::pool::{Hosting, PoolLink};
 use super::worker::{chain_name, HostedSnap};
 use snic_control::plan::{HostRequest, Plan, TenantPlan};
 use snic_core::ids::{ChainId, DagUid, TenantId};
+use snic_core::pool::placements::HostAnswer;
 use snic_core::pool::redirect::{Fence, FenceState};
 use snic_core::pool::MemberEvent;
 use snic_core::time::Instant;
@@ -334,10 +335,10 @@ impl PoolWork {
         self.placing.retain(|p| {
             let Some(answer) = answered(&p.answer, "the pool thread has stopped") else { return true };
             match answer {
-                Ok((data, hosted, gen)) => node.pool_placed(p.chain, p.route, p.peer, data, hosted, gen),
+                Ok((data, hosted, gen)) => node.pool_answer(p.chain, p.route, p.peer, HostAnswer::Hosted { data, hosted, gen }),
                 Err(e) => {
                     tracing::warn!(chain = chain_name(node, p.chain), peer = %p.peer, reason = e.as_str(), "pool: the peer did not host the chain");
-                    node.pool_place_failed(p.chain, p.route, p.peer);
+                    node.pool_answer(p.chain, p.route, p.peer, HostAnswer::Refused);
                 }
             }
             false
@@ -374,7 +375,7 @@ impl PoolWork {
                 match (&self.link, req) {
                     // (The node's events say what happens, in the log too: `log_news`.)
                     (Some(l), Some(req)) => self.placing.push(Placing { chain, route, peer, answer: l.place_async(peer, req) }),
-                    _ => node.pool_place_failed(chain, route, peer),
+                    _ => node.pool_answer(chain, route, peer, HostAnswer::Refused),
                 }
             }
             PoolRequest::Return { chain, peer, hosted, sent, .. } => match &self.link {
