@@ -131,20 +131,39 @@ veth n 192.168.32.1 r4 192.168.32.2 ${VPC_ENDPOINT_OFFLOAD:+keep-offload}
 vxlan s4 192.168.31.2 192.168.31.1 10.1.0.1
 vxlan r4 192.168.32.2 192.168.32.1 10.1.0.2
 gro n
-ip netns exec "$P-n" "$snic" run ${SNIC_NODE_CONFIG:+--config "$SNIC_NODE_CONFIG"} --data 0.0.0.0:4789 --state-dir "$work/state-n" >"$work/n.log" 2>&1 & pids+=($!)
-node_n=$!
-wait_for "node n up" ip netns exec "$P-n" "$snic" status
-ip netns exec "$P-n" "$snic" apply -f "$here/examples/vpc-fw-nat.yaml" >/dev/null
 ip -n "$P-r4" neigh add 10.1.0.100 lladdr "$(vxmac s4)" dev vx0 nud permanent
 server r4
-# Node CPU per datagram it received (user + system of its process, which includes the kernel's
-# receive and transmit work done in its context), over the whole measurement (issue 18's measure).
+# one_node NAME CONFIG: node N started with node.yaml CONFIG (or none), the firewall and NAT
+# applied, measured, and its CPU per datagram it received (user + system of its process, which
+# includes the kernel's receive and transmit work done in its context) over the whole
+# measurement (issue 18's measure); then stopped.
+one_node() {
+  local name=$1 config=$2
+  ip netns exec "$P-n" "$snic" run ${config:+--config "$config"} --data 0.0.0.0:4789 --state-dir "$work/state-$name" >"$work/$name.log" 2>&1 & pids+=($!)
+  node_n=$!
+  if ! wait_for "node n up" ip netns exec "$P-n" "$snic" status 2>/dev/null; then
+    echo "{\"bench\":\"vpc\",\"path\":\"$name\",\"error\":$(tail -c 300 "$work/$name.log" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+    return
+  fi
+  ip netns exec "$P-n" "$snic" apply -f "$here/examples/vpc-fw-nat.yaml" >/dev/null
+  local t0 t1 r0 r1
+  t0=$(cpu_ticks); r0=$(received)
+  measure "$name" s4 10.1.0.2
+  t1=$(cpu_ticks); r1=$(received)
+  python3 -c 'import os,sys; t0,t1,r0,r1=map(int,sys.argv[2:]); hz=os.sysconf("SC_CLK_TCK"); print("{\"bench\":\"vpc\",\"path\":\"%s-cpu\",\"datagrams\":%d,\"cpu_us_per_datagram\":%s}" % (sys.argv[1], r1-r0, round((t1-t0)/hz*1e6/(r1-r0), 3) if r1 > r0 else "null"))' "$name" "$t0" "$t1" "$r0" "$r1"
+  ip netns exec "$P-n" "$snic" status -o json | python3 -c 'import json,sys; j=json.load(sys.stdin).get("transmit", {}).get("joined"); j and print(json.dumps({"bench": "vpc", "path": sys.argv[1] + "-joined", **j}))' "$name"
+  kill "$node_n"; wait "$node_n" 2>/dev/null || true
+}
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$node_n/stat"; }
 received() { ip netns exec "$P-n" "$snic" status -o json | python3 -c 'import json,sys; print(json.load(sys.stdin).get("receive", {}).get("datagrams", 0))'; }
-t0=$(cpu_ticks); r0=$(received)
-measure snic-1node-fw-nat s4 10.1.0.2
-t1=$(cpu_ticks); r1=$(received)
-python3 -c 'import os,sys; t0,t1,r0,r1=map(int,sys.argv[1:]); hz=os.sysconf("SC_CLK_TCK"); print("{\"bench\":\"vpc\",\"path\":\"snic-1node-cpu\",\"datagrams\":%d,\"cpu_us_per_datagram\":%s}" % (r1-r0, round((t1-t0)/hz*1e6/(r1-r0), 3) if r1 > r0 else "null"))' "$t0" "$t1" "$r0" "$r1"
+one_node snic-1node-fw-nat "${SNIC_NODE_CONFIG:-}"
+# The same with the node's TCP runs leaving whole through a tap (egress_tap, Linux 6.17+:
+# docs/dataplane.md, "Sending runs whole"); VPC_EGRESS_TAP=0 leaves it out.
+if [ "${VPC_EGRESS_TAP:-1}" != 0 ]; then
+  ip netns exec "$P-n" sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0
+  { [ -n "${SNIC_NODE_CONFIG:-}" ] && cat "$SNIC_NODE_CONFIG"; echo "egress_tap: snictap0"; } >"$work/tap.yaml"
+  one_node snic-1node-fw-nat-tap "$work/tap.yaml"
+fi
 
 # ---- ovs: S5 - O [OVS userspace datapath: VXLAN, firewall, conntrack SNAT] - R5 --------------
 # Open vSwitch as Debian ships it (no DPDK): datapath_type=netdev, its ports the veths (read

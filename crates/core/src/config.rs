@@ -69,6 +69,11 @@ pub struct NodeSettings {
     /// How packets come and go: `udp` (sockets on `data`; the default, no privileges) or
     /// `{af_xdp: {interface, queue, mode}}` (an AF_XDP socket on one interface queue; root).
     pub io: Io,
+    /// With `io: udp`: a tap device (its name) that runs of one TCP flow leave through joined
+    /// into one super-packet, which the kernel carries whole to the endpoint (UDP tunnel GSO,
+    /// Linux 6.17+; root; docs/dataplane.md, "Sending runs whole"). Absent: every datagram
+    /// leaves through the data socket.
+    pub egress_tap: Option<String>,
     /// Elastic NTs: on-demand launch, context switching, victims, auto-scaling.
     pub elastic: ElasticSection,
     /// The pool this node belongs to (absent: the node is alone).
@@ -178,6 +183,7 @@ impl Default for NodeSettings {
             fairness: FairnessSection::default(),
             rx_queues: RxQueues::PerTenant,
             io: Io::Udp,
+            egress_tap: None,
             elastic: ElasticSection::default(),
             pool: None,
             auth: None,
@@ -581,6 +587,12 @@ impl NodeSettings {
                 "store_buffers split over data_cores must leave each thread at least 256 buffers",
             )?;
         }
+        if let Some(tap) = &self.egress_tap {
+            ensure((1..16).contains(&tap.len()) && !tap.contains(['/', ' ']), "egress_tap must be an interface name of 1 to 15 bytes")?;
+            ensure(self.io == Io::Udp, "egress_tap is for io: udp (the AF_XDP backend sends frames itself)")?;
+            ensure(self.data_cores == 1, "egress_tap is built for data_cores: 1 (one tap queue)")?;
+            ensure(self.data.is_ipv4(), "egress_tap carries an IPv4 underlay: data must be an IPv4 address (0.0.0.0 for any)")?;
+        }
         if let Io::AfXdp(x) = &self.io {
             ensure(!x.interface.is_empty(), "io.af_xdp.interface must name an interface")?;
             ensure(self.data.is_ipv4(), "io: af_xdp carries an IPv4 underlay: data must be an IPv4 address")?;
@@ -644,6 +656,25 @@ mod tests {
         .contains("store_buffers split over data_cores"));
         let two = NodeSettings { data_cores: 2, ..Default::default() }.validate().unwrap();
         assert_eq!(two.settings.data_cores, 2);
+        fn tap(s: &mut NodeSettings) {
+            s.egress_tap = Some("snictap0".into());
+        }
+        NodeSettings { egress_tap: Some("snictap0".into()), ..Default::default() }.validate().unwrap();
+        assert!(bad(|s| s.egress_tap = Some(String::new())).contains("egress_tap must be an interface name"));
+        assert!(bad(|s| s.egress_tap = Some("a-name-too-long-for-linux".into())).contains("egress_tap must be an interface name"));
+        assert!(bad(|s| {
+            tap(s);
+            s.data_cores = 2
+        })
+        .contains("egress_tap is built for data_cores: 1"));
+        assert!(bad(|s| {
+            tap(s);
+            s.data = "[::]:4789".parse().unwrap()
+        })
+        .contains("egress_tap carries an IPv4 underlay"));
+        let mut x = NodeSettings { io: xdp("eth1"), ..Default::default() };
+        tap(&mut x);
+        assert!(x.validate().unwrap_err().0.contains("egress_tap is for io: udp"));
     }
 
     #[test]

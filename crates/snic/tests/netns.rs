@@ -448,6 +448,26 @@ fn blue_tcp_and_udp_get_through_firewall_and_nat(t: &mut Topo) {
 /// saturates the same cores (the UDP stream's loss figure went missing under that contention).
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Blue's endpoints A and B keeping their transmit offloads, through a node started with
+/// node.yaml `config` (with `egress_tap`, in a namespace that forwards and does no
+/// reverse-path check, as the tap needs): A reaches B, and B knows where the NAT's address is.
+fn offloading_endpoints(tag: &str, config: Option<&str>) -> Topo {
+    let mut t = Topo::new(tag);
+    t.offload = true;
+    t.add_ns("node");
+    if config.is_some_and(|c| c.contains("egress_tap")) {
+        t.exec("node", &["sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"]);
+    }
+    t.endpoint("a", 1, 100, "10.1.0.1/24");
+    t.endpoint("b", 2, 100, "10.1.0.2/24");
+    t.start_node_with(&format!("{MANIFEST}{}{}", flood("fa", 100, 1), flood("fb", 100, 2)), config);
+    let amac = t.mac("a");
+    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
+    let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
+    assert!(out.contains("3 received"), "{out}");
+    t
+}
+
 #[test]
 #[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
 fn endpoints_that_keep_their_offloads_get_through_firewall_and_nat() {
@@ -455,16 +475,7 @@ fn endpoints_that_keep_their_offloads_get_through_firewall_and_nat() {
     require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3"]);
     // Transmit offloads on, as endpoints have them by default: every TCP and UDP packet
     // arrives with its inner checksum partial, and TCP bursts unsegmented (one datagram each).
-    let mut t = Topo::new("o");
-    t.offload = true;
-    t.add_ns("node");
-    t.endpoint("a", 1, 100, "10.1.0.1/24");
-    t.endpoint("b", 2, 100, "10.1.0.2/24");
-    t.start_node(&format!("{MANIFEST}{}{}", flood("fa", 100, 1), flood("fb", 100, 2)));
-    let amac = t.mac("a");
-    t.exec("b", &["ip", "neigh", "add", "10.1.0.100", "lladdr", &amac, "dev", "vx0", "nud", "permanent"]);
-    let out = t.exec("a", &["ping", "-c", "3", "-i", "0.2", "-W", "2", "10.1.0.2"]);
-    assert!(out.contains("3 received"), "{out}");
+    let mut t = offloading_endpoints("o", None);
     blue_tcp_and_udp_get_through_firewall_and_nat(&mut t);
     // The bursts came unsegmented (or coalesced) and left cut: more datagrams than messages,
     // none dropped for its size.
@@ -474,6 +485,38 @@ fn endpoints_that_keep_their_offloads_get_through_firewall_and_nat() {
     let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap()["stats"].clone();
     assert!(!blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "oversize"), "{blue}");
     assert!(!v["unattributed_drops"].as_array().unwrap().iter().any(|d| d[0] == "oversize"), "{v}");
+}
+
+#[test]
+#[ignore = "needs root (network namespaces): scripts/test.sh runs it as root with --ignored"]
+fn a_node_with_an_egress_tap_sends_tcp_runs_whole_through_firewall_and_nat() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    require_root_and(&["ip", "ss", "ethtool", "ping", "iperf3", "sysctl"]);
+    // Endpoints keep their offloads (TCP bursts arrive whole, are cut, run through the
+    // firewall and NAT segment by segment) and the node joins each run back into one packet
+    // for the tap, which the kernel carries whole to B (docs/dataplane.md, "Sending runs whole").
+    let mut t = offloading_endpoints("g", Some("egress_tap: snictap0\n"));
+    // Through the firewall and the NAT as without the tap: B sees the NAT's address, TCP 5202
+    // stays blocked, UDP gets through (out of the socket: only TCP runs join).
+    blue_tcp_and_udp_get_through_firewall_and_nat(&mut t);
+    let v = t.status();
+    let joined = &v["transmit"]["joined"];
+    let (writes, dgrams) = (joined["writes"].as_u64().unwrap(), joined["datagrams"].as_u64().unwrap());
+    assert!(writes > 0 && dgrams >= 2 * writes, "runs left whole through the tap: {joined}");
+    // B's TCP took packets larger than one segment: the bursts reached it whole.
+    let big = t.exec("b", &["ip", "-s", "-s", "link", "show", "vx0"]);
+    let rx_bytes_per_packet = {
+        let line = big.lines().skip_while(|l| !l.trim_start().starts_with("RX:")).nth(1).unwrap_or("").to_string();
+        let f: Vec<f64> = line.split_whitespace().take(2).filter_map(|x| x.parse().ok()).collect();
+        if f.len() == 2 && f[1] > 0.0 {
+            f[0] / f[1]
+        } else {
+            0.0
+        }
+    };
+    assert!(rx_bytes_per_packet > 3000.0, "B's VXLAN device took super-packets ({rx_bytes_per_packet:.0} bytes a packet): {big}");
+    let blue = v["tenants"].as_array().unwrap().iter().find(|t| t["name"] == "blue").unwrap()["stats"].clone();
+    assert!(!blue["drops"].as_array().unwrap().iter().any(|d| d[0] == "tx_error"), "{blue}");
 }
 
 #[test]

@@ -8,6 +8,16 @@
 //! identification and header checksum, the TCP header with its sequence number, FIN and PSH on
 //! the last segment only and CWR on the first only, and a complete TCP checksum (RFC 9293 §3.1
 //! and Linux's `tcp_gso_segment`).
+//!
+//! The other way, [`Joined::of`]: datagrams that carry consecutive segments of one inner
+//! TCP/IPv4 flow (what a run received with `UDP_GRO` holds, once the node ran them) are joined
+//! back into one super-packet — its headers ([`Joined::write_headers`]) and the segments'
+//! payloads in order — for a device that segments it again on its way (a tap with UDP tunnel
+//! GSO, `backend::tap` in the data plane). Cutting the joined packet at its MSS gives back the
+//! same segments: the join accepts only what the kernel's segmentation would reproduce (same
+//! headers but for lengths, identification, sequence number, checksums and the flags the
+//! segmentation places: CWR on the first, PSH and FIN on the last), every segment full but the
+//! last, and each segment's own checksum valid (a corrupt segment is never made whole again).
 
 use crate::build::fill_l4_checksum;
 use crate::ethernet::{ethertype, HEADER_LEN as ETH_LEN, VLAN_TAG_LEN};
@@ -139,6 +149,120 @@ impl Super {
         fill_l4_checksum(ip, t, ip_proto::TCP);
         n
     }
+}
+
+/// TCP's ECE flag.
+const ECE: u8 = 0x40;
+
+/// The most bytes of an outer IPv4 packet: a joined super-packet's VXLAN datagram behind its
+/// outer IPv4 and UDP headers fits in it.
+pub const JOINED_MAX: usize = u16::MAX as usize - 28;
+
+/// The datagrams, from the first, that join into one super-packet (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Joined {
+    /// Offset of the inner IPv4 header.
+    pub l3: usize,
+    /// Offset of the TCP header.
+    pub l4: usize,
+    /// Length of each datagram's headers (VXLAN to TCP options): where its payload begins.
+    pub hdrs: usize,
+    /// How many datagrams join (at least 2).
+    pub count: usize,
+    /// Their payload bytes in all.
+    pub payload: usize,
+    /// Payload bytes per segment (the first's): the size to cut at again.
+    pub mss: usize,
+}
+
+impl Joined {
+    /// How the first of the `n` datagrams `get(0)`, `get(1)`, … join: the longest run from
+    /// the first that joins, if it holds two or more. IPv4 inner packets only.
+    pub fn of<'a>(n: usize, get: impl Fn(usize) -> &'a [u8]) -> Option<Joined> {
+        if n < 2 {
+            return None;
+        }
+        let f = get(0);
+        let (l3, true) = inner_l3(f)? else { return None };
+        let h = f.get(l3..l3 + 20)?;
+        let ihl = (h[0] & 0xf) as usize * 4;
+        if h[0] >> 4 != 4 || ihl < 20 || h[9] != ip_proto::TCP {
+            return None;
+        }
+        let l4 = l3 + ihl;
+        let hdrs = l4 + (*f.get(l4 + 12)? >> 4) as usize * 4;
+        let mss = f.len().checked_sub(hdrs).filter(|&m| m > 0 && hdrs >= l4 + 20)?;
+        let (mut count, mut payload, mut seq) = (0, 0usize, be32(f, l4 + 4));
+        while count < n {
+            let d = get(count);
+            let last = count + 1 == n;
+            let Some(p) = d.len().checked_sub(hdrs) else { break };
+            let fits = p > 0 && p <= mss && l3 + (hdrs - l3) + payload + p <= JOINED_MAX;
+            if !fits || !same_flow(f, d, l3, l4, hdrs) || be32(d, l4 + 4) != seq || !verify(d, l3, l4) {
+                break;
+            }
+            let fl = d[l4 + 13];
+            let (first, more) = (count == 0, !last && p == mss);
+            // CWR only on the first; PSH and FIN end the run (the segment is its last).
+            let ece_differs = (fl ^ f[l4 + 13]) & ECE != 0;
+            if fl & !(CWR | ECE | flags::PSH | flags::FIN) != flags::ACK || (fl & CWR != 0 && !first) || ece_differs {
+                break;
+            }
+            count += 1;
+            payload += p;
+            seq = seq.wrapping_add(p as u32);
+            if fl & (flags::PSH | flags::FIN) != 0 || !more {
+                break;
+            }
+        }
+        (count >= 2).then_some(Joined { l3, l4, hdrs, count, payload, mss })
+    }
+
+    /// Writes the super-packet's headers (`hdrs` bytes) into `out`: the first datagram's
+    /// (`first`), its inner IPv4 length and checksum for the whole, the flags of the first
+    /// (CWR) and of the last (`last`: PSH, FIN), and the TCP checksum left *partial* (the
+    /// pseudo-header's folded sum over the whole length), for the device that segments it to
+    /// finish per segment.
+    pub fn write_headers(&self, first: &[u8], last: &[u8], out: &mut [u8]) {
+        let (l3, l4, hdrs) = (self.l3, self.l4, self.hdrs);
+        out[..hdrs].copy_from_slice(&first[..hdrs]);
+        let ip = &mut out[l3..hdrs];
+        put16(ip, 2, (hdrs - l3 + self.payload) as u16);
+        put16(ip, 10, 0);
+        let c = checksum::checksum(&ip[..l4 - l3]);
+        put16(ip, 10, c);
+        let t = l4 - l3;
+        ip[t + 13] = (first[l4 + 13] & !(flags::PSH | flags::FIN)) | (last[l4 + 13] & (flags::PSH | flags::FIN));
+        let tcp_len = (hdrs - l4 + self.payload) as u32;
+        let pseudo = checksum::pseudo_header(&first[l3 + 12..l3 + 16], &first[l3 + 16..l3 + 20], ip_proto::TCP, tcp_len);
+        put16(ip, t + 16, checksum::fold(pseudo));
+    }
+}
+
+/// True if `d` is of `f`'s flow with `f`'s headers but for what segmentation changes (lengths,
+/// identification, checksums, sequence number, flags): VXLAN and inner Ethernet, the IPv4
+/// header's version, TOS, fragment flags (never a fragment), TTL, protocol, addresses and
+/// options, TCP ports, acknowledgment, data offset, window, urgent pointer and options, and an
+/// inner packet that fills the datagram.
+fn same_flow(f: &[u8], d: &[u8], l3: usize, l4: usize, hdrs: usize) -> bool {
+    let (fi, di) = (&f[l3..], &d[l3..]);
+    d[..l3] == f[..l3]
+        && di[0] == fi[0]
+        && di[1] == fi[1]
+        && be16(di, 2) as usize == d.len() - l3
+        && be16(di, 6) & 0x3fff == 0
+        && be16(di, 6) == be16(fi, 6)
+        && di[8..10] == fi[8..10]
+        && di[12..l4 - l3] == fi[12..l4 - l3]
+        && d[l4..l4 + 4] == f[l4..l4 + 4]
+        && d[l4 + 8..l4 + 13] == f[l4 + 8..l4 + 13]
+        && d[l4 + 14..l4 + 16] == f[l4 + 14..l4 + 16]
+        && d[l4 + 18..hdrs] == f[l4 + 18..hdrs]
+}
+
+/// True if the inner IPv4 header and TCP checksums of `d` verify.
+fn verify(d: &[u8], l3: usize, l4: usize) -> bool {
+    checksum::checksum(&d[l3..l4]) == 0 && crate::build::verify_l4_checksum(&d[l3..], l4 - l3, ip_proto::TCP)
 }
 
 #[cfg(test)]
@@ -277,6 +401,89 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The segments [`Super::write`] cuts from `d` at `mss`.
+    fn cut(d: &[u8], mss: usize) -> Vec<Vec<u8>> {
+        let s = Super::of(d, mss).unwrap();
+        (0..s.segments())
+            .map(|k| {
+                let mut out = vec![0u8; s.segment_len(k)];
+                s.write(d, k, &mut out);
+                out
+            })
+            .collect()
+    }
+
+    proptest! {
+        /// Joining is cutting's inverse: the segments of a super-packet join back into it (its
+        /// headers, the TCP checksum partial over the whole), and cut again give the same.
+        #[test]
+        fn segments_join_back_into_the_super_packet_they_were_cut_from(
+            payload in 2usize..65_000, mss in 500usize..1500, fin in any::<bool>(), cwr in any::<bool>(), psh in any::<bool>(),
+        ) {
+            let fl = flags::ACK | if psh { flags::PSH } else { 0 } | if fin { flags::FIN } else { 0 } | if cwr { CWR } else { 0 };
+            let mut d = superpacket(true, payload, fl);
+            prop_assume!(d.len() <= JOINED_MAX && payload > mss);
+            let segs = cut(&d, mss);
+            let j = Joined::of(segs.len(), |i| &segs[i][..]).unwrap();
+            prop_assert_eq!((j.count, j.payload, j.mss), (segs.len(), payload, mss));
+            let mut joined = vec![0u8; j.hdrs];
+            j.write_headers(&segs[0], &segs[segs.len() - 1], &mut joined);
+            for s in &segs {
+                joined.extend_from_slice(&s[j.hdrs..]);
+            }
+            // The partial checksum an offloading sender leaves: the pseudo-header's sum.
+            let l3 = vxlan::HEADER_LEN + ETH_LEN;
+            let pseudo = checksum::pseudo_header(&d[l3 + 12..l3 + 16], &d[l3 + 16..l3 + 20], ip_proto::TCP, (d.len() - j.l4) as u32);
+            put16(&mut d, j.l4 + 16, checksum::fold(pseudo));
+            prop_assert_eq!(&joined[..j.hdrs], &d[..j.hdrs]);
+            prop_assert_eq!(&joined, &d);
+            prop_assert_eq!(cut(&joined, mss), segs);
+        }
+    }
+
+    #[test]
+    fn a_join_stops_before_what_segmentation_would_not_give_back() {
+        let d = superpacket(true, 10 * 1000, flags::ACK | flags::PSH);
+        let segs = cut(&d, 1000);
+        let join = |s: &[Vec<u8>]| Joined::of(s.len(), |i| &s[i][..]).map(|j| j.count);
+        assert_eq!(join(&segs), Some(10));
+        assert_eq!(join(&segs[..1]), None, "one datagram is nothing to join");
+        // A segment corrupted on its way (its checksum fails): the join stops before it.
+        let mut bad = segs.clone();
+        let last = bad[4].len() - 1;
+        bad[4][last] ^= 1;
+        assert_eq!(join(&bad), Some(4));
+        // Out of order, or another flow's: the same.
+        let mut swapped = segs.clone();
+        swapped.swap(3, 5);
+        assert_eq!(join(&swapped), Some(3));
+        let mut other = segs.clone();
+        let l4 = vxlan::HEADER_LEN + ETH_LEN + 20;
+        put16(&mut other[2], l4, 40001);
+        crate::build::fill_l4_checksum(&mut other[2][vxlan::HEADER_LEN + ETH_LEN..], 20, ip_proto::TCP);
+        assert_eq!(join(&other), Some(2));
+        // A short segment ends the run (it is included); PSH in the middle too.
+        let mut short = segs.clone();
+        let cut_to = short[6].len() - 10;
+        short[6].truncate(cut_to);
+        let l3 = vxlan::HEADER_LEN + ETH_LEN;
+        let n = short[6].len() - l3;
+        put16(&mut short[6], l3 + 2, n as u16);
+        put16(&mut short[6], l3 + 10, 0);
+        let c = checksum::checksum(&short[6][l3..l3 + 20]);
+        put16(&mut short[6], l3 + 10, c);
+        crate::build::fill_l4_checksum(&mut short[6][l3..], 20, ip_proto::TCP);
+        assert_eq!(join(&short), Some(7));
+        let mut psh = segs.clone();
+        psh[1][l4 + 13] |= flags::PSH;
+        crate::build::fill_l4_checksum(&mut psh[1][l3..], 20, ip_proto::TCP);
+        assert_eq!(join(&psh), Some(2));
+        // IPv6 inner packets are not joined (yet).
+        let v6 = superpacket(false, 5000, flags::ACK);
+        let segs6 = cut(&v6, 1000);
+        assert_eq!(join(&segs6), None);
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod cbpf;
 pub mod gro;
 pub mod mem;
+pub mod tap;
 pub mod udp;
 #[cfg(feature = "af_xdp")]
 pub mod xdp;
@@ -211,6 +212,12 @@ pub trait Backend: Send {
     /// and none.
     fn rx_runs(&self) -> (u64, u64) {
         (0, 0)
+    }
+
+    /// Runs sent joined into one TCP super-packet ([`tap`]), the datagrams they carried, and
+    /// joined runs the kernel refused (sent as datagrams instead), cumulative (none by default).
+    fn tx_joined(&self) -> (u64, u64, u64) {
+        (0, 0, 0)
     }
 
     /// The largest datagram sent with segmentation offload, lowered when the path refuses a

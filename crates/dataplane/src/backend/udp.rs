@@ -147,6 +147,10 @@ pub struct UdpBackend {
     wait_clock: WaitClock,
     /// The waiting thread's timer slack was set ([`WAIT_SLACK_NS`]).
     slack_set: bool,
+    /// Runs of one TCP flow leave joined, through this tap ([`super::tap`]).
+    tap: Option<super::tap::TunnelTap>,
+    /// The first datagrams of the next send that are not joined (a run the tap refused).
+    no_join: usize,
 }
 
 /// How the idle wait is timed ([`UdpBackend::set_wait_clock`]).
@@ -284,6 +288,8 @@ impl UdpBackend {
             waker: None,
             wait_clock: WaitClock::Fine,
             slack_set: false,
+            tap: None,
+            no_join: 0,
         })
     }
 
@@ -369,6 +375,17 @@ impl UdpBackend {
         self.gso = on;
     }
 
+    /// Sends runs of one TCP flow joined through `tap` from now ([`super::tap`]); `None`: out
+    /// of the socket, as by default.
+    pub fn set_egress_tap(&mut self, tap: Option<super::tap::TunnelTap>) {
+        self.tap = tap;
+    }
+
+    /// The tap runs leave through, if any.
+    pub fn egress_tap(&self) -> Option<&super::tap::TunnelTap> {
+        self.tap.as_ref()
+    }
+
     /// One `sendmmsg` of `reqs` (at most a batch): what it did, and whether to try again at once
     /// (a group the kernel refused for its size: its segment size is no longer grouped).
     fn send_once(&mut self, slots: &Slots, reqs: &[TxReq]) -> (TxResult, bool) {
@@ -381,8 +398,12 @@ impl UdpBackend {
             let (buf, _) = unsafe { slots.get(rq.idx) };
             self.iovs[i] = libc::iovec { iov_base: buf[rq.start as usize..].as_mut_ptr() as *mut libc::c_void, iov_len: rq.len as usize };
         }
+        // SAFETY: the dispatcher owns buffers it passes to `send`; the kernel only reads them.
+        let datagram = |rq: &TxReq| unsafe { &slots.get(rq.idx).0[rq.start as usize..][..rq.len as usize] };
         // Group runs for segmentation: same destination, same size (the last may be shorter).
-        let (mut m, mut i) = (0, 0);
+        // A run that joins into one TCP super-packet goes through the tap instead, after the
+        // messages before it (`joined`).
+        let (mut m, mut i, mut joined) = (0, 0, None);
         while i < n {
             let seg = reqs[i].len as usize;
             let mut j = i + 1;
@@ -393,6 +414,13 @@ impl UdpBackend {
                     if (reqs[j - 1].len as usize) < seg {
                         break;
                     }
+                }
+            }
+            if let (Some(tap), SocketAddr::V4(dst), true) = (&mut self.tap, reqs[i].dst, j - i > 1 && i >= self.no_join) {
+                let run = &reqs[i..];
+                if let Some(jn) = tap.join(dst, j - i, |x| datagram(&run[x])) {
+                    joined = Some((i, jn, dst));
+                    break;
                 }
             }
             let alen = to_sockaddr(&reqs[i].dst, &mut self.addrs[m]);
@@ -424,11 +452,29 @@ impl UdpBackend {
             m += 1;
             i = j;
         }
-        // SAFETY: every header points at live iovecs into owned buffers, a live address and (for
-        // groups) a live control buffer; `m` is within the arrays.
-        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), m as u32, libc::MSG_DONTWAIT) };
+        let r = if m == 0 {
+            0
+        } else {
+            // SAFETY: every header points at live iovecs into owned buffers, a live address and
+            // (for groups) a live control buffer; `m` is within the arrays.
+            unsafe { libc::sendmmsg(self.sock.as_raw_fd(), self.hdrs.as_mut_ptr(), m as u32, libc::MSG_DONTWAIT) }
+        };
         if r >= 0 {
-            return (TxResult { sent: self.group[..r as usize].iter().sum(), failed: 0 }, false);
+            let sent = self.group[..r as usize].iter().sum();
+            // The run that joins goes once all before it went.
+            if let (Some((at, jn, dst)), true) = (joined, r as usize == m) {
+                let run = &reqs[at..];
+                let tap = self.tap.as_mut().expect("joined through it");
+                if tap.write(&jn, dst, |x| datagram(&run[x])).is_ok() {
+                    self.no_join = 0;
+                    return (TxResult { sent: at + jn.count, failed: 0 }, false);
+                }
+                // (Refused: the run goes out of the socket, at once, as the next send's first.)
+                self.no_join = jn.count;
+                return (TxResult { sent, failed: 0 }, sent == 0);
+            }
+            self.no_join = 0;
+            return (TxResult { sent, failed: 0 }, false);
         }
         let grouped = self.gso && self.group[0] > 1;
         match io::Error::last_os_error().raw_os_error() {
@@ -717,6 +763,10 @@ impl Backend for UdpBackend {
 
     /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
     /// datagrams than messages when runs arrive coalesced.
+    fn tx_joined(&self) -> (u64, u64, u64) {
+        self.tap.as_ref().map_or((0, 0, 0), |t| (t.writes, t.datagrams, t.errors))
+    }
+
     fn rx_runs(&self) -> (u64, u64) {
         self.gro.runs()
     }

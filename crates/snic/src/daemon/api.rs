@@ -720,7 +720,7 @@ async fn status(AxState(shared): AxState<SharedRef>, Extension(who): Extension<P
         "latency_ns": {"p50": snap.latency_p50_ns, "p99": snap.latency_p99_ns},
         "rebuilds": snap.rebuilds,
         "receive": {"messages": snap.rx_messages, "datagrams": snap.rx_datagrams, "via_kernel": snap.rx_via_kernel},
-        "transmit": {"via_kernel": snap.tx_via_kernel},
+        "transmit": {"via_kernel": snap.tx_via_kernel, "joined": {"writes": snap.tx_joined_writes, "datagrams": snap.tx_joined_datagrams, "refused": snap.tx_joined_refused}},
         "fairness": {"epochs": snap.epochs, "resources": snap.resources},
         "elastic": snap.elastic,
         "pool": c.pool.as_ref().map(|p| p.snap()),

@@ -85,6 +85,9 @@ pub fn merge(threads: Vec<Snapshot>) -> Snapshot {
         out.rx_datagrams += s.rx_datagrams;
         out.rx_via_kernel += s.rx_via_kernel;
         out.tx_via_kernel += s.tx_via_kernel;
+        out.tx_joined_writes += s.tx_joined_writes;
+        out.tx_joined_datagrams += s.tx_joined_datagrams;
+        out.tx_joined_refused += s.tx_joined_refused;
         for r in &s.resources {
             match out.resources.iter_mut().find(|x| x.name == r.name) {
                 Some(x) if !x.node_wide => x.capacity += r.capacity,

@@ -197,6 +197,14 @@ pub async fn metrics(AxState(shared): AxState<Arc<Shared>>, Extension(who): Exte
     );
     kernel.get_or_create(&l(&[("direction", "received")])).inc_by(snap.rx_via_kernel);
     kernel.get_or_create(&l(&[("direction", "sent")])).inc_by(snap.tx_via_kernel);
+    let joined = family::<Counter>(
+        &mut reg,
+        "snic_tx_joined",
+        "egress_tap: runs of one TCP flow sent joined into one super-packet (writes), the datagrams they carried, and joined runs the kernel refused (sent as datagrams instead)",
+    );
+    joined.get_or_create(&l(&[("unit", "writes")])).inc_by(snap.tx_joined_writes);
+    joined.get_or_create(&l(&[("unit", "datagrams")])).inc_by(snap.tx_joined_datagrams);
+    joined.get_or_create(&l(&[("unit", "refused")])).inc_by(snap.tx_joined_refused);
     if let Some(o) = &snap.owners {
         let own = family::<Counter>(
             &mut reg,

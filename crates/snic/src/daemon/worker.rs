@@ -178,6 +178,13 @@ pub struct Snapshot {
     pub rx_via_kernel: u64,
     /// See `rx_via_kernel`.
     pub tx_via_kernel: u64,
+    /// Runs sent joined into one TCP super-packet through `egress_tap`, and the datagrams they
+    /// carried.
+    pub tx_joined_writes: u64,
+    /// See `tx_joined_writes`.
+    pub tx_joined_datagrams: u64,
+    /// Joined runs the kernel refused (their datagrams went out of the data socket instead).
+    pub tx_joined_refused: u64,
     /// Resources fair sharing divides.
     pub resources: Vec<ResourceSnap>,
     /// Fair-sharing epochs run.
@@ -783,7 +790,12 @@ impl DataPlane {
         if cfg.settings.data_cores > 1 {
             return Self::start_threads(cfg, plan, ifaces);
         }
-        let backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
+        let mut backend = bind(cfg).with_context(|| format!("binding the data socket on {}", cfg.settings.data))?;
+        if let (Some(name), SocketAddr::V4(src)) = (&cfg.settings.egress_tap, cfg.settings.data) {
+            let tap = snic_dataplane::backend::tap::TunnelTap::open(name, src).with_context(|| format!("opening egress_tap {name}"))?;
+            tracing::info!(tap = name, "runs of one TCP flow leave joined through the tap");
+            backend.set_egress_tap(Some(tap));
+        }
         let addr = backend.local_addr()?;
         Ok((Self::start_on(cfg, backend, plan, ifaces)?, addr))
     }
@@ -1215,6 +1227,7 @@ fn snapshot<B: Backend>(node: &Node<B>, plan: &Plan, prev: &mut Prev, dt: f64, r
         Snapshot { rebuilds, latency_p50_ns: s.latency.quantile(0.5), latency_p99_ns: s.latency.quantile(0.99), ..Default::default() };
     (out.rx_messages, out.rx_datagrams) = node.backend().rx_runs();
     (out.rx_via_kernel, out.tx_via_kernel) = node.backend().via_kernel();
+    (out.tx_joined_writes, out.tx_joined_datagrams, out.tx_joined_refused) = node.backend().tx_joined();
     prev.tenants.resize(plan.tenants.len(), (0, 0));
     for (i, t) in plan.tenants.iter().enumerate() {
         let ts = &s.tenants[t.id.index()];
