@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # VPC between two snic nodes (paper §6.2), beside references, in one run:
 #   snic:   S --vxlan--> node A [firewall -> NAT -> AES-GCM encrypt] --> node B [decrypt] --vxlan--> R
-#   snic1:  S4 --vxlan--> node N [firewall -> NAT] --vxlan--> R4  (like for like with the kernel's)
+#   snic1:  S4 --vxlan--> node N [firewall -> NAT] --vxlan--> R4  (like for like with the kernel's),
+#           then again with the node's TCP runs leaving whole through a tap (egress_tap)
 #   kernel: S2 --> router namespace (nftables firewall + SNAT, kernel forwarding) --> R2,
 #           then again with every offload off on its veths (TSO, GSO, GRO, checksums): frames
 #           cross one by one, the ceiling of any per-packet forwarder on these veths
@@ -10,8 +11,10 @@
 #           --vxlan--> R5  (the userspace peer of the one-node path: same endpoints, same work)
 # Each: iperf3 TCP S->R (one stream) and ping RTT. Prints one JSON line per path, then the
 # snic and OVS paths' ratios to the kernel router's, and the one-node path's to OVS's and to
-# the kernel's per-packet forwarding ("ratios"). For the one-node path, the node's CPU
-# per datagram it received ("snic-1node-cpu"; needs a binary with `receive` in its status).
+# the kernel's per-packet forwarding ("ratios"). For each one-node path, the node's CPU per
+# datagram it received ("…-cpu"; needs a binary with `receive` in its status) and what left
+# joined through the tap ("…-joined": writes, datagrams, refused). VPC_EGRESS_TAP=0 leaves the
+# tap path out (it needs Linux 6.17+).
 #
 #   scripts/bench-vpc.sh [SECONDS]       (root; installs iperf3, socat, nftables, ethtool,
 #                                         openvswitch-switch if missing)

@@ -770,7 +770,8 @@ fn an_af_xdp_node_carries_kernel_vxlan_endpoints_through_firewall_and_nat() {
 
 /// The two-node encrypted VPC of `scripts/bench-vpc.sh`, with short windows: every path (snic's
 /// firewall → NAT → AES-GCM across two nodes, the kernel references with and without offloads,
-/// the socat reference, snic's one-node firewall → NAT, Open vSwitch's userspace datapath doing
+/// the socat reference, snic's one-node firewall → NAT (through its socket, and with
+/// `egress_tap`), Open vSwitch's userspace datapath doing
 /// the same) must carry TCP and ping. The script creates and deletes its own namespaces and
 /// stops the daemons it starts.
 #[test]
@@ -783,9 +784,14 @@ fn two_node_vpc_through_encryption() {
     // none refused, and TCP carries.
     let (rows, stdout) = bench_script("bench-vpc.sh", &["1"], &[("VPC_ENDPOINT_MTU", "1500")]);
     let row = |path: &str| rows.iter().find(|r| r["path"] == path).unwrap_or_else(|| panic!("no {path} row: {stdout}"));
-    // Six paths, the MTU line, the one node's CPU line, the ratios line.
-    assert_eq!(rows.len(), 9, "{stdout}");
-    assert!(row("snic-1node-cpu")["cpu_us_per_datagram"].as_f64().is_some_and(|c| c > 0.0), "{stdout}");
+    // Seven paths (the one node's twice: through its socket, and with its TCP runs whole
+    // through a tap), the MTU line, the one node's CPU and joined lines for each, the ratios.
+    assert_eq!(rows.len(), 13, "{stdout}");
+    for p in ["snic-1node-fw-nat-cpu", "snic-1node-fw-nat-tap-cpu"] {
+        assert!(row(p)["cpu_us_per_datagram"].as_f64().is_some_and(|c| c > 0.0), "{stdout}");
+    }
+    assert_eq!(row("snic-1node-fw-nat-joined")["writes"], 0, "{stdout}");
+    assert!(row("snic-1node-fw-nat-tap-joined")["writes"].as_u64().is_some_and(|w| w > 0), "{stdout}");
     let ratios = &rows.last().expect("rows")["ratios"];
     assert!(ratios["snic-1node-fw-nat/ovs"].as_f64().is_some_and(|r| r > 0.0), "{stdout}");
     let paths = [
@@ -794,6 +800,7 @@ fn two_node_vpc_through_encryption() {
         "kernel-router-per-packet",
         "socat-relay-no-processing",
         "snic-1node-fw-nat",
+        "snic-1node-fw-nat-tap",
         "ovs-userspace-fw-nat",
     ];
     for p in paths {
