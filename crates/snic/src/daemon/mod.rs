@@ -216,7 +216,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     routes_stop.store(true, std::sync::atomic::Ordering::Relaxed);
     routes_thread.thread().unpark();
     let _ = routes_thread.join();
-    let ctl = Arc::try_unwrap(ctl).map_err(|_| anyhow::anyhow!("API still running"))?.into_inner();
+    // A request still being answered when the server stopped (its blocking work, the reload
+    // of the pool's state a stale apply started) holds the shared state a moment longer: wait
+    // for it, a bounded while (a loaded machine's CI saw the daemon exit 1 here).
+    let t0 = std::time::Instant::now();
+    let mut ctl = ctl;
+    let ctl = loop {
+        match Arc::try_unwrap(ctl) {
+            Ok(c) => break c.into_inner(),
+            Err(back) if t0.elapsed() < std::time::Duration::from_secs(10) => {
+                ctl = back;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(_) => anyhow::bail!("the API's requests did not finish within 10 s of the shutdown"),
+        }
+    };
     if let Some(p) = ctl.pool {
         p.stop();
     }
