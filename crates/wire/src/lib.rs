@@ -58,8 +58,9 @@ pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// Writes `v` big-endian at `b[at..at + 2]`.
 #[inline(always)]
-pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
+pub fn put16(b: &mut [u8], at: usize, v: u16) {
     b[at..at + 2].copy_from_slice(&v.to_be_bytes());
 }
 

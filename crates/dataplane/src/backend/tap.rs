@@ -20,8 +20,8 @@
 //! kernel with UDP tunnel GSO on tun/tap, IPv4 forwarding on and `rp_filter` off in the node's
 //! network namespace (docs/dataplane.md, "Sending runs whole").
 
-use snic_wire::checksum;
 use snic_wire::tso::Joined;
+use snic_wire::{checksum, put16};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::io;
@@ -53,11 +53,6 @@ const MAX_HDRS: usize = 8 + 18 + 60 + 60;
 const MAX_IOV: usize = 1 + crate::store::MAX_BATCH;
 /// Destinations whose source address is kept.
 const MAX_SOURCES: usize = 1024;
-
-/// Writes `v` big-endian at `b[at..at + 2]`.
-fn put16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_be_bytes());
-}
 
 /// A tap device the backend writes joined runs into (see the module docs).
 pub struct TunnelTap {
@@ -187,25 +182,23 @@ impl TunnelTap {
         &self.name
     }
 
-    /// How the first of the `n` datagrams `get(0)`, `get(1)`, … to `dst` join (`None`: they
-    /// do not, or the kernel has no route to `dst`). Only an inner frame without a VLAN tag
+    /// How the first of the `n` datagrams `get(0)`, `get(1)`, … to `dst` join, and the outer
+    /// source address to send them from (`None`: they do not, or the kernel has no route to
+    /// `dst`). Only an inner frame without a VLAN tag
     /// joins (the offsets the tunnel segmentation takes are an untagged frame's).
-    pub fn join<'a>(&mut self, dst: SocketAddrV4, n: usize, get: impl Fn(usize) -> &'a [u8]) -> Option<Joined> {
+    pub fn join<'a>(&mut self, dst: SocketAddrV4, n: usize, get: impl Fn(usize) -> &'a [u8]) -> Option<(Joined, Ipv4Addr)> {
         let j = Joined::of(n.min(MAX_IOV - 1), get)?;
         if j.l3 != 8 + 14 {
             return None;
         }
-        self.source_for(*dst.ip())?;
-        Some(j)
+        Some((j, self.source_for(*dst.ip())?))
     }
 
-    /// Writes the datagrams `j` joined (`get(0)`, …, all to `dst`: as [`TunnelTap::join`]
-    /// found them) as one packet. A write the kernel refuses is counted (the first logged) and
+    /// Writes the datagrams `j` joined (`get(0)`, …, all to `dst`, from `src`: as
+    /// [`TunnelTap::join`] found them) as one packet. A write the kernel refuses is counted (the first logged) and
     /// its datagrams are the caller's to send; the tap stays on (a tenant whose packets the
     /// kernel would refuse joined cannot turn joining off for the others).
-    pub fn write<'a>(&mut self, j: &Joined, dst: SocketAddrV4, get: impl Fn(usize) -> &'a [u8]) -> io::Result<()> {
-        // (`join` found it: a cache cleared between the two is read again.)
-        let Some(src) = self.source_for(*dst.ip()) else { return Err(io::ErrorKind::HostUnreachable.into()) };
+    pub fn write<'a>(&mut self, j: &Joined, src: Ipv4Addr, dst: SocketAddrV4, get: impl Fn(usize) -> &'a [u8]) -> io::Result<()> {
         let (first, last) = (get(0), get(j.count - 1));
         let vx_len = j.hdrs + j.payload;
         let o = VNET_LEN;

@@ -418,8 +418,8 @@ impl UdpBackend {
             }
             if let (Some(tap), SocketAddr::V4(dst), true) = (&mut self.tap, reqs[i].dst, j - i > 1 && i >= self.no_join) {
                 let run = &reqs[i..];
-                if let Some(jn) = tap.join(dst, j - i, |x| datagram(&run[x])) {
-                    joined = Some((i, jn, dst));
+                if let Some((jn, src)) = tap.join(dst, j - i, |x| datagram(&run[x])) {
+                    joined = Some((i, jn, src, dst));
                     break;
                 }
             }
@@ -462,10 +462,10 @@ impl UdpBackend {
         if r >= 0 {
             let sent = self.group[..r as usize].iter().sum();
             // The run that joins goes once all before it went.
-            if let (Some((at, jn, dst)), true) = (joined, r as usize == m) {
+            if let (Some((at, jn, src, dst)), true) = (joined, r as usize == m) {
                 let run = &reqs[at..];
                 let tap = self.tap.as_mut().expect("joined through it");
-                if tap.write(&jn, dst, |x| datagram(&run[x])).is_ok() {
+                if tap.write(&jn, src, dst, |x| datagram(&run[x])).is_ok() {
                     self.no_join = 0;
                     return (TxResult { sent: at + jn.count, failed: 0 }, false);
                 }
