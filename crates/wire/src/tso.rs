@@ -464,6 +464,11 @@ mod tests {
         put16(&mut other[2], l4, 40001);
         crate::build::fill_l4_checksum(&mut other[2][vxlan::HEADER_LEN + ETH_LEN..], 20, ip_proto::TCP);
         assert_eq!(join(&other), Some(2));
+        // Another tenant's packet (its VNI) that copies this flow's headers and sequence
+        // numbers exactly is never joined into it.
+        let mut neighbour = segs.clone();
+        vxlan::set_vni(&mut neighbour[3][..vxlan::HEADER_LEN], 200);
+        assert_eq!(join(&neighbour), Some(3));
         // A short segment ends the run (it is included); PSH in the middle too.
         let mut short = segs.clone();
         let cut_to = short[6].len() - 10;
