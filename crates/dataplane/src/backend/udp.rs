@@ -416,9 +416,13 @@ impl UdpBackend {
                     }
                 }
             }
-            if let (Some(tap), SocketAddr::V4(dst), true) = (&mut self.tap, reqs[i].dst, j - i > 1 && i >= self.no_join) {
-                let run = &reqs[i..];
-                if let Some((jn, src)) = tap.join(dst, j - i, |x| datagram(&run[x])) {
+            // (A join is bounded by what one super-packet holds, not by the segmentation group:
+            // the datagrams to the same destination from here, as many as there are.)
+            let two = i + 1 < n && reqs[i + 1].dst == reqs[i].dst;
+            if let (Some(tap), SocketAddr::V4(dst), true) = (&mut self.tap, reqs[i].dst, two && i >= self.no_join) {
+                let run = &reqs[i..n];
+                let same_dst = run.iter().take_while(|r| r.dst == run[0].dst).count();
+                if let Some((jn, src)) = tap.join(dst, same_dst, |x| datagram(&run[x])) {
                     joined = Some((i, jn, src, dst));
                     break;
                 }

@@ -570,6 +570,10 @@ fn node_config(cfg: &Config, seat: &Seat) -> NodeConfig {
             age: Duration::from_secs(s.limits.fdb_age_s),
         },
         data_core: seat.board.clone(),
+        // With `egress_tap` a TCP burst (about 48 segments of a 64 KB send) is taken in one
+        // receive and handed to one send, so that it leaves joined in one write rather than
+        // two (at 32, a burst spanned two polls: BENCHMARKS.md, issue 51).
+        batch: if s.egress_tap.is_some() { snic_dataplane::store::MAX_BATCH } else { NodeConfig::default().batch },
         ..Default::default()
     }
 }
