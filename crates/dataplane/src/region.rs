@@ -97,6 +97,7 @@ impl snic_nt::BatchLoop for NtPass<'_, '_> {
         let NtPass { slots, batch, cx, i, mut engine } = self;
         let (mut ran, mut dropped, mut bytes) = (0u64, 0u64, 0u64);
         let prefetch = nt.wants_prefetch();
+        let partial_ok = nt.takes_partial_checksums();
         if prefetch {
             for &idx in batch.iter().take(PREFETCH_AHEAD) {
                 // SAFETY: as below; read only, and no other reference to it is live.
@@ -126,6 +127,11 @@ impl snic_nt::BatchLoop for NtPass<'_, '_> {
                     continue;
                 }
                 bytes += len;
+            }
+            if !partial_ok {
+                // (Left partial through the NTs before, which take it so: finished for one that
+                // may read it.)
+                d.meta.finish_checksum(buf);
             }
             let at = At { dag: d.walk.dag.0, step: d.walk.pos };
             match nt.process(cx, &mut Pkt { buf, meta: &mut d.meta, at }) {
@@ -266,5 +272,82 @@ impl Region {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use snic_core::dag::NtMask;
+    use snic_core::ids::TenantId;
+    use snic_nt::HEADROOM;
+    use snic_wire::build::{build, fill_l4_partial, verify_l4_checksum, FrameSpec, L4Spec};
+    use snic_wire::checksum::l4_field_is_pseudo;
+    use snic_wire::ethernet::MacAddr;
+    use std::sync::Mutex;
+
+    /// An NT that records, per packet, whether the inner TCP checksum it saw was partial and
+    /// whether it verified; `partial_ok` says whether it takes partial checksums.
+    struct Sees {
+        partial_ok: bool,
+        seen: Arc<Mutex<Vec<(bool, bool)>>>,
+    }
+
+    impl Nt for Sees {
+        fn kind(&self) -> &'static str {
+            "sees"
+        }
+
+        fn takes_partial_checksums(&self) -> bool {
+            self.partial_ok
+        }
+
+        fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
+            let il = pkt.meta.inner.expect("parsed");
+            let s = pkt.meta.off as usize + 8;
+            let ip = &pkt.buf[s + il.l3_off as usize..s + il.l3_end as usize];
+            let l4 = (il.l4_off - il.l3_off) as usize;
+            self.seen.lock().unwrap().push((l4_field_is_pseudo(ip, l4, 6) && il.l4_partial, verify_l4_checksum(ip, l4, 6)));
+            Verdict::Continue
+        }
+    }
+
+    #[test]
+    fn a_partial_checksum_passes_nts_that_take_it_and_is_finished_before_one_that_does_not() {
+        let mut store = Store::new(4, 0);
+        let idx = store.alloc_charged(TenantId(1), HEADROOM..HEADROOM + 1500).unwrap();
+        let slots = store.slots().clone();
+        let spec = FrameSpec {
+            outer: None,
+            vni: 100,
+            inner_src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            inner_dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            l4: L4Spec::Tcp { src_port: 1, dst_port: 2, flags: 0x10 },
+            payload_len: 1000,
+            payload_byte: 7,
+        };
+        {
+            // SAFETY: the test owns the store and its one buffer.
+            let (buf, d) = unsafe { slots.get(idx) };
+            let n = build(&spec, &mut buf[HEADROOM..]).unwrap();
+            let ip = &mut buf[HEADROOM + 8 + 14..HEADROOM + n];
+            fill_l4_partial(ip, 20, 6);
+            d.meta.off = HEADROOM as u16;
+            d.meta.len = n as u16;
+            d.meta.inner = snic_wire::layout::parse_inner(&buf[HEADROOM + 8..HEADROOM + n]).ok();
+            assert!(d.meta.inner.unwrap().l4_partial);
+            d.walk.mask = NtMask::all(3);
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let nt = |partial_ok| Box::new(Sees { partial_ok, seen: seen.clone() }) as Box<dyn Nt>;
+        let mut region = Region::new(InstanceId(0), vec![nt(true), nt(false), nt(true)], false);
+        // SAFETY: the test owns the buffer; the batch holds it once.
+        unsafe { region.run(&slots, &[idx], Instant::ZERO, &WorkTimer::Real) };
+        // Partial (and not valid) through the first; finished before the second, and whole
+        // from then on.
+        assert_eq!(*seen.lock().unwrap(), vec![(true, false), (false, true), (false, true)]);
     }
 }

@@ -143,6 +143,25 @@ fn firewall_nat_isolation_inline() {
     firewall_nat_isolation(0);
 }
 
+/// A TCP packet whose sender left its checksum partial (as an offloading endpoint does, and
+/// as the node's own cutting of a burst does) goes through firewall → NAT partial and leaves
+/// finished: its checksum valid for the rewritten source.
+#[test]
+fn a_partial_checksum_leaves_finished_through_firewall_and_nat() {
+    let mut node = two_tenant_node(0);
+    let mut d = datagram(100, MAC_A, MAC_B, "10.0.0.5", "10.0.0.9", L4Spec::Tcp { src_port: 4000, dst_port: 80, flags: 0x10 }, 900, 1);
+    snic_wire::build::fill_l4_partial(&mut d[8 + 14..], 20, 6);
+    assert!(parse_inner(&d[8..]).unwrap().l4_partial);
+    node.backend_mut().rx.push_back((d, ep(1)));
+    run_until_idle(&mut node);
+    let tx = node.backend().tx.clone();
+    assert_eq!(tx.len(), 1, "{tx:?}");
+    let out = &tx[0].0;
+    assert_eq!(inner_key(out).src, IpAddr::from([203, 0, 113, 1]), "SNAT rewrote the source");
+    assert!(snic_wire::build::verify_l4_checksum(&out[8 + 14..], 20, 6), "the TCP checksum leaves finished");
+    assert!(!parse_inner(&out[8..]).unwrap().l4_partial);
+}
+
 #[test]
 fn firewall_nat_isolation_worker_thread() {
     firewall_nat_isolation(1);

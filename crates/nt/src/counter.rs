@@ -62,6 +62,12 @@ impl Nt for Counter {
     fn kind(&self) -> &'static str {
         "counter"
     }
+
+    /// Partial checksums pass through it (it counts, reads nothing).
+    fn takes_partial_checksums(&self) -> bool {
+        true
+    }
+
     fn counters(&self) -> Option<Arc<dyn crate::NtCounters>> {
         Some(self.stats.clone())
     }

@@ -24,6 +24,11 @@ impl Nt for Dummy {
     fn kind(&self) -> &'static str {
         "dummy"
     }
+
+    /// Partial checksums pass through it (it reads the inner Ethernet header only).
+    fn takes_partial_checksums(&self) -> bool {
+        true
+    }
     #[inline]
     fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         let s = pkt.meta.off as usize + snic_wire::vxlan::HEADER_LEN;

@@ -162,6 +162,11 @@ impl Nt for Firewall {
     fn kind(&self) -> &'static str {
         "firewall"
     }
+
+    /// Partial checksums pass through it (it reads headers only).
+    fn takes_partial_checksums(&self) -> bool {
+        true
+    }
     #[inline]
     /// With a flow cache: its sets are spread over more memory than stays in cache beside the
     /// packets' bytes (≈50% of the firewall's time was the set's first load).

@@ -59,6 +59,25 @@ pub struct PktMeta {
     pub inner: Option<InnerLayout>,
 }
 
+impl PktMeta {
+    /// Finishes the inner TCP or UDP checksum if its sender (or the node's own segmentation)
+    /// left it partial (`InnerLayout::l4_partial`: the field holds the pseudo-header's sum).
+    /// A complete checksum that happens to hold that value (1 valid packet in 65,536) is
+    /// computed again to the same value. The node calls it before an NT that does not
+    /// [`Nt::takes_partial_checksums`] and before a datagram leaves whole.
+    #[inline]
+    pub fn finish_checksum(&mut self, buf: &mut [u8]) {
+        if let Some(il) = self.inner.as_mut().filter(|il| il.l4_partial) {
+            let s = self.off as usize + snic_wire::vxlan::HEADER_LEN;
+            let l4 = il.l4_off.saturating_sub(il.l3_off) as usize;
+            if let Some(ip) = buf.get_mut(s + il.l3_off as usize..s + il.l3_end as usize).filter(|ip| ip.len() >= l4) {
+                snic_wire::build::fill_l4_checksum(ip, l4, il.key.proto);
+            }
+            il.l4_partial = false;
+        }
+    }
+}
+
 /// A packet as an NT sees it.
 #[derive(Debug)]
 pub struct Pkt<'a> {
@@ -283,6 +302,15 @@ pub trait Nt: Send + std::any::Any {
         false
     }
 
+    /// True for an NT that reads no payload and no checksum, and updates checksums knowing
+    /// one may be *partial* ([`PktMeta::finish_checksum`]): the node leaves an inner checksum
+    /// partial through it (a segment the node cut from an endpoint's TCP burst, a packet whose
+    /// sender left its checksum to the NIC), and finishes it only where something needs it
+    /// whole. The default, false: the node finishes it before the NT sees the packet.
+    fn takes_partial_checksums(&self) -> bool {
+        false
+    }
+
     /// The NT's state, for another instance of it on another node (a chain moving home from a
     /// peer, paper §5: pause, migrate state, resume). `None`, the default: nothing worth moving
     /// (no state, or a cache that refills). Times are saved relative to `now`, so the state
@@ -380,6 +408,18 @@ pub(crate) mod testutil {
 
         pub fn pkt(&mut self) -> Pkt<'_> {
             Pkt { buf: &mut self.buf, meta: &mut self.meta, at: At::default() }
+        }
+
+        /// The same packet with its L4 checksum left partial, as an offloading sender leaves
+        /// it (and the node's segmentation): the layout says so.
+        pub fn partial(mut self) -> TestPkt {
+            let l = self.reparse();
+            let s = self.meta.off as usize + 8;
+            let ip = &mut self.buf[s + l.l3_off as usize..s + l.l3_end as usize];
+            snic_wire::build::fill_l4_partial(ip, (l.l4_off - l.l3_off) as usize, l.key.proto);
+            self.meta.inner = Some(self.reparse());
+            assert!(self.reparse().l4_partial);
+            self
         }
 
         pub fn reparse(&self) -> snic_wire::layout::InnerLayout {

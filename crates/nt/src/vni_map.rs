@@ -23,6 +23,12 @@ impl Nt for VniMap {
     fn kind(&self) -> &'static str {
         "vni_map"
     }
+
+    /// Partial checksums pass through it (it rewrites the VNI only).
+    fn takes_partial_checksums(&self) -> bool {
+        true
+    }
+
     fn process(&mut self, _cx: &Ctx<'_>, pkt: &mut Pkt<'_>) -> Verdict {
         if let Some(&to) = self.map.get(&pkt.meta.vni).or(self.default.as_ref()) {
             let off = pkt.meta.off as usize;

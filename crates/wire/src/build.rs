@@ -189,18 +189,15 @@ pub fn fill_l4_checksum(ip: &mut [u8], l4_off: usize, proto: u8) {
     put16(ip, l4_off + csum_at, c);
 }
 
-/// Completes the TCP or UDP checksum of the IP packet `ip` (L4 header at `l4_off`) if its sender
-/// left it *partial*, as a kernel with transmit checksum offload does for a NIC to finish: the
-/// field then holds the pseudo-header's folded sum, not the checksum
-/// ([`checksum::l4_field_is_pseudo`]; the inner parse says so cheaply,
-/// `layout::InnerLayout::l4_partial`). Returns true if it did. A packet whose field holds that
-/// value and verifies anyway (1 in 65,536 of valid ones) is left as it is.
-pub fn complete_partial_l4(ip: &mut [u8], l4_off: usize, proto: u8) -> bool {
-    if !checksum::l4_field_is_pseudo(ip, l4_off, proto) || verify_l4_checksum(ip, l4_off, proto) {
-        return false;
-    }
-    fill_l4_checksum(ip, l4_off, proto);
-    true
+/// Leaves the TCP or UDP checksum of the IP packet `ip` (IPv4 or IPv6 without extension
+/// headers, L4 header at `l4_off`) *partial*, as a kernel with transmit checksum offload leaves
+/// it for a NIC to finish: the pseudo-header's folded sum, without the payload's
+/// ([`checksum::l4_field_is_pseudo`] then holds). [`fill_l4_checksum`] finishes it.
+pub fn fill_l4_partial(ip: &mut [u8], l4_off: usize, proto: u8) {
+    let Some(csum_at) = checksum::l4_checksum_at(proto).filter(|_| matches!(proto, ip_proto::TCP | ip_proto::UDP)) else { return };
+    let len = ip.len() - l4_off;
+    let p = checksum::fold(checksum::ip_pseudo_header(ip, proto, len as u32));
+    put16(ip, l4_off + csum_at, p);
 }
 
 /// True if the L4 checksum of the IP packet `ip` verifies (see [`fill_l4_checksum`]).
@@ -219,7 +216,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn a_partial_checksum_is_completed_and_a_complete_or_corrupt_one_left_alone(
+        fn a_partial_checksum_is_flagged_and_finished_to_the_valid_one(
             v4 in any::<bool>(), tcp in any::<bool>(), payload in 0usize..1400, fill in any::<u8>(),
         ) {
             let (src, dst) = if v4 { ("10.1.0.1", "10.1.0.2") } else { ("fd00::1", "fd00::2") };
@@ -234,34 +231,30 @@ mod tests {
             let l4_off = if v4 { 20 } else { 40 };
             let (proto, at) = if tcp { (ip_proto::TCP, 16) } else { (ip_proto::UDP, 6) };
             let good = d.clone();
-            // Complete: left alone (and, unless its checksum happens to equal the partial sum,
-            // not flagged by the parse).
+            // Complete: flagged by the parse only if its checksum happens to equal the partial
+            // sum, and then finishing it computes it again, to itself.
             let lay = parse_inner(&d[vxlan::HEADER_LEN..]).unwrap();
             prop_assert_eq!(lay.l4_partial, checksum::l4_field_is_pseudo(&d[l3..], l4_off, proto));
-            prop_assert!(!complete_partial_l4(&mut d[l3..], l4_off, proto));
+            fill_l4_checksum(&mut d[l3..], l4_off, proto);
             prop_assert_eq!(&d, &good);
-            // Partial, as an offloading sender leaves it: completed to the valid checksum.
+            // Partial, as an offloading sender (or the node's segmentation) leaves it.
             let ip = &mut d[l3..];
-            let len = (ip.len() - l4_off) as u32;
-            let ph = checksum::ip_pseudo_header(ip, proto, len);
-            put16(ip, l4_off + at, checksum::fold(ph));
-            // The parse flags it, its fast path (IPv4) as its general one.
+            fill_l4_partial(ip, l4_off, proto);
+            let ph = checksum::fold(checksum::ip_pseudo_header(ip, proto, (ip.len() - l4_off) as u32));
+            prop_assert_eq!(u16::from_be_bytes([ip[l4_off + at], ip[l4_off + at + 1]]), ph);
+            // The parse flags it, its fast path (IPv4) as its general one; finished, it is the
+            // valid checksum.
             let lay = parse_inner(&d[vxlan::HEADER_LEN..]).unwrap();
             prop_assert!(lay.l4_partial);
             prop_assert_eq!(lay, crate::layout::parse_inner_general(&d[vxlan::HEADER_LEN..]).unwrap());
-            let ip = &mut d[l3..];
-            if !verify_l4_checksum(ip, l4_off, proto) {
-                prop_assert!(complete_partial_l4(ip, l4_off, proto));
-                prop_assert_eq!(&d, &good);
-            }
-            // Corrupt (neither valid nor partial): left alone, for the receiver to drop.
+            fill_l4_checksum(&mut d[l3..], l4_off, proto);
+            prop_assert_eq!(&d, &good);
+            // Corrupt (neither valid nor partial): not flagged, for the receiver to drop.
             let mut bad = good.clone();
             let f = u16::from_be_bytes([bad[l3 + l4_off + at], bad[l3 + l4_off + at + 1]]) ^ 0x0101;
             put16(&mut bad[l3..], l4_off + at, f);
-            let before = bad.clone();
-            if f != checksum::fold(ph) {
-                prop_assert!(!complete_partial_l4(&mut bad[l3..], l4_off, proto));
-                prop_assert_eq!(bad, before);
+            if f != ph {
+                prop_assert!(!parse_inner(&bad[vxlan::HEADER_LEN..]).unwrap().l4_partial);
             }
         }
     }

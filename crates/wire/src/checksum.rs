@@ -115,9 +115,9 @@ pub fn l4_checksum_at(proto: u8) -> Option<usize> {
 
 /// True if the TCP or UDP checksum field of the IP packet `ip` (L4 header at `l4_off`) holds the
 /// folded sum of its pseudo-header: what a sender with transmit checksum offload leaves for the
-/// NIC to finish ("partial"). A complete checksum holds that value 1 time in 65,536
-/// ([`crate::build::complete_partial_l4`] tells them apart). False for other protocols and for
-/// headers too short.
+/// NIC to finish ("partial"). A complete checksum holds that value 1 time in 65,536 (finishing
+/// it, [`crate::build::fill_l4_checksum`], computes it again to the same value). False for
+/// other protocols and for headers too short.
 #[inline]
 pub fn l4_field_is_pseudo(ip: &[u8], l4_off: usize, proto: u8) -> bool {
     let Some(at) = l4_checksum_at(proto).filter(|_| matches!(proto, crate::ip_proto::TCP | crate::ip_proto::UDP)) else {

@@ -238,7 +238,7 @@ pub struct InnerLayout {
     pub l4_flags: u8,
     /// The TCP or UDP checksum field holds the pseudo-header's folded sum: the sender may have
     /// left it partial, for a NIC to finish ([`crate::checksum::l4_field_is_pseudo`];
-    /// [`crate::build::complete_partial_l4`] decides and finishes it).
+    /// the node finishes it where it must be whole, `snic_nt::PktMeta::finish_checksum`).
     pub l4_partial: bool,
 }
 

@@ -6,8 +6,11 @@
 //! the `UDP_GRO` control message. [`Super::of`] recognises such a datagram; [`Super::write`]
 //! builds segment `k`: the same VXLAN, Ethernet and IP headers with its own lengths, IPv4
 //! identification and header checksum, the TCP header with its sequence number, FIN and PSH on
-//! the last segment only and CWR on the first only, and a complete TCP checksum (RFC 9293 §3.1
-//! and Linux's `tcp_gso_segment`).
+//! the last segment only and CWR on the first only (RFC 9293 §3.1 and Linux's
+//! `tcp_gso_segment`), and its TCP checksum left *partial*, as the sender left the whole one:
+//! the node finishes it only where something needs it whole (an NT that reads checksums or
+//! payload, a datagram leaving through the socket: [`finish_partial`]); a segment joined back
+//! and sent through a tap never needs it.
 //!
 //! The other way, [`Joined::of`]: datagrams that carry consecutive segments of one inner
 //! TCP/IPv4 flow (what a run received with `UDP_GRO` holds, once the node ran them) are joined
@@ -17,9 +20,10 @@
 //! same segments: the join accepts only what the kernel's segmentation would reproduce (same
 //! headers but for lengths, identification, sequence number, checksums and the flags the
 //! segmentation places: CWR on the first, PSH and FIN on the last), every segment full but the
-//! last, and each segment's own checksum valid (a corrupt segment is never made whole again).
+//! last, and each segment's own checksum valid or left partial (a corrupt segment is never made
+//! whole again; a partial one is finished on the way, as the node would have finished it).
 
-use crate::build::fill_l4_checksum;
+use crate::build::{fill_l4_checksum, fill_l4_partial};
 use crate::ethernet::{ethertype, HEADER_LEN as ETH_LEN, VLAN_TAG_LEN};
 use crate::tcp::flags;
 use crate::{be16, be32, checksum, ip_proto, put16, put32, vxlan};
@@ -146,7 +150,7 @@ impl Super {
             f &= !CWR;
         }
         ip[t + 13] = f;
-        fill_l4_checksum(ip, t, ip_proto::TCP);
+        fill_l4_partial(ip, t, ip_proto::TCP);
         n
     }
 }
@@ -262,7 +266,24 @@ fn same_flow(f: &[u8], d: &[u8], l3: usize, l4: usize, hdrs: usize) -> bool {
 
 /// True if the inner IPv4 header and TCP checksums of `d` verify.
 fn verify(d: &[u8], l3: usize, l4: usize) -> bool {
-    checksum::checksum(&d[l3..l4]) == 0 && crate::build::verify_l4_checksum(&d[l3..], l4 - l3, ip_proto::TCP)
+    let ip = &d[l3..];
+    checksum::checksum(&d[l3..l4]) == 0
+        && (checksum::l4_field_is_pseudo(ip, l4 - l3, ip_proto::TCP) || crate::build::verify_l4_checksum(ip, l4 - l3, ip_proto::TCP))
+}
+
+/// Finishes the TCP or UDP checksum of the inner IP packet of the VXLAN datagram `d` (its
+/// inner frame untagged or with one VLAN tag), which must be partial
+/// ([`crate::build::fill_l4_partial`]); false (nothing written) if `d` holds no such packet.
+pub fn finish_partial(d: &mut [u8]) -> bool {
+    let Some((l3, v4)) = inner_l3(d) else { return false };
+    let Some(h) = d.get(l3..l3 + if v4 { 20 } else { 40 }) else { return false };
+    let (l4, end, proto) = if v4 { ((h[0] & 0xf) as usize * 4, be16(h, 2) as usize, h[9]) } else { (40, 40 + be16(h, 4) as usize, h[6]) };
+    let Some(ip) = d.get_mut(l3..l3 + end) else { return false };
+    if !matches!(proto, ip_proto::TCP | ip_proto::UDP) || l4 < 20 || !checksum::l4_field_is_pseudo(ip, l4, proto) {
+        return false;
+    }
+    fill_l4_checksum(ip, l4, proto);
+    true
 }
 
 #[cfg(test)]
@@ -342,7 +363,12 @@ mod tests {
                     _ => prop_assert_eq!(be16(ip, 4) as usize, ip.len() - 40),
                 }
                 let t = hdrs - l3 - 20;
-                prop_assert!(verify_l4_checksum(ip, t, ip_proto::TCP), "segment {}'s TCP checksum", k);
+                prop_assert!(checksum::l4_field_is_pseudo(ip, t, ip_proto::TCP), "segment {}'s TCP checksum is left partial", k);
+                let mut whole = seg.to_vec();
+                prop_assert!(finish_partial(&mut whole));
+                prop_assert!(verify_l4_checksum(&whole[l3..], t, ip_proto::TCP), "segment {}'s TCP checksum, finished", k);
+                prop_assert_eq!(&whole[..l3 + t + 16], &seg[..l3 + t + 16]);
+                prop_assert_eq!(&whole[l3 + t + 18..], &seg[l3 + t + 18..]);
                 prop_assert_eq!(be32(ip, t + 4), seq0.wrapping_add((k * mss) as u32));
                 let f = ip[t + 13];
                 let last = k + 1 == s.segments();
@@ -446,14 +472,31 @@ mod tests {
     #[test]
     fn a_join_stops_before_what_segmentation_would_not_give_back() {
         let d = superpacket(true, 10 * 1000, flags::ACK | flags::PSH);
-        let segs = cut(&d, 1000);
         let join = |s: &[Vec<u8>]| Joined::of(s.len(), |i| &s[i][..]).map(|j| j.count);
+        // As the node cuts them (checksums partial) and as a segmenting endpoint sends them
+        // (each checksum whole): both join.
+        let partial = cut(&d, 1000);
+        assert_eq!(join(&partial), Some(10));
+        let mut segs = partial.clone();
+        for s in &mut segs {
+            assert!(finish_partial(s));
+        }
         assert_eq!(join(&segs), Some(10));
         assert_eq!(join(&segs[..1]), None, "one datagram is nothing to join");
         // A segment corrupted on its way (its checksum fails): the join stops before it.
         let mut bad = segs.clone();
         let last = bad[4].len() - 1;
         bad[4][last] ^= 1;
+        assert_eq!(join(&bad), Some(4));
+        // One whose checksum is partial has none to fail: it joins, and the device that cuts
+        // the whole finishes its checksum, as the node would have (an endpoint's partial
+        // checksum is the node's to finish, whatever the payload).
+        let mut bad = partial.clone();
+        bad[4][last] ^= 1;
+        assert_eq!(join(&bad), Some(10));
+        // A corrupt IPv4 header checksum stops it either way.
+        let mut bad = partial.clone();
+        bad[4][vxlan::HEADER_LEN + ETH_LEN + 10] ^= 1;
         assert_eq!(join(&bad), Some(4));
         // Out of order, or another flow's: the same.
         let mut swapped = segs.clone();

@@ -79,6 +79,9 @@ pub struct TxReq {
     pub bytes: u16,
     /// Destination (datagram framing).
     pub dst: SocketAddr,
+    /// Its inner TCP or UDP checksum is partial (`snic_wire::tso::finish_partial`): only for a
+    /// backend that [`Backend::joins_runs`], which finishes it if the datagram leaves alone.
+    pub partial: bool,
 }
 
 /// Outcome of a transmit call: the first `sent` requests went out, the next `failed` were
@@ -218,6 +221,13 @@ pub trait Backend: Send {
     /// joined runs the kernel refused (sent as datagrams instead), cumulative (none by default).
     fn tx_joined(&self) -> (u64, u64, u64) {
         (0, 0, 0)
+    }
+
+    /// True if it may send runs of datagrams joined into one TCP super-packet ([`tap`]): it
+    /// then takes datagrams whose inner checksum is still partial ([`TxReq::partial`]) and
+    /// finishes those it sends alone. The default: false (the node finishes them first).
+    fn joins_runs(&self) -> bool {
+        false
     }
 
     /// The largest datagram sent with segmentation offload, lowered when the path refuses a

@@ -427,6 +427,12 @@ impl UdpBackend {
                     break;
                 }
             }
+            for rq in reqs[i..j].iter().filter(|r| r.partial) {
+                // SAFETY: the dispatcher owns buffers it passes to `send`; nothing else
+                // references this one now (the iovec is read by the call below only).
+                let d = unsafe { &mut slots.get(rq.idx).0[rq.start as usize..][..rq.len as usize] };
+                snic_wire::tso::finish_partial(d);
+            }
             let alen = to_sockaddr(&reqs[i].dst, &mut self.addrs[m]);
             let h = &mut self.hdrs[m].msg_hdr;
             h.msg_name = &mut self.addrs[m] as *mut _ as *mut libc::c_void;
@@ -765,12 +771,16 @@ impl Backend for UdpBackend {
         self.gso_max_seg
     }
 
-    /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
-    /// datagrams than messages when runs arrive coalesced.
+    fn joins_runs(&self) -> bool {
+        self.tap.is_some()
+    }
+
     fn tx_joined(&self) -> (u64, u64, u64) {
         self.tap.as_ref().map_or((0, 0, 0), |t| (t.writes, t.datagrams, t.errors))
     }
 
+    /// Messages received and the datagrams they carried, cumulative ([`super::gro`]): more
+    /// datagrams than messages when runs arrive coalesced.
     fn rx_runs(&self) -> (u64, u64) {
         self.gro.runs()
     }

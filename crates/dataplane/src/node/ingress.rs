@@ -180,13 +180,11 @@ impl Ingress {
             return Arrival::Dropped;
         }
         // An endpoint that keeps its transmit offloads leaves inner TCP and UDP checksums
-        // partial for a NIC to finish (docs/endpoints.md): finished here, before any NT reads
-        // or updates them. (The parse compared the field with the pseudo-header: the payload is
-        // summed only on a match.)
-        if let Some(il) = d.meta.inner.as_ref().filter(|il| il.l4_partial) {
-            let ip = off + vxlan::HEADER_LEN + il.l3_off as usize..off + vxlan::HEADER_LEN + il.l3_end as usize;
-            complete_partial(&mut buf[ip], (il.l4_off - il.l3_off) as usize, il.key.proto);
-        }
+        // partial for a NIC to finish (docs/endpoints.md), and so does the node's own cutting
+        // of its TCP bursts: the parse says so (`l4_partial`, the field against the
+        // pseudo-header). They stay partial through NTs that take them so, and are finished
+        // before one that does not (`Region`) and before the datagram leaves whole
+        // (`Transmit`); one joined back into a burst never is.
         let inner = &d.meta.inner;
         // Learning gives the sender's id: the descriptor keeps 4 bytes, not its 40-byte address
         // (written per packet, that cost ~20 instructions a packet).
@@ -320,14 +318,6 @@ fn memo_key(vni: u32, inner: &Option<layout::InnerLayout>) -> u128 {
 /// The packed memo's key when it holds none: [`memo_key`] never gives it (its tags are 1 and
 /// 2), nor 0, which the memo is never set to; so a hit needs one comparison.
 const NO_MEMO: u128 = u128::MAX;
-
-/// Finishes a checksum an offloading sender left partial ([`snic_wire::build::complete_partial_l4`]):
-/// out of the per-packet path, which only tested the parse's flag.
-#[cold]
-#[inline(never)]
-fn complete_partial(ip: &mut [u8], l4_off: usize, proto: u8) {
-    snic_wire::build::complete_partial_l4(ip, l4_off, proto);
-}
 
 /// A packet's flow hash: its inner 5-tuple's, or for opaque (encrypted) traffic the first 8
 /// bytes after the VXLAN header (the sender's SPI and id), which keeps each sender's packets in

@@ -262,9 +262,13 @@ impl Transmit {
     #[inline(always)]
     pub fn queue<B: Backend>(&mut self, l: &mut Link<'_, B>, idx: u32, start: usize, len: usize, dst: SocketAddr) {
         // SAFETY: the dispatcher owns `idx`.
-        let (_, d) = unsafe { l.slots.get(idx) };
+        let (buf, d) = unsafe { l.slots.get(idx) };
         let t = d.meta.tenant;
-        let req = TxReq { idx, start: start as u16, len: len as u16, tenant: t, bytes: d.meta.len, dst };
+        // A checksum still partial is finished before the datagram leaves, unless it is a
+        // VXLAN datagram (no pool header before it, no outer headers written) to a backend that
+        // may join it into a burst, which then finishes what it does not join.
+        let partial = d.meta.inner.is_some_and(|il| il.l4_partial) && Self::keep_partial(l, d, start, buf);
+        let req = TxReq { idx, start: start as u16, len: len as u16, tenant: t, bytes: d.meta.len, dst, partial };
         if self.backlogged {
             return self.enqueue_backlogged(l.reborrow(), t, req);
         }
@@ -272,6 +276,18 @@ impl Transmit {
         if self.txq.len() >= self.batch {
             self.flush(l.reborrow());
         }
+    }
+
+    /// A packet whose inner checksum is partial, queued: true if it may leave so (see
+    /// [`Transmit::queue`]), else it is finished here.
+    #[cold]
+    #[inline(never)]
+    fn keep_partial<B: Backend>(l: &Link<'_, B>, d: &mut crate::store::Desc, start: usize, buf: &mut [u8]) -> bool {
+        if start == d.meta.off as usize && l.backend.joins_runs() {
+            return true;
+        }
+        d.meta.finish_checksum(buf);
+        false
     }
 
     /// The link is backlogged: tenants take turns by bytes (deficit round robin).
