@@ -24,6 +24,10 @@
 # The nodes' interfaces have GRO on (netns-lib.sh's gro: runs of datagrams reach the nodes
 # coalesced, docs/endpoints.md); GRO=off leaves it off, for the comparison.
 # VPC_PROFILE=FILE samples node A with perf during the snic path's iperf3 run.
+# VPC_TAP_RPS=MASK sets the one-node path's tap's receive packet steering (rps_cpus): which CPUs
+# run the receiving endpoint's work a packet written into the tap causes (measured: no gain on
+# two cores, BENCHMARKS.md "Issue 51: whole bursts a write").
+
 # SNIC_BIN selects the snic binary (default: target/release/snic, built if missing). The nodes
 # are configured with examples/vpc-node-a.yaml and examples/vpc-node-b.yaml; SNIC_NODE_CONFIG
 # names a node.yaml both nodes start with (e.g. one with `rx_queues: shared`).
@@ -149,6 +153,11 @@ one_node() {
     return
   fi
   ip netns exec "$P-n" "$snic" apply -f "$here/examples/vpc-fw-nat.yaml" >/dev/null
+  # (VPC_TAP_RPS=MASK: the tap's receive packet steering, which CPUs run what the kernel does
+  # with a packet written into it: the receiving endpoint's decapsulation and TCP receive.)
+  if [ -n "${VPC_TAP_RPS:-}" ] && ip -n "$P-n" link show snictap0 >/dev/null 2>&1; then
+    ip netns exec "$P-n" sh -c "echo $VPC_TAP_RPS > /sys/class/net/snictap0/queues/rx-0/rps_cpus"
+  fi
   local t0 t1 r0 r1
   t0=$(cpu_ticks); r0=$(received)
   measure "$name" s4 10.1.0.2

@@ -7,10 +7,9 @@
 //! builds segment `k`: the same VXLAN, Ethernet and IP headers with its own lengths, IPv4
 //! identification and header checksum, the TCP header with its sequence number, FIN and PSH on
 //! the last segment only and CWR on the first only (RFC 9293 §3.1 and Linux's
-//! `tcp_gso_segment`), and its TCP checksum left *partial*, as the sender left the whole one:
-//! the node finishes it only where something needs it whole (an NT that reads checksums or
-//! payload, a datagram leaving through the socket: [`finish_partial`]); a segment joined back
-//! and sent through a tap never needs it.
+//! `tcp_gso_segment`), and a complete TCP checksum — or, [`Super::leaving_partial`], the
+//! checksum left *partial* as the sender left the whole one, for a node that may join the
+//! segments back for a device that finishes it ([`finish_partial`] finishes one).
 //!
 //! The other way, [`Joined::of`]: datagrams that carry consecutive segments of one inner
 //! TCP/IPv4 flow (what a run received with `UDP_GRO` holds, once the node ran them) are joined
@@ -45,6 +44,8 @@ pub struct Super {
     /// Payload bytes per segment.
     mss: u16,
     v4: bool,
+    /// Each segment's TCP checksum is left partial ([`Super::leaving_partial`]).
+    partial: bool,
 }
 
 /// The offset of the inner IP header of a VXLAN datagram and whether it is IPv4; `None` if the
@@ -99,7 +100,14 @@ impl Super {
         if doff < 20 || l3 + ip_len != d.len() || hdrs > d.len() || mss == 0 || d.len() - hdrs <= mss || hdrs + mss > u16::MAX as usize {
             return None;
         }
-        Some(Super { l3: l3 as u16, l4: l4 as u16, hdrs: hdrs as u16, len: d.len() as u32, mss: mss as u16, v4 })
+        Some(Super { l3: l3 as u16, l4: l4 as u16, hdrs: hdrs as u16, len: d.len() as u32, mss: mss as u16, v4, partial: false })
+    }
+
+    /// The same, its segments' TCP checksums left partial (`partial`) or complete: partial
+    /// costs no sum over the payload, for segments that may be joined back into a burst whose
+    /// device finishes them (the node finishes any that leave alone).
+    pub fn leaving_partial(self, partial: bool) -> Super {
+        Super { partial, ..self }
     }
 
     /// As [`Super::of`], cut so that each segment's inner IP packet is at most `ip_max` bytes:
@@ -150,7 +158,11 @@ impl Super {
             f &= !CWR;
         }
         ip[t + 13] = f;
-        fill_l4_partial(ip, t, ip_proto::TCP);
+        if self.partial {
+            fill_l4_partial(ip, t, ip_proto::TCP);
+        } else {
+            fill_l4_checksum(ip, t, ip_proto::TCP);
+        }
         n
     }
 }
@@ -328,12 +340,12 @@ mod tests {
     proptest! {
         #[test]
         fn the_segments_carry_the_payload_in_order_each_a_valid_packet(
-            v4 in any::<bool>(), payload in 1usize..66_000, mss in 500usize..1500, fin in any::<bool>(), cwr in any::<bool>(),
+            v4 in any::<bool>(), payload in 1usize..66_000, mss in 500usize..1500, fin in any::<bool>(), cwr in any::<bool>(), partial in any::<bool>(),
         ) {
             let fl = flags::ACK | flags::PSH | if fin { flags::FIN } else { 0 } | if cwr { CWR } else { 0 };
             let d = superpacket(v4, payload, fl);
             if d.len() > 65_507 { return Ok(()); }
-            let Some(s) = Super::of(&d, mss) else {
+            let Some(s) = Super::of(&d, mss).map(|s| s.leaving_partial(partial)) else {
                 prop_assert!(payload <= mss, "a packet longer than the MSS is a super-packet");
                 return Ok(());
             };
@@ -363,12 +375,16 @@ mod tests {
                     _ => prop_assert_eq!(be16(ip, 4) as usize, ip.len() - 40),
                 }
                 let t = hdrs - l3 - 20;
-                prop_assert!(checksum::l4_field_is_pseudo(ip, t, ip_proto::TCP), "segment {}'s TCP checksum is left partial", k);
-                let mut whole = seg.to_vec();
-                prop_assert!(finish_partial(&mut whole));
-                prop_assert!(verify_l4_checksum(&whole[l3..], t, ip_proto::TCP), "segment {}'s TCP checksum, finished", k);
-                prop_assert_eq!(&whole[..l3 + t + 16], &seg[..l3 + t + 16]);
-                prop_assert_eq!(&whole[l3 + t + 18..], &seg[l3 + t + 18..]);
+                if partial {
+                    prop_assert!(checksum::l4_field_is_pseudo(ip, t, ip_proto::TCP), "segment {}'s TCP checksum is left partial", k);
+                    let mut whole = seg.to_vec();
+                    prop_assert!(finish_partial(&mut whole));
+                    prop_assert!(verify_l4_checksum(&whole[l3..], t, ip_proto::TCP), "segment {}'s TCP checksum, finished", k);
+                    prop_assert_eq!(&whole[..l3 + t + 16], &seg[..l3 + t + 16]);
+                    prop_assert_eq!(&whole[l3 + t + 18..], &seg[l3 + t + 18..]);
+                } else {
+                    prop_assert!(verify_l4_checksum(ip, t, ip_proto::TCP), "segment {}'s TCP checksum", k);
+                }
                 prop_assert_eq!(be32(ip, t + 4), seq0.wrapping_add((k * mss) as u32));
                 let f = ip[t + 13];
                 let last = k + 1 == s.segments();
@@ -429,9 +445,10 @@ mod tests {
         }
     }
 
-    /// The segments [`Super::write`] cuts from `d` at `mss`.
+    /// The segments [`Super::write`] cuts from `d` at `mss`, their checksums left partial (as
+    /// a node that joins them cuts them).
     fn cut(d: &[u8], mss: usize) -> Vec<Vec<u8>> {
-        let s = Super::of(d, mss).unwrap();
+        let s = Super::of(d, mss).unwrap().leaving_partial(true);
         (0..s.segments())
             .map(|k| {
                 let mut out = vec![0u8; s.segment_len(k)];

@@ -114,6 +114,9 @@ pub struct GroRx {
     /// Messages received, and the datagrams they carried (cumulative).
     messages: u64,
     datagrams: u64,
+    /// Super-packets are cut with their segments' TCP checksums left partial (a backend that
+    /// joins runs back, `egress_tap`: `snic_wire::tso::Super::leaving_partial`).
+    pub cut_partial: bool,
 }
 
 const STRIDE: usize = CAP + OVER;
@@ -140,7 +143,7 @@ fn segments(m: &Msg) -> usize {
 pub const SUPER_IP_MAX: usize = 1450;
 
 /// What message `m`, all of it in `bytes`, holds (one larger than a packet buffer, or several).
-fn form(m: &Msg, bytes: &[u8]) -> Form {
+fn form(m: &Msg, bytes: &[u8], cut_partial: bool) -> Form {
     use snic_wire::tso::{is_one_packet, Super};
     if !is_one_packet(bytes) {
         return if several(m) { Form::Run } else { Form::One };
@@ -148,7 +151,7 @@ fn form(m: &Msg, bytes: &[u8]) -> Form {
     // An unsegmented packet: the kernel gives a tunnel packet's MSS as none (`UDP_GRO` reports
     // only UDP segmentation), so it is cut to what the underlay carries.
     let cut = if several(m) { Super::of(bytes, m.seg) } else { Super::of_ip_max(bytes, SUPER_IP_MAX) };
-    cut.map_or(Form::Whole, Form::Super)
+    cut.map_or(Form::Whole, |s| Form::Super(s.leaving_partial(cut_partial)))
 }
 
 impl Default for GroRx {
@@ -160,6 +163,7 @@ impl Default for GroRx {
             bufs: Vec::with_capacity(crate::store::MAX_BATCH),
             messages: 0,
             datagrams: 0,
+            cut_partial: false,
         }
     }
 }
@@ -216,7 +220,7 @@ impl GroRx {
     /// what does not fit is held. Returns `n`.
     pub fn split(&mut self, q: usize, slots: &Slots, idx: &mut [u32], meta: &mut [RxMeta], msgs: &[Msg]) -> usize {
         self.queue(q);
-        let GroRx { queues, order, unused, bufs, messages, datagrams } = self;
+        let GroRx { queues, order, unused, bufs, messages, datagrams, cut_partial } = self;
         let qr = &mut queues[q];
         let r = msgs.len();
         debug_assert!(r <= idx.len() && r <= qr.free.len());
@@ -239,7 +243,7 @@ impl GroRx {
                 let (pb, _) = unsafe { slots.get(slot) };
                 let k = m.len.min(CAP);
                 qr.over[base..base + k].copy_from_slice(&pb[HEADROOM..HEADROOM + k]);
-                m.form = form(&m, &qr.over[base..base + m.len]);
+                m.form = form(&m, &qr.over[base..base + m.len], *cut_partial);
             }
             let segs = segments(&m);
             *messages += 1;

@@ -378,6 +378,9 @@ impl UdpBackend {
     /// Sends runs of one TCP flow joined through `tap` from now ([`super::tap`]); `None`: out
     /// of the socket, as by default.
     pub fn set_egress_tap(&mut self, tap: Option<super::tap::TunnelTap>) {
+        // (Segments it may join are cut with their checksums partial: no sum over the payload
+        // for those the tap's device finishes; the others are finished as they leave.)
+        self.gro.cut_partial = tap.is_some();
         self.tap = tap;
     }
 
